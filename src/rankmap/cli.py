@@ -1,0 +1,58 @@
+"""The ``rankmap`` command: one sub-command per verb, each in ``rankmap/commands/<verb>.py``.
+
+A verb module exposes ``register(subparsers)`` (adds its parser, sets ``func``) and the
+function it sets returns the exit status. Bad input surfaces as :class:`RankmapError`
+and is printed as one line; nothing else is caught here, so a real bug shows its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from rankmap import __version__
+from rankmap.errors import RankmapError
+
+# Order is the order of `rankmap --help`. A verb whose module is absent is simply not offered.
+VERBS = ["demo", "topo", "profile", "export", "map", "tune", "run", "serve", "bench", "doctor"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rankmap",
+        description="See how the ranks of a multi-GPU job talk over the machine's links, and place them.",
+    )
+    parser.add_argument("--version", action="version", version=f"rankmap {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    for verb in VERBS:
+        try:
+            mod = importlib.import_module(f"rankmap.commands.{verb}")
+        except ModuleNotFoundError as e:
+            if e.name == f"rankmap.commands.{verb}":
+                continue
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except RankmapError as e:
+        print(f"rankmap: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("rankmap: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,42 @@
+"""Shared test helpers: run the real `rankmap` command as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+RECORDINGS = SHARED / "recordings"
+
+
+def rankmap(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = None,
+            timeout: float = 600, input: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m rankmap ARGS`` in a subprocess and return the completed process (text)."""
+    e = dict(os.environ)
+    if env:
+        e.update(env)
+    return subprocess.run([sys.executable, "-m", "rankmap", *args], capture_output=True, text=True,
+                          env=e, cwd=cwd, timeout=timeout, input=input)
+
+
+def assert_one_line_error(p: subprocess.CompletedProcess, *needles: str) -> None:
+    """Bad input must give a non-zero exit and one clear line, never a traceback."""
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr, p.stderr
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("rankmap: error:"), lines[0]
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+@pytest.fixture
+def recordings() -> Path:
+    if not RECORDINGS.is_dir():
+        pytest.skip("../shared/recordings is not beside this checkout")
+    return RECORDINGS
