@@ -10,7 +10,8 @@ Routing follows what the hardware does for peer-to-peer traffic:
 1. a direct NVLink bundle between two GPUs;
 2. else a path through NVSwitch devices only (GPUs do not forward NVLink traffic);
 3. else the PCIe tree: up to the lowest common PCIe switch or host bridge, across the CPU
-   interconnect when the two ends hang off different sockets, and down again.
+   interconnect when the two ends hang off different sockets, and down again. A GPU attached
+   to its CPU by NVLink (POWER9, Grace) takes that NVLink in this phase as it would PCIe.
 
 Bandwidths are GB/s (1e9 bytes/s) per direction.
 """
@@ -21,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from rankmap.errors import RankmapError
 
@@ -178,9 +179,21 @@ class Topology:
             yield l.other(dev)
 
     # ----- routing ---------------------------------------------------------------------
-    def _bfs(self, src: str, dst: str, allowed_links: set[LinkKind], transit: set[DeviceKind]) -> list[Hop] | None:
-        """Shortest path (fewest hops, then widest bottleneck) using only the given link kinds,
-        passing only through devices of the ``transit`` kinds."""
+    def _host_link(self, l: Link) -> bool:
+        """A link of the host side: PCIe, or an NVLink with a CPU at one end.
+
+        POWER9 (Summit, Sierra) and Grace attach GPUs to the CPU over NVLink instead of PCIe;
+        traffic between GPUs of different sockets then runs GPU-NVLink-CPU-X-Bus-CPU-NVLink-GPU,
+        so the host-side phase of routing must walk those links like PCIe ones."""
+        if l.kind == LinkKind.PCIE:
+            return True
+        return l.kind == LinkKind.NVLINK and DeviceKind.CPU in (self.devices[l.a].kind, self.devices[l.b].kind)
+
+    def _bfs(self, src: str, dst: str, allowed_links: set[LinkKind], transit: set[DeviceKind],
+             accept: Callable[[Link], bool] | None = None) -> list[Hop] | None:
+        """Shortest path (fewest hops, then widest bottleneck) using only the given link kinds
+        (or, with ``accept``, the links it accepts), passing only through devices of the
+        ``transit`` kinds."""
         prev: dict[str, tuple[str, int] | None] = {src: None}
         q = deque([src])
         while q:
@@ -191,7 +204,7 @@ class Topology:
                 continue
             # widest links first so that ties between parallel paths pick the fatter one
             for i, l in sorted(self.links_of(u), key=lambda il: -il[1].bandwidth):
-                if l.kind not in allowed_links:
+                if not (accept(l) if accept else l.kind in allowed_links):
                     continue
                 v = l.other(u)
                 if v not in prev:
@@ -235,8 +248,8 @@ class Topology:
             first = self.links[hops[0].link]
             return Route(src, dst, tuple(hops), f"NV{first.count}")
         # 3. PCIe tree and CPU interconnect
-        hops = self._bfs(src, dst, {LinkKind.PCIE, LinkKind.CPU_INTERCONNECT},
-                         {K.PCIE_SWITCH, K.HOST_BRIDGE, K.CPU})
+        hops = self._bfs(src, dst, set(), {K.PCIE_SWITCH, K.HOST_BRIDGE, K.CPU},
+                         accept=lambda l: l.kind == LinkKind.CPU_INTERCONNECT or self._host_link(l))
         if hops:
             return Route(src, dst, tuple(hops), self._pcie_label(hops))
         # 4. the network (multi-node topologies)
@@ -275,7 +288,7 @@ class Topology:
         while q:
             u = q.popleft()
             for _, l in self.links_of(u):
-                if l.kind not in (LinkKind.PCIE,):
+                if not self._host_link(l):
                     continue
                 v = l.other(u)
                 if v in seen:

@@ -1,0 +1,223 @@
+"""``rankmap doctor``: what this machine offers rankmap, one line per component.
+
+Each line is ``OK`` with what was found (version, path) or ``missing`` with what to do.
+Probes run the tools the way rankmap will (``mpicc -showme:version``, ``ncclGetVersion``)
+so that a line saying OK means rankmap can use it. Exit status is 0 unless ``--strict``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str  # what was found, or what to do when missing
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="check GPUs, driver, NVML, MPI, NCCL, CUDA and the other tools rankmap uses",
+                       description="One line per component: OK with what was found, or missing with what to do.")
+    p.add_argument("--strict", action="store_true", help="exit 1 when anything is missing")
+    p.set_defaults(func=run)
+
+
+def _run(cmd: list[str], timeout: float = 20) -> str | None:
+    """stdout+stderr of a command, or None if it cannot run."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (p.stdout + p.stderr).strip()
+
+
+def _which(*names: str, extra: tuple[str, ...] = ()) -> str | None:
+    for n in names:
+        w = shutil.which(n)
+        if w:
+            return w
+    for path in extra:
+        for hit in sorted(glob.glob(path)):
+            if os.access(hit, os.X_OK):
+                return hit
+    return None
+
+
+# ------------------------------------------------------------------------------ probes
+def check_nvml() -> list[Check]:
+    from rankmap.errors import RankmapError
+    from rankmap.topology.discover import load_nvml
+
+    try:
+        nvml = load_nvml()
+    except RankmapError as e:
+        return [Check("NVML", False, f"{e}".replace("; use --fixture", "; rankmap topo can still use --fixture"))]
+    out = []
+    try:
+        drv = nvml.nvmlSystemGetDriverVersion()
+        ver = nvml.nvmlSystemGetNVMLVersion()
+        drv, ver = (v.decode() if isinstance(v, bytes) else v for v in (drv, ver))
+        out.append(Check("NVML", True, f"NVML {ver}, NVIDIA driver {drv}"))
+        n = nvml.nvmlDeviceGetCount()
+        names = []
+        for i in range(n):
+            nm = nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))
+            names.append(nm.decode() if isinstance(nm, bytes) else nm)
+        if n:
+            kinds = sorted(set(names))
+            out.append(Check("GPUs", True, f"{n} x {', '.join(kinds)}"))
+        else:
+            out.append(Check("GPUs", False, "NVML sees no GPU: check that the GPUs are visible to this container/VM"))
+    except nvml.NVMLError as e:
+        out.append(Check("GPUs", False, f"NVML error {e.__class__.__name__}: check the driver (nvidia-smi)"))
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+    return out
+
+
+def mpi_identity(wrapper: str) -> str | None:
+    """'Open MPI 4.1.4' / 'MPICH 4.0.2' for an MPI C compiler wrapper, else None."""
+    text = _run([wrapper, "-showme:version"])
+    if text:
+        m = re.search(r"(Open MPI|Intel\(R\) MPI|Spectrum MPI)\s+v?([\w.]+)", text)
+        if m:
+            return f"{m.group(1)} {m.group(2)}"
+    text = _run([wrapper, "-v"])
+    if text:
+        m = re.search(r"for (MPICH|MVAPICH2?|Intel\(R\) MPI Library)[^\d]*([\d][\w.]*)", text)
+        if m:
+            return f"{m.group(1)} {m.group(2)}"
+    return None
+
+
+def check_mpi() -> list[Check]:
+    out = []
+    seen: dict[str, str] = {}
+    default = _which("mpicc")
+    default_real = os.path.realpath(default) if default else None
+    for impl, wrappers in (("Open MPI", ("mpicc.openmpi",)), ("MPICH", ("mpicc.mpich",)), ("default", ("mpicc",))):
+        w = _which(*wrappers)
+        if not w:
+            continue
+        ident = mpi_identity(w)
+        real = os.path.realpath(w)
+        if real in seen:
+            continue
+        seen[real] = ident or "?"
+        label = f"MPI ({impl})" if impl != "default" else "MPI (mpicc)"
+        if ident:
+            siblings = [s for s in (w.replace("mpicc", "mpicxx"), w.replace("mpicc", "mpifort")) if os.path.exists(s)]
+            also = [os.path.basename(s) for s in siblings]
+            if impl != "default" and real == default_real:
+                also.append("default mpicc")
+            out.append(Check(label, True, f"{ident}: {w}" + (f" (+ {', '.join(also)})" if also else "")))
+        else:
+            out.append(Check(label, False, f"{w} does not say which MPI it is (-showme:version / -v): check the install"))
+    hydra = _which("mpiexec.hydra")
+    if hydra:
+        v = _run(["mpichversion"]) or ""
+        m = re.search(r"MPICH Version:\s*([\w.]+)", v)
+        out.append(Check("MPI launcher", True, f"{hydra}" + (f" (MPICH {m.group(1)})" if m else "")))
+    if not out:
+        out.append(Check("MPI", False, "no mpicc found: apt-get install libopenmpi-dev openmpi-bin (or libmpich-dev mpich)"))
+    return out
+
+
+def nccl_version() -> tuple[str, str] | None:
+    """(version, where) from libnccl's ncclGetVersion, else from nccl.h."""
+    cands = ["libnccl.so.2", "libnccl.so"] + sorted(glob.glob("/usr/local/cuda*/lib64/libnccl.so*")) + \
+        sorted(glob.glob("/usr/lib/*-linux-gnu/libnccl.so*"))
+    for lib in cands:
+        try:
+            h = ctypes.CDLL(lib)
+            v = ctypes.c_int(0)
+            if h.ncclGetVersion(ctypes.byref(v)) == 0 and v.value:
+                code = v.value
+                major, minor, patch = (code // 10000, code // 100 % 100, code % 100) if code >= 10000 else \
+                    (code // 1000, code // 100 % 10, code % 100)
+                return f"{major}.{minor}.{patch}", lib
+        except (OSError, AttributeError):
+            continue
+    for hdr in ["/usr/local/cuda/include/nccl.h", "/usr/include/nccl.h"] + sorted(glob.glob("/usr/local/cuda*/include/nccl.h")):
+        try:
+            text = open(hdr).read()
+        except OSError:
+            continue
+        parts = [re.search(rf"#define NCCL_{k}\s+(\d+)", text) for k in ("MAJOR", "MINOR", "PATCH")]
+        if all(parts):
+            return ".".join(p.group(1) for p in parts), hdr  # type: ignore[union-attr]
+    return None
+
+
+def check_nccl() -> Check:
+    v = nccl_version()
+    if v:
+        return Check("NCCL", True, f"{v[0]} ({v[1]})")
+    return Check("NCCL", False, "libnccl.so.2 not found: install libnccl2 (NVIDIA CUDA repository) or pip install nvidia-nccl-cu12")
+
+
+def check_cuda() -> Check:
+    nvcc = _which("nvcc", extra=("/usr/local/cuda/bin/nvcc", "/usr/local/cuda-*/bin/nvcc"))
+    if not nvcc:
+        return Check("CUDA toolkit", False, "nvcc not found: install the CUDA toolkit (needed only to build GPU benchmarks)")
+    m = re.search(r"release ([\d.]+), V([\w.]+)", _run([nvcc, "--version"]) or "")
+    return Check("CUDA toolkit", bool(m), f"nvcc {m.group(2)} ({nvcc})" if m else f"{nvcc} --version gave no release")
+
+
+def check_torch() -> Check:
+    code = "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())"
+    out = _run([sys.executable, "-c", code], timeout=120)
+    if out is None:
+        return Check("PyTorch", False, "could not run the Python interpreter to import torch")
+    last = out.splitlines()[-1] if out else ""
+    parts = last.split()
+    if len(parts) == 3 and parts[2] in ("True", "False"):
+        return Check("PyTorch", True, f"torch {parts[0]}, CUDA {parts[1]}, GPU available: {parts[2]}")
+    return Check("PyTorch", False, "torch not importable in this environment: pip install torch (for torchrun jobs)")
+
+
+def check_tool(name: str, exe: list[str], args: list[str], pattern: str, fix: str, extra: tuple[str, ...] = ()) -> Check:
+    w = _which(*exe, extra=extra)
+    if not w:
+        return Check(name, False, fix)
+    m = re.search(pattern, _run([w, *args]) or "")
+    return Check(name, True, f"{m.group(1) if m else 'present'} ({w})")
+
+
+def checks() -> list[Check]:
+    out = check_nvml()
+    out += check_mpi()
+    out.append(check_nccl())
+    out.append(check_cuda())
+    out.append(check_torch())
+    out.append(check_tool("SimGrid", ["smpirun"], ["--version"], r"SimGrid version ([\w.]+)",
+                          "smpirun not found: apt-get install simgrid (simulated MPI runs)"))
+    out.append(check_tool("Scotch", ["scotch_gmap", "gmap"], ["-V"], r"version ([\w.]+)",
+                          "scotch_gmap not found: apt-get install scotch (graph mapping solver)"))
+    out.append(check_tool("PostgreSQL", ["pg_ctl"], ["--version"], r"\(PostgreSQL\) ([\w.]+)",
+                          "pg_ctl not found: apt-get install postgresql (optional store backend; SQLite works without it)",
+                          extra=("/usr/lib/postgresql/*/bin/pg_ctl",)))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    results = checks()
+    width = max(len(c.name) for c in results)
+    for c in results:
+        print(f"{'OK' if c.ok else 'missing':<8}{c.name:<{width + 2}}{c.detail}")
+    missing = [c for c in results if not c.ok]
+    print(f"{len(results) - len(missing)} OK, {len(missing)} missing")
+    return 1 if (args.strict and missing) else 0

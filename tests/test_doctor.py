@@ -1,0 +1,50 @@
+"""`rankmap doctor` reports each component as OK or missing, and exits 0 unless --strict."""
+
+from __future__ import annotations
+
+import shutil
+
+from conftest import rankmap
+from rankmap.commands import doctor
+
+
+def test_doctor_here():
+    p = rankmap("doctor")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.splitlines()
+    assert out[-1].endswith("missing") and " OK, " in out[-1]
+    by_name = {l[8:].split("  ")[0].strip(): l for l in out[:-1]}
+    for name in ("NVML", "NCCL", "CUDA toolkit", "PyTorch", "SimGrid", "Scotch", "PostgreSQL"):
+        assert name in by_name, (name, out)
+        assert by_name[name].startswith(("OK      ", "missing ")), by_name[name]
+    if shutil.which("mpicc.openmpi"):
+        assert by_name["MPI (Open MPI)"].startswith("OK") and "Open MPI " in by_name["MPI (Open MPI)"]
+    if shutil.which("mpicc.mpich"):
+        assert "MPICH " in by_name["MPI (MPICH)"]
+    if not shutil.which("nvidia-smi"):
+        assert by_name["NVML"].startswith("missing") and "--fixture NAME" in by_name["NVML"]
+
+
+def test_doctor_with_nothing_on_path(tmp_path):
+    env = {"PATH": str(tmp_path), "RANKMAP_NVML_LIB": "/nonexistent/libnvidia-ml.so.1", "LD_LIBRARY_PATH": ""}
+    p = rankmap("doctor", env=env)
+    assert p.returncode == 0, p.stderr
+    text = p.stdout
+    assert "missing MPI" in text and "apt-get install libopenmpi-dev" in text
+    assert "missing SimGrid" in text and "apt-get install simgrid" in text
+    assert "missing Scotch" in text
+    assert "cannot load RANKMAP_NVML_LIB=/nonexistent/libnvidia-ml.so.1" in text
+    q = rankmap("doctor", "--strict", env=env)
+    assert q.returncode == 1 and "Traceback" not in q.stderr
+
+
+def test_mpi_identity_parsing(tmp_path):
+    fake = tmp_path / "mpicc"
+    fake.write_text("#!/bin/sh\nif [ \"$1\" = -showme:version ]; then echo 'unknown option' >&2; exit 1; fi\n"
+                    "echo 'mpicc for MPICH version 4.1.2'\n")
+    fake.chmod(0o755)
+    assert doctor.mpi_identity(str(fake)) == "MPICH 4.1.2"
+    fake.write_text("#!/bin/sh\necho 'mpicc: Open MPI 5.0.3 (Language: C)'\n")
+    assert doctor.mpi_identity(str(fake)) == "Open MPI 5.0.3"
+    fake.write_text("#!/bin/sh\necho hello\n")
+    assert doctor.mpi_identity(str(fake)) is None
