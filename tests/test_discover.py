@@ -80,7 +80,7 @@ class FakeNvml:
         return 1
 
     def nvmlDeviceGetNvLinkVersion(self, h, link):
-        return 4
+        return 6  # what a real H200 answers: the enum value of NVLink 4.0
 
     def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
         r = self.remote(h, link) if callable(self.remote) else self.remote

@@ -20,6 +20,9 @@ from typing import Any
 from rankmap.topology.model import Device, DeviceKind, Link, LinkKind, Topology, TopologyError
 
 HINT = "use --fixture NAME (see rankmap topo --list) or --from FILE (topology JSON or nvidia-smi topo -m output)"
+# nvmlDeviceGetNvLinkVersion answers an enum, not the generation: 1 = NVLink 1.0, 2 = 2.0,
+# 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0, 8 = 6.0 (an H100/H200 answers 6).
+_NVLINK_GENERATION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
 INVALID_BUS = re.compile(r"^(0*:)?F{4,8}:FF:FF\.\d$", re.I)
 
 # NVML constants, spelled out: some pynvml releases define NVML_P2P_CAPS_INDEX_READ as a
@@ -396,7 +399,7 @@ class _Discovery:
                 speed = nv.field(h, FI_NVLINK_GET_SPEED, link) or common
                 gbs = float(speed) / 1000 if speed else None
                 gen = nv.call("nvmlDeviceGetNvLinkVersion", h, link)
-                gen_of[g["id"]] = int(gen) if gen else gen_of.get(g["id"])
+                gen_of[g["id"]] = _NVLINK_GENERATION.get(int(gen)) if gen else gen_of.get(g["id"])
                 rinfo = nv.call("nvmlDeviceGetNvLinkRemotePciInfo", h, link)
                 rbus_raw = _s(getattr(rinfo, "busId", "")) if rinfo is not None else ""
                 rtype = nv.call("nvmlDeviceGetNvLinkRemoteDeviceType", h, link)
