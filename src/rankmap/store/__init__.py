@@ -1,0 +1,416 @@
+"""rankmap's store: jobs, their traffic and the mappings made from them, in SQLite or PostgreSQL.
+
+One :class:`Store` over one SQLAlchemy engine. The default is a SQLite file under
+``${RANKMAP_HOME:-~/.rankmap}``; ``RANKMAP_DB`` or an explicit URL points it elsewhere, e.g.
+``postgresql+psycopg://user@host/db`` so a team shares one database. The store never
+imports the capture layer: :meth:`Store.ingest` takes any objects shaped like the record
+reader's ``RankRecord``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine, make_url
+
+from rankmap.errors import RankmapError
+from rankmap.store import schema as S
+
+__all__ = ["Store", "open_store", "default_url", "command_key", "rankmap_home"]
+
+
+def rankmap_home() -> Path:
+    """Where rankmap keeps its database and run directories unless told otherwise."""
+    return Path(os.environ.get("RANKMAP_HOME") or Path.home() / ".rankmap")
+
+
+def default_url() -> str:
+    return os.environ.get("RANKMAP_DB") or f"sqlite:///{rankmap_home() / 'rankmap.db'}"
+
+
+def _normalise_url(url: str) -> str:
+    """Accept the spellings people type for PostgreSQL and use the driver rankmap ships (psycopg 3)."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def command_key(argv: Sequence[str]) -> str:
+    """The launch command, normalised so that the same job launched twice gets the same key.
+
+    The launcher is named by the real path of its executable and every argument that names an
+    existing file becomes an absolute real path, so ``mpirun ./a.out`` run from the same place
+    and ``/usr/bin/mpirun /abs/a.out`` agree. Everything else is kept verbatim.
+    """
+    out: list[str] = []
+    for i, a in enumerate(argv):
+        if i == 0:
+            exe = shutil.which(a)
+            out.append(os.path.realpath(exe) if exe else a)
+        elif not a.startswith("-") and os.path.exists(a):
+            out.append(os.path.realpath(a))
+        else:
+            out.append(a)
+    return shlex.join(out)
+
+
+def _get(row: Any, name: str, index: int) -> Any:
+    """A field of a reader row, whether it is a dataclass/namedtuple, a mapping or a plain tuple."""
+    if isinstance(row, dict):
+        return row[name]
+    if hasattr(row, name):
+        return getattr(row, name)
+    return row[index]
+
+
+def _trim(h: list[int]) -> list[int]:
+    """A histogram without its trailing empty buckets (64 bins, mostly empty, per operation)."""
+    while h and h[-1] == 0:
+        h.pop()
+    return h
+
+
+def _iso(t: datetime | None) -> str | None:
+    if t is None:
+        return None
+    if t.tzinfo is None:  # SQLite hands back naive datetimes; rankmap writes UTC
+        t = t.replace(tzinfo=timezone.utc)
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Store:
+    """Queries and writes over the rankmap schema; cheap to create, one per process is plenty."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.url = engine.url.render_as_string(hide_password=True)
+
+    # ---------------------------------------------------------------- jobs
+    def create_job(self, command: Sequence[str] | str, *, launcher: str = "plain",
+                   world_size: int | None = None, run_dir: str | os.PathLike | None = None,
+                   key: str | None = None, hosts: Sequence[str] | None = None,
+                   meta: dict | None = None) -> int:
+        """Record a job about to be launched; returns its id."""
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        with self.engine.begin() as c:
+            r = c.execute(S.jobs.insert().values(
+                created=_now(), command=shlex.join(argv), command_key=key or command_key(argv),
+                launcher=launcher, world_size=world_size, hosts=list(hosts) if hosts else None,
+                run_dir=str(run_dir) if run_dir is not None else None, meta=meta or {}))
+            return int(r.inserted_primary_key[0])
+
+    def finish_job(self, job_id: int, *, exit_status: int, elapsed_ns: int | None = None,
+                   world_size: int | None = None, meta: dict | None = None) -> None:
+        """Record how the job ended; ``meta`` is merged into what the job already has."""
+        with self.engine.begin() as c:
+            old = c.execute(sa.select(S.jobs.c.meta).where(S.jobs.c.id == job_id)).scalar_one_or_none()
+            merged = dict(old or {})
+            merged.update(meta or {})
+            hosts = sorted({h for (h,) in c.execute(
+                sa.select(S.ranks.c.host).where(S.ranks.c.job == job_id).distinct()) if h})
+            values: dict[str, Any] = dict(ended=_now(), exit_status=exit_status, elapsed_ns=elapsed_ns,
+                                          meta=merged)
+            if hosts:
+                values["hosts"] = hosts
+            if world_size is not None:
+                values["world_size"] = world_size
+            c.execute(S.jobs.update().where(S.jobs.c.id == job_id).values(**values))
+
+    def resolve_job(self, spec: str | int) -> int:
+        """``'latest'`` or a job id -> a job id that exists."""
+        with self.engine.connect() as c:
+            if str(spec) == "latest":
+                jid = c.execute(sa.select(sa.func.max(S.jobs.c.id))).scalar()
+                if jid is None:
+                    raise RankmapError(f"no jobs in {self.url} yet: run `rankmap profile -- <command>` first")
+                return int(jid)
+            try:
+                jid = int(spec)
+            except ValueError:
+                raise RankmapError(f"unknown job {spec!r}: give a job id or 'latest'") from None
+            if c.execute(sa.select(S.jobs.c.id).where(S.jobs.c.id == jid)).scalar() is None:
+                raise RankmapError(f"unknown job {spec!r} in {self.url}")
+            return jid
+
+    def job(self, job_id: int) -> dict:
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(S.jobs).where(S.jobs.c.id == job_id)).mappings().first()
+            if row is None:
+                raise RankmapError(f"unknown job {job_id!r} in {self.url}")
+            d = dict(row)
+            if not d.get("hosts"):
+                d["hosts"] = sorted({h for (h,) in c.execute(
+                    sa.select(S.ranks.c.host).where(S.ranks.c.job == job_id).distinct()) if h})
+        d["created"], d["ended"] = _iso(d["created"]), _iso(d["ended"])
+        return d
+
+    def jobs(self, limit: int = 50) -> list[dict]:
+        """The most recent jobs first."""
+        with self.engine.connect() as c:
+            ids = c.execute(sa.select(S.jobs.c.id).order_by(S.jobs.c.id.desc()).limit(limit)).scalars().all()
+        return [self.job(i) for i in ids]
+
+    def find_job(self, key: str, world_size: int | None) -> int | None:
+        """The latest successful profile of the same command and size that recorded something."""
+        has_ranks = sa.exists().where(S.ranks.c.job == S.jobs.c.id)
+        q = (sa.select(S.jobs.c.id).where(S.jobs.c.command_key == key, S.jobs.c.exit_status == 0, has_ranks)
+             .order_by(S.jobs.c.id.desc()).limit(1))
+        q = q.where(S.jobs.c.world_size.is_(None) if world_size is None else S.jobs.c.world_size == world_size)
+        with self.engine.connect() as c:
+            return c.execute(q).scalar()
+
+    # -------------------------------------------------------------- ingest
+    def ingest(self, job_id: int, records: Iterable[Any]) -> int:
+        """Store the current totals of each rank record, replacing what that rank had stored.
+
+        A record file only grows (its totals are cumulative), so streaming ingestion re-reads it
+        and replaces that rank's rows: no double counting however often it runs. Traffic comes from
+        the rank's *send* rows (src = the rank), plus its one-sided *receive* rows (an ``MPI_Get``
+        moves bytes from the target, which records nothing, to the origin). Returns the number of
+        records stored.
+        """
+        n = 0
+        for rec in records:
+            self._ingest_one(job_id, rec)
+            n += 1
+        return n
+
+    def _ingest_one(self, job_id: int, rec: Any) -> None:
+        rank, source = int(rec.world_rank), str(rec.source)
+        totals: dict[tuple, list[int]] = {}
+        for row in rec.traffic:
+            peer = int(_get(row, "peer", 0))
+            klass = str(_get(row, "klass", 1))
+            direction = str(_get(row, "direction", 4))
+            if direction == "send":
+                src, dst = rank, peer
+            elif klass == "rma":
+                src, dst = peer, rank
+            else:
+                continue
+            k = (src, dst, klass, str(_get(row, "operation", 2)), str(_get(row, "mem", 3)))
+            t = totals.setdefault(k, [0, 0])
+            t[0] += int(_get(row, "bytes", 5))
+            t[1] += int(_get(row, "messages", 6))
+        traffic_rows = [dict(job=job_id, source=source, reporter=rank, src=s, dst=d, **{"class": k},
+                             operation=op, mem=mem, bytes=b, messages=m)
+                        for (s, d, k, op, mem), (b, m) in totals.items()]
+        hist = dict(getattr(rec, "histogram", None) or {})
+        op_time = dict(getattr(rec, "op_time", None) or {})
+        payload = dict(getattr(rec, "payload", None) or {})
+        op_rows = []
+        for op in sorted(set(op_time) | set(hist)):
+            calls, ns = op_time.get(op, (0, 0))
+            op_rows.append(dict(job=job_id, rank=rank, source=source, operation=str(op), calls=int(calls),
+                                ns=int(ns), payload=int(payload.get(op, 0)),
+                                histogram=_trim([int(x) for x in hist.get(op, [])])))
+        tl: dict[tuple, int] = {}
+        for e in getattr(rec, "timeline", None) or []:
+            k = (int(_get(e, "bucket", 0)), int(_get(e, "peer", 1)), str(_get(e, "klass", 2)))
+            tl[k] = tl.get(k, 0) + int(_get(e, "bytes", 3))
+        tl_rows = [dict(job=job_id, source=source, src=rank, dst=p, bucket=b, bytes=v, **{"class": k})
+                   for (b, p, k), v in tl.items()]
+        comm_ns = sum(int(ns) for _, ns in op_time.values())
+        rank_row = dict(job=job_id, world_rank=rank, source=source, host=getattr(rec, "host", None),
+                        pid=getattr(rec, "pid", None), start_ns=getattr(rec, "start_ns", None),
+                        elapsed_ns=getattr(rec, "elapsed_ns", None), comm_ns=comm_ns,
+                        finalized=bool(getattr(rec, "finalized", True)),
+                        problems=list(getattr(rec, "problems", None) or []))
+        with self.engine.begin() as c:
+            c.execute(S.ranks.delete().where(S.ranks.c.job == job_id, S.ranks.c.world_rank == rank,
+                                             S.ranks.c.source == source))
+            c.execute(S.traffic.delete().where(S.traffic.c.job == job_id, S.traffic.c.reporter == rank,
+                                               S.traffic.c.source == source))
+            c.execute(S.op_stats.delete().where(S.op_stats.c.job == job_id, S.op_stats.c.rank == rank,
+                                                S.op_stats.c.source == source))
+            c.execute(S.timeline.delete().where(S.timeline.c.job == job_id, S.timeline.c.src == rank,
+                                                S.timeline.c.source == source))
+            c.execute(S.ranks.insert(), [rank_row])
+            for table, rows in ((S.traffic, traffic_rows), (S.op_stats, op_rows), (S.timeline, tl_rows)):
+                if rows:
+                    c.execute(table.insert(), rows)
+
+    def add_link_samples(self, job_id: int, samples: Iterable[dict]) -> None:
+        """Link counter samples: dicts with t_ns, device, link, tx_bytes, rx_bytes."""
+        rows = [dict(job=job_id, t_ns=int(s["t_ns"]), device=int(s["device"]), link=str(s["link"]),
+                     tx_bytes=s.get("tx_bytes"), rx_bytes=s.get("rx_bytes")) for s in samples]
+        if rows:
+            with self.engine.begin() as c:
+                c.execute(S.link_samples.insert(), rows)
+
+    # ------------------------------------------------------------- queries
+    def ranks(self, job_id: int) -> list[dict]:
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(S.ranks).where(S.ranks.c.job == job_id)
+                             .order_by(S.ranks.c.world_rank, S.ranks.c.source)).mappings().all()
+        return [{k: v for k, v in r.items() if k != "job"} for r in rows]
+
+    def traffic(self, job_id: int, classes: Sequence[str] | None = None, *, by_mem: bool = False) -> list[dict]:
+        """Pair traffic rows ``src, dst, class, operation[, mem], bytes, messages``, summed over sources."""
+        t = S.traffic
+        keys = [t.c.src, t.c.dst, t.c["class"], t.c.operation] + ([t.c.mem] if by_mem else [])
+        q = (sa.select(*keys, sa.func.sum(t.c.bytes).label("bytes"), sa.func.sum(t.c.messages).label("messages"))
+             .where(t.c.job == job_id).group_by(*keys).order_by(*keys))
+        if classes:
+            q = q.where(t.c["class"].in_(list(classes)))
+        with self.engine.connect() as c:
+            return [dict(r, bytes=int(r["bytes"]), messages=int(r["messages"])) for r in c.execute(q).mappings()]
+
+    def world_size(self, job_id: int) -> int:
+        """The job's size as launched, or as seen in its records when the command did not say."""
+        with self.engine.connect() as c:
+            ws = c.execute(sa.select(S.jobs.c.world_size).where(S.jobs.c.id == job_id)).scalar()
+            seen = c.execute(sa.select(sa.func.max(S.ranks.c.world_rank)).where(S.ranks.c.job == job_id)).scalar()
+            hi = c.execute(sa.select(sa.func.max(S.traffic.c.src), sa.func.max(S.traffic.c.dst))
+                           .where(S.traffic.c.job == job_id)).first()
+        n = max([x + 1 for x in (seen, *(hi or ())) if x is not None] + [0])
+        return max(ws or 0, n)
+
+    def traffic_matrix(self, job_id: int, classes: Sequence[str] | None = None, *,
+                       what: str = "bytes") -> np.ndarray:
+        """T[src][dst] as an int64 array ``[world_size, world_size]`` of bytes (or messages)."""
+        if what not in ("bytes", "messages"):
+            raise ValueError(what)
+        n = self.world_size(job_id)
+        m = np.zeros((n, n), dtype=np.int64)
+        for r in self.traffic(job_id, classes):
+            m[r["src"], r["dst"]] += r[what]
+        return m
+
+    def bytes_by_mem(self, job_id: int) -> dict[str, int]:
+        """Bytes by where the send buffer lived: device, host, managed, unknown."""
+        t = S.traffic
+        q = sa.select(t.c.mem, sa.func.sum(t.c.bytes)).where(t.c.job == job_id).group_by(t.c.mem)
+        with self.engine.connect() as c:
+            return {m: int(b) for m, b in c.execute(q)}
+
+    def op_stats(self, job_id: int) -> list[dict]:
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(S.op_stats).where(S.op_stats.c.job == job_id)
+                             .order_by(S.op_stats.c.rank, S.op_stats.c.source, S.op_stats.c.operation)).mappings()
+            return [{k: v for k, v in r.items() if k != "job"} for r in rows]
+
+    def timeline(self, job_id: int) -> list[dict]:
+        t = S.timeline
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(t).where(t.c.job == job_id)
+                             .order_by(t.c.bucket, t.c.src, t.c.dst, t.c["class"])).mappings()
+            return [{k: v for k, v in r.items() if k != "job"} for r in rows]
+
+    def link_samples(self, job_id: int) -> list[dict]:
+        t = S.link_samples
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(t).where(t.c.job == job_id).order_by(t.c.t_ns, t.c.device, t.c.link))
+            return [{k: v for k, v in r.items() if k != "job"} for r in rows.mappings()]
+
+    def profile(self, job_id: int) -> dict:
+        """Everything stored about one job, as plain JSON-able data (``rankmap export --format json``)."""
+        ranks = self.ranks(job_id)
+        problems = [p for r in ranks for p in (r.get("problems") or [])]
+        return {
+            "format": "rankmap-profile", "version": 1,
+            "job": self.job(job_id), "ranks": ranks,
+            "traffic": self.traffic(job_id, by_mem=True), "op_stats": self.op_stats(job_id),
+            "timeline": self.timeline(job_id), "link_samples": self.link_samples(job_id),
+            "problems": problems,
+        }
+
+    # ------------------------------------------------------------ mappings
+    def save_mapping(self, mapping: dict, *, job_id: int | None = None, key: str | None = None,
+                     world_size: int | None = None, topology: str | None = None,
+                     max_before: float | None = None, avg_before: float | None = None,
+                     max_after: float | None = None, avg_after: float | None = None,
+                     optimal: bool | None = None, meta: dict | None = None) -> int:
+        """Keep a mapping (the mapping JSON as the mapping layer writes it); returns its id.
+
+        ``key`` and ``world_size`` default to the job's, so a mapping made from a profile is
+        found again by :meth:`latest_mapping` for the same command.
+        """
+        if job_id is not None and (key is None or world_size is None):
+            j = self.job(job_id)
+            key = key if key is not None else j["command_key"]
+            world_size = world_size if world_size is not None else j["world_size"]
+        with self.engine.begin() as c:
+            r = c.execute(S.mappings.insert().values(
+                job=job_id, created=_now(), command_key=key, world_size=world_size, topology=topology,
+                mapping=mapping, max_congestion_before=max_before, avg_congestion_before=avg_before,
+                max_congestion_after=max_after, avg_congestion_after=avg_after, optimal=optimal,
+                meta=meta or {}))
+            return int(r.inserted_primary_key[0])
+
+    def latest_mapping(self, key: str, world_size: int | None, topology: str | None = None) -> dict | None:
+        """The newest mapping saved for this command and size (and topology, when given)."""
+        m = S.mappings
+        q = sa.select(m).where(m.c.command_key == key).order_by(m.c.id.desc()).limit(1)
+        q = q.where(m.c.world_size.is_(None) if world_size is None else m.c.world_size == world_size)
+        if topology is not None:
+            q = q.where(m.c.topology == topology)
+        with self.engine.connect() as c:
+            row = c.execute(q).mappings().first()
+        if row is None:
+            return None
+        d = dict(row)
+        d["created"] = _iso(d["created"])
+        return d
+
+
+def open_store(url: str | None = None) -> Store:
+    """Open (and create on first use) the store at ``url``, ``$RANKMAP_DB``, or the default SQLite file."""
+    url = _normalise_url(url or default_url())
+    try:
+        u = make_url(url)
+    except Exception:
+        raise RankmapError(f"not a database URL: {url!r} (e.g. sqlite:///path.db or postgresql+psycopg://host/db)") from None
+    shown = u.render_as_string(hide_password=True)
+    if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
+        db = Path(u.database).expanduser()
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RankmapError(f"cannot create the database directory {db.parent}: {e.strerror}") from None
+    elif u.get_backend_name() not in ("sqlite", "postgresql"):
+        raise RankmapError(f"unsupported database {shown}: rankmap stores into SQLite or PostgreSQL")
+    try:
+        kw: dict[str, Any] = {}
+        if u.get_backend_name() == "sqlite":
+            kw["connect_args"] = {"timeout": 30}
+        engine = sa.create_engine(u, **kw)
+        if u.get_backend_name() == "sqlite":
+            sa.event.listen(engine, "connect", _sqlite_pragmas)
+        with engine.begin() as c:
+            S.metadata.create_all(c)
+            version = c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar()
+            if version is None:
+                c.execute(S.meta_info.insert().values(version=S.SCHEMA_VERSION))
+            elif version > S.SCHEMA_VERSION:
+                raise RankmapError(f"the store {shown} has schema version {version}, newer than this "
+                                   f"rankmap's ({S.SCHEMA_VERSION}): upgrade rankmap")
+    except ImportError as e:
+        raise RankmapError(f"the driver for {shown} is not installed ({e.name}): pip install 'rankmap[postgres]'") from None
+    except sa.exc.SQLAlchemyError as e:
+        msg = str(getattr(e, "orig", None) or e).strip().splitlines()
+        raise RankmapError(f"cannot open the store {shown}: {msg[0] if msg else type(e).__name__}") from None
+    return Store(engine)
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    """WAL lets `rankmap serve` read while a profile streams in; foreign keys make deletes cascade."""
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")
+    try:
+        cur.execute("PRAGMA journal_mode=WAL")
+    except Exception:  # a read-only or network file system: the default journal still works
+        pass
+    cur.close()

@@ -1,0 +1,124 @@
+/* pingpong.c -- OSU-style point-to-point figures for the shim overhead benchmark (2 ranks).
+ *
+ * usage: pingpong [MAX_BYTES=4194304] [SCALE=1] [ROUNDS=20]   (SCALE multiplies iteration counts)
+ *
+ * Side by side in one run: every figure is measured in ROUNDS rounds; each round runs one block of
+ * iterations through the PMPI_ entry points (the MPI library itself: "plain") and one block through
+ * the MPI_ entry points (the rankmap shim when it is LD_PRELOADed: "shim"), the order alternating
+ * between rounds.  Both ranks switch in lockstep.  Interleaving at this granularity (milliseconds)
+ * cancels most of the noise of a shared machine.  Without the shim both columns measure the same.
+ *
+ * Output (rank 0), medians over the rounds:
+ *   lat  <bytes> <plain us> <shim us>      one-way latency, blocking Send/Recv ping-pong
+ *   rate <bytes> <plain msg/s> <shim msg/s> windows of 64 Isend + Waitall, 1-byte ack (Recv)
+ *   self 8 <plain ns> <shim ns>            Sendrecv of 8 bytes to the calling rank itself
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WINDOW 64
+
+typedef struct {
+  int (*send)(const void *, int, MPI_Datatype, int, int, MPI_Comm);
+  int (*recv)(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Status *);
+  int (*isend)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
+  int (*irecv)(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
+  int (*waitall)(int, MPI_Request *, MPI_Status *);
+  int (*sendrecv)(const void *, int, MPI_Datatype, int, int, void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Status *);
+} api_t;
+
+static const api_t API[2] = {
+  {PMPI_Send, PMPI_Recv, PMPI_Isend, PMPI_Irecv, PMPI_Waitall, PMPI_Sendrecv},   /* plain */
+  {MPI_Send, MPI_Recv, MPI_Isend, MPI_Irecv, MPI_Waitall, MPI_Sendrecv},         /* shim */
+};
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int rank;
+static char *buf, *wbuf;
+
+static double lat_block(const api_t *a, long n, int iters) {
+  double t0 = MPI_Wtime();
+  for (int i = 0; i < iters; i++) {
+    if (rank == 0) {
+      a->send(buf, (int)n, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
+      a->recv(buf, (int)n, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      a->recv(buf, (int)n, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      a->send(buf, (int)n, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
+    }
+  }
+  return (MPI_Wtime() - t0) * 1e6 / (2.0 * iters);       /* us one-way */
+}
+
+static double rate_block(const api_t *a, long n, int windows) {
+  MPI_Request rq[WINDOW];
+  double t0 = MPI_Wtime();
+  for (int w = 0; w < windows; w++) {
+    if (rank == 0) {
+      for (int k = 0; k < WINDOW; k++) a->isend(buf, (int)n, MPI_CHAR, 1, 2, MPI_COMM_WORLD, &rq[k]);
+      a->waitall(WINDOW, rq, MPI_STATUSES_IGNORE);
+      a->recv(buf, 1, MPI_CHAR, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      for (int k = 0; k < WINDOW; k++) a->irecv(wbuf + (size_t)k * (size_t)n, (int)n, MPI_CHAR, 0, 2, MPI_COMM_WORLD, &rq[k]);
+      a->waitall(WINDOW, rq, MPI_STATUSES_IGNORE);
+      a->send(buf, 1, MPI_CHAR, 0, 3, MPI_COMM_WORLD);
+    }
+  }
+  return (double)windows * WINDOW / (MPI_Wtime() - t0);  /* messages per second */
+}
+
+static double self_block(const api_t *a, int iters) {
+  char s[8] = {0}, r[8];
+  double t0 = MPI_Wtime();
+  for (int i = 0; i < iters; i++) a->sendrecv(s, 8, MPI_CHAR, rank, 4, r, 8, MPI_CHAR, rank, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  return (MPI_Wtime() - t0) * 1e9 / iters;               /* ns per call */
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  long maxb = argc > 1 ? atol(argv[1]) : 4194304;
+  int scale = argc > 2 ? atoi(argv[2]) : 1, rounds = argc > 3 ? atoi(argv[3]) : 20;
+  if (size != 2) { if (!rank) fprintf(stderr, "pingpong needs exactly 2 ranks\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
+  buf = calloc((size_t)maxb, 1);
+  wbuf = calloc((size_t)WINDOW * 8192, 1);
+  double *v[2] = {malloc(sizeof(double) * (size_t)rounds), malloc(sizeof(double) * (size_t)rounds)};
+
+  for (long n = 8; n <= maxb; n *= 2) {
+    int iters = (n <= 8192 ? 1000 : n <= 262144 ? 100 : 10) * scale;
+    lat_block(&API[0], n, iters / 10 + 1);               /* warm-up */
+    lat_block(&API[1], n, iters / 10 + 1);
+    for (int r = 0; r < rounds; r++)
+      for (int j = 0; j < 2; j++) { int k = (r + j) % 2; v[k][r] = lat_block(&API[k], n, iters); }
+    if (rank == 0) printf("lat %ld %.4f %.4f\n", n, median(v[0], rounds), median(v[1], rounds));
+  }
+  for (long n = 8; n <= 8192 && n <= maxb; n *= 32) {
+    int windows = 100 * scale;
+    rate_block(&API[0], n, windows / 10 + 1);
+    rate_block(&API[1], n, windows / 10 + 1);
+    for (int r = 0; r < rounds; r++)
+      for (int j = 0; j < 2; j++) { int k = (r + j) % 2; v[k][r] = rate_block(&API[k], n, windows); }
+    if (rank == 0) printf("rate %ld %.0f %.0f\n", n, median(v[0], rounds), median(v[1], rounds));
+  }
+  {
+    int iters = 20000 * scale;
+    for (int r = 0; r < rounds; r++)
+      for (int j = 0; j < 2; j++) { int k = (r + j) % 2; v[k][r] = self_block(&API[k], iters); }
+    if (rank == 0) printf("self 8 %.1f %.1f\n", median(v[0], rounds), median(v[1], rounds));
+  }
+  free(buf); free(wbuf); free(v[0]); free(v[1]);
+  MPI_Finalize();
+  return 0;
+}

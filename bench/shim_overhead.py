@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Shim overhead: OSU-style ping-pong latency (8 B .. 4 MiB) and message rate, with and without
+the rankmap PMPI shim, side by side in one run, plus ns per intercepted call.
+
+usage: PYTHONPATH=src python3 bench/shim_overhead.py [--mpicc mpicc] [--mpirun mpirun]
+                                   [--reps 3] [--rounds 20] [--max-bytes 4194304] [--scale 1]
+
+bench/pingpong.c is run on 2 ranks with LD_PRELOAD=librankmap_mpi.so and RANKMAP_RUN_DIR set
+(capture on). Inside that one run every figure alternates, round by round, between blocks that
+call the PMPI_ entry points (the MPI library alone: "plain") and blocks that call the MPI_ entry
+points (through the shim: "shim"), so both see the same machine state; each figure is the median
+over the rounds, and the table shows the median over --reps runs. A control run without the shim
+(both columns then go to the library) shows the method's own noise floor.
+
+ns/call is the time the shim adds per intercepted call: for latency (shim - plain) of the one-way
+time / 2 (one MPI_Send and one MPI_Recv on the critical path); for message rate the added time per
+window of 64 MPI_Isend + MPI_Waitall + MPI_Recv (66 calls on the sender) / 66; for self, an
+MPI_Sendrecv to the calling rank (one call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from rankmap.capture import records  # noqa: E402
+from rankmap.capture.shim_build import build_shim  # noqa: E402
+
+
+def launcher(mpirun: str, env: dict[str, str]) -> list[str]:
+    """mpirun/mpiexec command line for 2 ranks forwarding env (Open MPI or MPICH hydra)."""
+    ver = subprocess.run([mpirun, "--version"], capture_output=True, text=True)
+    if "Open MPI" in ver.stdout + ver.stderr or "OpenRTE" in ver.stdout + ver.stderr:
+        cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+        for k, v in env.items():
+            cmd += ["-x", f"{k}={v}"]
+    else:
+        cmd = [mpirun, "-n", "2"]
+        for k, v in env.items():
+            cmd += ["-genv", k, v]
+    return cmd
+
+
+def run_once(cmd: list[str]) -> dict[tuple[str, int], tuple[float, float]]:
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if p.returncode != 0:
+        raise SystemExit(f"benchmark run failed: {' '.join(cmd)}\n{p.stderr}")
+    out = {}
+    for line in p.stdout.splitlines():
+        kind, size, plain, shim = line.split()
+        out[(kind, int(size))] = (float(plain), float(shim))
+    return out
+
+
+def table(runs: list[dict], title: str) -> None:
+    print(f"\n{title}")
+    print(f"{'test':<6}{'bytes':>9}{'plain':>14}{'shim':>14}{'added':>9}{'ns/call':>9}")
+    keys = sorted(runs[0], key=lambda k: ({"lat": 0, "rate": 1, "self": 2}[k[0]], k[1]))
+    for k in keys:
+        p0 = statistics.median(r[k][0] for r in runs)
+        s0 = statistics.median(r[k][1] for r in runs)
+        if k[0] == "lat":
+            print(f"{'lat':<6}{k[1]:>9}{p0:>11.3f} us{s0:>11.3f} us{(s0 - p0) / p0 * 100:>8.1f}%"
+                  f"{(s0 - p0) * 1000 / 2:>9.0f}")
+        elif k[0] == "rate":
+            ns = (64 / s0 - 64 / p0) * 1e9 / 66
+            print(f"{'rate':<6}{k[1]:>9}{p0 / 1e6:>10.3f} M/s{s0 / 1e6:>10.3f} M/s"
+                  f"{(p0 - s0) / p0 * 100:>8.1f}%{ns:>9.0f}")
+        else:
+            print(f"{'self':<6}{k[1]:>9}{p0:>11.1f} ns{s0:>11.1f} ns{(s0 - p0) / p0 * 100:>8.1f}%{s0 - p0:>9.0f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mpicc", default="mpicc")
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--max-bytes", type=int, default=4 << 20)
+    ap.add_argument("--scale", type=int, default=1)
+    a = ap.parse_args()
+
+    shim = build_shim(a.mpicc)
+    work = Path(tempfile.mkdtemp(prefix="rankmap-bench-"))
+    exe = work / "pingpong"
+    subprocess.run([shutil.which(a.mpicc) or a.mpicc, "-O2", str(ROOT / "bench" / "pingpong.c"), "-o", str(exe)],
+                   check=True)
+    args = [str(exe), str(a.max_bytes), str(a.scale), str(a.rounds)]
+    with_shim, control = [], []
+    for rep in range(a.reps):
+        env = {"LD_PRELOAD": str(shim), "RANKMAP_RUN_DIR": str(work / f"run{rep}")}
+        with_shim.append(run_once(launcher(a.mpirun, env) + args))
+        print(f"  run {rep + 1}/{a.reps} done", file=sys.stderr)
+    control.append(run_once(launcher(a.mpirun, {}) + args))
+    lib = records.read_dir(work / "run0")[0].meta.get("mpi_library", "?")
+    print(f"shim: {shim}\nmpi: {lib}\nhost: {platform.machine()}, "
+          f"{__import__('os').cpu_count()} CPUs\ncommand: {' '.join(sys.argv)}")
+    table(with_shim, f"with the shim (capture on), median of {a.reps} runs x {a.rounds} interleaved rounds")
+    table(control, "control: no shim loaded (both columns are the library itself)")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

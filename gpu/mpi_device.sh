@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# GPU validation of the MPI shim's memory-kind classification (device / managed / host).
+# Run from the repository root on a GPU node with Open MPI (or MPICH) and nvcc:
+#     bash gpu/mpi_device.sh              (results under $OUT, default ./out-mpi-device)
+#  1. builds librankmap_mpi.so with this machine's mpicc (PYTHONPATH=src, fresh cache);
+#  2. detects whether the MPI is CUDA-aware (ompi_info ... mpi_built_with_cuda_support);
+#  3. builds examples/mpi/cuda_pingpong.c against the CUDA runtime and runs it on 2 ranks under
+#     mpirun with LD_PRELOAD + RANKMAP_RUN_DIR (device buffers passed to MPI if CUDA-aware, else
+#     staged through host memory plus 0-byte sends of the device pointers);
+#  4. reads the records with rankmap.capture.records and checks the device / managed / host split
+#     of every rank's sent and received bytes against the exact expectation;
+#  5. writes mpi_device.txt (split table + PASS/FAIL lines) under $OUT.
+# Exit status: the number of FAILs (0 = all good).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
+PY=${PYTHON:-python3}
+OUT=${OUT:-$ROOT/out-mpi-device}
+MPICC=${MPICC:-mpicc}
+MPIRUN=${MPIRUN:-mpirun}
+BYTES=${BYTES:-1048576}
+ITERS=${ITERS:-5}
+mkdir -p "$OUT"
+WORK=$(mktemp -d)
+REPORT="$OUT/mpi_device.txt"
+export RANKMAP_CACHE="$WORK/cache"
+
+{
+  echo "# rankmap MPI device-buffer validation"
+  echo "date: $(date -u +%FT%TZ)   host: $(hostname)"
+  nvidia-smi --query-gpu=index,name --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
+  echo "mpicc: $(command -v "$MPICC")   mpirun: $(command -v "$MPIRUN")"
+  "$MPIRUN" --version 2>&1 | head -1 | sed 's/^/mpi: /'
+} > "$REPORT"
+
+SHIM=$("$PY" -c "from rankmap.capture.shim_build import build_shim; print(build_shim('$MPICC'))") || {
+  echo "FAIL shim build" | tee -a "$REPORT"; exit 1; }
+echo "shim: $SHIM" >> "$REPORT"
+
+AWARE=0
+if command -v ompi_info >/dev/null 2>&1 && \
+   ompi_info --parsable --all 2>/dev/null | grep -q "mpi_built_with_cuda_support:value:true"; then
+  AWARE=1
+fi
+echo "cuda-aware: $AWARE" >> "$REPORT"
+
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
+"$MPICC" -O2 examples/mpi/cuda_pingpong.c -I"$CUDA_HOME/include" -L"$CUDA_HOME/lib64" \
+  -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -o "$WORK/cuda_pingpong" 2>>"$REPORT" || {
+  echo "FAIL build cuda_pingpong" | tee -a "$REPORT"; exit 1; }
+
+RUN="$WORK/run"
+if "$MPIRUN" --version 2>&1 | grep -q "Open MPI"; then
+  LAUNCH=("$MPIRUN" --allow-run-as-root --oversubscribe -np 2 -x LD_PRELOAD="$SHIM" -x RANKMAP_RUN_DIR="$RUN" -x PATH -x LD_LIBRARY_PATH)
+else
+  LAUNCH=("$MPIRUN" -n 2 -genv LD_PRELOAD "$SHIM" -genv RANKMAP_RUN_DIR "$RUN")
+fi
+echo "command: ${LAUNCH[*]} $WORK/cuda_pingpong $BYTES $ITERS $AWARE" >> "$REPORT"
+"${LAUNCH[@]}" "$WORK/cuda_pingpong" "$BYTES" "$ITERS" "$AWARE" >> "$REPORT" 2>&1
+RC=$?
+echo "exit status: $RC" >> "$REPORT"
+
+"$PY" - "$RUN" "$BYTES" "$ITERS" "$AWARE" >> "$REPORT" <<'PYEOF'
+import sys
+from rankmap.capture import records
+run, n, iters, aware = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+fails = 0
+def check(ok, what):
+    global fails
+    print(("PASS " if ok else "FAIL ") + what)
+    fails += not ok
+recs = records.read_dir(run)
+check(len(recs) == 2 and all(r.finalized and not r.problems for r in recs), "two complete record files")
+exp_send = {"host": (2 * n * iters + (0 if aware else n * iters), 2 * iters + (0 if aware else iters)),
+            "managed": (n * iters, iters),
+            "device": (n * iters if aware else 0, iters)}
+print(f"{'rank':>4} {'dir':>4} {'kind':>8} {'bytes':>12} {'messages':>9}")
+for r in recs:
+    split = {}
+    for peer, k, op, mem, d, b, m in r.traffic:
+        if k != "p2p":
+            continue
+        x = split.setdefault((d, mem), [0, 0])
+        x[0] += b
+        x[1] += m
+    for (d, mem), (b, m) in sorted(split.items()):
+        print(f"{r.world_rank:>4} {d:>4} {mem:>8} {b:>12} {m:>9}")
+    print(f"     meta cuda: {r.meta.get('cuda')}")
+    for d in ("send", "recv"):
+        got = {mem: tuple(v) for (dd, mem), v in split.items() if dd == d}
+        check(got == exp_send, f"rank {r.world_rank} {d} split by memory kind {got} == {exp_send}")
+dev = sum(b for r in recs for t in r.traffic if t[3] == "device" for b in [t[5]])
+tot = sum(t[5] for r in recs for t in r.traffic)
+print(f"device-resident share of p2p bytes: {dev / max(tot, 1):.1%} (cuda-aware={aware})")
+sys.exit(min(fails, 100))
+PYEOF
+FAILS=$?
+[ "$RC" -eq 0 ] || FAILS=$((FAILS + 1))
+echo "fails: $FAILS" >> "$REPORT"
+cat "$REPORT"
+rm -rf "$WORK"
+exit "$FAILS"

@@ -1,0 +1,607 @@
+/*
+ * rmrec.c -- rankmap record writer.  Format: docs/record-format.md.  API: rmrec.h.
+ *
+ * Hot path: rmrec_traffic / rmrec_call do relaxed atomic adds into preallocated tables
+ * (an open-addressing hash table for traffic rows, dense arrays for ops, a ring of timeline
+ * buckets).  A background thread appends the deltas since the previous flush as checksummed
+ * blocks, so a killed process keeps everything up to its last flush.
+ */
+#define _GNU_SOURCE
+#include "rmrec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RMREC_HEADER_SIZE 128
+#define BLOCK_HDR 16
+#define BLOCK_MAX (1u << 20)   /* split large sections into blocks of about 1 MiB */
+
+enum { BT_STRINGS = 1, BT_TRAFFIC = 2, BT_HIST = 3, BT_OPTIME = 4, BT_TIMELINE = 5,
+       BT_COMM = 6, BT_META = 7, BT_FLUSH = 8 };
+
+typedef struct { _Atomic uint64_t key, bytes, msgs; } slot_t;
+typedef struct { _Atomic uint64_t calls, ticks, bytes; } opstat_t;
+typedef struct pend { struct pend *next; uint32_t len; unsigned char data[]; } pend_t;
+
+struct rmrec {
+  _Atomic int enabled, failed;
+  int fd, source, world_rank, world_size;
+  pid_t pid;
+  char path[4096];
+  uint64_t start_ns, start_wall_ns, bucket_ns, flush_ns, seq;
+  /* tick -> ns conversion: ns = (ticks - tick0) * ns_per_tick_q32 >> 32 */
+  uint64_t tick0;
+  _Atomic uint64_t ns_per_tick_q32, buckets_per_tick_q64;
+  /* traffic hash table */
+  uint64_t tmask;
+  slot_t *tab;
+  uint64_t (*tshadow)[2];
+  /* operations */
+  pthread_mutex_t oplock;
+  _Atomic int nops;
+  int ops_emitted;
+  char *opname[RMREC_MAX_OPS];
+  opstat_t ops[RMREC_MAX_OPS];
+  uint64_t opshadow[RMREC_MAX_OPS][3];
+  _Atomic uint64_t hist[RMREC_MAX_OPS][RMREC_HIST_BINS];
+  uint64_t histshadow[RMREC_MAX_OPS][RMREC_HIST_BINS];
+  /* timeline: ring of nring buckets x world_size peers x RMREC_NCLASS classes (deltas) */
+  int nring;
+  _Atomic uint64_t *tl;
+  /* pending variable-size records (meta, comm), emitted at the next flush */
+  pend_t *meta, *comm;
+  /* flushing */
+  pthread_mutex_t flock;
+  pthread_cond_t fcond;
+  pthread_t thread;
+  int thread_started, stop, closed;
+};
+
+/* ---- small helpers ------------------------------------------------------------------ */
+
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+static void crc_init(void) {
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    crc_table[i] = c;
+  }
+}
+/* CRC-32 (IEEE, as zlib.crc32); crc = previous value, 0 to start. */
+static uint32_t crc32_update(uint32_t crc, const void *p, size_t n) {
+  const unsigned char *b = p;
+  crc = ~crc;
+  while (n--) crc = crc_table[(crc ^ *b++) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+uint64_t rmrec_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+static uint64_t wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+  const char *s = getenv(name);
+  if (!s || !*s) return dflt;
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  return (*end || v == 0) ? dflt : (uint64_t)v;
+}
+static inline uint64_t mix64(uint64_t k) {
+  k ^= k >> 33; k *= 0xff51afd7ed558ccdull; k ^= k >> 33; k *= 0xc4ceb9fe1a85ec53ull; k ^= k >> 33;
+  return k;
+}
+/* bucket = dt * buckets_per_tick (Q64 fixed point): no division on the hot path */
+static inline uint64_t ticks_to_bucket(rmrec_t *c, uint64_t dt) {
+  uint64_t q = atomic_load_explicit(&c->buckets_per_tick_q64, memory_order_relaxed);
+  return (uint64_t)(((unsigned __int128)dt * q) >> 64);
+}
+static inline uint64_t ticks_to_ns(rmrec_t *c, uint64_t dt) {
+  uint64_t q = atomic_load_explicit(&c->ns_per_tick_q32, memory_order_relaxed);
+  return (uint64_t)(((unsigned __int128)dt * q) >> 32);
+}
+
+/* ---- failure and fork handling ------------------------------------------------------ */
+
+#define MAX_OPEN 16
+static rmrec_t *open_list[MAX_OPEN];
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+void rmrec_fail(rmrec_t *c, const char *why) {
+  if (!c) return;
+  atomic_store(&c->enabled, 0);
+  if (atomic_exchange(&c->failed, 1) == 0) {
+    char line[512];
+    int n = snprintf(line, sizeof line, "rankmap: capture disabled: %s\n", why);
+    if (n > 0) { ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1); (void)w; }
+  }
+}
+static void failf(rmrec_t *c, const char *fmt, ...) {
+  char why[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  rmrec_fail(c, why);
+}
+int rmrec_enabled(const rmrec_t *c) { return c && atomic_load_explicit(&c->enabled, memory_order_relaxed); }
+
+/* The child of a fork must never write the parent's file, and has no flush thread. */
+static void atfork_child(void) {
+  for (int i = 0; i < MAX_OPEN; i++) {
+    rmrec_t *c = open_list[i];
+    if (!c) continue;
+    atomic_store(&c->enabled, 0);
+    atomic_store(&c->failed, 1);        /* silent: forking is not a failure */
+    c->thread_started = 0;
+    c->closed = 1;
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    pthread_mutex_init(&c->flock, NULL);
+    pthread_mutex_init(&c->oplock, NULL);
+    open_list[i] = NULL;
+  }
+  pthread_mutex_init(&open_lock, NULL);
+}
+static void atfork_prepare(void) { pthread_mutex_lock(&open_lock); }
+static void atfork_parent(void) { pthread_mutex_unlock(&open_lock); }
+static void at_exit(void) {   /* exit() without close: keep what was counted */
+  for (int i = 0; i < MAX_OPEN; i++) if (open_list[i] && open_list[i]->pid == getpid()) rmrec_flush(open_list[i]);
+}
+static void fork_init(void) {
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  atexit(at_exit);
+}
+
+/* ---- output buffer with block framing ------------------------------------------------ */
+
+typedef struct { unsigned char *p; size_t len, cap, blk; int type, oom; } obuf_t;
+
+static void ob_reserve(obuf_t *b, size_t n) {
+  if (b->oom || b->len + n <= b->cap) return;
+  size_t cap = b->cap ? b->cap : 65536;
+  while (cap < b->len + n) cap *= 2;
+  unsigned char *q = realloc(b->p, cap);
+  if (!q) { b->oom = 1; return; }
+  b->p = q; b->cap = cap;
+}
+static void ob_put(obuf_t *b, const void *d, size_t n) {
+  ob_reserve(b, n);
+  if (b->oom) return;
+  memcpy(b->p + b->len, d, n);
+  b->len += n;
+}
+static void blk_begin(obuf_t *b, int type) {
+  static const unsigned char zero[BLOCK_HDR];
+  b->blk = b->len; b->type = type;
+  ob_put(b, zero, BLOCK_HDR);
+}
+static void blk_end(obuf_t *b) {
+  if (b->oom || b->type == 0) return;
+  unsigned char *h = b->p + b->blk;
+  uint32_t len = (uint32_t)(b->len - b->blk - BLOCK_HDR);
+  if (len == 0) { b->len = b->blk; b->type = 0; return; }   /* drop empty blocks */
+  uint16_t type = (uint16_t)b->type, rsv = 0;
+  memcpy(h, "RMBK", 4); memcpy(h + 4, &type, 2); memcpy(h + 6, &rsv, 2); memcpy(h + 8, &len, 4);
+  uint32_t crc = crc32_update(0, h + 4, 8);
+  crc = crc32_update(crc, h + BLOCK_HDR, len);
+  memcpy(h + 12, &crc, 4);
+  b->type = 0;
+}
+/* Start a new block of the same type when the current one has grown past BLOCK_MAX. */
+static void blk_row(obuf_t *b, int type, const void *row, size_t n) {
+  if (b->type != type) { if (b->type) blk_end(b); blk_begin(b, type); }
+  else if (b->len - b->blk > BLOCK_MAX) { blk_end(b); blk_begin(b, type); }
+  ob_put(b, row, n);
+}
+
+/* ---- rows (little-endian, packed; see docs/record-format.md) ------------------------- */
+
+#pragma pack(push, 1)
+typedef struct { int32_t peer; uint16_t op; uint8_t klass, mem, dir, pad[7]; uint64_t bytes, msgs; } row_traffic_t;
+typedef struct { uint16_t op; uint8_t bin, pad[5]; uint64_t count; } row_hist_t;
+typedef struct { uint16_t op; uint8_t pad[6]; uint64_t calls, ns, bytes; } row_optime_t;
+typedef struct { int64_t bucket; int32_t peer; uint8_t klass, pad[3]; uint64_t bytes; } row_timeline_t;
+typedef struct { uint64_t seq; int64_t wall_ns, elapsed_ns; uint32_t final, pad; } row_flush_t;
+#pragma pack(pop)
+_Static_assert(sizeof(row_traffic_t) == 32, "traffic row");
+_Static_assert(sizeof(row_hist_t) == 16, "hist row");
+_Static_assert(sizeof(row_optime_t) == 32, "optime row");
+_Static_assert(sizeof(row_timeline_t) == 24, "timeline row");
+_Static_assert(sizeof(row_flush_t) == 32, "flush row");
+
+/* ---- open ---------------------------------------------------------------------------- */
+
+static void calibrate(rmrec_t *c) {
+#if defined(__x86_64__) && !defined(RMREC_NO_TSC)
+  uint64_t t1 = rmrec_ticks(), n1 = rmrec_now_ns();
+  uint64_t dt = t1 - c->tick0, dn = n1 - c->start_ns;
+  if (dt > 0 && dn > 0) atomic_store(&c->ns_per_tick_q32, (uint64_t)(((unsigned __int128)dn << 32) / dt));
+#endif
+  unsigned __int128 q = ((unsigned __int128)atomic_load(&c->ns_per_tick_q32) << 32) / c->bucket_ns;
+  atomic_store(&c->buckets_per_tick_q64, q >> 64 ? UINT64_MAX : (uint64_t)q);
+}
+
+static void *flush_thread(void *arg);
+
+rmrec_t *rmrec_open(const char *dir, const char *source, int world_rank, int world_size) {
+  if (!dir || !*dir) return NULL;
+  pthread_once(&crc_once, crc_init);
+  rmrec_t *c = calloc(1, sizeof *c);
+  if (!c) { fprintf(stderr, "rankmap: capture disabled: out of memory\n"); return NULL; }
+  c->fd = -1;
+  c->failed = 0;
+  c->source = (source && strcmp(source, "nccl") == 0) ? RMREC_SRC_NCCL : RMREC_SRC_MPI;
+  c->world_rank = world_rank;
+  c->world_size = world_size > 0 ? world_size : 1;
+  c->pid = getpid();
+  pthread_mutex_init(&c->oplock, NULL);
+  pthread_mutex_init(&c->flock, NULL);
+  pthread_cond_init(&c->fcond, NULL);
+  c->bucket_ns = env_u64("RANKMAP_BUCKET_MS", 100) * 1000000ull;
+  c->flush_ns = env_u64("RANKMAP_FLUSH_MS", 1000) * 1000000ull;
+  uint64_t slots = env_u64("RANKMAP_TABLE_SLOTS", 1u << 18);
+  while (slots & (slots - 1)) slots &= slots - 1;     /* round down to a power of two */
+  if (slots < 1024) slots = 1024;
+  c->tmask = slots - 1;
+
+  /* calloc'ed tables are mapped lazily: untouched pages cost nothing */
+  c->tab = calloc(slots, sizeof *c->tab);
+  c->tshadow = calloc(slots, sizeof *c->tshadow);
+  /* ring long enough to cover two flush intervals between flushes */
+  uint64_t ring = 2 * c->flush_ns / c->bucket_ns + 4;
+  if (ring > 4096) ring = 4096;
+  c->nring = (int)ring;
+  size_t tlcells = (size_t)c->nring * (size_t)c->world_size * RMREC_NCLASS;
+  c->tl = tlcells <= (1ull << 27) ? calloc(tlcells, sizeof *c->tl) : NULL;
+
+  if (!c->tab || !c->tshadow) {
+    fprintf(stderr, "rankmap: capture disabled: out of memory for %llu table slots\n", (unsigned long long)slots);
+    return NULL;
+  }
+  { /* mkdir -p */
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *s = tmp + 1; ; s++) {
+      if (*s != '/' && *s) continue;
+      char ch = *s;
+      *s = 0;
+      if (mkdir(tmp, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "rankmap: capture disabled: cannot create run directory %s: %s\n", dir, strerror(errno));
+        return NULL;
+      }
+      if (!ch) break;
+      *s = ch;
+    }
+  }
+  snprintf(c->path, sizeof c->path, "%s/rank-%d.%s.rmrec", dir, world_rank,
+           c->source == RMREC_SRC_NCCL ? "nccl" : "mpi");
+  c->fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0666);
+  if (c->fd < 0) {
+    fprintf(stderr, "rankmap: capture disabled: cannot write %s: %s\n", c->path, strerror(errno));
+    return NULL;
+  }
+
+  /* header */
+  unsigned char h[RMREC_HEADER_SIZE];
+  memset(h, 0, sizeof h);
+  c->start_wall_ns = wall_ns();
+  c->start_ns = rmrec_now_ns();
+  c->tick0 = rmrec_ticks();
+  atomic_store(&c->ns_per_tick_q32, 1ull << 32);
+  calibrate(c);
+#if defined(__x86_64__) && !defined(RMREC_NO_TSC)
+  { /* quick 1 ms calibration; refined at every flush over the whole run */
+    uint64_t end = c->start_ns + 1000000;
+    while (rmrec_now_ns() < end) {}
+    calibrate(c);
+  }
+#endif
+  uint16_t ver = RMREC_VERSION, hsz = RMREC_HEADER_SIZE;
+  uint8_t src = (uint8_t)c->source;
+  int32_t wr = world_rank, ws = world_size;
+  int64_t pid = c->pid, st = (int64_t)c->start_wall_ns, bk = (int64_t)c->bucket_ns;
+  memcpy(h, "RMREC\r\n\x1a", 8);
+  memcpy(h + 8, &ver, 2); memcpy(h + 10, &hsz, 2); memcpy(h + 12, &src, 1);
+  memcpy(h + 16, &wr, 4); memcpy(h + 20, &ws, 4); memcpy(h + 24, &pid, 8);
+  memcpy(h + 32, &st, 8); memcpy(h + 40, &bk, 8);
+  gethostname((char *)h + 48, 63);
+  h[111] = 0;
+  uint32_t crc = crc32_update(0, h, 124);
+  memcpy(h + 124, &crc, 4);
+  if (write(c->fd, h, sizeof h) != (ssize_t)sizeof h) {
+    fprintf(stderr, "rankmap: capture disabled: cannot write %s: %s\n", c->path, strerror(errno));
+    close(c->fd);
+    return NULL;
+  }
+  if (!c->tl) rmrec_meta(c, "timeline", "disabled: world too large for the bucket ring");
+
+  pthread_once(&fork_once, fork_init);
+  pthread_mutex_lock(&open_lock);
+  for (int i = 0; i < MAX_OPEN; i++) if (!open_list[i]) { open_list[i] = c; break; }
+  pthread_mutex_unlock(&open_lock);
+
+  atomic_store(&c->enabled, 1);
+  if (pthread_create(&c->thread, NULL, flush_thread, c) == 0) c->thread_started = 1;
+  else rmrec_meta(c, "flush_thread", "not started: flushes only at close");
+  return c;
+}
+
+/* ---- hot path ------------------------------------------------------------------------ */
+
+void rmrec_traffic(rmrec_t *c, int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs) {
+  if (!c || !atomic_load_explicit(&c->enabled, memory_order_relaxed)) return;
+  rmrec_traffic_at(c, peer, klass, op, mem, dir, bytes, msgs, dir == RMREC_SEND ? rmrec_ticks() : 0);
+}
+
+void rmrec_traffic_at(rmrec_t *c, int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs,
+                      uint64_t ticks) {
+  if (!c || !atomic_load_explicit(&c->enabled, memory_order_relaxed)) return;
+  uint64_t key = (1ull << 63) | ((uint64_t)(uint32_t)peer << 24) | ((uint64_t)(op & 0xffff) << 8) |
+                 ((uint64_t)(klass & 0xf) << 4) | ((uint64_t)(mem & 0x7) << 1) | (uint64_t)(dir & 1);
+  uint64_t i = mix64(key) & c->tmask;
+  for (unsigned probe = 0; probe < 4096; probe++, i = (i + 1) & c->tmask) {
+    slot_t *s = &c->tab[i];
+    uint64_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+    if (k == 0) {
+      uint64_t expect = 0;
+      if (atomic_compare_exchange_strong(&s->key, &expect, key)) k = key;
+      else k = expect;
+    }
+    if (k == key) {
+      atomic_fetch_add_explicit(&s->bytes, bytes, memory_order_relaxed);
+      atomic_fetch_add_explicit(&s->msgs, msgs, memory_order_relaxed);
+      if (dir == RMREC_SEND && c->tl && peer >= 0 && peer < c->world_size && bytes) {
+        uint64_t b = ticks_to_bucket(c, ticks - c->tick0);
+        size_t cell = ((size_t)(b % (uint64_t)c->nring) * (size_t)c->world_size + (size_t)peer) * RMREC_NCLASS + (klass & 3);
+        atomic_fetch_add_explicit(&c->tl[cell], bytes, memory_order_relaxed);
+      }
+      return;
+    }
+  }
+  failf(c, "traffic table full (%llu slots); set RANKMAP_TABLE_SLOTS larger", (unsigned long long)c->tmask + 1);
+}
+
+static inline int hist_bin(uint64_t n) { return n ? 64 - __builtin_clzll(n) : 0; }
+
+void rmrec_call(rmrec_t *c, int op, uint64_t payload, uint64_t ticks) {
+  if (!c || !atomic_load_explicit(&c->enabled, memory_order_relaxed)) return;
+  if ((unsigned)op >= RMREC_MAX_OPS) return;
+  opstat_t *o = &c->ops[op];
+  atomic_fetch_add_explicit(&o->calls, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&o->ticks, ticks, memory_order_relaxed);
+  atomic_fetch_add_explicit(&o->bytes, payload, memory_order_relaxed);
+  int bin = hist_bin(payload);
+  if (bin >= RMREC_HIST_BINS) bin = RMREC_HIST_BINS - 1;
+  atomic_fetch_add_explicit(&c->hist[op][bin], 1, memory_order_relaxed);
+}
+
+/* ---- registration of names, communicators, meta ----------------------------------------- */
+
+int rmrec_op(rmrec_t *c, const char *name) {
+  if (!c || !name) return 0;
+  pthread_mutex_lock(&c->oplock);
+  int n = atomic_load(&c->nops), id = -1;
+  for (int i = 0; i < n; i++) if (strcmp(c->opname[i], name) == 0) { id = i; break; }
+  if (id < 0 && n < RMREC_MAX_OPS) {
+    c->opname[n] = strdup(name);
+    if (c->opname[n]) { id = n; atomic_store(&c->nops, n + 1); }
+  }
+  pthread_mutex_unlock(&c->oplock);
+  if (id < 0) { failf(c, "more than %d operation names", RMREC_MAX_OPS); id = 0; }
+  return id;
+}
+
+static void pend_push(rmrec_t *c, pend_t **list, const void *a, uint32_t na, const void *b, uint32_t nb,
+                      const void *d, uint32_t nd) {
+  pend_t *p = malloc(sizeof *p + na + nb + nd);
+  if (!p) return;
+  p->len = na + nb + nd;
+  memcpy(p->data, a, na);
+  if (nb) memcpy(p->data + na, b, nb);
+  if (nd) memcpy(p->data + na + nb, d, nd);
+  pthread_mutex_lock(&c->oplock);
+  p->next = NULL;
+  pend_t **t = list;            /* keep order: later values win in the reader */
+  while (*t) t = &(*t)->next;
+  *t = p;
+  pthread_mutex_unlock(&c->oplock);
+}
+
+void rmrec_meta(rmrec_t *c, const char *key, const char *value) {
+  if (!c || !key) return;
+  if (!value) value = "";
+  uint32_t hdr[2] = { (uint32_t)strlen(key), (uint32_t)strlen(value) };
+  pend_push(c, &c->meta, hdr, 8, key, hdr[0], value, hdr[1]);
+}
+
+void rmrec_comm(rmrec_t *c, uint64_t id, const char *name, int size, const int *world_ranks) {
+  if (!c || size < 0) return;
+  if (!name) name = "";
+  uint32_t nl = (uint32_t)strlen(name);
+  unsigned char hdr[16];
+  uint32_t sz = (uint32_t)size;
+  memcpy(hdr, &id, 8); memcpy(hdr + 8, &sz, 4); memcpy(hdr + 12, &nl, 4);
+  /* layout: u64 id, u32 size, u32 name_len, name, i32 members[size] */
+  pend_push(c, &c->comm, hdr, 16, name, nl, world_ranks, (uint32_t)size * 4);
+}
+
+/* ---- flush --------------------------------------------------------------------------- */
+
+static void write_all(rmrec_t *c, const unsigned char *p, size_t n) {
+  while (n) {
+    ssize_t w = write(c->fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) { failf(c, "cannot write %s: %s", c->path, w < 0 ? strerror(errno) : "short write"); return; }
+    p += w; n -= (size_t)w;
+  }
+}
+
+static void flush_impl(rmrec_t *c, int final) {
+  if (c->fd < 0 || c->pid != getpid()) return;
+  if (atomic_load(&c->failed)) return;
+  obuf_t b = {0};
+  calibrate(c);
+
+  /* operation names registered since the last flush */
+  pthread_mutex_lock(&c->oplock);
+  int nops = atomic_load(&c->nops);
+  for (int i = c->ops_emitted; i < nops; i++) {
+    uint32_t id = (uint32_t)i, len = (uint32_t)strlen(c->opname[i]);
+    if (b.type != BT_STRINGS) blk_begin(&b, BT_STRINGS);
+    ob_put(&b, &id, 4); ob_put(&b, &len, 4); ob_put(&b, c->opname[i], len);
+  }
+  c->ops_emitted = nops;
+  pend_t *meta = c->meta, *comm = c->comm;
+  c->meta = c->comm = NULL;
+  pthread_mutex_unlock(&c->oplock);
+  blk_end(&b);
+  for (pend_t *p = meta, *n; p; p = n) { n = p->next; blk_row(&b, BT_META, p->data, p->len); free(p); }
+  blk_end(&b);
+  for (pend_t *p = comm, *n; p; p = n) { n = p->next; blk_row(&b, BT_COMM, p->data, p->len); free(p); }
+  blk_end(&b);
+
+  /* traffic rows: delta against what was flushed before */
+  for (uint64_t i = 0; i <= c->tmask; i++) {
+    uint64_t key = atomic_load_explicit(&c->tab[i].key, memory_order_acquire);
+    if (!key) continue;
+    uint64_t by = atomic_load_explicit(&c->tab[i].bytes, memory_order_relaxed);
+    uint64_t ms = atomic_load_explicit(&c->tab[i].msgs, memory_order_relaxed);
+    uint64_t db = by - c->tshadow[i][0], dm = ms - c->tshadow[i][1];
+    if (!db && !dm) continue;
+    c->tshadow[i][0] = by; c->tshadow[i][1] = ms;
+    row_traffic_t r = {0};
+    r.peer = (int32_t)(uint32_t)(key >> 24);
+    r.op = (uint16_t)(key >> 8);
+    r.klass = (uint8_t)((key >> 4) & 0xf);
+    r.mem = (uint8_t)((key >> 1) & 0x7);
+    r.dir = (uint8_t)(key & 1);
+    r.bytes = db; r.msgs = dm;
+    blk_row(&b, BT_TRAFFIC, &r, sizeof r);
+  }
+  blk_end(&b);
+
+  /* per-operation calls/time/payload and size histogram */
+  for (int op = 0; op < nops; op++) {
+    uint64_t calls = atomic_load_explicit(&c->ops[op].calls, memory_order_relaxed);
+    uint64_t ticks = atomic_load_explicit(&c->ops[op].ticks, memory_order_relaxed);
+    uint64_t bytes = atomic_load_explicit(&c->ops[op].bytes, memory_order_relaxed);
+    if (calls != c->opshadow[op][0] || ticks != c->opshadow[op][1] || bytes != c->opshadow[op][2]) {
+      row_optime_t r = {0};
+      r.op = (uint16_t)op;
+      r.calls = calls - c->opshadow[op][0];
+      r.ns = ticks_to_ns(c, ticks - c->opshadow[op][1]);
+      r.bytes = bytes - c->opshadow[op][2];
+      c->opshadow[op][0] = calls; c->opshadow[op][1] = ticks; c->opshadow[op][2] = bytes;
+      blk_row(&b, BT_OPTIME, &r, sizeof r);
+    }
+  }
+  blk_end(&b);
+  for (int op = 0; op < nops; op++)
+    for (int k = 0; k < RMREC_HIST_BINS; k++) {
+      uint64_t v = atomic_load_explicit(&c->hist[op][k], memory_order_relaxed);
+      if (v == c->histshadow[op][k]) continue;
+      row_hist_t r = {0};
+      r.op = (uint16_t)op; r.bin = (uint8_t)k; r.count = v - c->histshadow[op][k];
+      c->histshadow[op][k] = v;
+      blk_row(&b, BT_HIST, &r, sizeof r);
+    }
+  blk_end(&b);
+
+  /* timeline: drain every ring slot (exchange with 0); slot s holds bucket cb - ((cb - s) mod R) */
+  uint64_t now = rmrec_now_ns();
+  if (c->tl) {
+    uint64_t cb = ticks_to_bucket(c, rmrec_ticks() - c->tick0), R = (uint64_t)c->nring;
+    for (uint64_t s = 0; s < R; s++) {
+      uint64_t bucket = cb - ((cb + R - s % R) % R);
+      if (bucket > cb) continue;   /* before the start */
+      _Atomic uint64_t *row = c->tl + s * (uint64_t)c->world_size * RMREC_NCLASS;
+      for (int p = 0; p < c->world_size; p++)
+        for (int k = 0; k < RMREC_NCLASS; k++) {
+          _Atomic uint64_t *cell = &row[(size_t)p * RMREC_NCLASS + k];
+          if (!atomic_load_explicit(cell, memory_order_relaxed)) continue;
+          uint64_t v = atomic_exchange_explicit(cell, 0, memory_order_relaxed);
+          if (!v) continue;
+          row_timeline_t r = {0};
+          r.bucket = (int64_t)bucket; r.peer = p; r.klass = (uint8_t)k; r.bytes = v;
+          blk_row(&b, BT_TIMELINE, &r, sizeof r);
+        }
+    }
+    blk_end(&b);
+  }
+
+  /* flush marker */
+  row_flush_t f = {0};
+  f.seq = ++c->seq;
+  f.wall_ns = (int64_t)wall_ns();
+  f.elapsed_ns = (int64_t)(now - c->start_ns);
+  f.final = (uint32_t)final;
+  blk_begin(&b, BT_FLUSH);
+  ob_put(&b, &f, sizeof f);
+  blk_end(&b);
+
+  if (b.oom) failf(c, "out of memory while flushing %s", c->path);
+  else write_all(c, b.p, b.len);
+  free(b.p);
+}
+
+void rmrec_flush(rmrec_t *c) {
+  if (!c) return;
+  pthread_mutex_lock(&c->flock);
+  if (!c->closed) flush_impl(c, 0);
+  pthread_mutex_unlock(&c->flock);
+}
+
+static void *flush_thread(void *arg) {
+  rmrec_t *c = arg;
+  pthread_mutex_lock(&c->flock);
+  while (!c->stop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t t = (uint64_t)ts.tv_nsec + c->flush_ns;
+    ts.tv_sec += (time_t)(t / 1000000000ull);
+    ts.tv_nsec = (long)(t % 1000000000ull);
+    pthread_cond_timedwait(&c->fcond, &c->flock, &ts);
+    if (c->stop || c->closed) break;
+    flush_impl(c, 0);
+  }
+  pthread_mutex_unlock(&c->flock);
+  return NULL;
+}
+
+void rmrec_close(rmrec_t *c) {
+  if (!c || c->pid != getpid()) return;
+  pthread_mutex_lock(&c->flock);
+  if (c->closed) { pthread_mutex_unlock(&c->flock); return; }
+  c->stop = 1;
+  pthread_cond_broadcast(&c->fcond);
+  pthread_mutex_unlock(&c->flock);
+  if (c->thread_started) pthread_join(c->thread, NULL);
+  pthread_mutex_lock(&c->flock);
+  flush_impl(c, 1);
+  atomic_store(&c->enabled, 0);
+  c->closed = 1;
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+  pthread_mutex_unlock(&c->flock);
+  pthread_mutex_lock(&open_lock);
+  for (int i = 0; i < MAX_OPEN; i++) if (open_list[i] == c) open_list[i] = NULL;
+  pthread_mutex_unlock(&open_lock);
+  /* c is intentionally not freed: other threads may still call the hot path (now a no-op) */
+}

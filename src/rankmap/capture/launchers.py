@@ -1,0 +1,356 @@
+"""Launcher adapters: recognise how a job is launched and inject rankmap's capture into its ranks.
+
+Each launcher forwards environment variables to the ranks its own way, and the shim must reach
+the ranks, never the launcher process itself (a PMPI library preloaded into ``mpirun`` would drag
+libmpi into it). So:
+
+* ``openmpi`` -- ``mpirun``/``mpiexec``/``orterun``/``prterun`` that resolve to Open MPI (by real
+  path, else ``--version``): ``-x VAR=value`` inserted right after the launcher name;
+* ``hydra`` -- MPICH / MVAPICH / Intel MPI ``mpiexec``, ``mpiexec.hydra``, ``mpirun``:
+  ``-genv VAR value`` right after the launcher name;
+* ``srun`` -- Slurm: ``--export=ALL,VAR=value``, merged into the user's own ``--export``;
+* ``torchrun`` -- ``torchrun`` or ``python -m torch.distributed.run``: the launcher's environment,
+  which its workers inherit;
+* ``plain`` -- a single process: its environment.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from rankmap.errors import RankmapError
+
+SUPPORTED = ("mpirun/mpiexec/orterun/prterun (Open MPI)", "mpiexec/mpiexec.hydra/mpirun (MPICH, MVAPICH hydra)",
+             "srun (Slurm)", "torchrun (or python -m torch.distributed.run)", "a single process")
+
+OPENMPI_NAMES = {"orterun", "prterun", "prun", "mpirun.openmpi", "mpiexec.openmpi"}
+HYDRA_NAMES = {"mpiexec.hydra", "mpirun.hydra", "mpiexec.mpich", "mpirun.mpich", "mpiexec.mvapich",
+               "mpirun.mvapich", "mpirun_rsh"}
+MPI_GENERIC = {"mpirun", "mpiexec"}
+TORCH_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
+# Names of job launchers rankmap does not drive (yet): refusing them beats profiling the launcher.
+OTHER_LAUNCHERS = {"aprun", "jsrun", "lrun", "flux", "ibrun", "poe", "qsub", "sbatch", "salloc", "charmrun",
+                   "mpiexec_mpt", "ccmrun", "deepspeed", "accelerate", "horovodrun", "mpirun.mpt", "prun.slurm"}
+
+# Options (before the program) that take a value, so the value is not mistaken for the program.
+_OMPI_VALUE_OPTS = {
+    "-np", "--np", "-n", "--n", "-c", "-x", "-H", "--host", "-host", "--hostfile", "-hostfile", "-machinefile",
+    "--machinefile", "--default-hostfile", "--map-by", "-map-by", "--rank-by", "-rank-by", "--bind-to", "-bind-to",
+    "-npernode", "--npernode", "-npersocket", "--npersocket", "-wdir", "--wdir", "-wd", "--wd", "-path", "--path",
+    "--prefix", "-prefix", "--preload-files", "-tune", "--tune", "--output-filename", "--timeout", "--rankfile",
+    "-rf", "--app", "--cpus-per-proc", "--cpus-per-rank", "-cpus-per-proc", "--output", "--personality",
+    "--stream-buffering", "--launch-agent", "--env",
+}
+_OMPI_TWO_VALUE_OPTS = {"--mca", "-mca", "--gmca", "-gmca", "--omca", "--pmixmca", "--prtemca"}
+_HYDRA_VALUE_OPTS = {
+    "-n", "-np", "-f", "-hostfile", "-machinefile", "-hosts", "-host", "-ppn", "-wdir", "-genvlist", "-envlist",
+    "-configfile", "-launcher", "-launcher-exec", "-bootstrap", "-bootstrap-exec", "-rmk", "-bind-to",
+    "-binding", "-map-by", "-iface", "-nameserver", "-demux", "-errfile-pattern", "-outfile-pattern",
+    "-prepend-pattern", "-localhost", "-gpus-per-proc", "-genvall", "-membind", "-topolib", "-ckpointlib",
+    "-ckpoint-prefix", "-ckpoint-num", "-ckpoint-interval", "-usize", "-pmi-port", "-errfile", "-outfile",
+}
+_HYDRA_TWO_VALUE_OPTS = {"-genv", "-env"}
+_SRUN_VALUE_OPTS = {
+    "-n", "--ntasks", "-N", "--nodes", "-c", "--cpus-per-task", "-p", "--partition", "-A", "--account", "-t",
+    "--time", "-J", "--job-name", "-w", "--nodelist", "-x", "--exclude", "--ntasks-per-node", "--gpus",
+    "-G", "--gpus-per-node", "--gpus-per-task", "--mem", "--mem-per-cpu", "--mem-per-gpu", "--mpi",
+    "--export", "-o", "--output", "-e", "--error", "-i", "--input", "-D", "--chdir", "--cpu-bind",
+    "--distribution", "-m", "--gres", "-C", "--constraint", "-q", "--qos", "--reservation", "-r",
+    "--relative", "--het-group",
+}
+_TORCHRUN_VALUE_OPTS = {
+    "--nnodes", "--nproc-per-node", "--nproc_per_node", "--node-rank", "--node_rank", "--master-addr",
+    "--master_addr", "--master-port", "--master_port", "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint",
+    "--rdzv_endpoint", "--rdzv-id", "--rdzv_id", "--rdzv-conf", "--rdzv_conf", "--max-restarts",
+    "--max_restarts", "--monitor-interval", "--monitor_interval", "--start-method", "--start_method",
+    "--role", "--log-dir", "--log_dir", "-r", "--redirects", "-t", "--tee", "--local-addr", "--local_addr",
+    "--logs-specs", "--logs_specs", "--local-ranks-filter", "--local_ranks_filter", "--event-log-handler",
+}
+
+
+@dataclass
+class Launcher:
+    """A recognised launch command and how to inject environment into its ranks."""
+
+    kind: str                      # 'openmpi' | 'hydra' | 'srun' | 'torchrun' | 'plain'
+    argv: list[str]                # the command as the user gave it
+    executable: str | None         # resolved path of argv[0] (None: not found, only for 'plain' checks)
+    world_size: int | None = None
+    prefix_len: int = 1            # tokens that name the launcher (2 more for python -m torch...)
+
+    @property
+    def is_mpi(self) -> bool:
+        """MPI launchers get the PMPI shim preloaded into their ranks."""
+        return self.kind in ("openmpi", "hydra", "srun")
+
+    def inject(self, env: dict[str, str], base_env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment that launch the same job with ``env`` set in every rank.
+
+        ``LD_PRELOAD`` is prepended to the one the ranks would otherwise get, never replacing it.
+        """
+        base = dict(os.environ if base_env is None else base_env)
+        env = dict(env)
+        if "LD_PRELOAD" in env and base.get("LD_PRELOAD"):
+            env["LD_PRELOAD"] = f"{env['LD_PRELOAD']}:{base['LD_PRELOAD']}"
+        argv = list(self.argv)
+        head, tail = argv[:self.prefix_len], argv[self.prefix_len:]
+        if self.kind == "openmpi":
+            extra = [t for k, v in env.items() for t in ("-x", f"{k}={v}")]
+            return head + extra + tail, base
+        if self.kind == "hydra":
+            extra = [t for k, v in env.items() for t in ("-genv", k, v)]
+            return head + extra + tail, base
+        if self.kind == "srun":
+            return head + _srun_export(tail, env), base
+        base.update(env)
+        return argv, base
+
+
+def _srun_export(tail: list[str], env: dict[str, str]) -> list[str]:
+    """Merge rankmap's variables into the user's ``--export`` (or add ``--export=ALL,...``)."""
+    for k, v in env.items():
+        if "," in v:
+            raise RankmapError(f"cannot pass {k}={v!r} through srun --export: the value contains a comma")
+    ours = ",".join(f"{k}={v}" for k, v in env.items())
+    prog = _program_index(tail, _SRUN_VALUE_OPTS, set())
+    for i, t in enumerate(tail[:prog]):
+        if t.startswith("--export="):
+            user = t[len("--export="):]
+            merged = ours if user.upper() == "NONE" else f"{user},{ours}"
+            return tail[:i] + [f"--export={merged}"] + tail[i + 1:]
+        if t == "--export" and i + 1 < prog:
+            user = tail[i + 1]
+            merged = ours if user.upper() == "NONE" else f"{user},{ours}"
+            return tail[:i] + [f"--export={merged}"] + tail[i + 2:]
+    return [f"--export=ALL,{ours}"] + tail
+
+
+def _program_index(tokens: Sequence[str], value_opts: set[str], two_value_opts: set[str]) -> int:
+    """Index of the first token that is the program (not an option or an option's value)."""
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        if t == "--":
+            return i + 1
+        if not t.startswith("-") or t == "-":
+            return i
+        if "=" in t and t.split("=", 1)[0] in value_opts:
+            i += 1
+        elif t in two_value_opts:
+            i += 3
+        elif t in value_opts:
+            i += 2
+        else:
+            i += 1
+    return len(tokens)
+
+
+def _int(v: str) -> int | None:
+    try:
+        n = int(v)
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def _opt_values(tokens: Sequence[str], names: set[str], value_opts: set[str],
+                two_value_opts: set[str]) -> list[str]:
+    """Values of options ``names`` among the launcher options (``-n 4``, ``--np=4``, ``-n4`` for short)."""
+    out: list[str] = []
+    stop = _program_index(tokens, value_opts, two_value_opts)
+    i = 0
+    while i < stop:
+        t = tokens[i]
+        if t in two_value_opts:
+            i += 3
+            continue
+        if t in names and i + 1 < len(tokens):
+            out.append(tokens[i + 1])
+            i += 2
+            continue
+        if "=" in t and t.split("=", 1)[0] in names:
+            out.append(t.split("=", 1)[1])
+        elif re.fullmatch(r"-n\d+", t) and "-n" in names:
+            out.append(t[2:])
+        i += 2 if t in value_opts else 1
+    return out
+
+
+def _mpi_world_size(tokens: list[str], kind: str) -> int | None:
+    """Sum of ``-np``/``-n`` over the app contexts of an MPMD (``a : b``) command; None if unsaid."""
+    value_opts, two = ((_OMPI_VALUE_OPTS, _OMPI_TWO_VALUE_OPTS) if kind == "openmpi"
+                       else (_HYDRA_VALUE_OPTS, _HYDRA_TWO_VALUE_OPTS))
+    names = {"-np", "--np", "-n", "--n", "-c"} if kind == "openmpi" else {"-n", "-np"}
+    total = 0
+    for ctx in _split_contexts(tokens):
+        vals = [_int(v) for v in _opt_values(ctx, names, value_opts, two)]
+        if not vals or vals[-1] is None:
+            return None
+        total += vals[-1]
+    return total or None
+
+
+def _split_contexts(tokens: list[str]) -> list[list[str]]:
+    ctxs, cur = [], []
+    for t in tokens:
+        if t == ":":
+            ctxs.append(cur)
+            cur = []
+        else:
+            cur.append(t)
+    ctxs.append(cur)
+    return ctxs
+
+
+def _srun_world_size(tokens: list[str]) -> int | None:
+    vals = _opt_values(tokens, {"-n", "--ntasks"}, _SRUN_VALUE_OPTS, set())
+    if vals:
+        return _int(vals[-1])
+    nodes = _opt_values(tokens, {"-N", "--nodes"}, _SRUN_VALUE_OPTS, set())
+    per = _opt_values(tokens, {"--ntasks-per-node"}, _SRUN_VALUE_OPTS, set())
+    if per:
+        n = _int(nodes[-1]) if nodes else 1
+        p = _int(per[-1])
+        return n * p if n and p else None
+    return None
+
+
+def _torchrun_world_size(tokens: list[str]) -> int | None:
+    per = _opt_values(tokens, {"--nproc-per-node", "--nproc_per_node"}, _TORCHRUN_VALUE_OPTS, set())
+    nodes = _opt_values(tokens, {"--nnodes"}, _TORCHRUN_VALUE_OPTS, set())
+    p = _int(per[-1]) if per else 1
+    if nodes:
+        lo, _, hi = nodes[-1].partition(":")
+        if hi and hi != lo:
+            return None   # elastic range: the size is known only at run time
+        n = _int(lo)
+    else:
+        n = 1
+    return n * p if n and p else None
+
+
+@functools.lru_cache(maxsize=32)
+def _version_text(exe: str) -> str:
+    """``<launcher> --version`` output, cached: it is what tells Open MPI from hydra behind ``mpirun``."""
+    try:
+        p = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=20,
+                           stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return p.stdout + p.stderr
+
+
+def mpi_flavour(exe: str) -> str | None:
+    """'openmpi' or 'hydra' for an MPI launcher executable, from its real path, else its --version."""
+    real = os.path.basename(os.path.realpath(exe))
+    name = os.path.basename(exe)
+    for n in (name, real):
+        if n in OPENMPI_NAMES:
+            return "openmpi"
+        if n in HYDRA_NAMES:
+            return "hydra"
+    text = _version_text(exe)
+    if re.search(r"Open MPI|OpenRTE|PRRTE|prterun", text):
+        return "openmpi"
+    if re.search(r"HYDRA|MPICH|MVAPICH|Intel\(R\) MPI", text, re.IGNORECASE):
+        return "hydra"
+    return None
+
+
+def _which(name: str, env_path: str | None = None) -> str | None:
+    if os.sep in name:
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    return shutil.which(name, path=env_path)
+
+
+def recognise(argv: Sequence[str], env_path: str | None = None) -> Launcher:
+    """Which launcher ``argv`` uses, with the world size when the command says it."""
+    argv = list(argv)
+    if not argv:
+        raise RankmapError("no command to profile: give it after `--`, e.g. rankmap profile -- mpirun -np 4 ./app")
+    name = os.path.basename(argv[0])
+    exe = _which(argv[0], env_path)
+    if name in OTHER_LAUNCHERS or name.split(".")[0] in OTHER_LAUNCHERS:
+        raise RankmapError(f"launcher {name!r} is not supported; rankmap drives: {', '.join(SUPPORTED)}")
+    if exe is None:
+        raise RankmapError(f"command not found: {argv[0]}")
+    if name == "torchrun":
+        return Launcher("torchrun", argv, exe, _torchrun_world_size(argv[1:]))
+    if re.fullmatch(r"python[\d.]*", name) and len(argv) >= 3 and argv[1] == "-m" and argv[2] in TORCH_MODULES:
+        return Launcher("torchrun", argv, exe, _torchrun_world_size(argv[3:]), prefix_len=3)
+    if name == "srun":
+        return Launcher("srun", argv, exe, _srun_world_size(argv[1:]))
+    base = name.split(".")[0]
+    if base in MPI_GENERIC or name in OPENMPI_NAMES or name in HYDRA_NAMES:
+        kind = mpi_flavour(exe)
+        if kind is None:
+            raise RankmapError(f"cannot tell which MPI {argv[0]} ({os.path.realpath(exe)}) belongs to: "
+                               f"`{argv[0]} --version` names neither Open MPI nor MPICH/MVAPICH hydra")
+        return Launcher(kind, argv, exe, _mpi_world_size(argv[1:], kind))
+    return Launcher("plain", argv, exe, 1)
+
+
+def find_mpicc(launcher: Launcher, explicit: str | None = None) -> str:
+    """The MPI compiler wrapper of the MPI that ``launcher`` runs, to build the shim against.
+
+    ``mpirun.openmpi`` pairs with ``mpicc.openmpi`` and ``mpiexec.mpich`` with ``mpicc.mpich`` (the
+    Debian alternatives), then the flavour's own name beside the launcher, then the ``mpicc`` beside
+    the launcher's real path (a module-loaded MPI keeps both in one ``bin``), then ``mpicc`` on PATH.
+    """
+    if explicit:
+        path = _which(explicit)
+        if path is None:
+            raise RankmapError(f"MPI compiler wrapper not found: {explicit}")
+        return path
+    flavour_name = {"openmpi": "mpicc.openmpi", "hydra": "mpicc.mpich"}.get(launcher.kind)
+    cands: list[str] = []
+    if launcher.executable:
+        exe = launcher.executable
+        here, real = os.path.dirname(exe), os.path.dirname(os.path.realpath(exe))
+        name = os.path.basename(exe)
+        if "." in name:
+            cands.append(os.path.join(here, "mpicc." + name.split(".", 1)[1]))
+        if flavour_name:
+            cands.append(os.path.join(here, flavour_name))
+        cands += [os.path.join(real, "mpicc"), os.path.join(here, "mpicc")]
+    elif flavour_name and shutil.which(flavour_name):
+        cands.append(shutil.which(flavour_name) or "")
+    for c in cands:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    found = shutil.which("mpicc")
+    if found:
+        return found
+    raise RankmapError(f"no MPI compiler wrapper (mpicc) found for {launcher.argv[0]}: install the MPI "
+                       f"development package or give --mpicc PATH")
+
+
+@dataclass
+class Injection:
+    """What :func:`prepare` decided: the command to run and what it carries."""
+
+    launcher: Launcher
+    argv: list[str]
+    env: dict[str, str]
+    injected: dict[str, str] = field(default_factory=dict)
+
+
+def prepare(launcher: Launcher, *, run_dir: str | os.PathLike, shim: str | os.PathLike | None = None,
+            nccl_plugin: str | os.PathLike | None = None, bucket_ms: int = 100, flush_ms: int = 1000,
+            base_env: dict[str, str] | None = None) -> Injection:
+    """The launch command with capture injected the way ``launcher`` forwards environment."""
+    env: dict[str, str] = {"RANKMAP_RUN_DIR": str(Path(run_dir).resolve()),
+                           "RANKMAP_BUCKET_MS": str(int(bucket_ms)), "RANKMAP_FLUSH_MS": str(int(flush_ms))}
+    if shim is not None:
+        env["LD_PRELOAD"] = str(shim)
+    if nccl_plugin is not None:
+        env["NCCL_PROFILER_PLUGIN"] = str(nccl_plugin)
+    argv, full_env = launcher.inject(env, base_env)
+    return Injection(launcher, argv, full_env, env)

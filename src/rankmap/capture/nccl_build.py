@@ -1,0 +1,96 @@
+"""Build (once, then cached) the NCCL profiler plugin ``librankmap_nccl.so``.
+
+The plugin is plain C with no build dependency on NCCL or CUDA: ``native/nccl/*.c`` plus the shared
+record writer ``native/common/rmrec.c``, compiled with ``cc`` into one shared library. The result is
+cached under ``${RANKMAP_CACHE:-~/.cache/rankmap}/nccl/<hash>/``, the hash covering every source
+and header, the compiler's path and its ``--version`` line, and the flags, so editing a source or
+switching compilers rebuilds and nothing else does.
+
+Use: ``NCCL_PROFILER_PLUGIN=<build_plugin()> RANKMAP_RUN_DIR=<dir> torchrun ...``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from rankmap.errors import RankmapError
+
+NATIVE = Path(__file__).resolve().parents[3] / "native"
+LIBNAME = "librankmap_nccl.so"
+CFLAGS = ["-std=gnu11", "-O2", "-g", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra",
+          "-Wno-unused-parameter"]
+LIBS = ["-lpthread", "-ldl"]
+
+
+def cache_root() -> Path:
+    """Where built plugins are kept: ``$RANKMAP_CACHE/nccl`` (default ``~/.cache/rankmap/nccl``)."""
+    base = os.environ.get("RANKMAP_CACHE") or str(Path.home() / ".cache" / "rankmap")
+    return Path(base) / "nccl"
+
+
+def sources(native: Path = NATIVE) -> list[Path]:
+    """The C files compiled into the plugin (headers are hashed too, see :func:`source_hash`)."""
+    c_files = sorted((native / "nccl").glob("*.c")) + [native / "common" / "rmrec.c"]
+    missing = [str(p) for p in c_files if not p.is_file()]
+    if missing or not (native / "nccl").is_dir():
+        raise RankmapError(f"NCCL plugin sources missing: {', '.join(missing) or native / 'nccl'}")
+    return c_files
+
+
+def _compiler_identity(cc: str) -> tuple[str, str]:
+    path = shutil.which(cc)
+    if path is None:
+        raise RankmapError(f"cannot build the NCCL profiler plugin: compiler {cc!r} not found on PATH")
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+        first = (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else ""
+    except (OSError, subprocess.SubprocessError) as e:
+        raise RankmapError(f"cannot build the NCCL profiler plugin: {cc} --version failed: {e}") from e
+    return path, first
+
+
+def source_hash(cc_path: str, cc_version: str, native: Path = NATIVE) -> str:
+    """Hash of every source and header of the plugin, the compiler and the flags (16 hex digits)."""
+    h = hashlib.sha256()
+    files = sorted((native / "nccl").glob("*.[ch]")) + sorted((native / "common").glob("rmrec.[ch]"))
+    for p in files:
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    h.update("\0".join([cc_path, cc_version, *CFLAGS, *LIBS]).encode())
+    return h.hexdigest()[:16]
+
+
+def build_plugin(cc: str = "cc") -> Path:
+    """Compile the plugin if needed and return the path of the cached ``librankmap_nccl.so``.
+
+    Raises :class:`RankmapError` naming the compiler and the first error line when the build fails.
+    """
+    srcs = sources()
+    cc_path, cc_version = _compiler_identity(cc)
+    out_dir = cache_root() / source_hash(cc_path, cc_version)
+    lib = out_dir / LIBNAME
+    if lib.is_file():
+        return lib
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RankmapError(f"cannot create the plugin cache {out_dir}: {e.strerror}") from e
+    # build beside the target and rename: concurrent builders never see a half-written library
+    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=out_dir)
+    os.close(fd)
+    cmd = [cc_path, *CFLAGS, "-I", str(NATIVE / "common"), "-o", tmp, *map(str, srcs), *LIBS]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as e:
+        os.unlink(tmp)
+        raise RankmapError(f"cannot build the NCCL profiler plugin with {cc}: {e}") from e
+    if p.returncode != 0:
+        os.unlink(tmp)
+        lines = [l for l in p.stderr.splitlines() if "error" in l.lower()] or p.stderr.splitlines() or ["(no output)"]
+        raise RankmapError(f"building the NCCL profiler plugin with {cc} ({cc_path}) failed: {lines[0].strip()}")
+    os.replace(tmp, lib)
+    return lib

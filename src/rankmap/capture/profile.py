@@ -1,0 +1,362 @@
+"""``profile_command``: run a job with capture injected, stream its records into the store.
+
+The job runs as a child of rankmap with its stdin/stdout/stderr untouched. While it runs, a
+background thread re-reads the rank record files about once a second and replaces each rank's
+totals in the store, so a job that is killed (or a rankmap that is) leaves in the store what the
+ranks had flushed, and ``rankmap serve`` can watch a job live. After the job ends, one final
+ingest reads every file again and the reader's problems (a truncated tail, a rank that never
+finalised) become warnings: the data before the damage is still used.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from rankmap.capture import launchers as L
+from rankmap.capture.rundir import RunDir, make_run_dir, utc_now
+from rankmap.errors import RankmapError
+
+
+@dataclass
+class ProfileResult:
+    job_id: int
+    exit_status: int
+    run_dir: Path
+    launcher: str
+    world_size: int | None
+    elapsed_ns: int
+    ranks_reporting: int = 0
+    bytes_sent: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def _warn(msg: str) -> None:
+    print(f"rankmap: warning: {msg}", file=sys.stderr, flush=True)
+
+
+def _note(msg: str) -> None:
+    print(f"rankmap: {msg}", file=sys.stderr, flush=True)
+
+
+def _build_shim(mpicc: str) -> Path:
+    try:
+        from rankmap.capture.shim_build import build_shim
+    except ImportError as e:
+        raise RankmapError(f"the MPI shim builder is not available in this installation ({e})") from None
+    try:
+        return Path(build_shim(mpicc))
+    except RankmapError:
+        raise
+    except (OSError, subprocess.SubprocessError) as e:
+        raise RankmapError(f"building the MPI shim with {mpicc} failed: {e}") from None
+
+
+def _build_nccl_plugin(required: bool) -> Path | None:
+    """The NCCL profiler plugin; when not ``required`` a failure just leaves NCCL uncaptured."""
+    try:
+        from rankmap.capture.nccl_build import build_plugin
+        return Path(build_plugin())
+    except ImportError as e:
+        if required:
+            raise RankmapError(f"the NCCL profiler plugin is not available in this installation ({e})") from None
+    except RankmapError:
+        if required:
+            raise
+    except (OSError, subprocess.SubprocessError) as e:
+        if required:
+            raise RankmapError(f"building the NCCL profiler plugin failed: {e}") from None
+    return None
+
+
+def linked_mpi(exe: str) -> str | None:
+    """'openmpi' or 'hydra' when a single-process program is linked with an MPI library (a singleton run)."""
+    try:
+        out = subprocess.run(["ldd", exe], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if "libmpich" in out or "libmpi_mpich" in out:
+        return "hydra"
+    if "libmpi.so" in out:
+        return "openmpi" if "openmpi" in out or "libopen-" in out else "hydra"
+    return None
+
+
+class _Streamer(threading.Thread):
+    """Reads the run directory every ``interval`` seconds and ingests what changed."""
+
+    def __init__(self, store: Any, job_id: int, run_dir: RunDir, interval: float):
+        super().__init__(name="rankmap-ingest", daemon=True)
+        self.store, self.job_id, self.run_dir, self.interval = store, job_id, run_dir, interval
+        self.stop_event = threading.Event()
+        self.seen: dict[Path, tuple[int, int]] = {}
+        self.sent: dict[Path, int] = {}
+        self.error: BaseException | None = None
+        self.world_size: int | None = None
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.interval):
+            try:
+                self.poll(final=False)
+            except Exception as e:  # the job must go on; the final ingest reports for real
+                self.error = e
+
+    def poll(self, final: bool) -> list[str]:
+        """Ingest changed record files (all of them when ``final``); returns the reader's problems."""
+        from rankmap.capture import records
+        problems: list[str] = []
+        with self.lock:
+            for path in self.run_dir.record_files():
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                sig = (st.st_size, st.st_mtime_ns)
+                if not final and self.seen.get(path) == sig:
+                    continue
+                try:
+                    rec = records.read(path)
+                except RankmapError as e:
+                    if final:
+                        problems.append(str(e))
+                    continue  # mid-write header while streaming: next poll
+                self.store.ingest(self.job_id, [rec])
+                self.seen[path] = sig
+                self.sent[path] = sum(r[5] for r in rec.traffic if r[4] == "send")
+                self.world_size = max(self.world_size or 0, int(rec.world_size)) or None
+                if final:
+                    problems.extend(rec.problems)
+        return problems
+
+    @property
+    def ranks_reporting(self) -> int:
+        return len({p.name.split(".")[0] for p in self.seen})
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(self.sent.values())
+
+
+class _ProgressLine:
+    """``rankmap: job 7 · 0:12 · 4 ranks reporting · 1.2 GB sent`` redrawn in place on stderr."""
+
+    def __init__(self, job_id: int, streamer: _Streamer, world_size: int | None, force: bool):
+        from rich.console import Console
+        from rich.live import Live
+        self.job_id, self.streamer, self.world_size = job_id, streamer, world_size
+        self.t0 = time.monotonic()
+        console = Console(stderr=True, force_terminal=True if force else None, highlight=False)
+        self.live = Live(self, console=console, refresh_per_second=1, transient=True,
+                         redirect_stdout=False, redirect_stderr=False)
+
+    def __rich__(self) -> str:
+        from rankmap.report.summary import human_bytes
+        s = int(time.monotonic() - self.t0)
+        ranks = f"{self.streamer.ranks_reporting}" + (f"/{self.world_size}" if self.world_size else "")
+        return (f"[dim]rankmap:[/dim] job {self.job_id} · {s // 3600}:{s // 60 % 60:02d}:{s % 60:02d} · "
+                f"{ranks} ranks reporting · {human_bytes(self.streamer.bytes_sent)} sent")
+
+    def __enter__(self) -> "_ProgressLine":
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.live.__exit__(*exc)
+
+
+class _Signals:
+    """While the job runs: Ctrl-C / SIGTERM / SIGHUP terminate it (a second one kills it)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.child: subprocess.Popen | None = None
+        self.count, self.old = 0, {}
+        self.received: int | None = None
+
+    def attach(self, child: subprocess.Popen) -> None:
+        """The job to stop; a signal that came while it was being started stops it now."""
+        self.child = child
+        if self.count:
+            self._stop()
+
+    def handler(self, signum: int, _frame: Any) -> None:
+        self.count += 1
+        self.received = signum
+        if self.child is not None:
+            self._stop()
+
+    def _stop(self) -> None:
+        try:
+            if self.count == 1:
+                self.child.terminate()
+            else:
+                self.child.kill()
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> "_Signals":
+        if threading.current_thread() is threading.main_thread():
+            for s in self.SIGNALS:
+                self.old[s] = signal.signal(s, self.handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, h in self.old.items():
+            signal.signal(s, h)
+
+
+
+def _capture_libraries(launcher: L.Launcher, argv: list[str], mpicc: str | None,
+                       nccl: str) -> tuple[Path | None, str | None, Path | None]:
+    """The MPI shim (and the mpicc it was built with) and the NCCL plugin this launch needs."""
+    shim = mpicc_used = None
+    if launcher.is_mpi:
+        mpicc_used = L.find_mpicc(launcher, mpicc)
+    elif launcher.kind == "plain":
+        # A single process linked with MPI (a singleton run) is profiled too; so is any program
+        # when --mpicc says which MPI it loads (e.g. Python with mpi4py).
+        flavour = linked_mpi(launcher.executable or argv[0])
+        if flavour or mpicc:
+            mpicc_used = L.find_mpicc(L.Launcher(flavour or "plain", argv, None), mpicc)
+    if mpicc_used:
+        shim = _build_shim(mpicc_used)
+    want_nccl = nccl == "on" or (nccl == "auto" and launcher.kind == "torchrun")
+    plugin = None if nccl == "off" else _build_nccl_plugin(required=want_nccl)
+    return shim, mpicc_used, plugin
+
+
+def _start_link_sampler(interval_s: float) -> Any:
+    """NVLink/PCIe counters of the node's GPUs while the job runs; None where there is no NVML/GPU."""
+    try:
+        from rankmap.capture.sampler import LinkSampler, NvmlCounters
+        source = NvmlCounters()
+        if source.gpu_count() == 0:
+            source.close()
+            return None
+        return LinkSampler(source, interval_s=interval_s).start()
+    except Exception:  # no driver, no GPU, no pynvml: profiling goes on without link counters
+        return None
+
+
+def _link_rows(samples: Sequence[Any]) -> list[dict]:
+    rows = []
+    for s in samples:
+        if s.nvlink_tx is not None or s.nvlink_rx is not None:
+            rows.append(dict(t_ns=s.t_ns, device=s.gpu, link="nvlink", tx_bytes=s.nvlink_tx, rx_bytes=s.nvlink_rx))
+        if s.pcie_tx is not None or s.pcie_rx is not None:
+            rows.append(dict(t_ns=s.t_ns, device=s.gpu, link="pcie", tx_bytes=s.pcie_tx, rx_bytes=s.pcie_rx))
+    return rows
+
+
+def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 100, flush_ms: int = 1000,
+                    mpicc: str | None = None, progress: bool = True, force_progress: bool = False,
+                    run_dir: str | os.PathLike | None = None, nccl: str = "auto", link_sampler: bool = True,
+                    warn: Callable[[str], None] = _warn) -> ProfileResult:
+    """Run ``argv`` with capture injected, stream its records into ``store``; returns the job's result.
+
+    ``store`` is a :class:`rankmap.store.Store`, a database URL, or None for the default store.
+    ``nccl`` is ``'auto'`` (the NCCL plugin for torchrun always, for other launchers when it can be
+    built), ``'on'`` (required) or ``'off'``. With ``link_sampler``, the GPUs' NVLink and PCIe byte
+    counters are sampled once per timeline bucket while the job runs (where NVML is available). The progress line shows when stderr is a terminal and
+    ``progress`` is set, or always with ``force_progress``.
+    """
+    from rankmap.store import Store, command_key, open_store
+
+    if bucket_ms <= 0 or flush_ms <= 0:
+        raise RankmapError("--bucket-ms and --flush-ms must be positive")
+    if nccl not in ("auto", "on", "off"):
+        raise RankmapError(f"--nccl must be auto, on or off, not {nccl!r}")
+    argv = list(argv)
+    launcher = L.recognise(argv)
+    rd = make_run_dir(run_dir)        # before the slow part: an unwritable place fails at once
+    try:
+        shim, mpicc_used, plugin = _capture_libraries(launcher, argv, mpicc, nccl)
+        if not isinstance(store, Store):
+            store = open_store(store)
+    except BaseException:
+        rd.remove_if_empty()
+        raise
+
+    inj = L.prepare(launcher, run_dir=rd.path, shim=shim, nccl_plugin=plugin, bucket_ms=bucket_ms,
+                    flush_ms=flush_ms)
+    key = command_key(argv)
+    job_id = store.create_job(argv, launcher=launcher.kind, world_size=launcher.world_size, run_dir=rd.path,
+                              key=key, meta={"injected": inj.injected, "mpicc": mpicc_used,
+                                             "bucket_ms": bucket_ms, "flush_ms": flush_ms})
+    rd.write_job({"job_id": job_id, "store": store.url, "command": argv, "launched": inj.argv,
+                  "launcher": launcher.kind, "world_size": launcher.world_size, "start": utc_now(),
+                  "env": inj.injected, "mpicc": mpicc_used})
+
+    streamer = _Streamer(store, job_id, rd, interval=min(1.0, max(0.2, flush_ms / 1000)))
+    show = force_progress or (progress and sys.stderr.isatty())
+    t0 = time.monotonic_ns()
+    with _Signals() as sigs:
+        try:
+            child = subprocess.Popen(inj.argv, env=inj.env)
+        except OSError as e:
+            store.finish_job(job_id, exit_status=127, elapsed_ns=0)
+            raise RankmapError(f"cannot start {argv[0]}: {e.strerror or e}") from None
+        sigs.attach(child)
+        streamer.start()
+        # One link sample per timeline bucket, so link counters and rank traffic line up in time.
+        sampler = _start_link_sampler(bucket_ms / 1000) if link_sampler else None
+        if show:
+            with _ProgressLine(job_id, streamer, launcher.world_size, force_progress):
+                rc = _wait(child)
+        else:
+            rc = _wait(child)
+    elapsed = time.monotonic_ns() - t0
+    status = rc if rc >= 0 else 128 - rc
+    streamer.stop_event.set()
+    streamer.join()
+    try:
+        problems = streamer.poll(final=True)
+    except Exception as e:  # the job's status still counts: say what could not be stored
+        from sqlalchemy.exc import SQLAlchemyError
+        if not isinstance(e, SQLAlchemyError):
+            raise
+        problems = [f"storing the records of {rd.path} failed: {str(e).splitlines()[0]}"]
+    if sampler is not None:
+        samples = sampler.stop()
+        problems += sampler.warnings
+        try:
+            store.add_link_samples(job_id, _link_rows(samples))
+        finally:
+            sampler.source.close()
+    for p in problems:
+        warn(p)
+    sizes = {r["world_rank"] for r in store.ranks(job_id)}
+    ws = streamer.world_size or launcher.world_size
+    store.finish_job(job_id, exit_status=status, elapsed_ns=elapsed, world_size=ws,
+                     meta={"problems": len(problems),
+                           "signal": signal.Signals(sigs.received).name if sigs.received else None})
+    rd.write_job({"end": utc_now(), "exit_status": status, "elapsed_ns": elapsed, "ranks_reporting": len(sizes),
+                  "world_size": ws})
+    if status != 0:
+        _note(f"job exited with status {status}; kept records up to last flush")
+    if not sizes:
+        warn(f"no rank wrote a record file in {rd.path}: nothing was captured")
+    elif ws and len(sizes) < ws:
+        missing = sorted(set(range(ws)) - sizes)
+        shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+        warn(f"only {len(sizes)} of {ws} ranks wrote records (missing: {shown})")
+    return ProfileResult(job_id=job_id, exit_status=status, run_dir=rd.path, launcher=launcher.kind,
+                         world_size=ws, elapsed_ns=elapsed, ranks_reporting=len(sizes),
+                         bytes_sent=streamer.bytes_sent, problems=problems)
+
+
+def _wait(child: subprocess.Popen) -> int:
+    while True:
+        try:
+            return child.wait()
+        except KeyboardInterrupt:  # signal handlers not installed (not the main thread)
+            child.terminate()

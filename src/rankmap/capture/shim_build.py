@@ -1,0 +1,154 @@
+"""Build the PMPI shim (``librankmap_mpi.so``) with the MPI compiler wrapper in use, cached.
+
+The shim must be compiled against the very MPI the application runs with (the ABI of
+``MPI_Comm`` & co. differs between Open MPI and MPICH). The cache key hashes the MPI identity
+(the wrapper's real path, its ``-showme``/``-show`` command line, the version macros of its
+``mpi.h``, the underlying compiler's version) and the shim's sources, so switching MPI with
+``module load`` or editing the sources gives a fresh build while repeated runs reuse one.
+
+Cache layout: ``${RANKMAP_CACHE:-~/.cache/rankmap}/shim/<key>/librankmap_mpi.so`` plus
+``identity.txt`` (what went into the key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from rankmap.errors import RankmapError
+
+LIB_NAME = "librankmap_mpi.so"
+# Optional flags: dropped if the wrapper's compiler rejects them.
+_OPT_FLAGS = ["-fno-semantic-interposition", "-Wno-stringop-overflow"]
+
+
+def native_dir() -> Path:
+    """The repository's ``native/`` folder (C sources of the shim and the record writer)."""
+    return Path(__file__).resolve().parents[3] / "native"
+
+
+def cache_root() -> Path:
+    """``$RANKMAP_CACHE`` or ``~/.cache/rankmap``."""
+    env = os.environ.get("RANKMAP_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "rankmap"
+
+
+def shim_sources() -> list[Path]:
+    """The C files compiled into the shim (MPI wrappers and the shared record writer)."""
+    nd = native_dir()
+    srcs = sorted((nd / "mpi").glob("*.c")) + [nd / "common" / "rmrec.c"]
+    missing = [str(p) for p in srcs if not p.is_file()]
+    if missing or not (nd / "mpi").is_dir():
+        raise RankmapError(f"shim sources not found under {nd} (is this a complete rankmap checkout?)")
+    return srcs
+
+
+def _run(cmd: list[str], timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def _resolve_wrapper(mpicc: str) -> Path:
+    path = shutil.which(mpicc)
+    if path is None:
+        where = "" if mpicc == "mpicc" else f" ({mpicc!r} is not an executable on PATH)"
+        raise RankmapError(f"mpicc not found{where}: install Open MPI or MPICH, or pass --mpicc PATH")
+    # Invoke the wrapper by its own name: Open MPI's opal_wrapper reads argv[0] to know what it is.
+    return Path(os.path.abspath(path))
+
+
+def mpi_identity(mpicc: str = "mpicc") -> str:
+    """Text that identifies the MPI behind ``mpicc``: wrapper path, command line, mpi.h versions."""
+    wrapper = _resolve_wrapper(mpicc)
+    parts = [f"wrapper: {wrapper} -> {wrapper.resolve()}"]
+    for flag in ("-showme", "-show"):       # Open MPI, then MPICH/MVAPICH/Intel
+        try:
+            p = _run([str(wrapper), flag], timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if p.returncode == 0 and p.stdout.strip():
+            parts.append(f"show: {p.stdout.strip()}")
+            break
+    with tempfile.TemporaryDirectory(prefix="rankmap-probe-") as td:
+        probe = Path(td) / "probe.c"
+        probe.write_text("#include <mpi.h>\nint main(void) { return 0; }\n")
+        try:
+            p = _run([str(wrapper), "-E", "-dM", str(probe)], timeout=60)
+            if p.returncode == 0:
+                macros = sorted(l for l in p.stdout.splitlines()
+                                if l.startswith("#define ") and len(l.split()) > 2
+                                and l.split()[1].endswith("VERSION") and "CONVERSION" not in l.split()[1]
+                                and any(k in l for k in ("MPI", "OMPI", "MPICH", "MVAPICH", "I_MPI")))
+                parts.extend(macros)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    try:
+        p = _run([str(wrapper), "--version"], timeout=30)
+        first = (p.stdout or p.stderr).strip().splitlines()
+        if first:
+            parts.append(f"compiler: {first[0]}")
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return "\n".join(parts)
+
+
+def _sources_hash(srcs: list[Path]) -> str:
+    h = hashlib.sha256()
+    nd = native_dir()
+    files = srcs + sorted((nd / "mpi").glob("*.h")) + sorted((nd / "common").glob("*.h"))
+    for f in files:
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _first_error(text: str) -> str:
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    for l in lines:
+        if "error" in l.lower():
+            return l
+    return lines[0] if lines else "(no compiler output)"
+
+
+def build_shim(mpicc: str = "mpicc", force: bool = False) -> Path:
+    """Return the path of ``librankmap_mpi.so`` built with ``mpicc``, building it if not cached.
+
+    Raises :class:`RankmapError` when the wrapper is missing or the build fails (naming the
+    wrapper and the first compiler error line).
+    """
+    identity = mpi_identity(mpicc)
+    wrapper = _resolve_wrapper(mpicc)
+    srcs = shim_sources()
+    key = hashlib.sha256((identity + "\n" + _sources_hash(srcs)).encode()).hexdigest()[:20]
+    outdir = cache_root() / "shim" / key
+    lib = outdir / LIB_NAME
+    if lib.is_file() and not force:
+        return lib
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RankmapError(f"cannot create the shim cache {outdir}: {e.strerror}") from None
+    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=outdir)
+    os.close(fd)
+    base = [str(wrapper), "-std=gnu11", "-O2", "-fPIC", "-shared", "-I", str(native_dir() / "common")]
+    tail = [str(s) for s in srcs] + ["-o", tmp, "-ldl", "-lpthread"]
+    try:
+        p = _run(base + _OPT_FLAGS + tail, timeout=300)
+        if p.returncode != 0:
+            p2 = _run(base + tail, timeout=300)       # maybe an optional flag was the problem
+            if p2.returncode == 0:
+                p = p2
+        if p.returncode != 0:
+            raise RankmapError(f"building the MPI shim with {wrapper} failed: "
+                               f"{_first_error(p.stderr + p.stdout)}")
+        os.replace(tmp, lib)                           # atomic: concurrent builders agree
+        (outdir / "identity.txt").write_text(identity + "\n")
+    except subprocess.TimeoutExpired:
+        raise RankmapError(f"building the MPI shim with {wrapper} timed out") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return lib

@@ -1,0 +1,37 @@
+"""``rankmap export JOB --format csv|json [-o FILE]``: a stored profile as data for other tools."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rankmap.errors import RankmapError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="write a stored profile as CSV (traffic) or JSON (everything)",
+                       description="CSV: the traffic, one row per (src, dst, class, operation), header "
+                                   "src,dst,class,operation,bytes,messages. JSON: the whole profile.")
+    p.add_argument("job", metavar="JOB", help="job id, or 'latest'")
+    p.add_argument("--format", choices=("csv", "json"), default="csv")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    p.add_argument("--db", metavar="URL", help="store URL (default $RANKMAP_DB or the SQLite file in ~/.rankmap)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankmap.report.export import to_csv, to_json
+    from rankmap.store import open_store
+
+    store = open_store(args.db)
+    job_id = store.resolve_job(args.job)
+    text = to_csv(store, job_id) if args.format == "csv" else to_json(store, job_id)
+    if args.output:
+        try:
+            with open(args.output, "w", newline="") as f:
+                f.write(text)
+        except OSError as e:
+            raise RankmapError(f"cannot write {args.output}: {e.strerror}") from None
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,53 @@
+"""``rankmap profile [options] -- <launch command>``: run a job with capture, store and summarise it."""
+
+from __future__ import annotations
+
+import argparse
+
+from rankmap.errors import RankmapError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile", help="run a job and record who sends how many bytes to whom",
+        description="Run an MPI, NCCL (torchrun) or single-process job with rankmap's capture injected, "
+                    "stream its per-rank records into the store and print a summary. The job's exit "
+                    "status is rankmap's.",
+        usage="rankmap profile [options] -- <launch command>")
+    p.add_argument("--db", metavar="URL", help="store URL (default $RANKMAP_DB or sqlite:///~/.rankmap/rankmap.db)")
+    p.add_argument("--bucket-ms", type=int, default=100, metavar="N", help="timeline bucket width (default 100)")
+    p.add_argument("--flush-ms", type=int, default=1000, metavar="N",
+                   help="how often ranks flush their records (default 1000)")
+    p.add_argument("--mpicc", metavar="PATH", help="MPI compiler wrapper to build the shim with "
+                   "(default: the one that belongs to the launcher)")
+    p.add_argument("--run-dir", metavar="DIR", help="where the ranks write their record files "
+                   "(default ~/.rankmap/runs/<timestamp>-<id>)")
+    p.add_argument("--nccl", choices=("auto", "on", "off"), default="auto",
+                   help="inject the NCCL profiler plugin (auto: for torchrun, and for MPI jobs when it builds)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--progress", action="store_true", help="show the progress line even when stderr is not a terminal")
+    g.add_argument("--no-progress", action="store_true", help="never show the progress line")
+    p.add_argument("--no-summary", action="store_true", help="do not print the summary after the job")
+    p.add_argument("--no-link-sampler", action="store_true",
+                   help="do not sample the GPUs' NVLink/PCIe counters while the job runs")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the launch command, after --")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankmap.capture.profile import profile_command
+    from rankmap.store import open_store
+
+    cmd = list(args.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise RankmapError("no command to profile: rankmap profile [options] -- <launch command>")
+    store = open_store(args.db)
+    res = profile_command(cmd, store=store, bucket_ms=args.bucket_ms, flush_ms=args.flush_ms, mpicc=args.mpicc,
+                          progress=not args.no_progress, force_progress=args.progress, run_dir=args.run_dir,
+                          nccl=args.nccl, link_sampler=not args.no_link_sampler)
+    if not args.no_summary:
+        from rankmap.report.summary import print_summary
+        print_summary(store, res.job_id)
+    return res.exit_status

@@ -1,0 +1,64 @@
+"""``rankmap serve [--db URL] [--host H] [--port P] [--topology SPEC]``: the web dashboard."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import socket
+
+from rankmap.errors import RankmapError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="web dashboard over the stored jobs (topology, traffic, mappings)",
+                       description="Serve the dashboard: jobs, the rank x rank traffic grid, per-operation "
+                                   "and over-time charts, link counters, and the topology coloured by "
+                                   "link use, with mappings before/after. Read-only over the store.")
+    p.add_argument("--db", metavar="URL", help="store URL (default $RANKMAP_DB or the SQLite file in ~/.rankmap)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; 0.0.0.0 exposes the dashboard to the network)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--topology", metavar="SPEC",
+                   help="node to draw: 'live' (default), a fixture name, or a topology JSON / nvidia-smi topo -m file")
+    p.set_defaults(func=run)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail with one line before uvicorn starts, instead of uvicorn's log lines and exit 1."""
+    if not 0 < port < 65536:
+        raise RankmapError(f"--port {port}: must be between 1 and 65535")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise RankmapError(f"--host {host!r}: {e.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            hint = " (choose another --port)" if e.errno == errno.EADDRINUSE else ""
+            raise RankmapError(f"cannot listen on {host}:{port}: {e.strerror}{hint}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from rankmap.web.app import create_app, plotly_js
+    except ModuleNotFoundError as e:
+        raise RankmapError(f"the dashboard needs {e.name}: pip install 'rankmap[web]'") from None
+    from rankmap.store import open_store
+
+    store = open_store(args.db)
+    if args.topology and args.topology != "live":
+        from rankmap.topology import load
+
+        load(args.topology)  # a mistyped spec fails now, in one line, not later in the page
+    plotly_js()
+    _check_port(args.host, args.port)
+    app = create_app(store, args.topology)
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"rankmap: dashboard at http://{shown}:{args.port}/  (store {store.url}; Ctrl-C to stop)", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0

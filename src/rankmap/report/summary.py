@@ -1,0 +1,187 @@
+"""The terminal summary of one profiled job (what ``rankmap profile`` prints when the job ends).
+
+Everything comes from the store, so the same summary can be printed for any stored job. Byte
+counts are shown in decimal units (kB = 1e3 bytes, MB = 1e6, GB = 1e9), as everywhere rankmap
+shows bytes to a person.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from rich.color import Color
+from rich.console import Console, Group
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+
+from rankmap.report.pop import pop_metrics
+
+MAX_MATRIX = 32          # ranks shown one by one; larger jobs are shown in blocks of ranks
+TOP_PAIRS = 10
+MEM_LABELS = {"device": "device (GPU-resident)", "host": "host (staged through host memory)",
+              "managed": "managed (unified memory)", "unknown": "unknown (no buffer / in place)"}
+
+
+def human_bytes(n: float) -> str:
+    """1234567 -> '1.23 MB' (decimal units)."""
+    n = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{int(n)} B" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n} B"  # pragma: no cover
+
+
+def _compact(n: int) -> str:
+    """Bytes in at most 5 characters, for the matrix cells."""
+    if n == 0:
+        return "·"
+    for unit in ("", "k", "M", "G", "T", "P"):
+        if n < 1000:
+            return f"{n:.0f}{unit}" if unit == "" or n >= 10 else f"{n:.1f}{unit}"
+        n /= 1000
+    return f"{n:.0f}E"
+
+
+def _heat(v: int, vmax: int) -> Style:
+    """Background from pale yellow (little) to dark red (the heaviest pair), on a log scale."""
+    if v <= 0 or vmax <= 0:
+        return Style(color="grey50")
+    x = math.log1p(v) / math.log1p(vmax)
+    r = 255 - int(75 * x)
+    g = int(235 - 215 * x)
+    b = int(150 - 140 * x)
+    fg = "white" if x > 0.6 else "black"
+    return Style(bgcolor=Color.from_rgb(r, g, b), color=fg)
+
+
+def blocks(n: int, limit: int = MAX_MATRIX) -> list[tuple[int, int]]:
+    """Rank ranges ``[lo, hi)`` that split ``n`` ranks into at most ``limit`` rows/columns."""
+    size = max(1, math.ceil(n / limit))
+    return [(lo, min(n, lo + size)) for lo in range(0, n, size)]
+
+
+def matrix_table(m: np.ndarray, title: str = "traffic matrix: bytes sent, row = source rank, column = destination") -> Group:
+    n = m.shape[0]
+    bs = blocks(n)
+    if len(bs) < n:
+        agg = np.array([[m[a:b, c:d].sum() for c, d in bs] for a, b in bs], dtype=np.int64)
+        labels = [f"{a}-{b - 1}" if b - a > 1 else str(a) for a, b in bs]
+        title += f" (blocks of {bs[0][1] - bs[0][0]} ranks)"
+    else:
+        agg, labels = m, [str(i) for i in range(n)]
+    vmax = int(agg.max()) if agg.size else 0
+    t = Table(box=None, padding=(0, 1), show_edge=False)
+    t.add_column("src\\dst", justify="right", style="bold")
+    for lab in labels:
+        t.add_column(lab, justify="right", no_wrap=True)
+    for i, lab in enumerate(labels):
+        t.add_row(lab, *[Text(_compact(int(v)), style=_heat(int(v), vmax)) for v in agg[i]])
+    return Group(Text(title, style="bold"), t)
+
+
+def summary_renderables(store: Any, job_id: int) -> list[Any]:
+    """The summary's parts, top to bottom (rich renderables)."""
+    job = store.job(job_id)
+    ranks = store.ranks(job_id)
+    traffic = store.traffic(job_id)
+    out: list[Any] = []
+
+    status = job.get("exit_status")
+    elapsed = job.get("elapsed_ns")
+    head = Text()
+    head.append(f"rankmap job {job_id}", style="bold")
+    head.append(f"  {job['command']}\n", style="cyan")
+    head.append(f"launcher {job['launcher']} · {len({r['world_rank'] for r in ranks})} of "
+                f"{job.get('world_size') or '?'} ranks reported · host(s) {', '.join(job.get('hosts') or []) or '?'}")
+    if elapsed is not None:
+        head.append(f" · {elapsed / 1e9:.2f} s")
+    if status is not None:
+        head.append(f" · exit status {status}", style="green" if status == 0 else "bold red")
+    out.append(head)
+
+    total = sum(r["bytes"] for r in traffic)
+    if not traffic:
+        out.append(Text("no traffic recorded", style="yellow"))
+    else:
+        by_op: dict[tuple[str, str], list[int]] = {}
+        for r in traffic:
+            a = by_op.setdefault((r["class"], r["operation"]), [0, 0])
+            a[0] += r["bytes"]
+            a[1] += r["messages"]
+        t = _table(f"bytes by class and operation (total {human_bytes(total)})")
+        for c, j in (("class", "left"), ("operation", "left"), ("bytes", "right"), ("messages", "right"),
+                     ("share", "right")):
+            t.add_column(c, justify=j)
+        for (k, op), (b, msgs) in sorted(by_op.items(), key=lambda kv: (-kv[1][0], kv[0])):
+            t.add_row(k, op, human_bytes(b), f"{msgs:,}", f"{100 * b / total:.1f} %" if total else "-")
+        out.append(t.group)
+
+        pairs: dict[tuple[int, int], list[int]] = {}
+        for r in traffic:
+            a = pairs.setdefault((r["src"], r["dst"]), [0, 0])
+            a[0] += r["bytes"]
+            a[1] += r["messages"]
+        t = _table("heaviest pairs")
+        for c, j in (("src → dst", "left"), ("bytes", "right"), ("messages", "right"), ("share", "right")):
+            t.add_column(c, justify=j)
+        top = sorted(pairs.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_PAIRS]
+        for (s, d), (b, msgs) in top:
+            t.add_row(f"{s} → {d}", human_bytes(b), f"{msgs:,}", f"{100 * b / total:.1f} %" if total else "-")
+        out.append(t.group)
+        out.append(matrix_table(store.traffic_matrix(job_id)))
+
+        mem = store.bytes_by_mem(job_id)
+        t = _table("where the sent bytes lived")
+        t.add_column("memory")
+        t.add_column("bytes", justify="right")
+        t.add_column("share", justify="right")
+        for kind in ("device", "host", "managed", "unknown"):
+            if mem.get(kind):
+                t.add_row(MEM_LABELS[kind], human_bytes(mem[kind]), f"{100 * mem[kind] / total:.1f} %")
+        out.append(t.group)
+
+    pop = pop_metrics([r for r in ranks if r["source"] == "mpi"])
+    if pop is not None:
+        t = _table(f"POP efficiency ({pop.ranks} ranks, runtime {pop.runtime_ns / 1e9:.3f} s, "
+                   f"useful = outside MPI)")
+        t.add_column("metric")
+        t.add_column("value", justify="right")
+        t.add_row("parallel efficiency", f"{100 * pop.parallel_efficiency:.1f} %")
+        t.add_row("  load balance", f"{100 * pop.load_balance:.1f} %")
+        t.add_row("  communication efficiency", f"{100 * pop.communication_efficiency:.1f} %")
+        out.append(t.group)
+
+    elif ranks:
+        out.append(Text("POP efficiency: no MPI ranks recorded (time in NCCL calls is asynchronous GPU work, "
+                        "not communication time)", style="dim"))
+
+    problems = [p for r in ranks for p in (r.get("problems") or [])]
+    if problems:
+        out.append(Text(f"{len(problems)} record problem(s): see `rankmap export {job_id} --format json`",
+                        style="yellow"))
+    return out
+
+
+class _table(Table):
+    """A table with its heading on its own line, so a narrow table does not wrap the heading."""
+
+    def __init__(self, heading: str):
+        super().__init__()
+        self.heading = heading
+
+    @property
+    def group(self) -> Group:
+        return Group(Text(self.heading, style="bold"), self)
+
+
+def print_summary(store: Any, job_id: int, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(Group(*[_spaced(r) for r in summary_renderables(store, job_id)]))
+
+
+def _spaced(r: Any) -> Any:
+    return Group(r, Text(""))

@@ -1,0 +1,124 @@
+"""The one schema of rankmap's store, written once in SQLAlchemy Core for SQLite and PostgreSQL.
+
+Why Core and not an ORM: every query here is a bulk insert or an aggregate over a few
+tables, and the same ``Table`` objects must create the schema on both back ends. Bytes,
+messages and times are int64 (``BigInteger``), as everywhere in rankmap; structured
+side data (histograms, mapping, free-form metadata) is ``JSON``, which both back ends store.
+
+Rows that come from a rank's record file carry ``(job, rank, source)`` so one rank's data can
+be replaced as a whole when its record file grows (streaming ingestion re-reads totals).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (JSON, BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index,
+                        Integer, MetaData, String, Table, Text)
+
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+meta_info = Table(
+    "rankmap_schema", metadata,
+    Column("version", Integer, primary_key=True),
+)
+
+jobs = Table(
+    "jobs", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("created", DateTime(timezone=True), nullable=False),
+    Column("ended", DateTime(timezone=True)),
+    Column("command", Text, nullable=False),          # shell-quoted, as the user typed it
+    Column("command_key", Text, nullable=False),      # normalised, for caching profiles and mappings
+    Column("launcher", String(32), nullable=False),
+    Column("world_size", Integer),
+    Column("hosts", JSON),
+    Column("exit_status", Integer),                   # NULL while running
+    Column("elapsed_ns", BigInteger),
+    Column("run_dir", Text),
+    Column("meta", JSON),
+)
+Index("ix_jobs_key", jobs.c.command_key, jobs.c.world_size)
+
+ranks = Table(
+    "ranks", metadata,
+    Column("job", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("world_rank", Integer, primary_key=True),
+    Column("source", String(8), primary_key=True),   # 'mpi' | 'nccl'
+    Column("host", Text),
+    Column("pid", Integer),
+    Column("start_ns", BigInteger),
+    Column("elapsed_ns", BigInteger),
+    Column("comm_ns", BigInteger),                    # time inside MPI (or NCCL) calls
+    Column("finalized", Boolean),                     # the rank wrote its final flush
+    Column("problems", JSON),
+)
+
+traffic = Table(
+    "traffic", metadata,
+    Column("job", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("source", String(8), nullable=False),      # which record file the row came from
+    Column("src", Integer, nullable=False),
+    Column("dst", Integer, nullable=False),
+    Column("class", String(16), nullable=False),
+    Column("operation", String(64), nullable=False),
+    Column("mem", String(16), nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("messages", BigInteger, nullable=False),
+    Column("reporter", Integer, nullable=False),      # the rank whose file holds the row
+)
+Index("ix_traffic_job", traffic.c.job, traffic.c.reporter, traffic.c.source)
+
+op_stats = Table(
+    "op_stats", metadata,
+    Column("job", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("rank", Integer, nullable=False),
+    Column("source", String(8), nullable=False),
+    Column("operation", String(64), nullable=False),
+    Column("calls", BigInteger, nullable=False),
+    Column("ns", BigInteger, nullable=False),
+    Column("payload", BigInteger),                    # logical payload bytes of the calls
+    Column("histogram", JSON),                        # message counts per power-of-two size bucket
+)
+Index("ix_op_stats_job", op_stats.c.job, op_stats.c.rank, op_stats.c.source)
+
+timeline = Table(
+    "timeline", metadata,
+    Column("job", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("source", String(8), nullable=False),
+    Column("src", Integer, nullable=False),
+    Column("dst", Integer, nullable=False),
+    Column("class", String(16), nullable=False),
+    Column("bucket", Integer, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+)
+Index("ix_timeline_job", timeline.c.job, timeline.c.src, timeline.c.source)
+
+link_samples = Table(
+    "link_samples", metadata,
+    Column("job", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("t_ns", BigInteger, nullable=False),
+    Column("device", Integer, nullable=False),
+    Column("link", String(32), nullable=False),       # e.g. 'nvlink' (all links), 'nvlink3', 'pcie'
+    Column("tx_bytes", BigInteger),
+    Column("rx_bytes", BigInteger),
+)
+Index("ix_link_samples_job", link_samples.c.job, link_samples.c.t_ns)
+
+mappings = Table(
+    "mappings", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job", Integer, ForeignKey("jobs.id", ondelete="SET NULL")),
+    Column("created", DateTime(timezone=True), nullable=False),
+    Column("command_key", Text),
+    Column("world_size", Integer),
+    Column("topology", Text),
+    Column("mapping", JSON, nullable=False),
+    Column("max_congestion_before", Float),
+    Column("avg_congestion_before", Float),
+    Column("max_congestion_after", Float),
+    Column("avg_congestion_after", Float),
+    Column("optimal", Boolean),
+    Column("meta", JSON),
+)
+Index("ix_mappings_key", mappings.c.command_key, mappings.c.world_size)

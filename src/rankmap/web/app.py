@@ -1,0 +1,288 @@
+"""The dashboard's HTTP API and its one static page.
+
+Every view of the page is one JSON endpoint here, so what the page shows can be fetched,
+tested and scripted without a browser. The app only reads the store; it never writes.
+plotly.js is served from the installed ``plotly`` package, never from a CDN, because the
+dashboard often runs on a compute node with no way out.
+
+Endpoints (all GET):
+
+``/api/info``                          store, default topology, fixtures offered
+``/api/jobs``                          the most recent jobs with their totals
+``/api/jobs/{job}``                    one job (id or ``latest``): ranks and summary
+``/api/jobs/{job}/matrix``             rank x rank bytes (``class=``, ``what=bytes|messages``)
+``/api/jobs/{job}/ops``                bytes, messages, calls, time per operation
+``/api/jobs/{job}/timeline``           bytes per time bucket and class
+``/api/jobs/{job}/links``              link counter samples as rates
+``/api/jobs/{job}/mapping``            stored mapping, link loads before and after
+``/api/topology``                      topology + drawing + GPU pair routes (+ loads with ``job=``)
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, HTTPException, Query
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from rankmap import __version__
+from rankmap.errors import RankmapError
+from rankmap.store import Store
+from rankmap.topology import Topology
+from rankmap.topology.jsonio import to_dict
+from rankmap.web import queries as Q
+from rankmap.web import topoview as V
+
+STATIC = Path(__file__).with_name("static")
+
+
+def plotly_js() -> Path:
+    """plotly.min.js as shipped inside the plotly Python package."""
+    import plotly
+
+    p = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    if not p.is_file():
+        raise RankmapError(f"the installed plotly package lacks {p}: reinstall it (pip install --force-reinstall plotly)")
+    return p
+
+
+class _Topologies:
+    """Topologies by spec, loaded once: live discovery costs an NVML walk, fixtures a JSON parse.
+
+    A spec that fails is remembered with its message, so a page polling every two seconds does
+    not retry a discovery that cannot succeed on this machine.
+    """
+
+    def __init__(self, default: str | None) -> None:
+        self.default = default or "live"
+        self._cache: dict[str, Topology | RankmapError] = {}
+        self._lock = threading.Lock()
+
+    def allowed(self) -> list[str]:
+        from rankmap.topology import fixtures
+
+        return list(dict.fromkeys([self.default, "live", *fixtures.NAMES]))
+
+    def get(self, spec: str | None, *, trusted: bool = False) -> Topology:
+        """``trusted`` specs come from the store (a mapping's topology); others must be offered.
+
+        Specs from a request are limited to the server's own, ``live`` and the fixtures, so the
+        API cannot be used to read arbitrary files of the machine it runs on.
+        """
+        spec = spec or self.default
+        if not trusted and spec not in self.allowed():
+            raise HTTPException(400, f"topology {spec!r} is not offered here; choose one of "
+                                     f"{', '.join(self.allowed())} or start rankmap serve with --topology")
+        with self._lock:
+            if spec not in self._cache:
+                from rankmap.topology import load
+
+                try:
+                    self._cache[spec] = load(spec)
+                except RankmapError as e:
+                    self._cache[spec] = e
+            t = self._cache[spec]
+        if isinstance(t, RankmapError):
+            hint = " (pick another topology in the page, or start rankmap serve with --topology SPEC)"
+            raise HTTPException(404, f"topology {spec!r} is not available: {t}{hint}")
+        return t
+
+
+def _ints(x: Any) -> Any:
+    """numpy scalars and arrays as plain JSON numbers."""
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    return x
+
+
+def create_app(store: Store, topology_spec: str | None = None) -> FastAPI:
+    """The dashboard over ``store``; ``topology_spec`` (``rankmap topo`` spec) is the node drawn by default."""
+    app = FastAPI(title="rankmap dashboard", version=__version__, docs_url="/api/docs", redoc_url=None)
+    topologies = _Topologies(topology_spec)
+    app.state.store = store
+    app.state.topologies = topologies
+
+    @app.exception_handler(RankmapError)
+    def _rankmap_error(_request, exc: RankmapError) -> JSONResponse:  # noqa: ANN001
+        return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    def job_id(spec: str) -> int:
+        try:
+            return store.resolve_job(spec)
+        except RankmapError as e:
+            raise HTTPException(404, str(e)) from None
+
+    def job_matrix(jid: int, classes: list[str] | None = None, what: str = "bytes") -> np.ndarray:
+        return store.traffic_matrix(jid, classes or None, what=what)
+
+    def split_classes(values: list[str] | None) -> list[str]:
+        return [c for v in values or [] for c in v.split(",") if c and c != "all"]
+
+    # ------------------------------------------------------------------ page
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/static/plotly.min.js", include_in_schema=False)
+    def plotly_file() -> FileResponse:
+        return FileResponse(plotly_js(), media_type="text/javascript",
+                            headers={"Cache-Control": "public, max-age=86400"})
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    # ------------------------------------------------------------------- api
+    @app.get("/api/info")
+    def info() -> dict:
+        return {"version": __version__, "store": store.url, "topology": topologies.default,
+                "topologies": topologies.allowed()}
+
+    @app.get("/api/jobs")
+    def jobs(limit: int = Query(100, ge=1, le=10000)) -> dict:
+        rows = store.jobs(limit)
+        totals = Q.job_totals(store, [j["id"] for j in rows])
+        for j in rows:
+            j.update(totals.get(j["id"], {}))
+            j["running"] = j["exit_status"] is None
+        return {"jobs": rows}
+
+    @app.get("/api/jobs/{job}")
+    def job(job: str) -> dict:
+        jid = job_id(job)
+        from rankmap.report.pop import pop_metrics
+
+        j = store.job(jid)
+        ranks = store.ranks(jid)
+        sources = sorted({r["source"] for r in ranks})
+        pop_src = "mpi" if "mpi" in sources else (sources[0] if sources else None)
+        pop = pop_metrics([r for r in ranks if r["source"] == pop_src])
+        by_class = Q.bytes_by_class(store, jid)
+        return {
+            "job": j, "running": j["exit_status"] is None, "ranks": ranks,
+            "summary": {
+                "world_size": store.world_size(jid),
+                "ranks_reporting": len({r["world_rank"] for r in ranks}),
+                "sources": sources,
+                "total_bytes": sum(v["bytes"] for v in by_class.values()),
+                "total_messages": sum(v["messages"] for v in by_class.values()),
+                "bytes_by_class": by_class,
+                "bytes_by_mem": store.bytes_by_mem(jid),
+                "comm_ns": sum(int(r["comm_ns"] or 0) for r in ranks if r["source"] == pop_src),
+                "pop": pop.as_dict() if pop else None, "pop_source": pop_src if pop else None,
+                "unfinished_ranks": sorted({r["world_rank"] for r in ranks if not r["finalized"]}),
+                "problems": [p for r in ranks for p in (r.get("problems") or [])],
+            },
+        }
+
+    @app.get("/api/jobs/{job}/matrix")
+    def matrix(job: str, klass: list[str] | None = Query(None, alias="class"),
+               what: str = Query("bytes", pattern="^(bytes|messages)$")) -> dict:
+        jid = job_id(job)
+        classes = split_classes(klass)
+        m = job_matrix(jid, classes, what)
+        return {"job": jid, "what": what, "classes": classes or "all",
+                "available_classes": sorted(Q.bytes_by_class(store, jid)),
+                "world_size": int(m.shape[0]), "matrix": m.tolist(), "total": int(m.sum())}
+
+    @app.get("/api/jobs/{job}/ops")
+    def ops(job: str) -> dict:
+        jid = job_id(job)
+        return {"job": jid, "operations": Q.operations(store, jid)}
+
+    @app.get("/api/jobs/{job}/timeline")
+    def timeline(job: str) -> dict:
+        jid = job_id(job)
+        meta = store.job(jid).get("meta") or {}
+        bucket_ms = meta.get("bucket_ms")
+        out = Q.timeline(store, jid, float(bucket_ms or Q.DEFAULT_BUCKET_MS))
+        out["bucket_ms_assumed"] = bucket_ms is None
+        return {"job": jid, **out}
+
+    @app.get("/api/jobs/{job}/links")
+    def links(job: str) -> dict:
+        jid = job_id(job)
+        return {"job": jid, "series": Q.link_series(store.link_samples(jid))}
+
+    def view(topo: Topology, m: np.ndarray, placement: V.Placement) -> dict:
+        v = V.link_loads(topo, m, placement)
+        v["ranks_on_gpu"] = {str(g): rs for g, rs in V.ranks_on_gpus(placement, m.shape[0]).items()}
+        return v
+
+    @app.get("/api/jobs/{job}/mapping")
+    def mapping(job: str, spec: str | None = None) -> dict:
+        jid = job_id(job)
+        j = store.job(jid)
+        row = Q.mapping_for_job(store, jid, j)
+        if row is None:
+            return {"job": jid, "mapping": None,
+                    "message": f"no mapping for job {jid}: make one with `rankmap map {jid}` or `rankmap tune`"}
+        stored = {f"{k}_{w}": row.get(f"{k}_congestion_{w}") for k in ("max", "avg") for w in ("before", "after")}
+        out: dict[str, Any] = {
+            "job": jid, "mapping": {k: row[k] for k in ("id", "job", "created", "topology", "world_size",
+                                                        "optimal", "matched", "meta", "mapping")},
+            "stored": stored,  # the solver's own figures, as saved with the mapping
+        }
+        # The node the mapping was made for comes first: drawing it on another node would show
+        # loads of a placement nobody chose. The asked-for one, then the server's, stand in.
+        topo = None
+        errors = []
+        for cand, trusted in ((row.get("topology"), True), (spec, False), (None, False)):
+            if topo is not None or (cand is None and trusted):
+                continue
+            try:
+                topo = topologies.get(cand, trusted=trusted)
+            except HTTPException as e:
+                errors.append(str(e.detail))
+        if topo is None:
+            out["topology_error"] = "; ".join(dict.fromkeys(errors))
+            return out
+        m = job_matrix(jid)
+        n = m.shape[0]
+        out["topology"] = topo.name
+        out["drawing"] = {"topology": to_dict(topo), "layout": V.layout(topo)}
+        before_map = row["mapping"].get("before") if isinstance(row["mapping"], dict) else None
+        try:  # a mapping made for another node or size is shown with its stored figures only
+            before = V.placement_for(topo, n, before_map, "mapping.before")
+            after = V.parse_placement(row["mapping"], n, f"mapping {row['id']}")
+            views = view(topo, m, before), view(topo, m, after)
+        except RankmapError as e:
+            out["mapping_error"] = str(e)
+            return out
+        out["before"], out["after"] = views
+        out["routed"] = V.congestion_summary(*views)
+        return out
+
+    @app.get("/api/topology")
+    def topology(spec: str | None = None, job: str | None = None,
+                 placement: str = Query("auto", pattern="^(auto|default|mapped)$"),
+                 klass: list[str] | None = Query(None, alias="class")) -> dict:
+        topo = topologies.get(spec)
+        out: dict[str, Any] = {"spec": spec or topologies.default, **V.topology_json(topo)}
+        if job is None:
+            return out
+        jid = job_id(job)
+        m = job_matrix(jid, split_classes(klass))
+        n = m.shape[0]
+        j = store.job(jid)
+        mapping_used: Any = None
+        where = "default"
+        if placement == "mapped":
+            row = Q.mapping_for_job(store, jid, j)
+            if row is None:
+                raise HTTPException(404, f"no mapping for job {jid}: make one with `rankmap map {jid}`")
+            mapping_used, where = row["mapping"], f"mapping {row['id']}"
+        elif placement == "auto" and (j.get("meta") or {}).get("mapping") is not None:
+            mapping_used, where = j["meta"]["mapping"], f"job {jid} meta.mapping"
+        p = V.placement_for(topo, n, mapping_used, where)
+        out["job"] = jid
+        out["load"] = view(topo, m, p)
+        return out
+
+    return app

@@ -1,0 +1,147 @@
+"""The few queries the dashboard needs beyond :class:`rankmap.store.Store`'s own.
+
+They read the store's tables directly (``rankmap.store.schema``) through the store's engine,
+each one aggregate in SQL so that a page refresh every two seconds stays cheap on a job with
+thousands of ranks.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+
+from rankmap.store import Store
+from rankmap.store import schema as S
+
+DEFAULT_BUCKET_MS = 100  # rankmap profile's default --bucket-ms, for jobs whose meta lacks it
+
+
+def _iso(t: datetime | None) -> str | None:
+    """UTC ISO time as the store writes it (SQLite hands datetimes back without a zone)."""
+    if t is None:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def job_totals(store: Store, job_ids: list[int]) -> dict[int, dict[str, int]]:
+    """Bytes, messages and reporting ranks per job, for the job list."""
+    if not job_ids:
+        return {}
+    t, r = S.traffic, S.ranks
+    out: dict[int, dict[str, int]] = {j: {"bytes": 0, "messages": 0, "ranks_reporting": 0} for j in job_ids}
+    with store.engine.connect() as c:
+        for j, b, m in c.execute(sa.select(t.c.job, sa.func.sum(t.c.bytes), sa.func.sum(t.c.messages))
+                                 .where(t.c.job.in_(job_ids)).group_by(t.c.job)):
+            out[j]["bytes"], out[j]["messages"] = int(b or 0), int(m or 0)
+        for j, n in c.execute(sa.select(r.c.job, sa.func.count(sa.distinct(r.c.world_rank)))
+                              .where(r.c.job.in_(job_ids)).group_by(r.c.job)):
+            out[j]["ranks_reporting"] = int(n)
+    return out
+
+
+def bytes_by_class(store: Store, job_id: int) -> dict[str, dict[str, int]]:
+    """Bytes and messages per traffic class."""
+    t = S.traffic
+    q = (sa.select(t.c["class"], sa.func.sum(t.c.bytes), sa.func.sum(t.c.messages))
+         .where(t.c.job == job_id).group_by(t.c["class"]).order_by(t.c["class"]))
+    with store.engine.connect() as c:
+        return {k: {"bytes": int(b or 0), "messages": int(m or 0)} for k, b, m in c.execute(q)}
+
+
+def operations(store: Store, job_id: int) -> list[dict[str, Any]]:
+    """Per operation: bytes and messages it moved (traffic) and calls and time spent in it (op stats).
+
+    The two tables are keyed differently (pair rows vs rank rows), so each is summed on its own
+    and the results are joined on the operation name; an operation that moves no pair bytes
+    (``MPI_Barrier``, ``MPI_Wait``) still shows its calls and time.
+    """
+    t, o = S.traffic, S.op_stats
+    ops: dict[str, dict[str, Any]] = {}
+
+    def row(name: str) -> dict[str, Any]:
+        return ops.setdefault(name, {"operation": name, "class": None, "bytes": 0, "messages": 0,
+                                     "calls": 0, "time_ns": 0, "payload": 0, "ranks": 0})
+
+    with store.engine.connect() as c:
+        for name, klass, b, m in c.execute(
+                sa.select(t.c.operation, t.c["class"], sa.func.sum(t.c.bytes), sa.func.sum(t.c.messages))
+                .where(t.c.job == job_id).group_by(t.c.operation, t.c["class"])):
+            d = row(name)
+            d["bytes"] += int(b or 0)
+            d["messages"] += int(m or 0)
+            d["class"] = klass if d["class"] in (None, klass) else "mixed"
+        for name, calls, ns, payload, nranks in c.execute(
+                sa.select(o.c.operation, sa.func.sum(o.c.calls), sa.func.sum(o.c.ns), sa.func.sum(o.c.payload),
+                          sa.func.count(sa.distinct(o.c.rank)))
+                .where(o.c.job == job_id).group_by(o.c.operation)):
+            d = row(name)
+            d["calls"], d["time_ns"] = int(calls or 0), int(ns or 0)
+            d["payload"], d["ranks"] = int(payload or 0), int(nranks or 0)
+    return sorted(ops.values(), key=lambda d: (-d["bytes"], -d["time_ns"], d["operation"]))
+
+
+def timeline(store: Store, job_id: int, bucket_ms: float) -> dict[str, Any]:
+    """Bytes sent per time bucket and class, summed over rank pairs, with empty buckets filled."""
+    t = S.timeline
+    q = (sa.select(t.c.bucket, t.c["class"], sa.func.sum(t.c.bytes))
+         .where(t.c.job == job_id).group_by(t.c.bucket, t.c["class"]))
+    with store.engine.connect() as c:
+        rows = [(int(b), k, int(v or 0)) for b, k, v in c.execute(q)]
+    if not rows:
+        return {"bucket_ms": bucket_ms, "t_s": [], "series": {}}
+    lo, hi = min(r[0] for r in rows), max(r[0] for r in rows)
+    classes = sorted({r[1] for r in rows})
+    series = {k: [0] * (hi - lo + 1) for k in classes}
+    for b, k, v in rows:
+        series[k][b - lo] += v
+    return {"bucket_ms": bucket_ms, "t_s": [round((lo + i) * bucket_ms / 1000, 6) for i in range(hi - lo + 1)],
+            "series": series}
+
+
+def link_series(samples: list[dict]) -> list[dict[str, Any]]:
+    """Link counter samples (cumulative bytes) as one series per (GPU, link) with rates in GB/s.
+
+    A rate is the difference of two consecutive cumulative samples over their time step; a
+    missing reading (``None``) breaks the series there instead of inventing a zero.
+    """
+    if not samples:
+        return []
+    t0 = min(int(s["t_ns"]) for s in samples)
+    by: dict[tuple[int, str], list[dict]] = {}
+    for s in samples:
+        by.setdefault((int(s["device"]), str(s["link"])), []).append(s)
+    out = []
+    for (dev, link), ss in sorted(by.items()):
+        ss.sort(key=lambda s: int(s["t_ns"]))
+        t = [(int(s["t_ns"]) - t0) / 1e9 for s in ss]
+        series: dict[str, Any] = {"device": dev, "link": link, "t_s": t}
+        for field in ("tx_bytes", "rx_bytes"):
+            vals = [s.get(field) for s in ss]
+            rate: list[float | None] = [None]
+            for i in range(1, len(ss)):
+                a, b, dt = vals[i - 1], vals[i], t[i] - t[i - 1]
+                rate.append(None if a is None or b is None or dt <= 0 else (b - a) / dt / 1e9)
+            series[field] = vals
+            series[field.replace("_bytes", "_gbps")] = rate
+        out.append(series)
+    return out
+
+
+def mapping_for_job(store: Store, job_id: int, job: dict) -> dict | None:
+    """The newest mapping made from this job, else the newest for the same command and size."""
+    m = S.mappings
+    with store.engine.connect() as c:
+        row = c.execute(sa.select(m).where(m.c.job == job_id).order_by(m.c.id.desc()).limit(1)).mappings().first()
+    if row is not None:
+        d = dict(row)
+        d["created"] = _iso(d.get("created"))
+        d["matched"] = "job"
+        return d
+    d = store.latest_mapping(job["command_key"], job.get("world_size"))
+    if d is not None:
+        d["matched"] = "command"
+    return d

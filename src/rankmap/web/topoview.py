@@ -1,0 +1,268 @@
+"""What the dashboard draws of a topology: device positions, GPU pair routes, and link loads.
+
+The drawing is computed here rather than in the browser so that it is one tested function:
+the page only scales the coordinates and colours the links by the numbers given.
+
+Loads follow the one routing rule of rankmap: every rank pair's bytes travel along
+``Topology.route(gpu_a, gpu_b).hops``; a hop adds the bytes to its link in the hop's
+direction. **Congestion** of a directed link is load / (bandwidth x 1e9) seconds, and a
+placement is summed up by the maximum and the average congestion over the used directed
+links (the figures ``rankmap map`` reports).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rankmap.errors import RankmapError
+from rankmap.topology import DeviceKind, Topology
+from rankmap.topology.jsonio import to_dict
+
+# Rows from top to bottom. PCIe switches get one row per level of nesting (see _rows).
+_ROW_OF_KIND = {DeviceKind.NODE: 0, DeviceKind.CPU: 1, DeviceKind.HOST_BRIDGE: 2}
+_KIND_ORDER = {DeviceKind.GPU: 0, DeviceKind.NIC: 1}
+
+SLOT_W = 84  # horizontal room per device, px in the drawing's own coordinates
+ROW_H = 96
+MARGIN = 48
+
+
+def _switch_depths(topo: Topology) -> dict[str, int]:
+    """Nesting level of each PCIe switch: 0 under a CPU or host bridge, +1 per switch above it."""
+    depth: dict[str, int] = {}
+    frontier = [d.id for d in topo.devices.values() if d.kind in (DeviceKind.CPU, DeviceKind.HOST_BRIDGE)]
+    level = 0
+    seen = set(frontier)
+    while frontier:
+        nxt = []
+        for u in frontier:
+            for v in topo.neighbours(u):
+                if v in seen or topo.devices[v].kind != DeviceKind.PCIE_SWITCH:
+                    continue
+                seen.add(v)
+                depth[v] = level
+                nxt.append(v)
+        frontier, level = nxt, level + 1
+    for d in topo.devices.values():  # a switch hanging off nothing known still gets a row
+        if d.kind == DeviceKind.PCIE_SWITCH:
+            depth.setdefault(d.id, 0)
+    return depth
+
+
+def _rows(topo: Topology) -> list[list[str]]:
+    """Devices grouped in layers: node, CPU, host bridge, PCIe switch levels, GPU+NIC, NVSwitch."""
+    depth = _switch_depths(topo)
+    n_sw = max(depth.values(), default=-1) + 1
+    gpu_row = 3 + n_sw
+    rows: dict[int, list[str]] = {}
+    for d in topo.devices.values():
+        if d.kind in _ROW_OF_KIND:
+            r = _ROW_OF_KIND[d.kind]
+        elif d.kind == DeviceKind.PCIE_SWITCH:
+            r = 3 + depth[d.id]
+        elif d.kind == DeviceKind.NVSWITCH:
+            r = gpu_row + 1
+        else:
+            r = gpu_row
+        rows.setdefault(r, []).append(d.id)
+    return [rows[r] for r in sorted(rows)]
+
+
+def layout(topo: Topology) -> dict[str, Any]:
+    """Positions of every device, in layers, each layer ordered under the devices it hangs from.
+
+    A device's place in its layer is the mean position of its neighbours in the layers above
+    (the barycentre rule of layered graph drawing), which keeps a PCIe switch under its CPU and
+    a GPU under its switch, so few links cross.
+    """
+    rows = _rows(topo)
+    width = max(len(r) for r in rows) * SLOT_W if rows else SLOT_W
+    pos: dict[str, tuple[float, float]] = {}
+    for ri, row in enumerate(rows):
+        def key(dev_id: str) -> tuple:
+            d = topo.devices[dev_id]
+            above = [pos[v][0] for v in topo.neighbours(dev_id) if v in pos]
+            bary = sum(above) / len(above) if above else float("inf")
+            # GPUs keep index order among equals; a device with no parent above goes last
+            return (bary, _KIND_ORDER.get(d.kind, 2), d.index, d.id)
+
+        ordered = sorted(row, key=key) if ri else sorted(row, key=lambda i: (topo.devices[i].index, i))
+        slot = width / len(ordered)
+        for i, dev_id in enumerate(ordered):
+            pos[dev_id] = (MARGIN + slot * (i + 0.5), MARGIN + ROW_H * ri)
+    return {
+        "width": width + 2 * MARGIN,
+        "height": ROW_H * (len(rows) - 1) + 2 * MARGIN + 40,  # room below the last row for arcs
+        "positions": {k: {"x": round(x, 1), "y": round(y, 1), "row": int((y - MARGIN) // ROW_H)}
+                      for k, (x, y) in pos.items()},
+    }
+
+
+def gpu_pairs(topo: Topology) -> dict[str, Any]:
+    """Route label, bottleneck GB/s and directed hops between every GPU pair (by GPU index)."""
+    gpus = topo.gpus
+    labels, bw, routes = [], [], []
+    for a in gpus:
+        lrow, brow = [], []
+        for b in gpus:
+            r = topo.route(a.id, b.id)
+            lrow.append(r.label)
+            brow.append(None if a.id == b.id else topo.bandwidth(a.id, b.id))
+            if a.id != b.id:
+                routes.append({"a": a.index, "b": b.index, "label": r.label,
+                               "hops": [{"link": h.link, "src": h.src, "dst": h.dst} for h in r.hops]})
+        labels.append(lrow)
+        bw.append(brow)
+    return {"gpus": [g.index for g in gpus], "labels": labels, "bandwidth": bw, "routes": routes}
+
+
+def topology_json(topo: Topology) -> dict[str, Any]:
+    """The topology's JSON form plus the drawing and the GPU pair routes."""
+    return {"topology": to_dict(topo), "layout": layout(topo), "pairs": gpu_pairs(topo)}
+
+
+# ------------------------------------------------------------------------------ placements
+@dataclass(frozen=True)
+class Placement:
+    """Where each world rank runs: GPU index, and node (None when the mapping does not say)."""
+
+    gpu: list[int]
+    node: list[Any] | None = None
+    source: str = "default"  # 'default' (r mod G) or where the placement was read
+
+
+def default_placement(n: int, n_gpus: int) -> Placement:
+    """What a launcher does on its own: rank r on GPU r mod G."""
+    if n_gpus <= 0:
+        raise RankmapError("the topology has no GPU to place ranks on")
+    return Placement([r % n_gpus for r in range(n)], None, "default")
+
+
+def _rank_entry_gpu(e: Any, where: str) -> tuple[int, Any]:
+    if isinstance(e, bool):
+        raise RankmapError(f"{where}: expected a GPU index or an object with 'gpu', got {e!r}")
+    if isinstance(e, int):
+        return e, None
+    if isinstance(e, dict):
+        g = e.get("gpu", e.get("gpu_index", e.get("device")))
+        if isinstance(g, int) and not isinstance(g, bool):
+            return g, e.get("node", e.get("host"))
+    raise RankmapError(f"{where}: expected a GPU index or an object with 'gpu', got {str(e)[:60]}")
+
+
+def parse_placement(mapping: Any, n: int, where: str = "mapping") -> Placement:
+    """Read a rank -> GPU placement out of a stored mapping, in the shapes a mapping JSON takes.
+
+    Accepted: ``{"ranks": [{"rank": r, "gpu": g, "node": ...}, ...]}`` (the rows may carry
+    ``world_rank`` instead of ``rank``; without either the list position is the rank),
+    ``{"gpu_of": [...], "node_of": [...]}``, ``{"<rank>": g | {"gpu": g}}``, a plain list, or
+    any of these under a ``"mapping"`` key. Ranks the mapping leaves out stay on ``r mod G``
+    only if the caller fills them; here they are an error, named.
+    """
+    m = mapping
+    if isinstance(m, dict) and "mapping" in m and not ({"ranks", "gpu_of"} & set(m)):
+        m = m["mapping"]
+    gpu: dict[int, int] = {}
+    node: dict[int, Any] = {}
+    if isinstance(m, dict) and isinstance(m.get("gpu_of"), list):
+        for r, g in enumerate(m["gpu_of"]):
+            gpu[r], _ = _rank_entry_gpu(g, f"{where}.gpu_of[{r}]")
+        for r, u in enumerate(m.get("node_of") or []):
+            node[r] = u
+    elif isinstance(m, (list, dict)) and (isinstance(m, list) or isinstance(m.get("ranks"), list)):
+        rows = m if isinstance(m, list) else m["ranks"]
+        for i, e in enumerate(rows):
+            r = i
+            if isinstance(e, dict):
+                rr = e.get("rank", e.get("world_rank", i))
+                r = int(rr) if isinstance(rr, (int, str)) and str(rr).lstrip("-").isdigit() else i
+            gpu[r], u = _rank_entry_gpu(e, f"{where}.ranks[{i}]")
+            if u is not None:
+                node[r] = u
+    elif isinstance(m, dict) and m and all(str(k).isdigit() for k in m):
+        for k, e in m.items():
+            gpu[int(k)], u = _rank_entry_gpu(e, f"{where}[{k!r}]")
+            if u is not None:
+                node[int(k)] = u
+    else:
+        raise RankmapError(f"{where}: no rank -> GPU placement found (expected 'ranks', 'gpu_of' or a list)")
+    missing = [r for r in range(n) if r not in gpu]
+    if missing:
+        raise RankmapError(f"{where}: rank {missing[0]} has no GPU ({len(missing)} of {n} ranks missing)")
+    nodes = [node.get(r) for r in range(n)] if node else None
+    return Placement([gpu[r] for r in range(n)], nodes, where)
+
+
+# ------------------------------------------------------------------------------ loads
+def link_loads(topo: Topology, matrix: np.ndarray, placement: Placement) -> dict[str, Any]:
+    """Bytes on every directed link when ``matrix`` (bytes, rank x rank) runs on ``placement``.
+
+    Pairs on the same GPU cross no link; pairs the placement puts on different nodes leave
+    this node's drawing (their bytes are counted in ``off_node_bytes``).
+    """
+    gpus = {g.index: g.id for g in topo.gpus}
+    T = np.asarray(matrix)
+    n = T.shape[0]
+    if len(placement.gpu) < n:
+        raise RankmapError(f"the placement covers {len(placement.gpu)} ranks, the traffic has {n}")
+    for r, g in enumerate(placement.gpu[:n]):
+        if g not in gpus:
+            raise RankmapError(f"{placement.source}: rank {r} is on GPU {g}, which topology "
+                               f"{topo.name!r} does not have (GPUs {sorted(gpus)})")
+    loads = np.zeros((len(topo.links), 2), dtype=np.float64)  # [:,0] a->b, [:,1] b->a
+    same_gpu = off_node = routed = 0
+    src, dst = np.nonzero(T)
+    for s, d in zip(src.tolist(), dst.tolist()):
+        b = int(T[s, d])
+        if s == d or b <= 0:
+            continue
+        if placement.node and placement.node[s] != placement.node[d]:
+            off_node += b
+            continue
+        ga, gb = placement.gpu[s], placement.gpu[d]
+        if ga == gb:
+            same_gpu += b
+            continue
+        routed += b
+        for h in topo.route(gpus[ga], gpus[gb]).hops:
+            loads[h.link, 0 if h.src == topo.links[h.link].a else 1] += b
+    bw = np.array([l.bandwidth for l in topo.links], dtype=np.float64) * 1e9
+    cong = loads / bw[:, None] if len(bw) else loads
+    used = loads > 0
+    links = []
+    for i, l in enumerate(topo.links):
+        links.append({"link": i, "a": l.a, "b": l.b, "load_ab": int(loads[i, 0]), "load_ba": int(loads[i, 1]),
+                      "congestion_ab": float(cong[i, 0]), "congestion_ba": float(cong[i, 1])})
+    return {
+        "placement": {"gpu": list(placement.gpu[:n]), "node": placement.node[:n] if placement.node else None,
+                      "source": placement.source},
+        "links": links,
+        "max_congestion": float(cong.max()) if used.any() else 0.0,
+        "avg_congestion": float(cong[used].mean()) if used.any() else 0.0,
+        "routed_bytes": routed, "same_gpu_bytes": same_gpu, "off_node_bytes": off_node,
+    }
+
+
+def placement_for(topo: Topology, n: int, mapping: Any | None, where: str) -> Placement:
+    """The mapping's placement when there is one, else the default r mod G."""
+    if mapping is None:
+        return default_placement(n, len(topo.gpus))
+    return parse_placement(mapping, n, where)
+
+
+def ranks_on_gpus(placement: Placement, n: int) -> dict[int, list[int]]:
+    """GPU index -> the world ranks placed on it (the labels of the drawing)."""
+    out: dict[int, list[int]] = {}
+    for r, g in enumerate(placement.gpu[:n]):
+        out.setdefault(g, []).append(r)
+    return out
+
+
+def congestion_summary(before: dict, after: dict) -> dict[str, float | None]:
+    """Before/after figures and the relative drop of the maximum congestion."""
+    mb, ma = before["max_congestion"], after["max_congestion"]
+    return {"max_before": mb, "avg_before": before["avg_congestion"], "max_after": ma,
+            "avg_after": after["avg_congestion"], "max_reduction": (1 - ma / mb) if mb > 0 else None}

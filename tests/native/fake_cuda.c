@@ -1,0 +1,34 @@
+/* fake_cuda.c -- a stand-in libcuda.so.1 for testing the shim's memory-kind classification on a
+ * machine without a GPU.  Implements cuPointerGetAttributes for four attributes (MEMORY_TYPE=2,
+ * IS_MANAGED=8, RANGE_START_ADDR=11, RANGE_SIZE=12) over ranges registered by the test program
+ * through fake_cuda_register(ptr, size, kind) with kind 2 = device, 3 = managed.  Counts queries
+ * (fake_cuda_queries) so the test can check the cache. */
+#include <stddef.h>
+#include <stdint.h>
+
+static struct { uintptr_t lo, hi; int kind; } ranges[16];
+static int nranges;
+static long queries;
+
+void fake_cuda_register(void *p, size_t size, int kind) {
+  if (nranges < 16) { ranges[nranges].lo = (uintptr_t)p; ranges[nranges].hi = (uintptr_t)p + size; ranges[nranges++].kind = kind; }
+}
+long fake_cuda_queries(void) { return queries; }
+
+int cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsigned long long ptr) {
+  queries++;
+  int kind = 0;
+  uintptr_t lo = 0, hi = 0;
+  for (int i = 0; i < nranges; i++)
+    if (ptr >= ranges[i].lo && ptr < ranges[i].hi) { kind = ranges[i].kind; lo = ranges[i].lo; hi = ranges[i].hi; }
+  for (unsigned i = 0; i < n; i++) {
+    switch (attrs[i]) {
+      case 2: *(unsigned *)data[i] = kind == 2 ? 2u : kind == 3 ? 2u : 0u; break;   /* managed reports DEVICE too */
+      case 8: *(int *)data[i] = kind == 3; break;
+      case 11: *(unsigned long long *)data[i] = lo; break;
+      case 12: *(size_t *)data[i] = hi - lo; break;
+      default: break;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,38 @@
+/* memkind_app.c -- ranks 0 and 1 ping-pong from a host, a "device" and a "managed" buffer, the
+ * latter two registered with the fake libcuda (tests/native/fake_cuda.c).
+ * usage: memkind_app BYTES ITERS.  Each kind: ITERS round trips of BYTES, MPI_Send/MPI_Recv, with
+ * the send offset inside the buffer varying (exercises the allocation-range cache). */
+#include <dlfcn.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int n = atoi(argv[1]), iters = atoi(argv[2]);
+  size_t sz = (size_t)4 << 20;      /* several 64 KiB granules per buffer */
+  char *buf[3];
+  for (int k = 0; k < 3; k++) if (posix_memalign((void **)&buf[k], 1 << 16, sz)) return 1;
+  void *h = dlopen("libcuda.so.1", RTLD_NOW);
+  void (*reg)(void *, size_t, int) = h ? (void (*)(void *, size_t, int))dlsym(h, "fake_cuda_register") : NULL;
+  if (!reg) { fprintf(stderr, "fake libcuda not found\n"); return 2; }
+  reg(buf[1], sz, 2);
+  reg(buf[2], sz, 3);
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < iters; i++) {
+      char *p = buf[k] + (size_t)i * 200000 % (sz - (size_t)n);
+      if (rank == 0) {
+        MPI_Send(p, n, MPI_CHAR, 1, k, MPI_COMM_WORLD);
+        MPI_Recv(p, n, MPI_CHAR, 1, k, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      } else if (rank == 1) {
+        MPI_Recv(p, n, MPI_CHAR, 0, k, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(p, n, MPI_CHAR, 0, k, MPI_COMM_WORLD);
+      }
+    }
+  long (*q)(void) = (long (*)(void))dlsym(h, "fake_cuda_queries");
+  printf("rank %d queries %ld\n", rank, q());
+  MPI_Finalize();
+  return 0;
+}

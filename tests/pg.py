@@ -1,0 +1,98 @@
+"""A throwaway PostgreSQL cluster for the store tests: real server, temp data dir, gone at teardown.
+
+The server binaries come from the distribution's ``/usr/lib/postgresql/<ver>/bin``. ``initdb`` and
+``pg_ctl`` refuse to run as root, so when the tests run as root the cluster belongs to the
+``postgres`` (or ``nobody``) user and the tools run through ``runuser``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+
+def _bindir() -> Path | None:
+    cands = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                   key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0)
+    return Path(cands[-1]).parent if cands else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PgCluster:
+    def __init__(self, bindir: Path):
+        self.bindir = bindir
+        self.prefix: list[str] = []
+        self.user = None
+        if os.geteuid() == 0:
+            for name in ("postgres", "nobody"):
+                try:
+                    self.user = pwd.getpwnam(name)
+                    break
+                except KeyError:
+                    continue
+            if self.user is None:
+                pytest.skip("running as root and neither user 'postgres' nor 'nobody' exists for initdb")
+            self.prefix = ["runuser", "-u", self.user.pw_name, "--"]
+        self.tmp = Path(tempfile.mkdtemp(prefix="rankmap-pg-"))
+        self.data = self.tmp / "data"
+        self.port = _free_port()
+        if self.user is not None:
+            os.chown(self.tmp, self.user.pw_uid, self.user.pw_gid)
+
+    def _run(self, *args: str) -> None:
+        p = subprocess.run(self.prefix + list(args), capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            raise RuntimeError(f"{args[0]} failed: {p.stdout}{p.stderr}")
+
+    def start(self) -> None:
+        self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
+                  "--no-sync", "-E", "UTF8")
+        opts = f"-h 127.0.0.1 -p {self.port} -k {self.tmp} -F"
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l",
+                  str(self.tmp / "log"), "-w", "-t", "60", "start")
+
+    def stop(self) -> None:
+        try:
+            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def url(self, db: str = "postgres") -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{db}"
+
+    def new_database(self) -> str:
+        """A fresh, empty database in the cluster; returns its URL."""
+        import psycopg
+        name = "t_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres",
+                             autocommit=True) as c:
+            c.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    bindir = _bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries are absent (/usr/lib/postgresql/*/bin): "
+                    "scripts/bootstrap --test installs them")
+    cluster = PgCluster(bindir)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

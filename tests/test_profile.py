@@ -1,0 +1,365 @@
+"""`rankmap profile` end to end: real Open MPI and MPICH launches, exact matrices from the store."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, assert_one_line_error, rankmap
+from pg import pg_cluster  # noqa: F401  (session fixture)
+from rankmap.capture import records
+from rankmap.store import open_store
+
+RING = textwrap.dedent(r"""
+    /* Each rank sends ITERS messages of N bytes to rank+1 (MPI_Isend) and receives from rank-1.
+       Optional: rank 0 exits with CODE after MPI_Finalize, or (CODE < 0) sleeps and aborts
+       without finalising, after the other ranks went to sleep too. */
+    #include <mpi.h>
+    #include <stdlib.h>
+    #include <unistd.h>
+    int main(int argc, char **argv) {
+      MPI_Init(&argc, &argv);
+      int rank, size;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      long n = argc > 1 ? atol(argv[1]) : 1000;
+      int iters = argc > 2 ? atoi(argv[2]) : 5;
+      int code = argc > 3 ? atoi(argv[3]) : 0;
+      char *sb = calloc(n + 1, 1), *rb = calloc(n + 1, 1);
+      for (int i = 0; i < iters; i++) {
+        MPI_Request rq[2];
+        MPI_Status st[2];
+        MPI_Irecv(rb, (int)n, MPI_BYTE, (rank + size - 1) % size, 7, MPI_COMM_WORLD, &rq[0]);
+        MPI_Isend(sb, (int)n, MPI_BYTE, (rank + 1) % size, 7, MPI_COMM_WORLD, &rq[1]);
+        MPI_Waitall(2, rq, st);
+      }
+      if (code < 0) {            /* a crash: no MPI_Finalize, the records keep the last flush */
+        sleep(2);
+        if (rank == 0) abort();
+        sleep(30);
+      }
+      MPI_Finalize();
+      return rank == 0 ? code : 0;
+    }
+""")
+
+MPIS = {
+    "openmpi": ("mpicc.openmpi", ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np"]),
+    "mpich": ("mpicc.mpich", ["mpiexec.mpich", "-n"]),
+}
+
+
+EXAMPLES = ROOT / "examples" / "mpi"
+
+
+@pytest.fixture(scope="session")
+def ring_bins(tmp_path_factory) -> dict[str, Path]:
+    """The exit-status/crash variant of ring built with each installed MPI's compiler wrapper."""
+    d = tmp_path_factory.mktemp("ring")
+    (d / "ring.c").write_text(RING)
+    out = {}
+    for mpi, (cc, _) in MPIS.items():
+        if shutil.which(cc):
+            subprocess.run([cc, "-O1", "-Wno-stringop-overflow", "-o", str(d / f"ring-{mpi}"), str(d / "ring.c")],
+                           check=True)
+            out[mpi] = d / f"ring-{mpi}"
+    return out
+
+
+@pytest.fixture(scope="session")
+def examples(tmp_path_factory) -> dict[str, Path]:
+    """examples/mpi built with each installed MPI (the way a user builds them: its Makefile)."""
+    if not (EXAMPLES / "Makefile").exists():
+        pytest.skip("examples/mpi is absent")
+    out = {}
+    for mpi, (cc, _) in MPIS.items():
+        if shutil.which(cc):
+            d = tmp_path_factory.mktemp(f"examples-{mpi}")
+            subprocess.run(["make", "-s", "-C", str(EXAMPLES), f"MPICC={cc}", f"OUT={d}",
+                            *(f"{d}/{e}" for e in ("ring", "rma", "alltoall"))], check=True, capture_output=True)
+            out[mpi] = d
+    return out
+
+
+def example(mpi: str, examples: dict[str, Path], n: int, name: str, *args: str) -> list[str]:
+    if mpi not in examples:
+        pytest.skip(f"{MPIS[mpi][0]} is not installed")
+    return MPIS[mpi][1] + [str(n), str(examples[mpi] / name), *args]
+
+
+def launch(mpi: str, ring_bins: dict[str, Path], n: int, *args: str) -> list[str]:
+    if mpi not in ring_bins:
+        pytest.skip(f"{MPIS[mpi][0]} is not installed")
+    return MPIS[mpi][1] + [str(n), str(ring_bins[mpi]), *args]
+
+
+@pytest.fixture
+def home(tmp_path) -> dict:
+    """An isolated RANKMAP_HOME and store for one test."""
+    return {"RANKMAP_HOME": str(tmp_path / "home"), "RANKMAP_DB": f"sqlite:///{tmp_path / 'rankmap.db'}"}
+
+
+def csv_rows(text: str) -> list[dict]:
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+@pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
+def test_ring_exact_matrix(mpi, examples, home, tmp_path):
+    n, size, iters = 4, 1000, 5
+    p = rankmap("profile", "--run-dir", str(tmp_path / "run"), "--",
+                *example(mpi, examples, n, "ring", str(size), str(iters)), env=home)
+    assert p.returncode == 0, p.stderr
+    assert "bytes by class and operation" in p.stdout and "heaviest pairs" in p.stdout
+    assert "POP efficiency" in p.stdout
+
+    store = open_store(home["RANKMAP_DB"])
+    jid = store.resolve_job("latest")
+    job = store.job(jid)
+    assert job["exit_status"] == 0 and job["world_size"] == n
+    assert job["launcher"] == ("openmpi" if mpi == "openmpi" else "hydra")
+    assert store.traffic_matrix(jid).tolist() == store.traffic_matrix(jid, classes=["p2p"]).tolist()
+    m = store.traffic_matrix(jid, classes=["p2p"])
+    want = [[size * iters if d == (s + 1) % n else 0 for d in range(n)] for s in range(n)]
+    assert m.tolist() == want
+    assert store.traffic_matrix(jid, classes=["p2p"], what="messages").tolist() == \
+        [[iters if v else 0 for v in row] for row in want]
+    assert sorted(r["world_rank"] for r in store.ranks(jid) if r["source"] == "mpi") == list(range(n))
+    assert sorted(f.name for f in (tmp_path / "run").glob("*.mpi.rmrec")) == [f"rank-{r}.mpi.rmrec" for r in range(n)]
+    assert json.loads((tmp_path / "run" / "job.json").read_text())["exit_status"] == 0
+
+    e = rankmap("export", "latest", "--format", "csv", env=home)
+    assert e.returncode == 0, e.stderr
+    assert e.stdout.splitlines()[0] == "src,dst,class,operation,bytes,messages"
+    p2p = [r for r in csv_rows(e.stdout) if r["class"] == "p2p"]
+    assert p2p == [{"src": str(s), "dst": str((s + 1) % n), "class": "p2p", "operation": "MPI_Isend",
+                    "bytes": str(size * iters), "messages": str(iters)} for s in range(n)]
+
+    out = tmp_path / "profile.json"
+    e = rankmap("export", str(jid), "--format", "json", "-o", str(out), env=home)
+    assert e.returncode == 0, e.stderr
+    prof = json.loads(out.read_text())
+    assert prof["job"]["id"] == jid and len([r for r in prof["ranks"] if r["source"] == "mpi"]) == n
+    assert {"traffic", "op_stats", "timeline", "problems"} <= set(prof)
+    sent = sum(t["bytes"] for t in prof["timeline"] if t["class"] == "p2p")
+    assert sent == n * size * iters
+
+
+@pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
+def test_store_agrees_with_the_records(mpi, examples, home, tmp_path):
+    """One-sided (an MPI_Get counts from target to origin) and collective traffic through the store."""
+    n = 4
+    for name, args in (("rma", ["100", "2"]), ("alltoall", ["64", "2"])):
+        run = tmp_path / name
+        p = rankmap("profile", "--no-summary", "--run-dir", str(run), "--",
+                    *example(mpi, examples, n, name, *args), env=home)
+        assert p.returncode == 0, p.stderr
+        store = open_store(home["RANKMAP_DB"])
+        jid = store.resolve_job("latest")
+        recs = records.read_dir(run)
+        for klass in ("p2p", "collective", "rma"):
+            want = records.traffic_matrix(recs, klass=klass, world_size=n)
+            assert store.traffic_matrix(jid, classes=[klass]).tolist() == want.tolist(), (name, klass)
+            want = records.traffic_matrix(recs, klass=klass, world_size=n, what="messages")
+            assert store.traffic_matrix(jid, classes=[klass], what="messages").tolist() == want.tolist()
+        if name == "rma":   # origin world r = p-1-i Gets COUNT/2 doubles from sub-rank (i+2)%p
+            gets = store.traffic_matrix(jid, classes=["rma"])
+            for i in range(n):
+                origin, target = n - 1 - i, n - 1 - (i + 2) % n
+                assert gets[target, origin] == 2 * 4 * 100
+        else:
+            assert store.traffic_matrix(jid, classes=["collective"]).sum() > 0
+
+
+def test_ctrl_c_terminates_the_job_and_keeps_its_records(examples, home, tmp_path):
+    cmd = example("openmpi", examples, 2, "ring", "100", "3", "60")    # sleeps 60 s before finalising
+    env = dict(os.environ, **home)
+    proc = subprocess.Popen([sys.executable, "-m", "rankmap", "profile", "--flush-ms", "200", "--no-summary",
+                             "--", *cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        try:
+            store = open_store(home["RANKMAP_DB"])
+            if store.traffic_matrix(store.resolve_job("latest")).sum() == 600:
+                break
+        except Exception:
+            continue
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 60, err
+    assert proc.returncode != 0 and "Traceback" not in err, err
+    assert "kept records up to last flush" in err, err
+    store = open_store(home["RANKMAP_DB"])
+    jid = store.resolve_job("latest")
+    assert store.job(jid)["exit_status"] == proc.returncode, err
+    assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 300], [300, 0]], err
+
+
+def test_profile_into_postgresql(pg_cluster, examples, tmp_path):
+    url = pg_cluster.new_database().replace("postgresql+psycopg://", "postgresql://")   # as people type it
+    env = {"RANKMAP_HOME": str(tmp_path / "home")}
+    p = rankmap("profile", "--db", url, "--no-summary", "--", *example("mpich", examples, 3, "ring", "10", "2"),
+                env=env)
+    assert p.returncode == 0, p.stderr
+    e = rankmap("export", "latest", "--db", url, env=env)
+    assert e.returncode == 0, e.stderr
+    assert [r for r in csv_rows(e.stdout) if r["class"] == "p2p"] == [
+        {"src": str(s), "dst": str((s + 1) % 3), "class": "p2p", "operation": "MPI_Isend", "bytes": "20",
+         "messages": "2"} for s in range(3)]
+
+
+def test_exit_status_is_propagated(ring_bins, home, tmp_path):
+    p = rankmap("profile", "--no-summary", "--", *launch("openmpi", ring_bins, 2, "100", "3", "3"), env=home)
+    assert p.returncode == 3, p.stderr
+    assert "job exited with status 3; kept records up to last flush" in p.stderr
+    store = open_store(home["RANKMAP_DB"])
+    jid = store.resolve_job("latest")
+    assert store.job(jid)["exit_status"] == 3
+    assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 300], [300, 0]]
+
+
+def test_crashed_job_keeps_flushed_records(ring_bins, home, tmp_path):
+    p = rankmap("profile", "--flush-ms", "200", "--no-summary", "--",
+                *launch("openmpi", ring_bins, 2, "100", "4", "-1"), env=home, timeout=120)
+    assert p.returncode != 0
+    assert f"job exited with status {p.returncode}; kept records up to last flush" in p.stderr
+    assert "rankmap: warning:" in p.stderr and "Traceback" not in p.stderr
+    store = open_store(home["RANKMAP_DB"])
+    jid = store.resolve_job("latest")
+    assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 400], [400, 0]]
+
+
+def test_single_mpi_process_is_a_plain_launch(ring_bins, home):
+    if "openmpi" not in ring_bins:
+        pytest.skip("Open MPI is not installed")
+    env = dict(home, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    p = rankmap("profile", "--no-summary", "--", str(ring_bins["openmpi"]), "10", "2", env=env)
+    assert p.returncode == 0, p.stderr
+    store = open_store(home["RANKMAP_DB"])
+    jid = store.resolve_job("latest")
+    assert store.job(jid)["launcher"] == "plain"
+    assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[20]]
+
+
+# ------------------------------------------------------------- bad input
+def test_unknown_launcher(home):
+    assert_one_line_error(rankmap("profile", "--", "aprun", "-n", "4", "./a.out", env=home),
+                          "launcher 'aprun' is not supported", "mpirun")
+
+
+def test_missing_mpicc(ring_bins, home):
+    p = rankmap("profile", "--mpicc", "/nonexistent", "--", *launch("openmpi", ring_bins, 2), env=home)
+    assert_one_line_error(p, "/nonexistent")
+
+
+def test_unwritable_run_dir(ring_bins, home, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    p = rankmap("profile", "--run-dir", str(blocker / "run"), "--", *launch("openmpi", ring_bins, 2), env=home)
+    assert_one_line_error(p, f"run directory {blocker / 'run'} cannot be written")
+
+
+def test_export_unknown_job(home):
+    assert_one_line_error(rankmap("export", "latest", env=home), "no jobs")
+    assert_one_line_error(rankmap("export", "42", env=home), "unknown job '42'")
+
+
+
+
+WRITER = textwrap.dedent(r"""
+    /* Stands in for a rank: writes one record file through rankmap's record writer, flushes,
+       sleeps, then adds as much again and closes. */
+    #include "rmrec.h"
+    #include <stdlib.h>
+    #include <unistd.h>
+    int main(int argc, char **argv) {
+      rmrec_t *c = rmrec_open(getenv("RANKMAP_RUN_DIR"), "mpi", 0, 2);
+      int op = rmrec_op(c, "MPI_Send");
+      rmrec_traffic(c, 1, 0, op, 1, 0, 1000, 2);
+      rmrec_flush(c);
+      sleep(atoi(argv[1]));
+      rmrec_traffic(c, 1, 0, op, 1, 0, 1000, 2);
+      rmrec_close(c);
+      return 0;
+    }
+""")
+
+
+@pytest.fixture(scope="session")
+def writer(tmp_path_factory) -> Path:
+    src = ROOT / "native" / "common" / "rmrec.c"
+    if not src.exists():
+        pytest.skip("the record writer (native/common/rmrec.c) is absent")
+    d = tmp_path_factory.mktemp("writer")
+    (d / "writer.c").write_text(WRITER)
+    exe = d / "writer"
+    subprocess.run(["cc", "-O1", "-I", str(src.parent), "-o", str(exe), str(d / "writer.c"), str(src),
+                    "-lpthread"], check=True)
+    return exe
+
+
+def test_progress_line_when_asked(writer, home):
+    p = rankmap("profile", "--progress", "--no-summary", "--", str(writer), "2", env=home)
+    assert p.returncode == 0, p.stderr
+    assert "ranks reporting" in p.stderr and "1 kB sent" in p.stderr
+    p = rankmap("profile", "--no-summary", "--", str(writer), "0", env=home)
+    assert "ranks reporting" not in p.stderr           # not a terminal: no progress line
+
+
+def test_torchrun_gets_the_nccl_plugin_in_its_environment(home, tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "torchrun"
+    fake.write_text(f"#!/bin/sh\nenv > {tmp_path / 'env.txt'}\necho \"$@\" > {tmp_path / 'args.txt'}\n")
+    fake.chmod(0o755)
+    env = dict(home, PATH=f"{bindir}:{os.environ['PATH']}")
+    p = rankmap("profile", "--no-summary", "--bucket-ms", "50", "--", "torchrun", "--nproc_per_node=2", "train.py",
+                env=env)
+    assert p.returncode == 0, p.stderr
+    seen = dict(l.split("=", 1) for l in (tmp_path / "env.txt").read_text().splitlines() if "=" in l)
+    assert Path(seen["NCCL_PROFILER_PLUGIN"]).name == "librankmap_nccl.so"
+    assert Path(seen["RANKMAP_RUN_DIR"]).is_dir() and seen["RANKMAP_BUCKET_MS"] == "50"
+    assert "LD_PRELOAD" not in seen or "rankmap" not in seen["LD_PRELOAD"]
+    assert (tmp_path / "args.txt").read_text().split() == ["--nproc_per_node=2", "train.py"]
+    store = open_store(home["RANKMAP_DB"])
+    job = store.job(store.resolve_job("latest"))
+    assert job["launcher"] == "torchrun" and job["world_size"] == 2
+
+
+def test_records_stream_into_the_store_while_the_job_runs(writer, home, tmp_path):
+    exe = writer
+    env = dict(os.environ, **home)
+    proc = subprocess.Popen([sys.executable, "-m", "rankmap", "profile", "--no-summary", "--", str(exe), "6"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen_live = None
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.25)
+        try:
+            store = open_store(home["RANKMAP_DB"])
+            m = store.traffic_matrix(store.resolve_job("latest"))
+        except Exception:
+            continue
+        if m.size and m.sum():
+            seen_live = m.tolist()
+            break
+    assert proc.poll() is None, "the job ended before its records were seen"
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert seen_live == [[0, 1000], [0, 0]]
+    store = open_store(home["RANKMAP_DB"])
+    jid = store.resolve_job("latest")
+    assert store.traffic_matrix(jid).tolist() == [[0, 2000], [0, 0]]
+    assert store.job(jid)["world_size"] == 2

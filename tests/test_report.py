@@ -1,0 +1,65 @@
+"""The terminal summary and the POP metrics, from a store filled with known records."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from rankmap.report.pop import pop_metrics
+from rankmap.report.summary import blocks, human_bytes, print_summary
+from rankmap.store import open_store
+from test_store import FakeRecord, Row
+
+
+def test_pop_metrics_follow_the_pop_definitions():
+    ranks = [{"elapsed_ns": 10, "comm_ns": 2}, {"elapsed_ns": 10, "comm_ns": 6}, {"elapsed_ns": 8, "comm_ns": 0}]
+    m = pop_metrics(ranks)                       # useful = 8, 4, 8; runtime 10
+    assert m.runtime_ns == 10 and m.max_useful_ns == 8
+    assert m.load_balance == pytest.approx((20 / 3) / 8)
+    assert m.communication_efficiency == pytest.approx(0.8)
+    assert m.parallel_efficiency == pytest.approx((20 / 3) / 10)
+    assert pop_metrics([]) is None
+    assert pop_metrics([{"elapsed_ns": 0, "comm_ns": 0}]) is None
+
+
+def test_human_bytes_and_blocks():
+    assert human_bytes(999) == "999 B" and human_bytes(1234567) == "1.23 MB" and human_bytes(2e9) == "2 GB"
+    assert blocks(4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    b = blocks(100)
+    assert len(b) <= 32 and b[0] == (0, 4) and b[-1][1] == 100
+
+
+def summary_text(store, jid, width=200) -> str:
+    c = Console(width=width, record=True, force_terminal=False)
+    with c.capture() as cap:
+        print_summary(store, jid, console=c)
+    return cap.get()
+
+
+def test_summary_sections(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'db'}")
+    jid = store.create_job(["mpirun", "-np", "2", "./x"], launcher="openmpi", world_size=2)
+    store.ingest(jid, [
+        FakeRecord(0, world_size=2, elapsed_ns=10**9, op_time={"MPI_Send": (1, 2 * 10**8)},
+                   traffic=[Row(1, "p2p", "MPI_Send", "device", "send", 3_000_000, 3)]),
+        FakeRecord(1, world_size=2, elapsed_ns=10**9, op_time={"MPI_Allreduce": (1, 6 * 10**8)},
+                   traffic=[Row(0, "collective", "MPI_Allreduce", "host", "send", 1_000_000, 1)]),
+    ])
+    store.finish_job(jid, exit_status=0, elapsed_ns=10**9)
+    out = summary_text(store, jid)
+    for s in ("rankmap job", "bytes by class and operation (total 4 MB)", "MPI_Allreduce", "heaviest pairs",
+              "0 → 1", "traffic matrix", "3.0M", "device (GPU-resident)", "75.0 %", "host (staged",
+              "POP efficiency", "load balance", "communication efficiency", "80.0 %",
+              "parallel efficiency", "60.0 %"):
+        assert s in out, (s, out)
+
+
+def test_large_jobs_are_shown_in_blocks(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'db'}")
+    n = 64
+    jid = store.create_job(["mpirun", "-np", str(n), "./x"], launcher="openmpi", world_size=n)
+    store.ingest(jid, [FakeRecord(r, world_size=n, traffic=[Row((r + 1) % n, "p2p", "MPI_Send", "host", "send",
+                                                                  100, 1)]) for r in range(n)])
+    out = summary_text(store, jid, width=400)
+    assert "blocks of 2 ranks" in out and "62-63" in out
+    assert "no traffic recorded" in summary_text(store, store.create_job(["x"]))

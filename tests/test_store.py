@@ -1,0 +1,211 @@
+"""The store on both back ends it supports: a SQLite file and a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from pg import pg_cluster  # noqa: F401  (session fixture)
+from rankmap.errors import RankmapError
+from rankmap.store import command_key, open_store
+
+
+@dataclass
+class Row:
+    peer: int
+    klass: str
+    operation: str
+    mem: str
+    direction: str
+    bytes: int
+    messages: int
+
+
+@dataclass
+class FakeRecord:
+    """Shaped like the record reader's RankRecord: what Store.ingest needs."""
+
+    world_rank: int
+    traffic: list
+    source: str = "mpi"
+    world_size: int = 4
+    host: str = "node0"
+    pid: int = 100
+    start_ns: int = 0
+    elapsed_ns: int = 1_000_000_000
+    bucket_ns: int = 100_000_000
+    histogram: dict = field(default_factory=dict)
+    op_time: dict = field(default_factory=dict)
+    timeline: list = field(default_factory=list)
+    problems: list = field(default_factory=list)
+
+
+def ring(rank: int, n: int = 4, nbytes: int = 1000, msgs: int = 10, scale: int = 1) -> FakeRecord:
+    """Rank r sends to r+1 and receives from r-1 (the receive rows must not count twice)."""
+    return FakeRecord(
+        world_rank=rank, world_size=n, pid=100 + rank,
+        traffic=[Row((rank + 1) % n, "p2p", "MPI_Send", "host", "send", nbytes * scale, msgs * scale),
+                 Row((rank - 1) % n, "p2p", "MPI_Recv", "host", "recv", nbytes * scale, msgs * scale)],
+        histogram={"MPI_Send": [0, 0, 0, msgs * scale]},
+        op_time={"MPI_Send": (msgs * scale, 5_000 * scale), "MPI_Recv": (msgs * scale, 7_000 * scale)},
+        timeline=[(0, (rank + 1) % n, "p2p", nbytes * scale)],
+    )
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        return open_store(f"sqlite:///{tmp_path / 'db' / 'rankmap.db'}")
+    cluster = request.getfixturevalue("pg_cluster")
+    return open_store(cluster.new_database())
+
+
+def new_job(store, argv=("mpirun", "-np", "4", "./ring"), n=4):
+    return store.create_job(list(argv), launcher="openmpi", world_size=n, run_dir="/tmp/run")
+
+
+def test_ingest_gives_exact_matrix(store):
+    jid = new_job(store)
+    assert store.ingest(jid, [ring(r) for r in range(4)]) == 4
+    m = store.traffic_matrix(jid)
+    want = np.zeros((4, 4), dtype=np.int64)
+    for r in range(4):
+        want[r, (r + 1) % 4] = 1000
+    assert m.dtype == np.int64
+    assert (m == want).all()
+    assert (store.traffic_matrix(jid, what="messages") == want // 100).all()
+    rows = store.traffic(jid)
+    assert rows[0] == {"src": 0, "dst": 1, "class": "p2p", "operation": "MPI_Send", "bytes": 1000, "messages": 10}
+    assert len(rows) == 4
+
+
+def test_reingest_replaces_a_rank_instead_of_adding(store):
+    jid = new_job(store)
+    store.ingest(jid, [ring(r) for r in range(4)])
+    store.ingest(jid, [ring(0, scale=3)])          # rank 0's file grew: new cumulative totals
+    store.ingest(jid, [ring(0, scale=3)])          # and was read again unchanged
+    m = store.traffic_matrix(jid)
+    assert m[0, 1] == 3000 and m[1, 2] == 1000 and m.sum() == 6000
+    ops = [o for o in store.op_stats(jid) if o["rank"] == 0]
+    assert {o["operation"]: (o["calls"], o["ns"]) for o in ops} == {"MPI_Send": (30, 15000), "MPI_Recv": (30, 21000)}
+    assert [o["histogram"] for o in ops if o["operation"] == "MPI_Send"] == [[0, 0, 0, 30]]
+    assert len([t for t in store.timeline(jid) if t["src"] == 0]) == 1
+    r0 = [r for r in store.ranks(jid) if r["world_rank"] == 0]
+    assert len(r0) == 1 and r0[0]["comm_ns"] == 36000
+
+
+def test_sources_and_rma_direction(store):
+    jid = new_job(store, n=2)
+    mpi = FakeRecord(0, world_size=2, traffic=[
+        Row(1, "rma", "MPI_Put", "host", "send", 64, 1),
+        Row(1, "rma", "MPI_Get", "device", "recv", 32, 2),   # bytes from the target to the origin
+    ])
+    nccl = FakeRecord(0, source="nccl", world_size=2, traffic=[
+        Row(1, "nccl", "ncclAllReduce", "device", "send", 4096, 1)])
+    store.ingest(jid, [mpi, nccl])
+    assert store.traffic_matrix(jid).tolist() == [[0, 4096 + 64], [32, 0]]
+    assert store.traffic_matrix(jid, classes=["rma"]).tolist() == [[0, 64], [32, 0]]
+    assert store.bytes_by_mem(jid) == {"host": 64, "device": 4096 + 32}
+    assert {(r["world_rank"], r["source"]) for r in store.ranks(jid)} == {(0, "mpi"), (0, "nccl")}
+    store.ingest(jid, [FakeRecord(0, source="nccl", world_size=2, traffic=[])])  # only NCCL's rows go
+    assert store.traffic_matrix(jid).tolist() == [[0, 64], [32, 0]]
+
+
+def test_job_lifecycle_and_resolution(store):
+    with pytest.raises(RankmapError, match="no jobs"):
+        store.resolve_job("latest")
+    a = new_job(store)
+    b = new_job(store)
+    assert store.resolve_job("latest") == b
+    assert store.resolve_job(str(a)) == a
+    with pytest.raises(RankmapError, match="unknown job '999'"):
+        store.resolve_job("999")
+    with pytest.raises(RankmapError, match="unknown job 'x'"):
+        store.resolve_job("x")
+    j = store.job(a)
+    assert j["exit_status"] is None and j["launcher"] == "openmpi" and j["world_size"] == 4
+    assert j["command"] == "mpirun -np 4 ./ring" and j["created"].endswith("Z")
+    store.ingest(a, [ring(r) for r in range(4)])
+    store.finish_job(a, exit_status=0, elapsed_ns=123, meta={"note": "x"})
+    j = store.job(a)
+    assert j["exit_status"] == 0 and j["elapsed_ns"] == 123 and j["hosts"] == ["node0"]
+    assert j["meta"]["note"] == "x" and j["ended"]
+    assert [x["id"] for x in store.jobs()] == [b, a]
+
+
+def test_find_job_takes_latest_successful_profile(store):
+    argv = ["mpirun", "-np", "4", "./ring"]
+    key = command_key(argv)
+    assert store.find_job(key, 4) is None
+    ok = new_job(store, argv)
+    store.ingest(ok, [ring(r) for r in range(4)])
+    store.finish_job(ok, exit_status=0)
+    failed = new_job(store, argv)
+    store.ingest(failed, [ring(r) for r in range(4)])
+    store.finish_job(failed, exit_status=1)
+    empty = new_job(store, argv)
+    store.finish_job(empty, exit_status=0)         # nothing recorded: not a usable profile
+    assert store.find_job(key, 4) == ok
+    assert store.find_job(key, 8) is None
+    assert store.find_job(command_key(["mpirun", "-np", "4", "./other"]), 4) is None
+
+
+def test_mappings(store):
+    jid = new_job(store)
+    assert store.latest_mapping(command_key(["mpirun", "-np", "4", "./ring"]), 4) is None
+    m1 = store.save_mapping({"version": 1, "ranks": [0, 1, 2, 3]}, job_id=jid, topology="dgx-h100",
+                            max_before=2.0, avg_before=1.0, max_after=1.0, avg_after=0.5, optimal=True)
+    m2 = store.save_mapping({"version": 1, "ranks": [3, 2, 1, 0]}, job_id=jid, topology="dgx-h100")
+    got = store.latest_mapping(store.job(jid)["command_key"], 4)
+    assert got["id"] == m2 and got["mapping"]["ranks"] == [3, 2, 1, 0] and got["job"] == jid
+    got = store.latest_mapping(store.job(jid)["command_key"], 4, topology="other")
+    assert got is None
+    assert m1 < m2
+
+
+def test_profile_is_json(store):
+    jid = new_job(store)
+    rec = ring(0)
+    rec.problems = ["rank-0.mpi.rmrec: truncated record at offset 4096; kept what came before"]
+    store.ingest(jid, [rec])
+    store.add_link_samples(jid, [{"t_ns": 1, "device": 0, "link": "nvlink", "tx_bytes": 10, "rx_bytes": 20}])
+    p = json.loads(json.dumps(store.profile(jid)))
+    assert p["job"]["id"] == jid and p["problems"] == rec.problems
+    assert p["traffic"][0]["mem"] == "host"
+    assert p["link_samples"] == [{"t_ns": 1, "device": 0, "link": "nvlink", "tx_bytes": 10, "rx_bytes": 20}]
+    assert p["timeline"] == [{"source": "mpi", "src": 0, "dst": 1, "class": "p2p", "bucket": 0, "bytes": 1000}]
+
+
+def test_default_location_and_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANKMAP_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("RANKMAP_DB", raising=False)
+    s = open_store()
+    assert (tmp_path / "home" / "rankmap.db").exists()
+    assert s.url.endswith("home/rankmap.db")
+    monkeypatch.setenv("RANKMAP_DB", f"sqlite:///{tmp_path / 'other.db'}")
+    open_store()
+    assert (tmp_path / "other.db").exists()
+
+
+def test_bad_urls(tmp_path):
+    with pytest.raises(RankmapError, match="not a database URL"):
+        open_store("::nope")
+    with pytest.raises(RankmapError, match="unsupported database"):
+        open_store("mysql://x@localhost/db")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(RankmapError, match="cannot create the database directory"):
+        open_store(f"sqlite:///{blocker / 'sub' / 'rankmap.db'}")
+    with pytest.raises(RankmapError, match="cannot open the store postgresql"):
+        open_store("postgresql://nobody@127.0.0.1:1/none")
+
+
+def test_command_key_resolves_paths(tmp_path, monkeypatch):
+    exe = tmp_path / "app"
+    exe.write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert command_key(["mpirun", "-np", "2", "./app"]) == command_key(["mpirun", "-np", "2", str(exe)])
+    assert command_key(["mpirun", "-np", "2", "./app"]) != command_key(["mpirun", "-np", "4", "./app"])

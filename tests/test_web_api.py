@@ -1,0 +1,422 @@
+"""The dashboard's JSON API against a SQLite store filled through the Store API, exact values."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi", reason="the dashboard needs the web extra (fastapi)")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from conftest import assert_one_line_error, rankmap  # noqa: E402
+
+from rankmap.errors import RankmapError  # noqa: E402
+from rankmap.store import open_store  # noqa: E402
+from rankmap.topology import load  # noqa: E402
+from rankmap.web.app import create_app  # noqa: E402
+from rankmap.web.topoview import layout, parse_placement  # noqa: E402
+
+N = 8
+RING_BYTES = 1_000_000
+RING_MSGS = 10
+ALLRED_BYTES = 500_000
+ALLRED_MSGS = 5
+TOPOLOGY = "dgx1-v100"
+MAPPED = [0, 1, 5, 7, 3, 2, 6, 4]  # the best placement of this traffic on a DGX-1 (exhaustive search)
+
+
+@dataclass
+class WebRecord:
+    """Shaped like the record reader's RankRecord: the fields Store.ingest reads."""
+
+    world_rank: int
+    traffic: list
+    source: str = "mpi"
+    host: str = "node0"
+    pid: int = 0
+    start_ns: int = 0
+    elapsed_ns: int = 0
+    finalized: bool = True
+    histogram: dict = field(default_factory=dict)
+    op_time: dict = field(default_factory=dict)
+    payload: dict = field(default_factory=dict)
+    timeline: list = field(default_factory=list)
+    problems: list = field(default_factory=list)
+
+
+def record(r: int, n: int = N) -> WebRecord:
+    """Rank r: a device-memory ring to r+1 (MPI_Isend), a host-memory collective share to r+n/2."""
+    nxt, far = (r + 1) % n, (r + n // 2) % n
+    return WebRecord(
+        world_rank=r, pid=1000 + r, elapsed_ns=2_000_000_000 + r * 100_000_000,
+        traffic=[
+            # (peer, class, operation, mem, direction, bytes, messages)
+            (nxt, "p2p", "MPI_Isend", "device", "send", RING_BYTES, RING_MSGS),
+            ((r - 1) % n, "p2p", "MPI_Irecv", "device", "recv", RING_BYTES, RING_MSGS),  # not counted twice
+            (far, "collective", "MPI_Allreduce", "host", "send", ALLRED_BYTES, ALLRED_MSGS),
+        ],
+        op_time={"MPI_Isend": (RING_MSGS, 2_000_000), "MPI_Allreduce": (1, 3_000_000),
+                 "MPI_Wait": (20, 500_000_000)},
+        histogram={"MPI_Isend": [0] * 19 + [RING_MSGS]},
+        payload={"MPI_Allreduce": 4 * ALLRED_BYTES},
+        # (bucket, peer, class, bytes): the ring in buckets 0 and 2, the collective in bucket 1
+        timeline=[(0, nxt, "p2p", RING_BYTES // 2), (2, nxt, "p2p", RING_BYTES // 2),
+                  (1, far, "collective", ALLRED_BYTES)],
+    )
+
+
+def fill_store(url: str) -> dict[str, int]:
+    """A finished 8-rank job with link samples and a mapping, and a running 4-rank job."""
+    store = open_store(url)
+    done = store.create_job(["mpirun", "-np", str(N), "./ring"], launcher="openmpi", world_size=N,
+                            meta={"bucket_ms": 50})
+    store.ingest(done, [record(r) for r in range(N)])
+    store.add_link_samples(done, [
+        {"t_ns": 5_000_000_000 + k * 500_000_000, "device": 0, "link": "nvlink",
+         "tx_bytes": k * 1_000_000_000, "rx_bytes": k * 500_000_000} for k in range(3)])
+    store.finish_job(done, exit_status=0, elapsed_ns=2_800_000_000)
+    store.save_mapping({"ranks": [{"rank": r, "gpu": g, "node": "node0"} for r, g in enumerate(MAPPED)]},
+                       job_id=done, topology=TOPOLOGY, max_before=2.0e-4, avg_before=1.0e-4,
+                       max_after=1.0e-4, avg_after=0.5e-4, optimal=True)
+    running = store.create_job(["torchrun", "--nproc-per-node", "4", "train.py"], launcher="torchrun",
+                               world_size=4)
+    store.ingest(running, [record(r, 4) for r in range(2)])  # two of four ranks flushed so far
+    return {"done": done, "running": running}
+
+
+@pytest.fixture
+def web(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'rankmap.db'}"
+    ids = fill_store(url)
+    client = TestClient(create_app(open_store(url), TOPOLOGY))
+    return client, ids
+
+
+def expected_matrix(n: int = N) -> np.ndarray:
+    m = np.zeros((n, n), dtype=np.int64)
+    for r in range(n):
+        m[r, (r + 1) % n] += RING_BYTES
+        m[r, (r + n // 2) % n] += ALLRED_BYTES
+    return m
+
+
+def test_jobs_lists_newest_first_with_totals(web):
+    client, ids = web
+    r = client.get("/api/jobs")
+    assert r.status_code == 200
+    jobs = r.json()["jobs"]
+    assert [j["id"] for j in jobs] == [ids["running"], ids["done"]]
+    done = jobs[1]
+    assert done["bytes"] == N * (RING_BYTES + ALLRED_BYTES)
+    assert done["messages"] == N * (RING_MSGS + ALLRED_MSGS)
+    assert done["ranks_reporting"] == N and done["exit_status"] == 0 and done["running"] is False
+    assert jobs[0]["running"] is True and jobs[0]["exit_status"] is None and jobs[0]["ranks_reporting"] == 2
+
+
+def test_job_summary(web):
+    client, ids = web
+    d = client.get(f"/api/jobs/{ids['done']}").json()
+    assert d["job"]["command"] == "mpirun -np 8 ./ring"
+    assert d["running"] is False
+    assert [r["world_rank"] for r in d["ranks"]] == list(range(N))
+    s = d["summary"]
+    assert s["world_size"] == N and s["ranks_reporting"] == N
+    assert s["total_bytes"] == N * (RING_BYTES + ALLRED_BYTES)
+    assert s["bytes_by_class"] == {"collective": {"bytes": N * ALLRED_BYTES, "messages": N * ALLRED_MSGS},
+                                   "p2p": {"bytes": N * RING_BYTES, "messages": N * RING_MSGS}}
+    assert s["bytes_by_mem"] == {"device": N * RING_BYTES, "host": N * ALLRED_BYTES}
+    comm = 2_000_000 + 3_000_000 + 500_000_000
+    assert s["comm_ns"] == N * comm
+    # POP: useful_r = elapsed_r - comm; runtime = max elapsed
+    elapsed = [2_000_000_000 + r * 100_000_000 for r in range(N)]
+    useful = [e - comm for e in elapsed]
+    assert s["pop"]["runtime_ns"] == max(elapsed)
+    assert s["pop"]["load_balance"] == pytest.approx(sum(useful) / N / max(useful))
+    assert s["pop"]["parallel_efficiency"] == pytest.approx(sum(useful) / N / max(elapsed))
+    assert client.get("/api/jobs/latest").json()["job"]["id"] == ids["running"]
+    assert client.get(f"/api/jobs/{ids['running']}").json()["running"] is True
+
+
+def test_matrix_exact_and_by_class(web):
+    client, ids = web
+    d = client.get(f"/api/jobs/{ids['done']}/matrix").json()
+    assert d["world_size"] == N
+    assert np.array_equal(np.array(d["matrix"]), expected_matrix())
+    assert d["total"] == N * (RING_BYTES + ALLRED_BYTES)
+    assert d["available_classes"] == ["collective", "p2p"]
+    p2p = np.array(client.get(f"/api/jobs/{ids['done']}/matrix?class=p2p").json()["matrix"])
+    want = np.zeros((N, N), dtype=np.int64)
+    for r in range(N):
+        want[r, (r + 1) % N] = RING_BYTES
+    assert np.array_equal(p2p, want)
+    msgs = np.array(client.get(f"/api/jobs/{ids['done']}/matrix?class=collective&what=messages").json()["matrix"])
+    assert msgs.sum() == N * ALLRED_MSGS and msgs[0, N // 2] == ALLRED_MSGS
+    both = client.get(f"/api/jobs/{ids['done']}/matrix?class=p2p,collective").json()
+    assert np.array_equal(np.array(both["matrix"]), expected_matrix())
+    assert client.get(f"/api/jobs/{ids['done']}/matrix?what=seconds").status_code == 422
+
+
+def test_ops_exact(web):
+    client, ids = web
+    ops = {o["operation"]: o for o in client.get(f"/api/jobs/{ids['done']}/ops").json()["operations"]}
+    assert set(ops) == {"MPI_Isend", "MPI_Allreduce", "MPI_Wait"}
+    assert ops["MPI_Isend"] == {"operation": "MPI_Isend", "class": "p2p", "bytes": N * RING_BYTES,
+                                "messages": N * RING_MSGS, "calls": N * RING_MSGS, "time_ns": N * 2_000_000,
+                                "payload": 0, "ranks": N}
+    assert ops["MPI_Allreduce"]["bytes"] == N * ALLRED_BYTES
+    assert ops["MPI_Allreduce"]["class"] == "collective"
+    assert ops["MPI_Allreduce"]["payload"] == N * 4 * ALLRED_BYTES
+    assert ops["MPI_Wait"]["bytes"] == 0 and ops["MPI_Wait"]["calls"] == N * 20
+    assert ops["MPI_Wait"]["time_ns"] == N * 500_000_000 and ops["MPI_Wait"]["class"] is None
+    # biggest movers first
+    order = [o["operation"] for o in client.get(f"/api/jobs/{ids['done']}/ops").json()["operations"]]
+    assert order == ["MPI_Isend", "MPI_Allreduce", "MPI_Wait"]
+
+
+def test_timeline_per_class(web):
+    client, ids = web
+    d = client.get(f"/api/jobs/{ids['done']}/timeline").json()
+    assert d["bucket_ms"] == 50 and d["bucket_ms_assumed"] is False
+    assert d["t_s"] == [0.0, 0.05, 0.1]
+    assert d["series"] == {"collective": [0, N * ALLRED_BYTES, 0],
+                           "p2p": [N * RING_BYTES // 2, 0, N * RING_BYTES // 2]}
+    # a job whose meta lacks the bucket width says the width is assumed
+    r = client.get(f"/api/jobs/{ids['running']}/timeline").json()
+    assert r["bucket_ms_assumed"] is True and r["bucket_ms"] == 100
+
+
+def test_links_rates(web):
+    client, ids = web
+    series = client.get(f"/api/jobs/{ids['done']}/links").json()["series"]
+    assert len(series) == 1
+    s = series[0]
+    assert (s["device"], s["link"]) == (0, "nvlink")
+    assert s["t_s"] == [0.0, 0.5, 1.0]
+    assert s["tx_gbps"] == [None, 2.0, 2.0] and s["rx_gbps"] == [None, 1.0, 1.0]
+    assert client.get(f"/api/jobs/{ids['running']}/links").json()["series"] == []
+
+
+def routed_loads(placement: list[int]) -> np.ndarray:
+    """Directed link loads computed here from the model's routes, independently of the app."""
+    topo = load(TOPOLOGY)
+    T = expected_matrix()
+    loads = np.zeros((len(topo.links), 2), dtype=np.int64)
+    for s in range(N):
+        for d in range(N):
+            if T[s, d] and placement[s] != placement[d]:
+                for h in topo.route(f"gpu{placement[s]}", f"gpu{placement[d]}").hops:
+                    loads[h.link, 0 if topo.links[h.link].a == h.src else 1] += T[s, d]
+    return loads
+
+
+def test_topology_with_job_load(web):
+    client, ids = web
+    d = client.get(f"/api/topology?job={ids['done']}").json()
+    topo = load(TOPOLOGY)
+    assert d["spec"] == TOPOLOGY and d["topology"]["name"] == TOPOLOGY
+    assert len(d["topology"]["links"]) == len(topo.links)
+    assert set(d["layout"]["positions"]) == set(topo.devices)
+    assert d["pairs"]["labels"][0][3] == "NV2" and d["pairs"]["labels"][0][5] == "SYS"
+    assert len(d["pairs"]["routes"]) == 8 * 7
+    ld = d["load"]
+    assert ld["placement"] == {"gpu": list(range(N)), "node": None, "source": "default"}
+    got = np.array([[l["load_ab"], l["load_ba"]] for l in ld["links"]])
+    want = routed_loads(list(range(N)))
+    assert np.array_equal(got, want)
+    bw = np.array([l.bandwidth for l in topo.links]) * 1e9
+    cong = want / bw[:, None]
+    assert ld["max_congestion"] == pytest.approx(cong.max())
+    assert ld["avg_congestion"] == pytest.approx(cong[want > 0].mean())
+    assert ld["routed_bytes"] == expected_matrix().sum() and ld["same_gpu_bytes"] == 0
+    assert ld["ranks_on_gpu"] == {str(g): [g] for g in range(N)}
+    # the mapped placement moves the loads
+    mapped = client.get(f"/api/topology?job={ids['done']}&placement=mapped").json()["load"]
+    assert mapped["placement"]["gpu"] == MAPPED
+    assert np.array_equal(np.array([[l["load_ab"], l["load_ba"]] for l in mapped["links"]]), routed_loads(MAPPED))
+    # without a job: no load
+    assert "load" not in client.get("/api/topology").json()
+
+
+def test_topology_more_ranks_than_gpus_share_gpus(tmp_path):
+    url = f"sqlite:///{tmp_path / 'rankmap.db'}"
+    store = open_store(url)
+    jid = store.create_job(["mpirun", "-np", "16", "./ring"], world_size=16)
+    store.ingest(jid, [record(r, 16) for r in range(16)])
+    client = TestClient(create_app(store, "summit"))
+    ld = client.get(f"/api/topology?job={jid}").json()["load"]
+    assert ld["placement"]["gpu"] == [r % 6 for r in range(16)]
+    assert ld["ranks_on_gpu"]["0"] == [0, 6, 12]
+    # rank r -> r+8 with 6 GPUs: GPU r%6 -> (r+8)%6, never the same GPU; the ring r -> r+1 neither
+    assert ld["same_gpu_bytes"] == 0 and ld["routed_bytes"] == expected_matrix(16).sum()
+
+
+def test_mapping_before_after(web):
+    client, ids = web
+    d = client.get(f"/api/jobs/{ids['done']}/mapping").json()
+    assert d["mapping"]["matched"] == "job" and d["mapping"]["optimal"] is True
+    assert d["stored"] == {"max_before": 2.0e-4, "avg_before": 1.0e-4, "max_after": 1.0e-4, "avg_after": 0.5e-4}
+    assert d["topology"] == TOPOLOGY
+    assert d["before"]["placement"]["gpu"] == list(range(N))
+    assert d["after"]["placement"]["gpu"] == MAPPED
+    assert d["after"]["placement"]["node"] == ["node0"] * N
+    assert np.array_equal(np.array([[l["load_ab"], l["load_ba"]] for l in d["after"]["links"]]), routed_loads(MAPPED))
+    mb, ma = d["before"]["max_congestion"], d["after"]["max_congestion"]
+    assert d["routed"]["max_before"] == mb and d["routed"]["max_after"] == ma
+    assert d["routed"]["max_reduction"] == pytest.approx(1 - ma / mb)
+    # on a DGX-1 the default placement sends the ring's 3->4 and 7->0 over PCIe and QPI;
+    # the mapped one keeps every pair on NVLink: the busiest link is a 25 GB/s NVLink at 1 MB
+    assert mb == pytest.approx(1_000_000 / 15.75e9)
+    assert ma == pytest.approx(1_000_000 / 25e9)
+    # the running job has no mapping of its own nor of its command: a message, not an error
+    r = client.get(f"/api/jobs/{ids['running']}/mapping")
+    assert r.status_code == 200 and r.json()["mapping"] is None and "rankmap map" in r.json()["message"]
+
+
+def test_bad_job_is_404_with_a_message(web):
+    client, _ = web
+    for path in ("/api/jobs/999", "/api/jobs/999/matrix", "/api/jobs/999/ops", "/api/jobs/999/timeline",
+                 "/api/jobs/999/links", "/api/jobs/999/mapping", "/api/topology?job=999"):
+        r = client.get(path)
+        assert r.status_code == 404, path
+        assert "unknown job '999'" in r.json()["detail"], path
+    r = client.get("/api/jobs/nope")
+    assert r.status_code == 404 and "give a job id or 'latest'" in r.json()["detail"]
+
+
+def test_topology_specs_are_limited_to_those_offered(web):
+    client, _ = web
+    r = client.get("/api/topology?spec=/etc/passwd")
+    assert r.status_code == 400 and "not offered" in r.json()["detail"]
+    assert client.get("/api/topology?spec=hgx-h100").json()["topology"]["name"] == "hgx-h100"
+    info = client.get("/api/info").json()
+    assert info["topology"] == TOPOLOGY and "hgx-h100" in info["topologies"]
+
+
+def test_live_topology_unavailable_is_a_clear_404(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'rankmap.db'}")
+    client = TestClient(create_app(store, str(tmp_path / "missing.json")))
+    r = client.get("/api/topology")
+    assert r.status_code == 404 and "is not available" in r.json()["detail"]
+
+
+def test_page_and_plotly_are_served_locally(web):
+    client, _ = web
+    page = client.get("/")
+    assert page.status_code == 200 and '<script src="/static/plotly.min.js">' in page.text
+    assert "cdn" not in page.text.lower()
+    js = client.get("/static/plotly.min.js")
+    assert js.status_code == 200 and len(js.content) > 1_000_000 and b"plotly" in js.content[:2000].lower()
+    assert client.get("/static/app.js").status_code == 200
+    assert client.get("/static/style.css").status_code == 200
+
+
+def test_serve_rejects_a_busy_port_in_one_line(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = rankmap("serve", "--db", f"sqlite:///{tmp_path / 'db.sqlite'}", "--port", str(port),
+                    "--topology", TOPOLOGY, timeout=60)
+    assert_one_line_error(p, f"127.0.0.1:{port}", "--port")
+
+
+def test_serve_rejects_an_unknown_topology_in_one_line(tmp_path):
+    p = rankmap("serve", "--db", f"sqlite:///{tmp_path / 'db.sqlite'}", "--topology", "no-such-box", timeout=60)
+    assert_one_line_error(p, "no-such-box")
+
+
+def test_mapping_is_drawn_on_its_own_topology(tmp_path):
+    url = f"sqlite:///{tmp_path / 'rankmap.db'}"
+    ids = fill_store(url)
+    # the server's own topology cannot be loaded here; the mapping names dgx1-v100 and is drawn on it
+    client = TestClient(create_app(open_store(url), str(tmp_path / "missing.json")))
+    d = client.get(f"/api/jobs/{ids['done']}/mapping").json()
+    assert d["topology"] == TOPOLOGY and "topology_error" not in d
+    assert d["drawing"]["topology"]["name"] == TOPOLOGY
+    assert set(d["drawing"]["layout"]["positions"]) == set(load(TOPOLOGY).devices)
+    assert d["after"]["placement"]["gpu"] == MAPPED
+
+
+def test_mapping_that_does_not_fit_the_node_keeps_its_stored_figures(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'rankmap.db'}")
+    jid = store.create_job(["mpirun", "-np", "8", "./ring"], world_size=N)
+    store.ingest(jid, [record(r) for r in range(N)])
+    store.save_mapping({"gpu_of": [r + 8 for r in range(N)]}, job_id=jid, topology="summit", max_after=1e-3)
+    d = TestClient(create_app(store, TOPOLOGY)).get(f"/api/jobs/{jid}/mapping").json()
+    assert d["stored"]["max_after"] == 1e-3
+    assert "rank 0 is on GPU 8" in d["mapping_error"] and "before" not in d
+
+
+@pytest.mark.parametrize("mapping", [
+    {"ranks": [{"rank": r, "gpu": g} for r, g in enumerate(MAPPED)]},
+    {"ranks": [{"world_rank": r, "gpu": g} for r, g in reversed(list(enumerate(MAPPED)))]},
+    {"gpu_of": MAPPED, "node_of": [0] * N},
+    {str(r): {"gpu": g} for r, g in enumerate(MAPPED)},
+    MAPPED,
+    {"mapping": {"ranks": [{"rank": r, "gpu": g} for r, g in enumerate(MAPPED)]}},
+])
+def test_placement_shapes(mapping):
+    assert parse_placement(mapping, N).gpu == MAPPED
+
+
+def test_placement_missing_rank_is_named():
+    with pytest.raises(RankmapError, match="rank 7 has no GPU"):
+        parse_placement({"gpu_of": MAPPED[:7]}, N)
+    with pytest.raises(RankmapError, match="no rank -> GPU placement"):
+        parse_placement({"something": 1}, N)
+
+
+@pytest.mark.parametrize("spec", ["dgx1-v100", "hgx-h100", "dgx-a100", "summit", "pcie-8gpu-2socket"])
+def test_layout_puts_devices_in_layers(spec):
+    topo = load(spec)
+    pos = layout(topo)["positions"]
+    assert set(pos) == set(topo.devices)
+    row = {k: p["row"] for k, p in pos.items()}
+    gpu_rows = {row[g.id] for g in topo.gpus}
+    assert len(gpu_rows) == 1  # every GPU on one line, in index order
+    xs = [pos[g.id]["x"] for g in topo.gpus]
+    assert xs == sorted(xs)
+    assert all(row[c.id] < min(gpu_rows) for c in topo.cpus)
+    for d in topo.devices.values():
+        if d.kind.value == "nvswitch":
+            assert row[d.id] > min(gpu_rows)
+    assert len({(p["x"], p["y"]) for p in pos.values()}) == len(pos)  # no two devices on one spot
+
+
+def test_serve_command_serves_the_store(tmp_path):
+    """`rankmap serve` as a user runs it: prints its URL, answers on it, stops on SIGTERM."""
+    url = f"sqlite:///{tmp_path / 'rankmap.db'}"
+    ids = fill_store(url)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.Popen([sys.executable, "-m", "rankmap", "serve", "--db", url, "--port", str(port),
+                          "--topology", TOPOLOGY], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ))
+    try:
+        line = p.stdout.readline()
+        assert f"http://127.0.0.1:{port}/" in line, line + p.stderr.read()
+        body = None
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/jobs", timeout=5) as r:
+                    body = r.read()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert body is not None
+        assert [j["id"] for j in json.loads(body)["jobs"]] == [ids["running"], ids["done"]]
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=20)
