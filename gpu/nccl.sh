@@ -10,7 +10,8 @@
 #     expected bytes and calls, send/recv pair bytes exact, DDP's gradient all-reduce bytes exact,
 #     the plugin's own pair rows equal to rankmap.capture.nccl_model, and the bytes the model puts
 #     on the GPU0<->GPU1 link (with protocol overhead) within 2 % of the NVML counter deltas;
-#  4. all-reduce 8 B .. 1 GiB without and with the plugin, two torchrun jobs each, alternating;
+#  4. all-reduce 8 B .. 1 GiB without and with the plugin, two torchrun jobs each, alternating
+#     (BENCH_ROUNDS, BENCH_TRIALS, BENCH_MAX_BYTES change that; BENCH_ONLY=1 skips step 2);
 #     a table of the medians and the overhead targets (<= 1 % at >= 1 MiB, <= 2 us below);
 #  5. writes nccl.txt (checks) and bench.txt (benchmark) under $OUT.
 # Every check prints one PASS or FAIL line; the exit status is the number of FAILs (capped).
@@ -233,7 +234,8 @@ cc -std=gnu11 -O2 -o "$WORK/harness" tests/nccl_harness/harness.c -ldl \
 
 TORCHRUN=("$PY" -m torch.distributed.run --standalone --nproc_per_node=2)
 
-# ---- 2. the DDP example, profiled, between two NVML readings ----
+# ---- 2. the DDP example, profiled, between two NVML readings (skipped with BENCH_ONLY=1) ----
+if [ -z "${BENCH_ONLY:-}" ]; then
 RUN="$OUT/run-ddp"
 rm -rf "$RUN"
 $PY "$WORK/nvml_read.py" "$WORK/nvml_before.json" || { echo '{}' > "$WORK/nvml_before.json"; fail "NVML read (before)"; }
@@ -252,19 +254,22 @@ else
   fail "no expectations written by ddp_step.py: nothing to check"
 fi
 echo "   ($(( $(date +%s) - T0 )) s so far)"
+fi
 
 # ---- 3. all-reduce benchmark, without / with the plugin, alternating ----
-echo "== all-reduce 8 B .. 1 GiB, without and with the plugin (2 jobs each, alternating)"
+ROUNDS=${BENCH_ROUNDS:-2}
+BARGS=(--trials "${BENCH_TRIALS:-5}" --max-bytes "${BENCH_MAX_BYTES:-1073741824}")
+echo "== all-reduce 8 B .. ${BENCH_MAX_BYTES:-1073741824} B, without and with the plugin ($ROUNDS jobs each, alternating)"
 WO=() ; WI=() ; DIRS=()
-for round in 1 2; do
+for round in $(seq 1 "$ROUNDS"); do
   for mode in without with; do
     j="$WORK/bench-$mode-$round.json"
     if [ $mode = with ]; then
       d="$OUT/run-bench-$round"; rm -rf "$d"
-      NCCL_PROFILER_PLUGIN="$PLUGIN" RANKMAP_RUN_DIR="$d" timeout 60 "${TORCHRUN[@]}" bench/nccl_allreduce.py --out "$j" \
+      NCCL_PROFILER_PLUGIN="$PLUGIN" RANKMAP_RUN_DIR="$d" timeout 60 "${TORCHRUN[@]}" bench/nccl_allreduce.py --out "$j" "${BARGS[@]}" \
         > "$OUT/bench-$mode-$round.log" 2>&1
     else
-      env -u NCCL_PROFILER_PLUGIN -u RANKMAP_RUN_DIR timeout 60 "${TORCHRUN[@]}" bench/nccl_allreduce.py --out "$j" \
+      env -u NCCL_PROFILER_PLUGIN -u RANKMAP_RUN_DIR timeout 60 "${TORCHRUN[@]}" bench/nccl_allreduce.py --out "$j" "${BARGS[@]}" \
         > "$OUT/bench-$mode-$round.log" 2>&1
     fi
     rc=$?
