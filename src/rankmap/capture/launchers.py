@@ -40,7 +40,7 @@ OTHER_LAUNCHERS = {"aprun", "jsrun", "lrun", "flux", "ibrun", "poe", "qsub", "sb
                    "mpiexec_mpt", "ccmrun", "deepspeed", "accelerate", "horovodrun", "mpirun.mpt", "prun.slurm"}
 
 # Options (before the program) that take a value, so the value is not mistaken for the program.
-_OMPI_VALUE_OPTS = {
+OMPI_VALUE_OPTS = {
     "-np", "--np", "-n", "--n", "-c", "-x", "-H", "--host", "-host", "--hostfile", "-hostfile", "-machinefile",
     "--machinefile", "--default-hostfile", "--map-by", "-map-by", "--rank-by", "-rank-by", "--bind-to", "-bind-to",
     "-npernode", "--npernode", "-npersocket", "--npersocket", "-wdir", "--wdir", "-wd", "--wd", "-path", "--path",
@@ -49,15 +49,15 @@ _OMPI_VALUE_OPTS = {
     "--stream-buffering", "--launch-agent", "--env",
 }
 _OMPI_TWO_VALUE_OPTS = {"--mca", "-mca", "--gmca", "-gmca", "--omca", "--pmixmca", "--prtemca"}
-_HYDRA_VALUE_OPTS = {
+HYDRA_VALUE_OPTS = {
     "-n", "-np", "-f", "-hostfile", "-machinefile", "-hosts", "-host", "-ppn", "-wdir", "-genvlist", "-envlist",
     "-configfile", "-launcher", "-launcher-exec", "-bootstrap", "-bootstrap-exec", "-rmk", "-bind-to",
     "-binding", "-map-by", "-iface", "-nameserver", "-demux", "-errfile-pattern", "-outfile-pattern",
     "-prepend-pattern", "-localhost", "-gpus-per-proc", "-genvall", "-membind", "-topolib", "-ckpointlib",
     "-ckpoint-prefix", "-ckpoint-num", "-ckpoint-interval", "-usize", "-pmi-port", "-errfile", "-outfile",
 }
-_HYDRA_TWO_VALUE_OPTS = {"-genv", "-env"}
-_SRUN_VALUE_OPTS = {
+HYDRA_TWO_VALUE_OPTS = {"-genv", "-env"}
+SRUN_VALUE_OPTS = {
     "-n", "--ntasks", "-N", "--nodes", "-c", "--cpus-per-task", "-p", "--partition", "-A", "--account", "-t",
     "--time", "-J", "--job-name", "-w", "--nodelist", "-x", "--exclude", "--ntasks-per-node", "--gpus",
     "-G", "--gpus-per-node", "--gpus-per-task", "--mem", "--mem-per-cpu", "--mem-per-gpu", "--mpi",
@@ -108,18 +108,18 @@ class Launcher:
             extra = [t for k, v in env.items() for t in ("-genv", k, v)]
             return head + extra + tail, base
         if self.kind == "srun":
-            return head + _srun_export(tail, env), base
+            return head + srun_export(tail, env), base
         base.update(env)
         return argv, base
 
 
-def _srun_export(tail: list[str], env: dict[str, str]) -> list[str]:
+def srun_export(tail: list[str], env: dict[str, str]) -> list[str]:
     """Merge rankmap's variables into the user's ``--export`` (or add ``--export=ALL,...``)."""
     for k, v in env.items():
         if "," in v:
             raise RankmapError(f"cannot pass {k}={v!r} through srun --export: the value contains a comma")
     ours = ",".join(f"{k}={v}" for k, v in env.items())
-    prog = _program_index(tail, _SRUN_VALUE_OPTS, set())
+    prog = program_index(tail, SRUN_VALUE_OPTS, set())
     for i, t in enumerate(tail[:prog]):
         if t.startswith("--export="):
             user = t[len("--export="):]
@@ -132,7 +132,7 @@ def _srun_export(tail: list[str], env: dict[str, str]) -> list[str]:
     return [f"--export=ALL,{ours}"] + tail
 
 
-def _program_index(tokens: Sequence[str], value_opts: set[str], two_value_opts: set[str]) -> int:
+def program_index(tokens: Sequence[str], value_opts: set[str], two_value_opts: set[str]) -> int:
     """Index of the first token that is the program (not an option or an option's value)."""
     i = 0
     while i < len(tokens):
@@ -164,7 +164,7 @@ def _opt_values(tokens: Sequence[str], names: set[str], value_opts: set[str],
                 two_value_opts: set[str]) -> list[str]:
     """Values of options ``names`` among the launcher options (``-n 4``, ``--np=4``, ``-n4`` for short)."""
     out: list[str] = []
-    stop = _program_index(tokens, value_opts, two_value_opts)
+    stop = program_index(tokens, value_opts, two_value_opts)
     i = 0
     while i < stop:
         t = tokens[i]
@@ -185,8 +185,8 @@ def _opt_values(tokens: Sequence[str], names: set[str], value_opts: set[str],
 
 def _mpi_world_size(tokens: list[str], kind: str) -> int | None:
     """Sum of ``-np``/``-n`` over the app contexts of an MPMD (``a : b``) command; None if unsaid."""
-    value_opts, two = ((_OMPI_VALUE_OPTS, _OMPI_TWO_VALUE_OPTS) if kind == "openmpi"
-                       else (_HYDRA_VALUE_OPTS, _HYDRA_TWO_VALUE_OPTS))
+    value_opts, two = ((OMPI_VALUE_OPTS, _OMPI_TWO_VALUE_OPTS) if kind == "openmpi"
+                       else (HYDRA_VALUE_OPTS, HYDRA_TWO_VALUE_OPTS))
     names = {"-np", "--np", "-n", "--n", "-c"} if kind == "openmpi" else {"-n", "-np"}
     total = 0
     for ctx in _split_contexts(tokens):
@@ -210,11 +210,11 @@ def _split_contexts(tokens: list[str]) -> list[list[str]]:
 
 
 def _srun_world_size(tokens: list[str]) -> int | None:
-    vals = _opt_values(tokens, {"-n", "--ntasks"}, _SRUN_VALUE_OPTS, set())
+    vals = _opt_values(tokens, {"-n", "--ntasks"}, SRUN_VALUE_OPTS, set())
     if vals:
         return _int(vals[-1])
-    nodes = _opt_values(tokens, {"-N", "--nodes"}, _SRUN_VALUE_OPTS, set())
-    per = _opt_values(tokens, {"--ntasks-per-node"}, _SRUN_VALUE_OPTS, set())
+    nodes = _opt_values(tokens, {"-N", "--nodes"}, SRUN_VALUE_OPTS, set())
+    per = _opt_values(tokens, {"--ntasks-per-node"}, SRUN_VALUE_OPTS, set())
     if per:
         n = _int(nodes[-1]) if nodes else 1
         p = _int(per[-1])

@@ -1,0 +1,77 @@
+"""``rankmap map``: what-if placement of a recorded or given traffic matrix on a topology."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rankmap.errors import RankmapError
+
+
+def add_solver_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topology", default="live", metavar="live|FIXTURE|FILE",
+                   help="the node to place on (default: this node)")
+    p.add_argument("--nodes", type=int, default=1, metavar="N", help="number of such nodes (default 1)")
+    p.add_argument("--ranks-per-gpu", type=int, default=1, metavar="K", help="ranks that may share a GPU (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the heuristic search (default 0)")
+    p.add_argument("--time-budget", type=float, default=10.0, metavar="S",
+                   help="seconds the solvers may use (default 10)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("map", help="place a traffic matrix on a topology (what-if, runs nothing)",
+                       description="Compute the rank -> GPU placement that minimises link congestion for a "
+                                   "recorded job or a traffic CSV, and compare it with the default placement.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--job", metavar="JOB", help="a stored job: id or 'latest'")
+    src.add_argument("--traffic", metavar="FILE.csv", help="traffic in the export CSV format")
+    add_solver_args(p)
+    p.add_argument("--db", metavar="URL", help="store URL (for --job)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--output", "-o", metavar="FILE", help="also write the mapping JSON to FILE")
+    p.set_defaults(func=run)
+
+
+def solve_for(traffic, args, topo_spec: str | None = None, source: dict | None = None) -> dict:
+    from rankmap.mapping.inputs import load_topology
+    from rankmap.mapping.platform import Platform, node_model
+    from rankmap.mapping.report import to_json
+    from rankmap.mapping.solve import place
+
+    if args.nodes < 1:
+        raise RankmapError(f"--nodes must be at least 1, got {args.nodes}")
+    if args.time_budget <= 0:
+        raise RankmapError(f"--time-budget must be positive, got {args.time_budget}")
+    topo = load_topology(topo_spec or args.topology)
+    platform = Platform(node_model(topo), args.nodes)
+    pl = place(platform, traffic, ranks_per_gpu=args.ranks_per_gpu, seed=args.seed, time_budget=args.time_budget)
+    return to_json(pl, topology=topo.name, ranks_per_gpu=args.ranks_per_gpu, source=source)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankmap.mapping import traffic as tr
+
+    if args.traffic:
+        traffic = tr.read_csv(args.traffic)
+        source = {"traffic": args.traffic}
+    else:
+        from rankmap.store import open_store
+
+        traffic, job = tr.from_job(open_store(args.db), args.job)
+        source = {"job": job["id"], "command": job.get("command")}
+    doc = solve_for(traffic, args, source=source)
+    if args.output:
+        try:
+            with open(args.output, "w") as f:
+                json.dump(doc, f, indent=1)
+        except OSError as e:
+            raise RankmapError(f"cannot write {args.output}: {e.strerror}") from None
+    if args.format == "json":
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        from rankmap.mapping.report import print_text
+
+        print_text(doc)
+    return 0

@@ -1,0 +1,165 @@
+"""The congestion cost model: traffic routed over directed links, scored the NVTAGS way.
+
+Each rank pair's bytes follow the hardware route between the GPUs (and nodes) the mapping gives them;
+the bytes every *directed* link carries are its **load**, and load / (GB/s x 1e9) is its
+**congestion** in seconds: how long the link alone needs for its share. The largest congestion is a
+lower bound on the job's communication time (the busiest link cannot finish sooner), so a mapping is
+ranked by
+
+1. maximum congestion (the bound itself),
+2. total congestion, the sum over all directed links (equivalently: byte-seconds of link time used),
+3. hop-bytes.
+
+The **average** congestion over used links (the figure NVTAGS reports) is computed and shown too, but
+it is not a ranking key: it drops when traffic is spread onto *more* links even if every byte then
+travels further, and it is not monotone as a partial mapping grows, so no bound can prune with it.
+The total is its monotone twin: for a fixed number of used links they order mappings the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rankmap.mapping.platform import Platform
+
+#: relative tolerance under which two congestion values count as equal (floating-point sums)
+REL_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Sparse traffic matrix: ``bytes[i]`` sent from ``src[i]`` to ``dst[i]`` (no self pairs, no zeros)."""
+
+    n: int
+    src: np.ndarray
+    dst: np.ndarray
+    bytes: np.ndarray
+
+    @classmethod
+    def from_dense(cls, T: np.ndarray) -> "Traffic":
+        T = np.asarray(T, dtype=float)
+        if T.ndim != 2 or T.shape[0] != T.shape[1]:
+            raise ValueError(f"traffic matrix must be square, got shape {T.shape}")
+        T = T.copy()
+        np.fill_diagonal(T, 0.0)
+        s, d = np.nonzero(T > 0)
+        return cls(T.shape[0], s.astype(np.int64), d.astype(np.int64), T[s, d])
+
+    @classmethod
+    def from_triples(cls, n: int, src, dst, nbytes) -> "Traffic":
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        b = np.asarray(nbytes, dtype=float)
+        keep = (src != dst) & (b > 0)
+        src, dst, b = src[keep], dst[keep], b[keep]
+        # merge duplicates so that every pair appears once
+        key = src * n + dst
+        uniq, inv = np.unique(key, return_inverse=True)
+        return cls(n, uniq // n, uniq % n, np.bincount(inv, weights=b, minlength=len(uniq)))
+
+    def dense(self) -> np.ndarray:
+        T = np.zeros((self.n, self.n))
+        np.add.at(T, (self.src, self.dst), self.bytes)
+        return T
+
+    @property
+    def total(self) -> float:
+        return float(self.bytes.sum())
+
+
+def as_traffic(T) -> Traffic:
+    return T if isinstance(T, Traffic) else Traffic.from_dense(T)
+
+
+@dataclass
+class Score:
+    """A mapping's figures. Congestions are seconds; loads are bytes per directed link."""
+
+    max_congestion: float
+    avg_congestion: float
+    total_congestion: float
+    hop_bytes: float
+    loads: np.ndarray
+    congestion: np.ndarray
+
+    @property
+    def key(self) -> tuple[float, float, float]:
+        return (self.max_congestion, self.total_congestion, self.hop_bytes)
+
+    @property
+    def time_bound(self) -> float:
+        """Predicted communication time lower bound (seconds): the busiest link's congestion."""
+        return self.max_congestion
+
+
+def better(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    """Lexicographic ``a < b`` on (max, total) with a relative tolerance for float noise."""
+    for x, y in zip(a[:2], b[:2]):
+        tol = REL_EPS * max(abs(x), abs(y), 1e-30)
+        if x < y - tol:
+            return True
+        if x > y + tol:
+            return False
+    return False
+
+
+def same(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return not better(a, b) and not better(b, a)
+
+
+def evaluate(platform: Platform, traffic, node_of, gpu_of) -> Score:
+    """Score a mapping given per-rank node and GPU position arrays."""
+    tr = as_traffic(traffic)
+    node_of = np.asarray(node_of, dtype=np.int64)
+    gpu_of = np.asarray(gpu_of, dtype=np.int64)
+    m = platform.node
+    G, D, N = m.G, m.D, platform.nodes
+    nn = len(m.nic_bw)
+    s, t, b = tr.src, tr.dst, tr.bytes
+    un, vn, gs, gt = node_of[s], node_of[t], gpu_of[s], gpu_of[t]
+    loads = np.zeros(platform.n_links)
+    local = np.zeros((N, D))
+    hop_bytes = 0.0
+    intra = (un == vn) & (gs != gt)
+    if intra.any():
+        key = (un[intra] * G + gs[intra]) * G + gt[intra]
+        W = np.bincount(key, weights=b[intra], minlength=N * G * G).reshape(N, G * G)
+        local += W @ m.inc.reshape(G * G, D).astype(float)
+        hop_bytes += float((b[intra] * m.hops[gs[intra], gt[intra]]).sum())
+    off = un != vn
+    if off.any():
+        bo = b[off]
+        Wout = np.bincount(un[off] * G + gs[off], weights=bo, minlength=N * G).reshape(N, G)
+        Win = np.bincount(vn[off] * G + gt[off], weights=bo, minlength=N * G).reshape(N, G)
+        local += Wout @ m.ext_out_inc + Win @ m.ext_in_inc
+        nic = np.asarray([k if k is not None else 0 for k in m.nic_of], dtype=np.int64)
+        up = np.bincount(un[off] * nn + nic[gs[off]], weights=bo, minlength=N * nn)
+        down = np.bincount(vn[off] * nn + nic[gt[off]], weights=bo, minlength=N * nn)
+        net = np.empty(2 * N * nn)
+        net[0::2] = up
+        net[1::2] = down
+        loads[N * D:] = net
+        hop_bytes += float((bo * (m.ext_hops[gs[off]] + 2 + m.ext_hops[gt[off]])).sum())
+    loads[: N * D] = local.reshape(-1)
+    return score_loads(platform.bw, loads, hop_bytes)
+
+
+def score_loads(bw: np.ndarray, loads: np.ndarray, hop_bytes: float = 0.0) -> Score:
+    cong = loads / (bw * 1e9)
+    used = loads > 0
+    mx = float(cong.max()) if cong.size else 0.0
+    avg = float(cong[used].mean()) if used.any() else 0.0
+    return Score(mx, avg, float(cong.sum()), float(hop_bytes), loads, cong)
+
+
+def default_mapping(n: int, platform: Platform, ranks_per_gpu: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """What launchers do without rankmap, the baseline of every "before": ranks in blocks of G*K per
+    node, and within a node local rank ``l`` on GPU ``l mod G``."""
+    G, K = platform.G, ranks_per_gpu
+    r = np.arange(n)
+    per_node = G * K
+    node = r // per_node
+    local = r % per_node
+    return node, local % G

@@ -1,0 +1,288 @@
+"""The placement view of a machine: GPU positions, directed links, and route incidence as arrays.
+
+The topology layer answers "which hops does traffic from device A to device B take"; the solvers ask
+that question millions of times. So a :class:`NodeModel` asks it once per GPU pair (and once per GPU
+for its NIC) and keeps the answers as a dense incidence tensor ``inc[g, h, d]`` over *directed* links
+``d``: a full-duplex link carries each direction at full bandwidth, so the two directions are two
+independent resources. ``cpb[g, h, d] = inc / (bandwidth * 1e9)`` is the congestion (seconds) one
+byte from GPU ``g`` to GPU ``h`` puts on ``d``; a mapping's link congestion is then a weighted sum of
+``cpb`` slices, and moving one rank changes it by a sum of a few slices (what the heuristic's
+incremental swaps and the exact solver's bounds rely on).
+
+A :class:`Platform` is ``nodes`` copies of one node joined by a non-blocking network switch: each NIC
+has one up- and one down-link to the switch. Off-node traffic leaves its GPU along the route to the
+GPU's NIC, crosses the sender NIC's uplink and the receiver NIC's downlink, and enters along the
+receiver's NIC route. The switch core is taken as non-blocking (a fat tree at full bisection), so
+only NIC links can congest on the network side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from rankmap.errors import RankmapError
+from rankmap.topology.model import Device, DeviceKind, LinkKind, Topology
+
+#: Network bandwidth per NIC (GB/s per direction) when the topology does not say: 200 Gb/s.
+DEFAULT_NIC_GBPS = 25.0
+
+
+@dataclass
+class NodeModel:
+    """Route incidence of one node, indexed by GPU position (order of ``topo.gpus``)."""
+
+    topo: Topology
+    gpus: list[Device]
+    dlinks: list[tuple[int, int]]  # (link index, 0 = a->b / 1 = b->a)
+    bw: np.ndarray  # (D,) GB/s per direction
+    inc: np.ndarray  # (G, G, D) uint8
+    cpb: np.ndarray  # (G, G, D) seconds per byte
+    hops: np.ndarray  # (G, G) int
+    nic_of: list[int | None]  # NIC position (in ``nics``) chosen for each GPU
+    nics: list[Device]
+    nic_bw: np.ndarray  # (NICs,) network GB/s per direction
+    ext_out_inc: np.ndarray  # (G, D) 0/1: directed links from GPU g to its NIC (off-node traffic out)
+    ext_in_inc: np.ndarray  # (G, D) 0/1: directed links from GPU g's NIC to g (off-node traffic in)
+    ext_hops: np.ndarray  # (G,) hops GPU -> NIC
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def G(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def D(self) -> int:
+        return len(self.dlinks)
+
+    @cached_property
+    def ext_out(self) -> np.ndarray:
+        """(G, D) seconds per byte that GPU g sends off the node puts on the in-node links."""
+        return self.ext_out_inc / (self.bw * 1e9) if self.D else self.ext_out_inc
+
+    @cached_property
+    def ext_in(self) -> np.ndarray:
+        return self.ext_in_inc / (self.bw * 1e9) if self.D else self.ext_in_inc
+
+    def dlink_label(self, d: int) -> str:
+        i, direction = self.dlinks[d]
+        l = self.topo.links[i]
+        a, b = (l.a, l.b) if direction == 0 else (l.b, l.a)
+        return f"{a}->{b}"
+
+    def dlink_kind(self, d: int) -> str:
+        return self.topo.links[self.dlinks[d][0]].kind.value
+
+    @cached_property
+    def out_bw(self) -> np.ndarray:
+        """Sum of GB/s of the directed links leaving each GPU (a cut every byte it sends must cross)."""
+        return self._cut_bw(outgoing=True)
+
+    @cached_property
+    def in_bw(self) -> np.ndarray:
+        return self._cut_bw(outgoing=False)
+
+    def _cut_bw(self, outgoing: bool) -> np.ndarray:
+        res = np.zeros(self.G)
+        for g in range(self.G):
+            first = set()
+            for h in range(self.G):
+                if h == g:
+                    continue
+                route = self.inc[g, h] if outgoing else self.inc[h, g]
+                # the first (last) hop is the directed link adjacent to g that this route uses
+                for d in np.nonzero(route)[0]:
+                    i, direction = self.dlinks[d]
+                    l = self.topo.links[i]
+                    src = l.a if direction == 0 else l.b
+                    dst = l.b if direction == 0 else l.a
+                    if (outgoing and src == self.gpus[g].id) or (not outgoing and dst == self.gpus[g].id):
+                        first.add(d)
+            res[g] = sum(self.bw[d] for d in first) if first else np.inf
+        return res
+
+    @cached_property
+    def min_pair_cost(self) -> float:
+        """Least seconds-per-byte summed over a route between two different GPUs (a sum bound)."""
+        if self.G < 2:
+            return 0.0
+        s = self.cpb.sum(axis=2)
+        s = s + np.diag(np.full(self.G, np.inf))
+        return float(s.min())
+
+
+def node_model(topo: Topology) -> NodeModel:
+    """Build the incidence arrays of one node; raises if the topology has no GPU."""
+    gpus = list(topo.gpus)
+    if not gpus:
+        raise RankmapError(f"topology {topo.name!r} has no GPU to place ranks on")
+    G = len(gpus)
+    routes = {}
+    used: dict[tuple[int, int], int] = {}
+    dlinks: list[tuple[int, int]] = []
+
+    def dl(hop) -> int:
+        l = topo.links[hop.link]
+        key = (hop.link, 0 if hop.src == l.a else 1)
+        if key not in used:
+            used[key] = len(dlinks)
+            dlinks.append(key)
+        return used[key]
+
+    for g in range(G):
+        for h in range(G):
+            if g != h:
+                routes[g, h] = [dl(hp) for hp in topo.route(gpus[g].id, gpus[h].id).hops]
+    nics = list(topo.nics)
+    nic_of: list[int | None] = [None] * G
+    nic_routes: dict[int, tuple[list[int], list[int]]] = {}
+    notes: list[str] = []
+    if nics:
+        nic_of = _balanced_nics(topo, gpus, nics)
+        for g in range(G):
+            k = nic_of[g]
+            if k is None:
+                continue
+            out = [dl(hp) for hp in topo.route(gpus[g].id, nics[k].id).hops]
+            back = [dl(hp) for hp in topo.route(nics[k].id, gpus[g].id).hops]
+            nic_routes[g] = (out, back)
+    D = len(dlinks)
+    bw = np.array([topo.links[i].bandwidth for i, _ in dlinks], dtype=float)
+    inc = np.zeros((G, G, D), dtype=np.uint8)
+    hops = np.zeros((G, G), dtype=np.int64)
+    for (g, h), ds in routes.items():
+        inc[g, h, ds] = 1
+        hops[g, h] = len(ds)
+    cpb = inc / (bw * 1e9) if D else inc.astype(float)
+    ext_out = np.zeros((G, D))
+    ext_in = np.zeros((G, D))
+    ext_hops = np.zeros(G, dtype=np.int64)
+    for g, (out, back) in nic_routes.items():
+        ext_out[g, out] = 1.0
+        ext_in[g, back] = 1.0
+        ext_hops[g] = len(out)
+    if nics:
+        nic_bw = np.array([_nic_gbps(topo, n) for n in nics], dtype=float)
+    else:
+        nic_bw = np.array([DEFAULT_NIC_GBPS])
+        nic_of = [0] * G
+        notes.append(f"topology {topo.name!r} lists no NIC: off-node traffic is modelled through one "
+                     f"{DEFAULT_NIC_GBPS:g} GB/s network port per node with no in-node route")
+    return NodeModel(topo, gpus, dlinks, bw, inc, cpb, hops, nic_of, nics, nic_bw, ext_out, ext_in,
+                     ext_hops, notes)
+
+
+def _nic_gbps(topo: Topology, nic: Device) -> float:
+    """Network GB/s of a NIC: its ``bandwidth``/``gbps`` attribute, a network link, else the default."""
+    for key in ("bandwidth", "network_bandwidth"):
+        v = nic.attrs.get(key)
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    v = nic.attrs.get("rate_gbps") or nic.attrs.get("gbps") or nic.attrs.get("speed_gbps")
+    if isinstance(v, (int, float)) and v > 0:
+        return float(v) / 8.0
+    for _, l in topo.links_of(nic.id):
+        if l.kind == LinkKind.NETWORK:
+            return l.bandwidth
+    return DEFAULT_NIC_GBPS
+
+
+def _balanced_nics(topo: Topology, gpus: list[Device], nics: list[Device]) -> list[int | None]:
+    """Nearest NIC per GPU; among equally near NICs, the least used so far (NICs shared evenly)."""
+    order = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4, "NET": 5}
+    load = [0] * len(nics)
+    res: list[int | None] = []
+    for g in gpus:
+        best = None
+        for k, n in enumerate(nics):
+            try:
+                r = topo.route(g.id, n.id)
+            except RankmapError:
+                continue
+            bwk = min((topo.links[hp.link].bandwidth for hp in r.hops), default=0.0)
+            key = (order.get(r.label, 9), len(r.hops), -bwk)
+            if best is None or key < best[0]:
+                best = (key, [k])
+            elif key == best[0]:
+                best[1].append(k)
+        if best is None:
+            res.append(None)
+            continue
+        k = min(best[1], key=lambda k: (load[k], k))
+        load[k] += 1
+        res.append(k)
+    return res
+
+
+@dataclass
+class Platform:
+    """``nodes`` copies of a node model behind one non-blocking switch.
+
+    Directed-link numbering: node ``u``'s local link ``d`` is ``u * D + d``; NIC ``k`` of node ``u``
+    has its uplink at ``nodes * D + 2 * (u * NICs + k)`` and its downlink right after it.
+    """
+
+    node: NodeModel
+    nodes: int = 1
+
+    @property
+    def G(self) -> int:
+        return self.node.G
+
+    @property
+    def slots_per_node(self) -> int:
+        return self.node.G
+
+    @property
+    def n_links(self) -> int:
+        return self.nodes * self.node.D + 2 * self.nodes * len(self.node.nic_bw)
+
+    @cached_property
+    def bw(self) -> np.ndarray:
+        net = np.repeat(np.tile(self.node.nic_bw, self.nodes), 2)
+        return np.concatenate([np.tile(self.node.bw, self.nodes), net])
+
+    def net_index(self, u: int, k: int, down: bool) -> int:
+        return self.nodes * self.node.D + 2 * (u * len(self.node.nic_bw) + k) + (1 if down else 0)
+
+    def label(self, d: int) -> str:
+        D = self.node.D
+        if d < self.nodes * D:
+            u, local = divmod(d, D)
+            lab = self.node.dlink_label(local)
+            return lab if self.nodes == 1 else f"node{u}:{lab}"
+        rest = d - self.nodes * D
+        u, r = divmod(rest, 2 * len(self.node.nic_bw))
+        k, down = divmod(r, 2)
+        nic = self.node.nics[k].id if self.node.nics else "net"
+        return f"node{u}:{nic}->switch" if not down else f"switch->node{u}:{nic}"
+
+    def kind(self, d: int) -> str:
+        if d < self.nodes * self.node.D:
+            return self.node.dlink_kind(d % self.node.D)
+        return LinkKind.NETWORK.value
+
+
+def gpu_cpus(topo: Topology, gpu: Device) -> str:
+    """The CPU list local to a GPU (``"0-19,40-59"``), from the GPU or its socket; "" if unknown."""
+    c = gpu.attrs.get("cpus") or gpu.attrs.get("cpu_affinity")
+    if c:
+        return str(c)
+    cpu = topo.local_cpu(gpu.id)
+    if cpu is not None:
+        return str(cpu.attrs.get("cpus", ""))
+    return ""
+
+
+def gpu_numa(topo: Topology, gpu: Device) -> int | None:
+    v = gpu.attrs.get("numa_node")
+    if isinstance(v, int) and v >= 0:
+        return v
+    cpu = topo.local_cpu(gpu.id)
+    if cpu is not None:
+        v = cpu.attrs.get("numa_node", cpu.index if cpu.kind == DeviceKind.CPU else None)
+        if isinstance(v, int) and v >= 0:
+            return v
+    return None

@@ -1,0 +1,97 @@
+"""A placement as the mapping JSON (versioned, what ``rankmap run`` reads) and as text tables.
+
+The JSON keeps both the mapping and the reasons for it: congestion before and after, per-link loads,
+the solver and whether the optimum is proven, so a stored mapping explains itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rankmap.mapping.solve import Placement
+
+FORMAT = "rankmap-mapping"
+VERSION = 1
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 4) if b > 0 else None
+
+
+def to_json(pl: Placement, *, topology: str, ranks_per_gpu: int = 1, source: dict | None = None,
+            link_rows: int | None = None) -> dict[str, Any]:
+    n = len(pl.gpu_of)
+    s, d = pl.score, pl.default
+    links = []
+    bw = pl.platform.bw
+    idx = np.nonzero((s.loads > 0) | (d.loads > 0))[0]
+    idx = idx[np.argsort(-np.maximum(s.congestion[idx], d.congestion[idx]), kind="stable")]
+    if link_rows is not None:
+        idx = idx[:link_rows]
+    for i in idx:
+        links.append({"link": pl.platform.label(int(i)), "kind": pl.platform.kind(int(i)),
+                      "bandwidth": float(bw[i]), "before_bytes": float(d.loads[i]),
+                      "after_bytes": float(s.loads[i]), "before_congestion": float(d.congestion[i]),
+                      "after_congestion": float(s.congestion[i])})
+    return {
+        "format": FORMAT, "version": VERSION,
+        "world_size": n, "topology": topology, "nodes": pl.platform.nodes,
+        "gpus_per_node": pl.platform.G, "ranks_per_gpu": ranks_per_gpu,
+        "mapping": {str(r): pl.rank_entry(r) for r in range(n)},
+        "max_congestion": s.max_congestion, "avg_congestion": s.avg_congestion,
+        "total_congestion": s.total_congestion, "hop_bytes": s.hop_bytes,
+        "time_bound_s": s.time_bound,
+        "default": {"max_congestion": d.max_congestion, "avg_congestion": d.avg_congestion,
+                    "total_congestion": d.total_congestion, "hop_bytes": d.hop_bytes,
+                    "description": "local rank r on GPU r mod G, ranks in blocks per node"},
+        "improvement": {"max": _ratio(d.max_congestion, s.max_congestion),
+                        "avg": _ratio(d.avg_congestion, s.avg_congestion)},
+        "optimal": bool(pl.optimal), "solver": pl.solver, "seconds": round(pl.seconds, 4),
+        "info": {k: v for k, v in pl.info.items()},
+        "links": links, "source": source or {},
+        "units": {"congestion": "seconds (bytes / (GB/s * 1e9))", "bandwidth": "GB/s per direction"},
+    }
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.3f}"
+
+
+def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: int = 64) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    import sys
+
+    con = console or Console(highlight=False, width=None if sys.stdout.isatty() else 132)
+    con.print(f"[bold]placement of {doc['world_size']} ranks on {doc['nodes']} x {doc['topology']}"
+              f" ({doc['gpus_per_node']} GPUs per node, {doc['ranks_per_gpu']} rank(s) per GPU)[/bold]")
+    t = Table(title="link loads: default -> rankmap (busiest first)", title_justify="left")
+    for c, j in (("link", "left"), ("kind", "left"), ("GB/s", "right"), ("before GB", "right"),
+                 ("before ms", "right"), ("after GB", "right"), ("after ms", "right")):
+        t.add_column(c, justify=j)
+    for row in doc["links"][:max_links]:
+        t.add_row(row["link"], row["kind"], f"{row['bandwidth']:g}", f"{row['before_bytes'] / 1e9:.3f}",
+                  _ms(row["before_congestion"]), f"{row['after_bytes'] / 1e9:.3f}", _ms(row["after_congestion"]))
+    if len(doc["links"]) > max_links:
+        t.caption = f"{len(doc['links']) - max_links} more links not shown (--format json has all)"
+    con.print(t)
+    d = doc["default"]
+    imp = doc["improvement"]
+    con.print(f"max congestion: {_ms(d['max_congestion'])} ms -> {_ms(doc['max_congestion'])} ms"
+              f"  ({imp['max']:.2f}x)" if imp["max"] else "max congestion: no traffic on any link")
+    con.print(f"avg congestion over used links: {_ms(d['avg_congestion'])} ms -> {_ms(doc['avg_congestion'])} ms"
+              + (f"  ({imp['avg']:.2f}x)" if imp["avg"] else ""))
+    con.print(f"predicted communication time bound (busiest link): {_ms(doc['time_bound_s'])} ms")
+    m = Table(title="mapping", title_justify="left")
+    for c in ("rank", "node", "GPU", "CPUs", "NIC"):
+        m.add_column(c)
+    for r, e in list(doc["mapping"].items())[:show_mapping]:
+        m.add_row(r, str(e["node"]), str(e["gpu"]), e["cpus"] or "?", e["nic"] or "-")
+    if len(doc["mapping"]) > show_mapping:
+        m.caption = f"{len(doc['mapping']) - show_mapping} more ranks (--format json has all)"
+    con.print(m)
+    how = "proven optimal" if doc["optimal"] else "not proven optimal"
+    con.print(f"solver: {doc['solver']} ({how}), {doc['seconds']:.3f} s")

@@ -1,0 +1,169 @@
+"""`rankmap run` and the exec wrapper under a real `mpirun`; `rankmap tune` with a stored profile."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import assert_one_line_error, rankmap
+from rankmap.mapping import execwrap, launch
+
+MPIRUN = shutil.which("mpirun.openmpi")
+PRINTER = """\
+import os, json, sys
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+with open(os.path.join(sys.argv[1], f"{rank}.json"), "w") as f:
+    json.dump({
+    "rank": int(os.environ["OMPI_COMM_WORLD_RANK"]),
+    "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    "cpus": sorted(os.sched_getaffinity(0)),
+    "ucx": os.environ.get("UCX_NET_DEVICES"),
+    "hca": os.environ.get("NCCL_IB_HCA"),
+    "membind": os.environ.get("RANKMAP_MEMBIND"),
+}, f)
+"""
+
+
+def fake_doc(n: int = 4) -> dict:
+    """A 4-rank mapping on an imaginary 4-GPU node: ranks on GPUs in reverse, alternating CPUs."""
+    ranks = {}
+    for r in range(n):
+        ranks[str(r)] = {"node": 0, "gpu": n - 1 - r, "uuid": f"GPU-fake-{n - 1 - r}", "cpus": str(r % 2),
+                         "numa": 0, "nic": f"nic{r // 2}", "netdev": f"mlx5_{r // 2}"}
+    return {"format": "rankmap-mapping", "version": 1, "world_size": n, "topology": "dgx1-v100", "nodes": 1,
+            "gpus_per_node": 8, "ranks_per_gpu": 1, "mapping": ranks, "max_congestion": 1.0,
+            "avg_congestion": 1.0, "default": {"max_congestion": 2.0, "avg_congestion": 2.0}, "optimal": True}
+
+
+def test_plan_reads_the_rank_variables():
+    doc = fake_doc()
+    entry, env = execwrap.plan(doc, {"OMPI_COMM_WORLD_RANK": "2"})
+    assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["NCCL_IB_HCA"] == "mlx5_1" and env["UCX_NET_DEVICES"] == "mlx5_1:1"
+    for var in ("MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"):
+        _, env = execwrap.plan(doc, {var: "3"})
+        assert env["CUDA_VISIBLE_DEVICES"] == "0"
+    _, env = execwrap.plan(doc, {"PMI_RANK": "0", "RANKMAP_GPU_BY": "uuid"})
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-fake-3"
+    with pytest.raises(LookupError):
+        execwrap.plan(doc, {"OMPI_COMM_WORLD_RANK": "9"})
+    with pytest.raises(LookupError):
+        execwrap.plan(doc, {})
+    assert execwrap.parse_cpus("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11}
+
+
+def test_wrapper_imports_nothing_of_rankmap():
+    """The wrapper runs with -S and must not need the package (fast start on every rank)."""
+    src = Path(execwrap.__file__).read_text()
+    assert "import rankmap" not in src and "from rankmap" not in src
+
+
+def test_launcher_files():
+    doc = fake_doc()
+    doc["nodes"] = 2
+    for r in ("2", "3"):
+        doc["mapping"][r]["node"] = 1
+    rf = launch.rankfile_text(doc, ["a", "b"])
+    assert rf.splitlines()[0] == "rank 0=a slot=0" and rf.splitlines()[3] == "rank 3=b slot=1"
+    assert launch.slurm_hostfile_text(doc, ["a", "b"]) == "a\na\nb\nb\n"
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun.openmpi is not installed")
+def test_run_under_real_mpirun(tmp_path):
+    from rankmap.store import command_key, open_store
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    prog = tmp_path / "printer.py"
+    prog.write_text(PRINTER)
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "4", sys.executable, str(prog), str(out)]
+    env = {"RANKMAP_DB": db, "RANKMAP_HOME": str(tmp_path / "home")}
+    # nothing stored yet: one clear line
+    assert_one_line_error(rankmap("run", "--topology", "dgx1-v100", "--", *cmd, env=env),
+                          "no cached mapping for this command with 4 ranks", "rankmap tune")
+    doc = fake_doc()
+    open_store(db).save_mapping(doc, key=command_key(cmd), world_size=4, topology="dgx1-v100")
+    # a node that is not the one the mapping was made for
+    assert_one_line_error(rankmap("run", "--topology", "summit", "--", *cmd, env=env), "dgx1-v100", "summit")
+    p = rankmap("run", "--topology", "dgx1-v100", "--", *cmd, env=env, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    seen = {int(f.stem): json.loads(f.read_text()) for f in out.glob("*.json")}
+    assert sorted(seen) == [0, 1, 2, 3], p.stdout
+    allowed = os.sched_getaffinity(0)
+    for r, d in seen.items():
+        e = doc["mapping"][str(r)]
+        assert d["cvd"] == str(e["gpu"])
+        assert d["ucx"] == f"{e['netdev']}:1" and d["hca"] == e["netdev"]
+        want = {int(e["cpus"])} & allowed
+        if want:
+            assert d["cpus"] == sorted(want)
+        assert d["membind"] == ("0" if shutil.which("numactl") else "unavailable")
+    # --no-bind: same GPUs, affinity left alone
+    for f in out.glob("*.json"):
+        f.unlink()
+    p = rankmap("run", "--no-bind", "--topology", "dgx1-v100", "--", *cmd, env=env, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    seen = {int(f.stem): json.loads(f.read_text()) for f in out.glob("*.json")}
+    assert sorted(seen) == [0, 1, 2, 3], p.stdout
+    for r, d in seen.items():
+        assert d["cvd"] == str(doc["mapping"][str(r)]["gpu"])
+        assert d["membind"] is None
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun.openmpi is not installed")
+def test_dry_run_shows_wrapped_command(tmp_path):
+    from rankmap.store import command_key, open_store
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    cmd = [MPIRUN, "--allow-run-as-root", "-np", "4", "--mca", "btl", "self", "/bin/true", "x"]
+    open_store(db).save_mapping(fake_doc(), key=command_key(cmd), world_size=4, topology="dgx1-v100")
+    p = rankmap("run", "--dry-run", "--topology", "dgx1-v100", "--", *cmd,
+                env={"RANKMAP_DB": db, "RANKMAP_HOME": str(tmp_path)})
+    assert p.returncode == 0, p.stderr
+    argv = p.stdout.split()
+    i = argv.index("-S")
+    assert argv[i + 1].endswith("execwrap.py") and argv[i + 2:] == ["/bin/true", "x"]
+    assert "--bind-to" in argv and any(a.startswith("RANKMAP_MAPPING=") for a in argv)
+    assert argv[argv.index("--mca") + 1: argv.index("--mca") + 3] == ["btl", "self"]
+
+
+def _record(rank: int, n: int):
+    rows = [dict(peer=(rank + 1) % n, klass="p2p", operation="MPI_Send", mem="host", direction="send",
+                 bytes=1_000_000, messages=1)]
+    return SimpleNamespace(world_rank=rank, source="mpi", traffic=rows, host="h", pid=1)
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun.openmpi is not installed")
+def test_tune_uses_stored_profile_and_checks_rank_count(tmp_path):
+    from rankmap.store import command_key, open_store
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    store = open_store(db)
+    env = {"RANKMAP_DB": db, "RANKMAP_HOME": str(tmp_path)}
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "8", "/bin/true"]
+    jid = store.create_job(cmd, launcher="openmpi", world_size=8, key=command_key(cmd))
+    store.ingest(jid, [_record(r, 8) for r in range(8)])
+    store.finish_job(jid, exit_status=0)
+    p = rankmap("tune", "--topology", "dgx1-v100", "--format", "json", "--", *cmd, env=env)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["optimal"] and doc["world_size"] == 8 and f"job {jid}" in p.stderr
+    assert store.latest_mapping(command_key(cmd), 8)["mapping"]["mapping"] == doc["mapping"]
+    # a stored profile whose records name more ranks than the command starts
+    cmd2 = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", "/bin/true"]
+    j2 = store.create_job(cmd2, launcher="openmpi", world_size=2, key=command_key(cmd2))
+    store.ingest(j2, [_record(r, 4) for r in range(4)])
+    store.finish_job(j2, exit_status=0)
+    assert_one_line_error(rankmap("tune", "--topology", "dgx1-v100", "--", *cmd2, env=env), "4 ranks", "starts 2")
+    # more ranks than GPUs
+    cmd3 = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "12", "/bin/true"]
+    j3 = store.create_job(cmd3, launcher="openmpi", world_size=12, key=command_key(cmd3))
+    store.ingest(j3, [_record(r, 12) for r in range(12)])
+    store.finish_job(j3, exit_status=0)
+    assert_one_line_error(rankmap("tune", "--topology", "dgx1-v100", "--", *cmd3, env=env), "--ranks-per-gpu")

@@ -1,0 +1,282 @@
+"""Placement: the cost model, the exact solver against brute force, the heuristic, multi-node, `rankmap map`."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from conftest import assert_one_line_error, rankmap
+from rankmap.mapping import patterns, synth
+from rankmap.mapping.automorph import Symmetry
+from rankmap.mapping.cost import evaluate
+from rankmap.mapping.exact import solve_exact
+from rankmap.mapping.heuristic import solve_heuristic
+from rankmap.mapping.platform import Platform, node_model
+from rankmap.mapping.problem import NodeProblem
+from rankmap.mapping.solve import place
+from rankmap.mapping.traffic import write_csv
+from rankmap.topology import fixtures
+
+FIXTURES = list(fixtures.NAMES)
+
+
+def _model(name: str):
+    t = synth.builtin(name) or fixtures.get(name)
+    return node_model(t)
+
+
+def brute_force(p: NodeProblem) -> tuple[float, float]:
+    """Best (max, total) congestion over every assignment, vectorised over all of them."""
+    G, n, K = p.model.G, p.n, p.K
+    if K == 1:
+        assigns = np.array(list(itertools.permutations(range(G), n)), dtype=np.int64)
+    else:
+        allp = np.array(list(itertools.product(range(G), repeat=n)), dtype=np.int64)
+        counts = np.stack([(allp == g).sum(axis=1) for g in range(G)], axis=1)
+        assigns = allp[(counts <= K).all(axis=1)]
+    cpb = p.cpb
+    L = np.zeros((len(assigns), cpb.shape[2]))
+    for i, j in zip(*np.nonzero(p.T)):
+        L += p.T[i, j] * cpb[assigns[:, i], assigns[:, j]]
+    eo, ei = p.ext
+    for i in range(n):
+        if p.eout[i]:
+            L += p.eout[i] * eo[assigns[:, i]]
+        if p.ein[i]:
+            L += p.ein[i] * ei[assigns[:, i]]
+    mx = L.max(axis=1)
+    best = mx.min()
+    tot = L.sum(axis=1)[mx <= best * (1 + 1e-9)].min()
+    return float(best), float(tot)
+
+
+def assert_same(a, b):
+    assert a[0] == pytest.approx(b[0], rel=1e-7), (a, b)
+    assert a[1] == pytest.approx(b[1], rel=1e-7), (a, b)
+
+
+# ----------------------------------------------------------------------------- cost model
+def test_cost_model_by_hand():
+    m = node_model(fixtures.get("dgx1-v100"))
+    pf = Platform(m)
+    T = np.zeros((2, 2))
+    T[0, 1] = 1e9
+    # GPU0 -> GPU1 is one NVLink (25 GB/s): 1e9 bytes take 0.04 s on it, nothing elsewhere
+    nv = m.topo.links[m.topo.route("gpu0", "gpu1").hops[0].link]
+    s = evaluate(pf, T, [0, 0], [0, 1])
+    assert s.max_congestion == pytest.approx(1e9 / (nv.bandwidth * 1e9))
+    assert s.avg_congestion == s.max_congestion
+    assert (s.loads > 0).sum() == 1
+    assert s.hop_bytes == 1e9
+    # on the same GPU nothing touches a link
+    s0 = evaluate(pf, T, [0, 0], [3, 3])
+    assert s0.max_congestion == 0 and s0.hop_bytes == 0
+    # a route across the CPU interconnect loads every hop of it, each direction separately
+    r = m.topo.route("gpu0", "gpu7")
+    s2 = evaluate(pf, T + T.T, [0, 0], [0, 7])
+    assert (s2.loads > 0).sum() == 2 * len(r.hops)
+
+
+def test_problem_matches_platform_score():
+    m = _model("dgx1-v100")
+    T = patterns.random_sparse(8, 3, seed=4)
+    g = np.array([3, 1, 4, 0, 5, 2, 7, 6])
+    p = NodeProblem(m, T, np.zeros(8), np.zeros(8))
+    s = evaluate(Platform(m), T, np.zeros(8, dtype=int), g)
+    assert p.key(g)[0] == pytest.approx(s.max_congestion)
+    assert p.key(g)[1] == pytest.approx(s.total_congestion)
+
+
+def test_multinode_network_links_loaded():
+    m = _model("dgx1-v100")
+    pf = Platform(m, 2)
+    T = np.zeros((16, 16))
+    T[0, 8] = 1e9
+    s = evaluate(pf, T, [0] * 8 + [1] * 8, list(range(8)) * 2)
+    labels = {pf.label(int(i)) for i in np.nonzero(s.loads)[0]}
+    assert any(l.startswith("node0:nic") and l.endswith("->switch") for l in labels), labels
+    assert any(l.startswith("switch->node1:nic") for l in labels), labels
+
+
+# ----------------------------------------------------------------------------- automorphisms
+def test_automorphisms():
+    for name in ("dgx-a100", "hgx-h100"):
+        s = Symmetry(_model(name), with_nics=False)
+        assert s.symmetric and s.order == 40320
+    s = Symmetry(_model("dgx1-v100"), with_nics=False)
+    assert not s.symmetric
+    assert s.is_automorphism(np.arange(8))
+    assert s.order >= 2
+    # every orbit merge is backed by a real automorphism
+    for orb in s.orbits(frozenset()):
+        for y in orb[1:]:
+            p = s.find(frozenset(), orb[0], y)
+            assert p is not None and s.is_automorphism(p)
+    # a two-socket PCIe tree: swapping the sockets, the switches, the GPUs under a switch
+    s = Symmetry(_model("pcie-8gpu-2socket"), with_nics=False)
+    assert s.order >= 16
+
+
+# ----------------------------------------------------------------------------- exact == brute force
+@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("pattern", ["ring", "halo2d", "halo3d", "halo4d", "alltoall", "random", "tree"])
+def test_exact_equals_brute_force(name, pattern):
+    m = _model(name)
+    G = m.G
+    T = patterns.suite(G, seed=7)[pattern]
+    p = NodeProblem(m, T, np.zeros(G), np.zeros(G))
+    r = solve_exact(p, time_budget=60)
+    assert r.optimal
+    assert_same(r.key, p.key(r.gpu_of))  # the reported key is the key of the returned mapping
+    assert sorted(r.gpu_of.tolist()) == list(range(G))
+    assert_same(r.key, brute_force(p))
+
+
+@pytest.mark.parametrize("name", ["dgx1-v100", "summit", "pcie-8gpu-2socket"])
+def test_exact_with_off_node_traffic_equals_brute_force(name):
+    m = _model(name)
+    G = m.G
+    rng = np.random.default_rng(3)
+    T = patterns.halo(G, 2)
+    p = NodeProblem(m, T, rng.uniform(0, 3e8, G), rng.uniform(0, 3e8, G))
+    r = solve_exact(p, time_budget=60)
+    assert r.optimal
+    assert_same(r.key, brute_force(p))
+
+
+@pytest.mark.parametrize("pattern", ["ring", "random", "tree"])
+def test_exact_fewer_ranks_than_gpus_on_12(pattern):
+    """A 12-GPU node is too large for brute force over all 12! orders: 5 ranks give 95040 maps."""
+    m = _model("pcie-12")
+    T = {"ring": patterns.ring(5), "random": patterns.random_sparse(5, 2, seed=1), "tree": patterns.tree(5)}[pattern]
+    p = NodeProblem(m, T, np.zeros(5), np.zeros(5))
+    r = solve_exact(p, time_budget=60)
+    assert r.optimal
+    assert_same(r.key, brute_force(p))
+
+
+@pytest.mark.parametrize("name", ["summit", "dgx1-v100"])
+def test_exact_two_ranks_per_gpu(name):
+    m = _model(name)
+    n = 6
+    T = patterns.random_sparse(n, 3, seed=2)
+    p = NodeProblem(m, T, np.zeros(n), np.zeros(n), K=2)
+    r = solve_exact(p, time_budget=60)
+    assert r.optimal
+    assert np.bincount(r.gpu_of, minlength=m.G).max() <= 2
+    assert_same(r.key, brute_force(p))
+
+
+# ----------------------------------------------------------------------------- heuristic
+@pytest.mark.parametrize("name", ["dgx1-v100", "pcie-8gpu-2socket", "pcie-12"])
+@pytest.mark.parametrize("pattern", ["ring", "halo2d", "halo3d", "random", "tree"])
+def test_heuristic_within_two_percent(name, pattern):
+    m = _model(name)
+    G = m.G
+    T = patterns.suite(G, seed=5)[pattern]
+    p = NodeProblem(m, T, np.zeros(G), np.zeros(G))
+    h = solve_heuristic(p, seed=0, time_budget=30)
+    e = solve_exact(p, time_budget=120, upper=(h.gpu_of, h.key))
+    assert e.optimal
+    assert h.key[0] <= e.key[0] * 1.02
+    assert_same(h.key, p.key(h.gpu_of))
+
+
+def test_heuristic_deterministic_for_a_seed():
+    m = _model("dgx1-v100")
+    T = patterns.random_sparse(8, 3, seed=9)
+    p = NodeProblem(m, T, np.zeros(8), np.zeros(8))
+    a = solve_heuristic(p, seed=11, time_budget=60)
+    b = solve_heuristic(p, seed=11, time_budget=60)
+    assert a.gpu_of.tolist() == b.gpu_of.tolist()
+
+
+# ----------------------------------------------------------------------------- whole placements
+def test_ring_on_dgx1_beats_default():
+    pl = place(Platform(_model("dgx1-v100")), patterns.ring(8))
+    assert pl.optimal
+    assert pl.default.max_congestion >= 2.5 * pl.score.max_congestion
+    # the optimum keeps the ring on NVLink: nothing crosses the CPU interconnect
+    kinds = {pl.platform.kind(int(i)) for i in np.nonzero(pl.score.loads)[0]}
+    assert kinds == {"nvlink"}
+
+
+def test_multinode_64_nodes_balanced():
+    m = _model("dgx1-v100")
+    n = 512
+    T = patterns.halo(n, 4)
+    pf = Platform(m, 64)
+    pl = place(pf, T, time_budget=60)
+    assert np.bincount(pl.node_of, minlength=64).tolist() == [8] * 64
+    slots = set(zip(pl.node_of.tolist(), pl.gpu_of.tolist()))
+    assert len(slots) == n  # one rank per GPU
+    assert not pl.optimal
+    assert pl.score.max_congestion <= pl.default.max_congestion * 1.0000001
+    again = place(pf, T, time_budget=60)
+    assert again.node_of.tolist() == pl.node_of.tolist() and again.gpu_of.tolist() == pl.gpu_of.tolist()
+
+
+def test_uneven_ranks_over_nodes():
+    pl = place(Platform(_model("summit"), 3), patterns.halo(14, 2), time_budget=20)
+    assert sorted(np.bincount(pl.node_of, minlength=3).tolist()) == [4, 5, 5]
+
+
+# ----------------------------------------------------------------------------- the map verb
+def test_map_cli_json(tmp_path):
+    f = tmp_path / "ring.csv"
+    write_csv(f, patterns.ring(8))
+    p = rankmap("map", "--traffic", str(f), "--topology", "dgx1-v100", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["optimal"] is True
+    assert set(doc["mapping"]) == {str(r) for r in range(8)}
+    assert sorted(e["gpu"] for e in doc["mapping"].values()) == list(range(8))
+    for e in doc["mapping"].values():
+        assert e["cpus"] and e["nic"].startswith("nic") and e["netdev"].startswith("mlx5_")
+        assert e["numa"] in (0, 1)
+    assert doc["default"]["max_congestion"] > 2.5 * doc["max_congestion"]
+    assert doc["avg_congestion"] <= doc["default"]["avg_congestion"]
+
+
+def test_map_cli_text(tmp_path):
+    f = tmp_path / "halo.csv"
+    write_csv(f, patterns.halo(16, 4))
+    p = rankmap("map", "--traffic", str(f), "--topology", "dgx1-v100", "--nodes", "2")
+    assert p.returncode == 0, p.stderr
+    for needle in ("max congestion", "avg congestion", "link loads", "mapping", "not proven optimal"):
+        assert needle in p.stdout
+
+
+def test_map_sums_classes_and_operations(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("src,dst,class,operation,bytes,messages\n0,1,p2p,MPI_Send,100,1\n0,1,collective,MPI_Allreduce,300,2\n"
+                 "1,0,p2p,MPI_Send,50,1\n")
+    p = rankmap("map", "--traffic", str(f), "--topology", "dgx1-v100", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert sum(l["after_bytes"] for l in doc["links"]) >= 450
+
+
+def test_map_bad_inputs(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("source,dst,class,operation,bytes,messages\n")
+    assert_one_line_error(rankmap("map", "--traffic", str(bad), "--topology", "dgx1-v100"), "bad.csv:1", "header")
+    row = tmp_path / "row.csv"
+    row.write_text("src,dst,class,operation,bytes,messages\n0,1,p2p,MPI_Send,10,1\n0,x,p2p,MPI_Send,10,1\n")
+    assert_one_line_error(rankmap("map", "--traffic", str(row), "--topology", "dgx1-v100"), "row.csv:3")
+    short = tmp_path / "short.csv"
+    short.write_text("src,dst,class,operation,bytes,messages\n0,1,p2p\n")
+    assert_one_line_error(rankmap("map", "--traffic", str(short), "--topology", "dgx1-v100"), "short.csv:2")
+    big = tmp_path / "big.csv"
+    write_csv(big, patterns.ring(12))
+    assert_one_line_error(rankmap("map", "--traffic", str(big), "--topology", "dgx1-v100"),
+                          "12 ranks", "--ranks-per-gpu 2")
+    ok = rankmap("map", "--traffic", str(big), "--topology", "dgx1-v100", "--ranks-per-gpu", "2", "--format", "json")
+    assert ok.returncode == 0, ok.stderr
+    assert max(np.bincount([e["gpu"] for e in json.loads(ok.stdout)["mapping"].values()])) <= 2
+    assert_one_line_error(rankmap("map", "--traffic", str(tmp_path / "none.csv"), "--topology", "dgx1-v100"),
+                          "none.csv")
+    assert_one_line_error(rankmap("map", "--traffic", str(big), "--topology", "no-such-machine"), "no-such-machine")
