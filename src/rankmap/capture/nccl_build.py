@@ -12,15 +12,13 @@ Use: ``NCCL_PROFILER_PLUGIN=<build_plugin()> RANKMAP_RUN_DIR=<dir> torchrun ...`
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
+from rankmap.capture import native_build
+from rankmap.capture.native_build import NATIVE, compile_cached
 from rankmap.errors import RankmapError
-
-NATIVE = Path(__file__).resolve().parents[3] / "native"
 LIBNAME = "librankmap_nccl.so"
 CFLAGS = ["-std=gnu11", "-O2", "-g", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra",
           "-Wno-unused-parameter"]
@@ -29,8 +27,7 @@ LIBS = ["-lpthread", "-ldl"]
 
 def cache_root() -> Path:
     """Where built plugins are kept: ``$RANKMAP_CACHE/nccl`` (default ``~/.cache/rankmap/nccl``)."""
-    base = os.environ.get("RANKMAP_CACHE") or str(Path.home() / ".cache" / "rankmap")
-    return Path(base) / "nccl"
+    return native_build.cache_root() / "nccl"
 
 
 def sources(native: Path = NATIVE) -> list[Path]:
@@ -72,25 +69,7 @@ def build_plugin(cc: str = "cc") -> Path:
     srcs = sources()
     cc_path, cc_version = _compiler_identity(cc)
     out_dir = cache_root() / source_hash(cc_path, cc_version)
-    lib = out_dir / LIBNAME
-    if lib.is_file():
-        return lib
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise RankmapError(f"cannot create the plugin cache {out_dir}: {e.strerror}") from e
-    # build beside the target and rename: concurrent builders never see a half-written library
-    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=out_dir)
-    os.close(fd)
-    cmd = [cc_path, *CFLAGS, "-I", str(NATIVE / "common"), "-o", tmp, *map(str, srcs), *LIBS]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    except (OSError, subprocess.SubprocessError) as e:
-        os.unlink(tmp)
-        raise RankmapError(f"cannot build the NCCL profiler plugin with {cc}: {e}") from e
-    if p.returncode != 0:
-        os.unlink(tmp)
-        lines = [l for l in p.stderr.splitlines() if "error" in l.lower()] or p.stderr.splitlines() or ["(no output)"]
-        raise RankmapError(f"building the NCCL profiler plugin with {cc} ({cc_path}) failed: {lines[0].strip()}")
-    os.replace(tmp, lib)
-    return lib
+    return compile_cached(
+        out_dir, LIBNAME,
+        lambda tmp: [[cc_path, *CFLAGS, "-I", str(NATIVE / "common"), "-o", tmp, *map(str, srcs), *LIBS]],
+        f"NCCL profiler plugin with {cc} ({cc_path})")

@@ -227,7 +227,7 @@ def collective_sends(func: str, algo: str, n: int, r: int, nbytes: int, root: in
         return []
     order = ring if ring and len(ring) == n else list(range(n))
     pos = order.index(r)
-    nxt, prv = order[(pos + 1) % n], order[(pos - 1) % n]
+    nxt = order[(pos + 1) % n]
     S = nbytes
     if func == "AllReduce":
         if algo == "TREE":

@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from rankmap.capture.native_build import NATIVE, cache_root, compile_cached
 from rankmap.errors import RankmapError
 
 LIB_NAME = "librankmap_mpi.so"
@@ -28,13 +29,7 @@ _OPT_FLAGS = ["-fno-semantic-interposition", "-Wno-stringop-overflow"]
 
 def native_dir() -> Path:
     """The repository's ``native/`` folder (C sources of the shim and the record writer)."""
-    return Path(__file__).resolve().parents[3] / "native"
-
-
-def cache_root() -> Path:
-    """``$RANKMAP_CACHE`` or ``~/.cache/rankmap``."""
-    env = os.environ.get("RANKMAP_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "rankmap"
+    return NATIVE
 
 
 def shim_sources() -> list[Path]:
@@ -105,14 +100,6 @@ def _sources_hash(srcs: list[Path]) -> str:
     return h.hexdigest()
 
 
-def _first_error(text: str) -> str:
-    lines = [l.strip() for l in text.splitlines() if l.strip()]
-    for l in lines:
-        if "error" in l.lower():
-            return l
-    return lines[0] if lines else "(no compiler output)"
-
-
 def build_shim(mpicc: str = "mpicc", force: bool = False) -> Path:
     """Return the path of ``librankmap_mpi.so`` built with ``mpicc``, building it if not cached.
 
@@ -123,32 +110,11 @@ def build_shim(mpicc: str = "mpicc", force: bool = False) -> Path:
     wrapper = _resolve_wrapper(mpicc)
     srcs = shim_sources()
     key = hashlib.sha256((identity + "\n" + _sources_hash(srcs)).encode()).hexdigest()[:20]
-    outdir = cache_root() / "shim" / key
-    lib = outdir / LIB_NAME
-    if lib.is_file() and not force:
-        return lib
-    try:
-        outdir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise RankmapError(f"cannot create the shim cache {outdir}: {e.strerror}") from None
-    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=outdir)
-    os.close(fd)
     base = [str(wrapper), "-std=gnu11", "-O2", "-fPIC", "-shared", "-I", str(native_dir() / "common")]
-    tail = [str(s) for s in srcs] + ["-o", tmp, "-ldl", "-lpthread"]
-    try:
-        p = _run(base + _OPT_FLAGS + tail, timeout=300)
-        if p.returncode != 0:
-            p2 = _run(base + tail, timeout=300)       # maybe an optional flag was the problem
-            if p2.returncode == 0:
-                p = p2
-        if p.returncode != 0:
-            raise RankmapError(f"building the MPI shim with {wrapper} failed: "
-                               f"{_first_error(p.stderr + p.stdout)}")
-        os.replace(tmp, lib)                           # atomic: concurrent builders agree
-        (outdir / "identity.txt").write_text(identity + "\n")
-    except subprocess.TimeoutExpired:
-        raise RankmapError(f"building the MPI shim with {wrapper} timed out") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return lib
+
+    def commands(tmp: str) -> list[list[str]]:
+        tail = [str(s) for s in srcs] + ["-o", tmp, "-ldl", "-lpthread"]
+        return [base + _OPT_FLAGS + tail, base + tail]   # the second in case an optional flag was the problem
+
+    return compile_cached(cache_root() / "shim" / key, LIB_NAME, commands, f"MPI shim with {wrapper}",
+                          force=force, notes={"identity.txt": identity + "\n"})
