@@ -1,4 +1,5 @@
-"""Placement quality and speed: rankmap vs Scotch, scipy's QAP, and the default; SimGrid judge.
+"""Placement quality and speed: rankmap vs Scotch, scipy's QAP, Open MPI's treematch, and the default;
+SimGrid judge.
 
 Every mapping, whoever computed it, is scored by rankmap's cost model (max congestion over directed
 links, ms). Prints markdown tables (the ones in docs/benchmarks.md).
@@ -12,6 +13,13 @@ Scotch (Debian's ``scotch_gmap``): the source graph is the symmetrised traffic, 
 node is built by ``amk_grf`` from the complete GPU graph weighted by route cost (sum over the route of
 1/bandwidth); for the 512-node cluster a ``tleaf`` target (network level, GPU level), since an
 ``amk_grf`` target of 4096 vertices holds a 4096^2 distance matrix. ``-b0 -cb`` asks for exact balance.
+
+Treematch (Open MPI's ``topo/treematch`` component) is reached only through an MPI job:
+``bench/treematch_probe.c`` calls ``MPI_Dist_graph_create(..., reorder=1)`` with edge weights = bytes.
+Treematch maps onto the hwloc tree of the machine the job runs on, so each rank is shown a synthetic
+hwloc tree whose leaves stand for the node's GPUs (``HWLOC_SYNTHETIC``, e.g. ``pack:2 l3:2 core:2
+pu:1`` for two sockets x two PCIe switches x two GPUs), exported to the ranks only, with
+``--bind-to none``. See ``docs/placement.md`` ("Comparison with treematch") for why and its limits.
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ from rankmap.topology import fixtures
 
 GMAP = shutil.which("scotch_gmap") or shutil.which("gmap")
 AMK = shutil.which("amk_grf")
+MPICC = shutil.which("mpicc.openmpi") or shutil.which("mpicc")
+MPIRUN = shutil.which("mpirun.openmpi") or shutil.which("mpirun")
+PROBE_SRC = Path(__file__).resolve().parent / "treematch_probe.c"
 
 
 def topo(name):
@@ -137,18 +148,159 @@ def qap(T: np.ndarray, m, seed: int = 0, restarts: int = 10) -> tuple[np.ndarray
     return np.asarray(best.col_ind), time.perf_counter() - t0
 
 
+def treematch_available() -> str | None:
+    """None when Open MPI with its treematch component can be used, else the reason it cannot."""
+    if not (MPICC and MPIRUN):
+        return "no mpicc/mpirun"
+    info = shutil.which("ompi_info")
+    if not info:
+        return "no ompi_info (not Open MPI)"
+    out = subprocess.run([info], capture_output=True, text=True).stdout
+    if "topo: treematch" not in out:
+        return "Open MPI has no topo/treematch component"
+    return None
+
+
+def gpu_tree(t) -> tuple[str, list[int]] | None:
+    """The node as the tree treematch can see: an hwloc synthetic description and leaf -> GPU.
+
+    Levels are socket, PCIe switch (when GPUs hang off switches), NVLink-bridged pair (when every
+    GPU has exactly one NVLink peer under its own switch) and GPU. Treematch only knows
+    uniform trees, so a node whose sockets or switches hold different numbers of GPUs gets None,
+    and so does an NVSwitch node, where the PCIe tree says nothing about GPU-to-GPU traffic.
+    hwloc's ``l3`` level stands in for the PCIe switch and ``core`` for the GPU (the component
+    places processes on cores); any level type would do, treematch reads only the arities.
+    """
+    from rankmap.topology.model import DeviceKind as K, LinkKind
+
+    if t.of_kind(K.NVSWITCH):
+        return None
+    keys = []
+    for g in t.gpus:
+        near = [t.devices[v] for v in t.neighbours(g.id)]
+        cpu = t.local_cpu(g.id) or next((d for d in near if d.kind == K.CPU), None)
+        sw = next((d for d in near if d.kind == K.PCIE_SWITCH), None)
+        if cpu is None:
+            return None
+        keys.append((cpu.index, sw.index if sw else -1))
+    order = sorted(range(len(keys)), key=lambda i: (keys[i], i))
+    sockets = sorted({k[0] for k in keys})
+    per_socket = {s: sorted({k[1] for k in keys if k[0] == s}) for s in sockets}
+    n_sw = {len(v) for v in per_socket.values()}
+    per_group: dict[tuple[int, int], int] = {}
+    for k in keys:
+        per_group[k] = per_group.get(k, 0) + 1
+    if len(n_sw) != 1 or len(set(per_group.values())) != 1:
+        return None
+    # GPUs bridged in pairs by NVLink (and by nothing else) under one switch are one more level:
+    # a tree can say that much about NVLink; a mesh such as the DGX-1 cube-mesh it cannot
+    pos = {g.id: i for i, g in enumerate(t.gpus)}
+    mate = {}
+    for i, g in enumerate(t.gpus):
+        nv = [pos[l.other(g.id)] for _, l in t.links_of(g.id)
+              if l.kind == LinkKind.NVLINK and l.other(g.id) in pos]
+        mate[i] = nv[0] if len(nv) == 1 else None
+    paired = all(m is not None and mate[m] == i and keys[m] == keys[i] for i, m in mate.items())
+    if paired:
+        order = sorted(range(len(keys)), key=lambda i: (keys[i], min(i, mate[i]), i))
+    levels = [f"pack:{len(sockets)}"]
+    if -1 not in {k[1] for k in keys}:
+        levels.append(f"l3:{n_sw.pop()}")
+    per = next(iter(per_group.values()))
+    levels.append(f"l2:{per // 2} core:2 pu:1" if paired and per % 2 == 0 else f"core:{per} pu:1")
+    return " ".join(levels), order
+
+
+def treematch_node(T: np.ndarray, tree: tuple[str, list[int]], cache: Path) -> tuple[np.ndarray, float]:
+    """Treematch's placement of the ranks of ``T`` on the GPUs of ``tree`` (see :func:`gpu_tree`).
+
+    The probe prints, for every process, the new rank treematch gave it. With ``--bind-to none``
+    the component pins process ``p`` (local rank ``p`` on one node) to core ``p`` of the tree it
+    sees, i.e. to leaf ``p``; the process holding new rank ``r`` plays rank ``r`` of the matrix. So
+    rank ``r`` runs on the GPU at leaf ``p`` where ``new[p] == r``: the placement is the *inverse*
+    of the printed permutation (checked on paired traffic in tests/test_mapping_treematch.py).
+    Returns GPU positions per rank and treematch's own time (slowest rank in the create call).
+    """
+    synthetic, leaf_gpu = tree
+    n = T.shape[0]
+    cache.mkdir(parents=True, exist_ok=True)
+    exe = cache / "treematch_probe"
+    if not exe.exists() or exe.stat().st_mtime < PROBE_SRC.stat().st_mtime:
+        subprocess.run([MPICC, "-std=c11", "-O2", "-o", str(exe), str(PROBE_SRC)], check=True)
+    mat = cache / "traffic.txt"
+    mat.write_text(f"{n}\n" + "\n".join(" ".join(f"{x:.17g}" for x in row) for row in T) + "\n")
+    env = dict(os.environ, HWLOC_SYNTHETIC=synthetic)
+    # the tree goes to the ranks only (-x): mpirun itself keeps the real machine, so its own mapping
+    # and binding are untouched; ranks load the synthetic tree as "not this system", where binding
+    # is a no-op, so the component's pinning of rank p to core p succeeds on any host
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n),
+           "-x", "HWLOC_SYNTHETIC", "--mca", "mpi_yield_when_idle", "1", str(exe), str(mat)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"treematch probe failed ({r.returncode}): {r.stderr.strip()[-400:]}")
+    return parse_probe(r.stdout, leaf_gpu)
+
+
+def treematch_acts(tree: tuple[str, list[int]], cache: Path) -> bool:
+    """Whether treematch really reorders on this tree, rather than silently keeping rank order.
+
+    The component falls back to the identity without a word when it cannot reorder (more processes
+    than cores, a failed bind, no topology), and an identity is also a legitimate answer for some
+    patterns, so the two cannot be told apart from one run. Heavy pairs ``(r, r + n/2)`` settle
+    it: keeping rank order separates every pair by the whole tree, so a working treematch moves.
+    """
+    n = len(tree[1])
+    T = np.ones((n, n))
+    np.fill_diagonal(T, 0)
+    for r in range(n // 2):
+        T[r, r + n // 2] = T[r + n // 2, r] = 1000.0
+    g, _ = treematch_node(T, tree, cache)
+    return bool((g != np.asarray(tree[1])).any())
+
+
+def parse_probe(out: str, leaf_gpu: list[int]) -> tuple[np.ndarray, float]:
+    """Probe output -> (GPU position per rank, seconds)."""
+    new: dict[int, int] = {}
+    local: dict[int, int] = {}
+    secs = float("nan")
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 6 and f[0] == "proc":
+            new[int(f[1])] = int(f[5])
+            local[int(f[1])] = int(f[3])
+        elif len(f) == 2 and f[0] == "seconds":
+            secs = float(f[1])
+    n = len(new)
+    gpu_of = np.full(n, -1, dtype=np.int64)
+    for p, r in new.items():
+        gpu_of[r] = leaf_gpu[local[p] if local[p] >= 0 else p]  # one node: local rank == rank
+    if sorted(gpu_of.tolist()) != sorted(leaf_gpu[:n]):
+        raise RuntimeError(f"treematch probe output is not a permutation: {out!r}")
+    return gpu_of, secs
+
+
 def ms(x: float) -> str:
     return f"{x * 1e3:.3f}"
 
 
 def node_table() -> None:
     print("\n### Node level: max congestion (ms), lower is better; time to solve\n")
-    print("| topology | pattern | default | rankmap | proven | rankmap time | Scotch | Scotch time | scipy QAP | QAP time |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    tm_off = treematch_available()
+    if tm_off:
+        print(f"treematch: not run ({tm_off})")
+    cache = Path(tempfile.gettempdir()) / "rankmap-bench-treematch"
+    print("| topology | pattern | default | rankmap | proven | rankmap time | Scotch | Scotch time | scipy QAP | QAP time "
+          "| treematch | treematch time |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in ["dgx1-v100", "pcie-8gpu-2socket", "summit", "dgx-a100", "pcie-12", "pcie-16", "pcie-16-nvbridge"]:
-        m = node_model(topo(name))
+        t = topo(name)
+        m = node_model(t)
         pf = Platform(m)
         G = m.G
+        tree = None if tm_off else gpu_tree(t)
+        if tree is not None and not treematch_acts(tree, cache):
+            print(f"treematch: declined to reorder on {name} ({tree[0]}); column left out", file=sys.stderr)
+            tree = None
         for pat, T in patterns.suite(G, seed=1).items():
             T = T * 10  # ~1 GB per neighbour: congestion in ms
             pl = place(pf, T, time_budget=30)
@@ -163,6 +315,11 @@ def node_table() -> None:
                 row += ["n/a", ""]
             g, dt = qap(T, m)
             row += [ms(evaluate(pf, T, zeros, g).max_congestion), f"{dt * 1e3:.0f} ms"]
+            if tree is not None:
+                g, dt = treematch_node(T, tree, cache)
+                row += [ms(evaluate(pf, T, zeros, g).max_congestion), f"{dt * 1e3:.0f} ms"]
+            else:
+                row += ["n/a", ""]
             print("| " + " | ".join(row) + " |", flush=True)
 
 

@@ -44,11 +44,9 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    import numpy as np
-
     from rankmap.commands.map import solve_for
-    from rankmap.mapping.cost import Traffic
     from rankmap.mapping.report import print_text
+    from rankmap.mapping.traffic import job_traffic
     from rankmap.store import command_key, open_store
 
     cmd = command_of(args, "tune")
@@ -68,13 +66,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"profiled as job {jid}", file=log)
     else:
         print(f"using the stored profile of job {jid} (--force profiles again)", file=log)
-    T = np.asarray(store.traffic_matrix(jid), dtype=float)
-    if T.shape[0] != ws:
-        raise RankmapError(f"the profile of job {jid} has {T.shape[0]} ranks but the command starts {ws}: "
+    traffic = job_traffic(store, jid)  # host-staged bytes kept apart: they are routed via the host
+    if traffic.n != ws:
+        raise RankmapError(f"the profile of job {jid} has {traffic.n} ranks but the command starts {ws}: "
                            f"profile this rank count (rankmap tune --force -- ...)")
-    if not T.any():
+    if traffic.total == 0:
         raise RankmapError(f"job {jid} recorded no traffic between ranks: nothing to place")
-    doc = solve_for(Traffic.from_dense(T), args, source={"job": jid, "command": cmd})
+    doc = solve_for(traffic, args, source={"job": jid, "command": cmd})
     mid = store.save_mapping(doc, job_id=jid, key=key, world_size=ws, topology=doc["topology"],
                              max_before=doc["default"]["max_congestion"], avg_before=doc["default"]["avg_congestion"],
                              max_after=doc["max_congestion"], avg_after=doc["avg_congestion"], optimal=doc["optimal"],

@@ -13,6 +13,10 @@ come from a backtracking search that keeps only images consistent in *pair colou
 bandwidths along the route), a necessary condition that prunes almost everything that would fail.
 On an NVSwitch node all GPUs are alike: the transpositions (0 i) are automorphisms, they generate the
 full symmetric group, and any placement is optimal.
+
+When a problem has host-staged bytes (``with_host``), the host-staged route of every GPU pair (and of
+every GPU with itself) is one more route row: an automorphism must carry those routes too. On a
+two-socket NVSwitch node that breaks the full symmetry, since host-staged bytes see the sockets.
 """
 
 from __future__ import annotations
@@ -28,43 +32,62 @@ from rankmap.mapping.platform import NodeModel
 class Symmetry:
     """Automorphism queries on one node model (results cached by fixed-point set)."""
 
-    def __init__(self, model: NodeModel, *, with_nics: bool = True, query_budget: int = 4000) -> None:
+    def __init__(self, model: NodeModel, *, with_nics: bool = True, with_host: bool = False,
+                 with_peer: bool = True, query_budget: int = 4000) -> None:
         self.m = model
         G, D = model.G, model.D
         self.G = G
         self.query_budget = query_budget
-        rows = G * G + (2 * G if with_nics else 0)
+        self.with_host = with_host
+        # a problem whose every in-node byte is host-staged need not respect the peer routes
+        self.with_peer = with_peer = with_peer or not with_host
+        rows = G * G + (2 * G if with_nics else 0) + (G * G if with_host else 0)
         nn = len(model.nic_bw)
         cols = D + (2 * nn if with_nics else 0)
         M = np.zeros((rows, cols), dtype=np.uint8)
-        M[: G * G, :D] = model.inc.reshape(G * G, D)
+        if with_peer:
+            M[: G * G, :D] = model.inc.reshape(G * G, D)
         bw = list(model.bw)
         if with_nics:
             M[G * G: G * G + G, :D] = model.ext_out_inc > 0
-            M[G * G + G:, :D] = model.ext_in_inc > 0
+            M[G * G + G: G * G + 2 * G, :D] = model.ext_in_inc > 0
             for k in range(nn):
                 for g in range(G):
                     if model.nic_of[g] == k:
                         M[G * G + g, D + 2 * k] = 1
                         M[G * G + G + g, D + 2 * k + 1] = 1
                 bw += [model.nic_bw[k], model.nic_bw[k]]
+        if with_host:
+            # host-staged routes as rows of their own; a link crossed twice keeps its count
+            M[rows - G * G:, :D] = model.hinc.reshape(G * G, D)
         used = M.any(axis=0)
         self.M = M[:, used]
         bwc = np.asarray(bw)[used]
         _, self.bw_code = np.unique(np.round(bwc, 9), return_inverse=True)
         self.with_nics = with_nics
         self._ref = self._signature(np.arange(rows))
-        # pair colours: (hops, sorted bandwidths) of each route; diagonal: the GPU's NIC route
+        # pair colours: (hops, sorted bandwidths) of each route; diagonal: the GPU's NIC route; with
+        # host routes, the same of the host-staged route too (on an NVSwitch node the peer routes
+        # are all alike and only the host routes tell the sockets apart)
         col: dict[tuple, int] = {}
         C = np.zeros((G, G), dtype=np.int64)
+
+        def host_colour(g: int, h: int) -> tuple:
+            if not with_host:
+                return ()
+            ds = np.nonzero(model.hinc[g, h])[0]
+            return (tuple(sorted(zip(np.round(model.bw[ds], 9), model.hinc[g, h, ds]))),)
+
         for g in range(G):
             for h in range(G):
                 if g == h:
                     ds = np.nonzero(M[G * G + g])[0] if with_nics else []
-                    key = ("self", tuple(sorted(np.round(np.asarray(bw)[ds], 9))))
-                else:
+                    key = ("self", tuple(sorted(np.round(np.asarray(bw)[ds], 9)))) + host_colour(g, g)
+                elif with_peer:
                     ds = np.nonzero(model.inc[g, h])[0]
-                    key = (len(ds), tuple(sorted(np.round(model.bw[ds], 9))))
+                    key = (len(ds), tuple(sorted(np.round(model.bw[ds], 9)))) + host_colour(g, h)
+                else:
+                    key = ("pair",) + host_colour(g, h)
                 C[g, h] = col.setdefault(key, len(col))
         self.C = C
         vkey = {}
@@ -78,9 +101,13 @@ class Symmetry:
         G = self.G
         g = np.arange(G)
         pair = (p[:, None] * G + p[None, :]).reshape(-1)
-        if not self.with_nics:
-            return pair
-        return np.concatenate([pair, G * G + p[g], G * G + G + p[g]])
+        parts = [pair]
+        if self.with_nics:
+            parts += [G * G + p[g], G * G + G + p[g]]
+        if self.with_host:
+            base = G * G + (2 * G if self.with_nics else 0)
+            parts.append(base + pair)
+        return np.concatenate(parts) if len(parts) > 1 else pair
 
     def _signature(self, rowmap: np.ndarray) -> np.ndarray:
         Mp = np.empty_like(self.M)

@@ -14,6 +14,13 @@ The **average** congestion over used links (the figure NVTAGS reports) is comput
 it is not a ranking key: it drops when traffic is spread onto *more* links even if every byte then
 travels further, and it is not monotone as a partial mapping grows, so no bound can prune with it.
 The total is its monotone twin: for a fixed number of used links they order mappings the same way.
+
+Bytes the profile marks as staged through host memory (``mem = host``) take the host-staged route of
+:mod:`rankmap.mapping.platform` inside a node (GPU -> its CPU -> [CPU interconnect] -> CPU -> GPU, also
+when both ranks share a GPU); every other byte (device, managed, unknown, or a source that does not
+say) takes the peer route. Off the node both kinds leave through the NIC as before: an MPI without
+CUDA support sends from host memory over the same NIC, and the in-node part of that path is the GPU's
+NIC route either way.
 """
 
 from __future__ import annotations
@@ -30,43 +37,82 @@ REL_EPS = 1e-9
 
 @dataclass(frozen=True)
 class Traffic:
-    """Sparse traffic matrix: ``bytes[i]`` sent from ``src[i]`` to ``dst[i]`` (no self pairs, no zeros)."""
+    """Sparse traffic matrix: ``bytes[i]`` sent from ``src[i]`` to ``dst[i]`` (no self pairs, no zeros).
+
+    ``host[i]`` (at most ``bytes[i]``) is the part of those bytes that was staged through host memory,
+    or ``None`` when the source does not say where buffers lived: then every byte is peer-to-peer,
+    exactly as for a matrix with no host part. ``bytes`` is always the total, so whatever ignores
+    memory kinds (the node split, off-node traffic) reads it unchanged.
+    """
 
     n: int
     src: np.ndarray
     dst: np.ndarray
     bytes: np.ndarray
+    host: np.ndarray | None = None
 
     @classmethod
-    def from_dense(cls, T: np.ndarray) -> "Traffic":
+    def from_dense(cls, T: np.ndarray, host: np.ndarray | None = None) -> "Traffic":
+        """``T`` all bytes, ``host`` the host-staged part of them (same shape, or None)."""
         T = np.asarray(T, dtype=float)
         if T.ndim != 2 or T.shape[0] != T.shape[1]:
             raise ValueError(f"traffic matrix must be square, got shape {T.shape}")
         T = T.copy()
         np.fill_diagonal(T, 0.0)
         s, d = np.nonzero(T > 0)
-        return cls(T.shape[0], s.astype(np.int64), d.astype(np.int64), T[s, d])
+        h = None
+        if host is not None:
+            H = np.asarray(host, dtype=float)
+            if H.shape != T.shape:
+                raise ValueError(f"host-staged matrix has shape {H.shape}, traffic {T.shape}")
+            h = H[s, d]
+            off = H.copy()
+            np.fill_diagonal(off, 0.0)
+            if np.any(off < 0) or np.any(off[T <= 0] != 0) or np.any(h > T[s, d] * (1 + 1e-12)):
+                raise ValueError("host-staged bytes must lie between 0 and the pair's total")
+            h = np.minimum(h, T[s, d])
+            if not h.any():
+                h = None
+        return cls(T.shape[0], s.astype(np.int64), d.astype(np.int64), T[s, d], h)
 
     @classmethod
-    def from_triples(cls, n: int, src, dst, nbytes) -> "Traffic":
+    def from_triples(cls, n: int, src, dst, nbytes, host=None) -> "Traffic":
+        """Rows of (src, dst, bytes); ``host`` per row: the host-staged bytes of that row (or None)."""
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
         b = np.asarray(nbytes, dtype=float)
+        hb = None if host is None else np.asarray(host, dtype=float)
         keep = (src != dst) & (b > 0)
         src, dst, b = src[keep], dst[keep], b[keep]
         # merge duplicates so that every pair appears once
         key = src * n + dst
         uniq, inv = np.unique(key, return_inverse=True)
-        return cls(n, uniq // n, uniq % n, np.bincount(inv, weights=b, minlength=len(uniq)))
+        h = None
+        if hb is not None:
+            h = np.bincount(inv, weights=hb[keep], minlength=len(uniq))
+            if not h.any():
+                h = None
+        return cls(n, uniq // n, uniq % n, np.bincount(inv, weights=b, minlength=len(uniq)), h)
 
     def dense(self) -> np.ndarray:
         T = np.zeros((self.n, self.n))
         np.add.at(T, (self.src, self.dst), self.bytes)
         return T
 
+    def dense_host(self) -> np.ndarray:
+        """(n, n) host-staged bytes (zeros when the source did not say)."""
+        H = np.zeros((self.n, self.n))
+        if self.host is not None:
+            np.add.at(H, (self.src, self.dst), self.host)
+        return H
+
     @property
     def total(self) -> float:
         return float(self.bytes.sum())
+
+    @property
+    def host_total(self) -> float:
+        return float(self.host.sum()) if self.host is not None else 0.0
 
 
 def as_traffic(T) -> Traffic:
@@ -122,12 +168,24 @@ def evaluate(platform: Platform, traffic, node_of, gpu_of) -> Score:
     loads = np.zeros(platform.n_links)
     local = np.zeros((N, D))
     hop_bytes = 0.0
-    intra = (un == vn) & (gs != gt)
+    same_node = un == vn
+    bp = b if tr.host is None else b - tr.host  # peer-routed part
+    intra = same_node & (gs != gt)
+    if tr.host is not None:
+        intra &= bp > 0
     if intra.any():
         key = (un[intra] * G + gs[intra]) * G + gt[intra]
-        W = np.bincount(key, weights=b[intra], minlength=N * G * G).reshape(N, G * G)
+        W = np.bincount(key, weights=bp[intra], minlength=N * G * G).reshape(N, G * G)
         local += W @ m.inc.reshape(G * G, D).astype(float)
-        hop_bytes += float((b[intra] * m.hops[gs[intra], gt[intra]]).sum())
+        hop_bytes += float((bp[intra] * m.hops[gs[intra], gt[intra]]).sum())
+    if tr.host is not None:
+        # host-staged in-node bytes: via the host, also between ranks that share a GPU
+        hs = same_node & (tr.host > 0)
+        if hs.any():
+            key = (un[hs] * G + gs[hs]) * G + gt[hs]
+            W = np.bincount(key, weights=tr.host[hs], minlength=N * G * G).reshape(N, G * G)
+            local += W @ m.hinc.reshape(G * G, D).astype(float)
+            hop_bytes += float((tr.host[hs] * m.hhops[gs[hs], gt[hs]]).sum())
     off = un != vn
     if off.any():
         bo = b[off]

@@ -14,6 +14,12 @@ given the ranks already placed. That table makes the following cheap:
 * the bound on the total: the least total the unplaced ranks add on distinct free GPUs, plus the bytes
   still to be exchanged among them times the cheapest route between free GPUs.
 
+Host-staged bytes (``NodeProblem.Th``, routed GPU -> CPU -> GPU) enter ``A`` exactly like peer bytes,
+with their own route tensor, so the look-ahead and per-link bounds keep their proof: ``A[j, h]`` is
+still the exact congestion that the pairs of ``j`` with placed ranks add, every term is non-negative,
+and distinct ranks' terms are disjoint. In the total bound the pending bytes of each kind are
+multiplied by the cheapest route *of that kind* between distinct free GPUs.
+
 Links that can never be the busiest are dropped and the total is carried as one extra column, so the
 arrays stay small. A subtree is cut when its bound is not lexicographically better than the best
 mapping found so far (seeded by the heuristic). Symmetry: at every level only one GPU per orbit of the
@@ -64,14 +70,17 @@ def _lt(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return False
 
 
-def undominated(cpb: np.ndarray, eo: np.ndarray, ei: np.ndarray) -> np.ndarray:
+def undominated(cpb: np.ndarray | None, eo: np.ndarray, ei: np.ndarray, hcpb: np.ndarray | None = None) -> np.ndarray:
     """Indices of directed links that can be the most congested one.
 
-    Link ``a`` is dominated by ``b`` when every GPU pair (and every off-node route) puts at least as
-    much congestion per byte on ``b`` as on ``a``: then ``b``'s congestion is never below ``a``'s,
-    whatever the mapping. Of identical links one is kept."""
-    G = cpb.shape[0]
-    X = np.concatenate([cpb.reshape(G * G, -1), eo, ei], axis=0).T  # (D, rows)
+    Link ``a`` is dominated by ``b`` when every GPU pair (and every off-node route, and every
+    host-staged route when ``hcpb`` is given) puts at least as much congestion per byte on ``b`` as on
+    ``a``: then ``b``'s congestion is never below ``a``'s, whatever the mapping. Of identical links one
+    is kept. ``cpb`` None: no byte takes a peer route."""
+    G = eo.shape[0]
+    rows = ([cpb.reshape(G * G, -1)] if cpb is not None else []) + [eo, ei] \
+        + ([hcpb.reshape(G * G, -1)] if hcpb is not None else [])
+    X = np.concatenate(rows, axis=0).T  # (D, rows)
     used = X.any(axis=1)
     idx = np.nonzero(used)[0]
     X = X[idx]
@@ -92,7 +101,7 @@ def undominated(cpb: np.ndarray, eo: np.ndarray, ei: np.ndarray) -> np.ndarray:
 
 def rank_order(p: NodeProblem) -> list[int]:
     """Heaviest rank first, then greedily the rank most connected to those already ordered."""
-    S = p.T + p.T.T
+    S = p.W + p.W.T
     weight = S.sum(axis=1) + p.eout + p.ein
     n = p.n
     if n == 0:
@@ -117,38 +126,48 @@ def solve_exact(p: NodeProblem, *, time_budget: float = 10.0, upper: tuple[np.nd
     if n == 0:
         return NodeResult(np.zeros(0, dtype=np.int64), (0.0, 0.0), True, "exact", 0, 0.0)
     order = rank_order(p)
-    S = p.T + p.T.T
+    S = p.W + p.W.T
     active = [r for r in order if S[r].any() or p.eout[r] or p.ein[r]]
     idle = [r for r in order if r not in set(active)]
     if sym is None:
-        sym = Symmetry(m, with_nics=p.has_ext)
+        sym = Symmetry(m, with_nics=p.has_ext, with_host=p.has_host, with_peer=p.has_peer)
+    # the symmetry may be used only if it respects every route the problem's bytes take
+    use_sym = ((sym.with_nics or not p.has_ext) and (sym.with_host or not p.has_host)
+               and (sym.with_peer or not p.has_peer))
     if upper is None:
         g0 = np.arange(n) % G
         upper = (g0, p.key(g0))
     best_g, best_key = np.asarray(upper[0]).copy(), tuple(upper[1])
     T = p.T
+    Th = p.Th if p.has_host else np.zeros_like(T)
     cpb = p.cpb
+    hcpb = p.hcpb if p.has_host else None
     offdiag = T[~np.eye(n, dtype=bool)] if n > 1 else np.zeros(1)
-    if K == 1 and n == G and not p.has_ext and np.all(offdiag == offdiag[0]):
+    hoff = Th[~np.eye(n, dtype=bool)] if n > 1 else np.zeros(1)
+    if K == 1 and n == G and not p.has_ext and np.all(offdiag == offdiag[0]) and np.all(hoff == hoff[0]):
         # uniform all-to-all over every GPU: ranks are interchangeable, all assignments cost the same
         return NodeResult(best_g, p.key(best_g), True, "exact (uniform traffic)", 1, time.perf_counter() - t0)
-    if sym.symmetric and (sym.with_nics or not p.has_ext) and K == 1:
+    if sym.symmetric and use_sym and K == 1:
         # every assignment of n == G ranks is a relabelling of any other: all cost the same
         return NodeResult(best_g, best_key, True, "exact (all GPUs equivalent)", 1,
                           time.perf_counter() - t0, {"automorphisms": sym.order})
     PC = cpb.sum(axis=2) + np.diag(np.full(G, np.inf))
+    PCh = hcpb.sum(axis=2) + np.diag(np.full(G, np.inf)) if hcpb is not None else None
     A0 = p.unary()  # (n, G, D')
     # Work in a smaller space: the links that can ever be the busiest (a link whose every route also
     # crosses a link at least as congested is dropped) plus one last column carrying the total
     # congestion, which is all the total needs (it is linear in the loads).
     eo, ei = p.ext
-    keep = undominated(cpb, eo, ei)
+    keep = undominated(cpb if p.has_peer else None, eo, ei, hcpb)
     proj = np.zeros((cpb.shape[2], len(keep) + 1))
     proj[keep, np.arange(len(keep))] = 1.0
     proj[:, -1] = 1.0
     cpb = cpb @ proj
     A0 = A0 @ proj
     cpbT = np.ascontiguousarray(cpb.transpose(1, 0, 2))  # cpbT[h] = cpb[:, h, :]
+    if hcpb is not None:
+        hcpb = hcpb @ proj
+        hcpbT = np.ascontiguousarray(hcpb.transpose(1, 0, 2))
     Dp = cpb.shape[2]
     M = slice(0, Dp - 1)  # the link columns; column -1 is the total
     cap0 = np.full(G, K, dtype=np.int64)
@@ -158,7 +177,6 @@ def solve_exact(p: NodeProblem, *, time_budget: float = 10.0, upper: tuple[np.nd
     depth_n = len(active)
     if linear_sum_assignment is None:
         lsa_links = 0
-    use_sym = sym.with_nics or not p.has_ext
 
     def finish_idle(cap: np.ndarray) -> None:
         free = [h for h in range(G) for _ in range(cap[h])]
@@ -208,6 +226,13 @@ def solve_exact(p: NodeProblem, *, time_budget: float = 10.0, upper: tuple[np.nd
         else:
             minpair = 0.0
         lbsum = float(loads[-1]) + float(sums) + float(pend) * minpair
+        if PCh is not None and K == 1:
+            # host-staged bytes among unplaced ranks: at least the cheapest host route between two
+            # distinct free GPUs each (with K > 1 they might share a GPU: nothing is claimed)
+            pendh = Th[np.ix_(rest, rest)].sum()
+            if pendh:
+                pc = PCh[np.ix_(free, free)]
+                lbsum += float(pendh) * (float(pc.min()) if pc.size else 0.0)
         if not _lt((lbmax, lbsum), state["best_key"]):
             return
         # fail first: the rank whose cheapest placement is already the most congested goes next
@@ -237,6 +262,8 @@ def solve_exact(p: NodeProblem, *, time_budget: float = 10.0, upper: tuple[np.nd
             nxt = [j for j in rest if j != r]
             if nxt:
                 A2[nxt] += T[nxt, r][:, None, None] * cpbT[h][None] + T[r, nxt][:, None, None] * cpb[h][None]
+                if hcpb is not None:
+                    A2[nxt] += Th[nxt, r][:, None, None] * hcpbT[h][None] + Th[r, nxt][:, None, None] * hcpb[h][None]
             cap[h] -= 1
             rec(depth + 1, loads + A[r, h], A2, cap, used | {h})
             cap[h] += 1

@@ -25,58 +25,83 @@ from rankmap.mapping.problem import NodeProblem
 
 
 class _State:
+    """Incremental loads of one assignment, for every in-node term (peer, then host-staged) at once.
+
+    With ``terms = [(T_k, c_k)]`` the loads are ``sum_k sum_ij T_k[i,j] c_k[g_i, g_j]`` plus the
+    off-node unary part ``U``. ``C[x, h]`` sums, over the terms, what rank ``x`` would cause on GPU
+    ``h``. A host-staged route has a non-zero diagonal (``c_k[g, g]``: two ranks on one GPU still go
+    through the host), so the swap formula carries a diagonal correction, zero for peer routes.
+    """
+
     def __init__(self, p: NodeProblem, slots_gpu: np.ndarray, perm: np.ndarray) -> None:
         n = p.n
         N = len(slots_gpu)
-        T = np.zeros((N, N))
-        T[:n, :n] = p.T
-        self.T = T
+        self.terms = []
+        for Tk, ck in p.terms():
+            T = np.zeros((N, N))
+            T[:n, :n] = Tk
+            diag = np.einsum("ggd->gd", ck)
+            self.terms.append((T, ck, diag if diag.any() else None))
+        self.T, self.cpb = self.terms[0][0], self.terms[0][1]
         U = np.zeros((N,) + p.unary().shape[1:])
         U[:n] = p.unary()
         self.U = U
-        self.cpb = p.cpb
         self.g = slots_gpu[perm].astype(np.int64)  # GPU of each (padded) rank
         self.recompute()
 
     def recompute(self) -> None:
-        cg = self.cpb[:, self.g, :]  # (G, N, D): cpb[h, g_j]
-        cgT = self.cpb[self.g, :, :]  # (N, G, D): cpb[g_j, h]
-        self.C = (np.einsum("xj,hjd->xhd", self.T, cg) + np.einsum("jx,jhd->xhd", self.T, cgT) + self.U)
+        self.C = self.U.copy()
+        for T, cpb, _ in self.terms:
+            cg = cpb[:, self.g, :]  # (G, N, D): cpb[h, g_j]
+            cgT = cpb[self.g, :, :]  # (N, G, D): cpb[g_j, h]
+            self.C += np.einsum("xj,hjd->xhd", T, cg) + np.einsum("jx,jhd->xhd", T, cgT)
         N = len(self.g)
         self.loads = 0.5 * (self.C[np.arange(N), self.g] - self.U[np.arange(N), self.g]).sum(axis=0) \
             + self.U[np.arange(N), self.g].sum(axis=0)
 
     def all_swaps(self) -> np.ndarray:
         """(N, N, D) loads after swapping every pair."""
-        g, T, cpb = self.g, self.T, self.cpb
+        g = self.g
         N = len(g)
         Cs = self.C[np.arange(N), g]  # (N, D)
         X = self.C[:, g, :]  # X[a, b] = C[a, g_b]
         ga, gb = g[:, None], g[None, :]
-        Q = T[:, :, None] * cpb[ga, gb]  # T[a,b] cpb[g_a, g_b]
-        R = T[:, :, None] * cpb[gb, ga]  # T[a,b] cpb[g_b, g_a]
-        new = (self.loads[None, None] - Cs[:, None] - Cs[None, :] + X + X.transpose(1, 0, 2)
-               + Q + Q.transpose(1, 0, 2) + R + R.transpose(1, 0, 2))
+        new = self.loads[None, None] - Cs[:, None] - Cs[None, :] + X + X.transpose(1, 0, 2)
+        for T, cpb, diag in self.terms:
+            Q = T[:, :, None] * cpb[ga, gb]  # T[a,b] cpb[g_a, g_b]
+            R = T[:, :, None] * cpb[gb, ga]  # T[a,b] cpb[g_b, g_a]
+            # one term at a time, left to right: the same float sums as a one-term problem always had
+            new += Q
+            new += Q.transpose(1, 0, 2)
+            new += R
+            new += R.transpose(1, 0, 2)
+            if diag is not None:
+                # C[a, g_b] counted the a-b bytes with both on g_b (and C[b, g_a] both on g_a)
+                S = T + T.T
+                new -= S[:, :, None] * (diag[ga] + diag[gb])
         return new
 
     def swap(self, a: int, b: int) -> None:
         ga, gb = int(self.g[a]), int(self.g[b])
-        T, cpb = self.T, self.cpb
-        # ranks x see a move from ga to gb and b from gb to ga
-        d = (T[:, a][:, None, None] * (cpb[:, gb, :] - cpb[:, ga, :])[None]
-             + T[a, :][:, None, None] * (cpb[gb, :, :] - cpb[ga, :, :])[None]
-             + T[:, b][:, None, None] * (cpb[:, ga, :] - cpb[:, gb, :])[None]
-             + T[b, :][:, None, None] * (cpb[ga, :, :] - cpb[gb, :, :])[None])
         new_loads = self.all_pair(a, b)
-        self.C += d
+        for T, cpb, _ in self.terms:
+            # ranks x see a move from ga to gb and b from gb to ga
+            self.C += (T[:, a][:, None, None] * (cpb[:, gb, :] - cpb[:, ga, :])[None]
+                       + T[a, :][:, None, None] * (cpb[gb, :, :] - cpb[ga, :, :])[None]
+                       + T[:, b][:, None, None] * (cpb[:, ga, :] - cpb[:, gb, :])[None]
+                       + T[b, :][:, None, None] * (cpb[ga, :, :] - cpb[gb, :, :])[None])
         self.g[a], self.g[b] = gb, ga
         self.loads = new_loads
 
     def all_pair(self, a: int, b: int) -> np.ndarray:
-        g, T, cpb = self.g, self.T, self.cpb
+        g = self.g
         ga, gb = g[a], g[b]
-        return (self.loads - self.C[a, ga] - self.C[b, gb] + self.C[a, gb] + self.C[b, ga]
-                + T[a, b] * (cpb[ga, gb] + cpb[gb, ga]) + T[b, a] * (cpb[gb, ga] + cpb[ga, gb]))
+        res = self.loads - self.C[a, ga] - self.C[b, gb] + self.C[a, gb] + self.C[b, ga]
+        for T, cpb, diag in self.terms:
+            res = res + T[a, b] * (cpb[ga, gb] + cpb[gb, ga]) + T[b, a] * (cpb[gb, ga] + cpb[ga, gb])
+            if diag is not None:
+                res = res - (T[a, b] + T[b, a]) * (diag[ga] + diag[gb])
+        return res
 
 
 def _key(loads: np.ndarray) -> tuple[float, float]:

@@ -14,6 +14,15 @@ has one up- and one down-link to the switch. Off-node traffic leaves its GPU alo
 GPU's NIC, crosses the sender NIC's uplink and the receiver NIC's downlink, and enters along the
 receiver's NIC route. The switch core is taken as non-blocking (a fat tree at full bisection), so
 only NIC links can congest on the network side.
+
+Host-staged bytes (an MPI without CUDA support: the application copies device -> host, the MPI moves
+host memory, the receiver copies host -> device) do not take the GPU-to-GPU route. They go up from
+the sending GPU to its local CPU (PCIe, or the NVLink to the CPU on POWER9/Grace), across the CPU
+interconnect when the receiver's GPU hangs off another socket, and down to the receiving GPU. A
+second incidence tensor ``hinc[g, h, d]`` (and ``hcpb``) describes that path for every GPU pair,
+*including* ``g == h``: two ranks on one GPU that exchange host buffers still push the bytes up and
+down that GPU's link to the host. Directed links that only host-staged routes use are appended after
+the peer and NIC links, so the indices of the others do not depend on them.
 """
 
 from __future__ import annotations
@@ -48,6 +57,15 @@ class NodeModel:
     ext_in_inc: np.ndarray  # (G, D) 0/1: directed links from GPU g's NIC to g (off-node traffic in)
     ext_hops: np.ndarray  # (G,) hops GPU -> NIC
     notes: list[str] = field(default_factory=list)
+    # host-staged routes (GPU -> local CPU -> [CPU interconnect] -> local CPU -> GPU), diagonal included
+    hinc: np.ndarray | None = None  # (G, G, D) uint8 counts
+    hhops: np.ndarray | None = None  # (G, G) int
+    host_notes: list[str] = field(default_factory=list)  # only relevant when host-staged bytes exist
+
+    def __post_init__(self) -> None:
+        if self.hinc is None:  # a model built without host routes: host-staged bytes follow peer routes
+            self.hinc = self.inc.copy()
+            self.hhops = self.hops.copy()
 
     @property
     def G(self) -> int:
@@ -74,6 +92,11 @@ class NodeModel:
 
     def dlink_kind(self, d: int) -> str:
         return self.topo.links[self.dlinks[d][0]].kind.value
+
+    @cached_property
+    def hcpb(self) -> np.ndarray:
+        """(G, G, D) seconds per byte that a host-staged byte from GPU g to GPU h puts on each link."""
+        return self.hinc / (self.bw * 1e9) if self.D else self.hinc.astype(float)
 
     @cached_property
     def out_bw(self) -> np.ndarray:
@@ -148,6 +171,7 @@ def node_model(topo: Topology) -> NodeModel:
             out = [dl(hp) for hp in topo.route(gpus[g].id, nics[k].id).hops]
             back = [dl(hp) for hp in topo.route(nics[k].id, gpus[g].id).hops]
             nic_routes[g] = (out, back)
+    host_routes, host_notes = _host_routes(topo, gpus, routes, dl)
     D = len(dlinks)
     bw = np.array([topo.links[i].bandwidth for i, _ in dlinks], dtype=float)
     inc = np.zeros((G, G, D), dtype=np.uint8)
@@ -156,6 +180,11 @@ def node_model(topo: Topology) -> NodeModel:
         inc[g, h, ds] = 1
         hops[g, h] = len(ds)
     cpb = inc / (bw * 1e9) if D else inc.astype(float)
+    hinc = np.zeros((G, G, D), dtype=np.uint8)
+    hhops = np.zeros((G, G), dtype=np.int64)
+    for (g, h), ds in host_routes.items():
+        np.add.at(hinc[g, h], ds, 1)  # counts: a link crossed twice carries the bytes twice
+        hhops[g, h] = len(ds)
     ext_out = np.zeros((G, D))
     ext_in = np.zeros((G, D))
     ext_hops = np.zeros(G, dtype=np.int64)
@@ -171,7 +200,43 @@ def node_model(topo: Topology) -> NodeModel:
         notes.append(f"topology {topo.name!r} lists no NIC: off-node traffic is modelled through one "
                      f"{DEFAULT_NIC_GBPS:g} GB/s network port per node with no in-node route")
     return NodeModel(topo, gpus, dlinks, bw, inc, cpb, hops, nic_of, nics, nic_bw, ext_out, ext_in,
-                     ext_hops, notes)
+                     ext_hops, notes, hinc, hhops, host_notes)
+
+
+def _host_routes(topo: Topology, gpus: list[Device], routes: dict[tuple[int, int], list[int]],
+                 dl) -> tuple[dict[tuple[int, int], list[int]], list[str]]:
+    """Directed-link lists of the host-staged path for every GPU pair (diagonal included).
+
+    Up from the sender to its local CPU, across to the receiver's local CPU (nothing when it is the
+    same one), down to the receiver. A GPU whose local CPU the topology does not say cannot be routed
+    that way: its pairs keep the peer route (and a GPU with itself then loads nothing), and a note
+    says so, because the model is then optimistic about that GPU's host traffic."""
+    G = len(gpus)
+    cpu: list[Device | None] = [topo.local_cpu(g.id) for g in gpus]
+    up: list[list[int]] = []
+    down: list[list[int]] = []
+    for g in range(G):
+        c = cpu[g]
+        up.append([dl(hp) for hp in topo.route(gpus[g].id, c.id).hops] if c is not None else [])
+        down.append([dl(hp) for hp in topo.route(c.id, gpus[g].id).hops] if c is not None else [])
+    across: dict[tuple[str, str], list[int]] = {}
+    res: dict[tuple[int, int], list[int]] = {}
+    for g in range(G):
+        for h in range(G):
+            cg, ch = cpu[g], cpu[h]
+            if cg is None or ch is None:
+                res[g, h] = list(routes.get((g, h), []))
+                continue
+            if cg.id != ch.id and (cg.id, ch.id) not in across:
+                across[cg.id, ch.id] = [dl(hp) for hp in topo.route(cg.id, ch.id).hops]
+            mid = across[cg.id, ch.id] if cg.id != ch.id else []
+            res[g, h] = up[g] + mid + down[h]
+    missing = [gpus[g].id for g in range(G) if cpu[g] is None]
+    notes = []
+    if missing:
+        notes.append(f"no local CPU known for {', '.join(missing)}: host-staged bytes to or from "
+                     f"{'it' if len(missing) == 1 else 'them'} are routed like peer-to-peer bytes")
+    return res, notes
 
 
 def _nic_gbps(topo: Topology, nic: Device) -> float:

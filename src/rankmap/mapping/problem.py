@@ -5,6 +5,12 @@ Ranks ``0..n-1`` go onto the node's GPUs, at most ``K`` per GPU. Besides the tra
 from its GPU to that GPU's NIC and the NIC's network up/down link, which are appended to the node's
 directed links (columns ``D..D+2*NICs``). Everything is in congestion units (seconds per byte times
 bytes), so a link's congestion is the plain sum of the contributions of the rank pairs that use it.
+
+The in-node traffic comes in two terms: ``T`` (peer-to-peer bytes, route ``cpb``) and ``Th``
+(host-staged bytes, route ``hcpb``: GPU -> CPU -> GPU, non-zero also for two ranks on one GPU). A
+mapping's loads are ``sum_ij T[i,j] cpb[g_i,g_j] + Th[i,j] hcpb[g_i,g_j]`` plus the off-node terms;
+:meth:`NodeProblem.terms` lists the in-node terms that carry bytes, so a problem without host-staged
+bytes is exactly the one-term problem it always was.
 """
 
 from __future__ import annotations
@@ -25,11 +31,19 @@ class NodeProblem:
     eout: np.ndarray  # (n,) bytes sent off the node
     ein: np.ndarray  # (n,) bytes received from off the node
     K: int = 1
+    Th: np.ndarray | None = None  # (n, n) host-staged bytes (None: none)
 
     def __post_init__(self) -> None:
         self.T = np.asarray(self.T, dtype=float).copy()
         np.fill_diagonal(self.T, 0.0)
         n = self.T.shape[0]
+        if self.Th is not None:
+            self.Th = np.asarray(self.Th, dtype=float).copy()
+            if self.Th.shape != self.T.shape:
+                raise ValueError(f"host-staged matrix has shape {self.Th.shape}, traffic {self.T.shape}")
+            np.fill_diagonal(self.Th, 0.0)
+            if not self.Th.any():
+                self.Th = None
         if n > self.model.G * self.K:
             raise RankmapError(
                 f"{n} ranks do not fit on {self.model.G} GPUs with {self.K} rank(s) per GPU: "
@@ -47,6 +61,35 @@ class NodeProblem:
         out = np.zeros((m.G, m.G, m.D + 2 * nn))
         out[:, :, : m.D] = m.cpb
         return out
+
+    @cached_property
+    def hcpb(self) -> np.ndarray:
+        """(G, G, D') seconds per host-staged byte, network columns zero; the diagonal is not zero."""
+        m = self.model
+        out = np.zeros((m.G, m.G, m.D + 2 * len(m.nic_bw)))
+        out[:, :, : m.D] = m.hcpb
+        return out
+
+    @property
+    def has_host(self) -> bool:
+        return self.Th is not None
+
+    @property
+    def has_peer(self) -> bool:
+        """Whether any in-node byte takes the peer route (False only when all are host-staged)."""
+        return self.Th is None or bool(self.T.any())
+
+    def terms(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The in-node (bytes, seconds-per-byte) terms that carry traffic: peer first, then host."""
+        res = [(self.T, self.cpb)] if self.has_peer else []
+        if self.Th is not None:
+            res.append((self.Th, self.hcpb))
+        return res
+
+    @property
+    def W(self) -> np.ndarray:
+        """(n, n) all in-node bytes, whatever the route (how strongly two ranks are tied)."""
+        return self.T if self.Th is None else self.T + self.Th
 
     @cached_property
     def ext(self) -> tuple[np.ndarray, np.ndarray]:
@@ -76,9 +119,10 @@ class NodeProblem:
         """(D',) congestion of a complete assignment."""
         g = np.asarray(gpu_of)
         eo, ei = self.ext
-        # sum_{i,j} T[i,j] * cpb[g_i, g_j]
-        cp = self.cpb[g[:, None], g[None, :]]  # (n, n, D')
-        res = np.einsum("ij,ijd->d", self.T, cp)
+        # sum_{i,j} T[i,j] * cpb[g_i, g_j] (+ the host-staged term the same way)
+        res = np.zeros(self.cpb.shape[2])
+        for T, cpb in self.terms():
+            res += np.einsum("ij,ijd->d", T, cpb[g[:, None], g[None, :]])
         res += self.eout @ eo[g] + self.ein @ ei[g]
         return res
 

@@ -51,6 +51,9 @@ def to_json(pl: Placement, *, topology: str, ranks_per_gpu: int = 1, source: dic
         "optimal": bool(pl.optimal), "solver": pl.solver, "seconds": round(pl.seconds, 4),
         "info": {k: v for k, v in pl.info.items()},
         "links": links, "source": source or {},
+        # bytes staged through host memory (mem = host in the profile, or the CSV's mem column) and
+        # how many of them the cost model routed GPU -> host -> GPU (the in-node ones)
+        "host_staged": dict(pl.staging),
         "units": {"congestion": "seconds (bytes / (GB/s * 1e9))", "bandwidth": "GB/s per direction"},
     }
 
@@ -85,6 +88,17 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
     con.print(f"avg congestion over used links: {_ms(d['avg_congestion'])} ms -> {_ms(doc['avg_congestion'])} ms"
               + (f"  ({imp['avg']:.2f}x)" if imp["avg"] else ""))
     con.print(f"predicted communication time bound (busiest link): {_ms(doc['time_bound_s'])} ms")
+    hs = doc.get("host_staged") or {}
+    if hs.get("host_staged_bytes"):
+        tot = hs["total_bytes"] or 1.0
+        line = (f"host-staged traffic: {hs['host_staged_bytes'] / 1e9:.3f} GB of {hs['total_bytes'] / 1e9:.3f} GB "
+                f"({100 * hs['host_staged_bytes'] / tot:.0f} %); routed GPU -> host memory -> GPU: "
+                f"{hs['routed_via_host_bytes'] / 1e9:.3f} GB")
+        if hs.get("off_node_host_staged_bytes"):
+            line += f", between nodes (through the NICs): {hs['off_node_host_staged_bytes'] / 1e9:.3f} GB"
+        con.print(line)
+        for note in hs.get("notes", []):
+            con.print(f"note: {note}")
     m = Table(title="mapping", title_justify="left")
     for c in ("rank", "node", "GPU", "CPUs", "NIC"):
         m.add_column(c)

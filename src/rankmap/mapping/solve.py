@@ -10,6 +10,9 @@ their GPU to its NIC and to that NIC's network links. Finally :mod:`rankmap.mapp
 ranks between nodes where off-node traffic makes the busiest link. The node split is a heuristic, so a
 multi-node mapping is never reported as proven optimal (each node's share may be, and ``info`` says
 how many).
+
+Host-staged bytes (``Traffic.host``) are routed GPU -> host -> GPU inside a node and, like all other
+off-node bytes, through the NIC across nodes; the node split weighs all bytes alike.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class Placement:
     solver: str
     seconds: float
     info: dict = field(default_factory=dict)
+    # how much of the traffic was host-staged, and how much of that the model routed via the host
+    staging: dict = field(default_factory=dict)
 
     def rank_entry(self, r: int) -> dict:
         m = self.platform.node
@@ -89,13 +94,15 @@ def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0,
     proven = 0
     solvers = set()
     cache: dict[bytes, np.ndarray] = {}
-    sym_cache: dict[bool, Symmetry] = {}
+    sym_cache: dict[tuple[bool, bool, bool], Symmetry] = {}
     T = tr.dense() if n <= 1024 else None
+    H = tr.dense_host() if (T is not None and tr.host is not None) else None
     work = []
     for u, ranks in enumerate(parts):
         if len(ranks):
-            sub, eout, ein = _node_traffic(tr, T, ranks, node_of, u)
-            work.append((ranks, sub, eout, ein, hashlib.sha1(sub.tobytes() + eout.tobytes() + ein.tobytes()).digest()))
+            sub, subh, eout, ein = _node_traffic(tr, T, H, ranks, node_of, u)
+            raw = sub.tobytes() + eout.tobytes() + ein.tobytes() + (subh.tobytes() if subh is not None else b"")
+            work.append((ranks, (sub, subh), eout, ein, hashlib.sha1(raw).digest()))
     distinct = len({w[4] for w in work})
     for ranks, sub, eout, ein, key in work:
         if key in cache:
@@ -117,8 +124,9 @@ def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0,
 
         def resolve(ranks: np.ndarray, nodes: np.ndarray) -> np.ndarray:
             u = int(nodes[ranks[0]])
-            sub, eout, ein = _node_traffic(tr, T, ranks, nodes, u)
-            g, _, _ = _solve_node(platform, sub, eout, ein, ranks_per_gpu, seed, 0.02, exact_max_gpus, sym_cache)
+            sub, subh, eout, ein = _node_traffic(tr, T, H, ranks, nodes, u)
+            g, _, _ = _solve_node(platform, (sub, subh), eout, ein, ranks_per_gpu, seed, 0.02, exact_max_gpus,
+                                  sym_cache)
             return g
 
         node_of, gpu_of, score, swaps = refine(platform, tr, node_of, gpu_of, score, resolve,
@@ -133,16 +141,40 @@ def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0,
     solver = " + ".join(sorted(solvers)) or "trivial"
     if platform.nodes > 1:
         solver = "METIS partition + " + solver
-    return Placement(platform, node_of, gpu_of, score, default, optimal, solver, time.perf_counter() - t0, info)
+    staging = staging_summary(platform, tr, node_of)
+    return Placement(platform, node_of, gpu_of, score, default, optimal, solver, time.perf_counter() - t0, info,
+                     staging)
 
 
-def _node_traffic(tr: Traffic, T: np.ndarray | None, ranks: np.ndarray, node_of: np.ndarray, u: int):
+def staging_summary(platform: Platform, tr: Traffic, node_of: np.ndarray) -> dict:
+    """Host-staged bytes, and how many of them the model routes via host memory (those within a node;
+    host-staged bytes between nodes go through the NICs like the rest)."""
+    total = tr.total
+    host = tr.host_total
+    if tr.host is not None:
+        same = node_of[tr.src] == node_of[tr.dst]
+        via_host = float(tr.host[same].sum())
+    else:
+        via_host = 0.0
+    res = {"total_bytes": total, "host_staged_bytes": host, "routed_via_host_bytes": via_host,
+           "off_node_host_staged_bytes": host - via_host,
+           "peer_to_peer_bytes": total - host}
+    if host > 0 and platform.node.host_notes:
+        res["notes"] = list(platform.node.host_notes)
+    return res
+
+
+def _node_traffic(tr: Traffic, T: np.ndarray | None, H: np.ndarray | None, ranks: np.ndarray,
+                  node_of: np.ndarray, u: int):
+    """In-node bytes of node ``u``'s ranks (all, and the host-staged part or None), and per rank the
+    bytes sent to and received from other nodes."""
     if T is not None:
         sub = T[np.ix_(ranks, ranks)]
+        subh = H[np.ix_(ranks, ranks)] if H is not None else None
         off = node_of != u
         eout = T[np.ix_(ranks, np.nonzero(off)[0])].sum(axis=1)
         ein = T[np.ix_(np.nonzero(off)[0], ranks)].sum(axis=0)
-        return sub, eout, ein
+        return sub, subh, eout, ein
     pos = -np.ones(tr.n, dtype=np.int64)
     pos[ranks] = np.arange(len(ranks))
     k = len(ranks)
@@ -150,31 +182,41 @@ def _node_traffic(tr: Traffic, T: np.ndarray | None, ranks: np.ndarray, node_of:
     s_in, d_in = pos[tr.src] >= 0, pos[tr.dst] >= 0
     both = s_in & d_in
     np.add.at(sub, (pos[tr.src[both]], pos[tr.dst[both]]), tr.bytes[both])
+    subh = None
+    if tr.host is not None:
+        subh = np.zeros((k, k))
+        np.add.at(subh, (pos[tr.src[both]], pos[tr.dst[both]]), tr.host[both])
     eout = np.bincount(pos[tr.src[s_in & ~d_in]], weights=tr.bytes[s_in & ~d_in], minlength=k)
     ein = np.bincount(pos[tr.dst[d_in & ~s_in]], weights=tr.bytes[d_in & ~s_in], minlength=k)
-    return sub, eout, ein
+    return sub, subh, eout, ein
 
 
 def _solve_node(platform: Platform, sub, eout, ein, K, seed, budget, exact_max_gpus, sym_cache):
+    """``sub`` is (all in-node bytes, their host-staged part or None)."""
     m = platform.node
-    p = NodeProblem(m, sub, eout, ein, K)
+    tot, host = sub
+    if host is not None and host.any():
+        p = NodeProblem(m, tot - host, eout, ein, K, Th=host)
+    else:
+        p = NodeProblem(m, tot, eout, ein, K)
     quick = p.n <= 1
     if quick:
         return np.zeros(p.n, dtype=np.int64), True, "trivial"
     has_ext = p.has_ext
+    sk = (has_ext, p.has_host, p.has_peer)
     if m.G <= exact_max_gpus:
-        if has_ext not in sym_cache:
-            sym_cache[has_ext] = Symmetry(m, with_nics=has_ext)
-        if sym_cache[has_ext].symmetric and K == 1:
+        if sk not in sym_cache:
+            sym_cache[sk] = Symmetry(m, with_nics=has_ext, with_host=p.has_host, with_peer=p.has_peer)
+        if sym_cache[sk].symmetric and K == 1:
             # all GPUs alike: branch and bound answers at once, no heuristic needed
-            e = solve_exact(p, time_budget=max(budget, 0.01), sym=sym_cache[has_ext])
+            e = solve_exact(p, time_budget=max(budget, 0.01), sym=sym_cache[sk])
             return e.gpu_of, e.optimal, "exact branch-and-bound"
     # where branch and bound follows, the heuristic only seeds its upper bound: two restarts do
     restarts = 2 if (m.G <= exact_max_gpus or platform.nodes > 1) else 8
     h = solve_heuristic(p, seed=seed, time_budget=max(budget * 0.3, 0.01), restarts=restarts)
     if m.G > exact_max_gpus:
         return h.gpu_of, False, h.solver
-    e = solve_exact(p, time_budget=max(budget * 0.7, 0.01), upper=(h.gpu_of, h.key), sym=sym_cache[has_ext])
+    e = solve_exact(p, time_budget=max(budget * 0.7, 0.01), upper=(h.gpu_of, h.key), sym=sym_cache[sk])
     return e.gpu_of, e.optimal, "exact branch-and-bound" if e.optimal else "exact branch-and-bound (cut short)"
 
 
