@@ -4,6 +4,7 @@ the rankmap PMPI shim, side by side in one run, plus ns per intercepted call.
 
 usage: PYTHONPATH=src python3 bench/shim_overhead.py [--mpicc mpicc] [--mpirun mpirun]
                                    [--reps 3] [--rounds 20] [--max-bytes 4194304] [--scale 1]
+                                   [--baseline-shim OLD/librankmap_mpi.so]
 
 bench/pingpong.c is run on 2 ranks with LD_PRELOAD=librankmap_mpi.so and RANKMAP_RUN_DIR set
 (capture on). Inside that one run every figure alternates, round by round, between blocks that
@@ -16,6 +17,10 @@ ns/call is the time the shim adds per intercepted call: for latency (shim - plai
 time / 2 (one MPI_Send and one MPI_Recv on the critical path); for message rate the added time per
 window of 64 MPI_Isend + MPI_Waitall + MPI_Recv (66 calls on the sender) / 66; for self, an
 MPI_Sendrecv to the calling rank (one call).
+
+--baseline-shim compares against another build of the shim (e.g. of an earlier revision, built with
+the same MPI): its runs alternate with the current shim's, rep by rep, and it gets a table of its
+own plus a side-by-side ns/call summary.
 """
 
 from __future__ import annotations
@@ -61,6 +66,19 @@ def run_once(cmd: list[str]) -> dict[tuple[str, int], tuple[float, float]]:
     return out
 
 
+def ns_per_call(runs: list[dict], k: tuple[str, int]) -> float:
+    """ns/call of one row: the median over the runs of each run's own figure (both columns of a run
+    saw the same load, so this is steadier than the difference of the medians when the load changes
+    between runs)."""
+    def one(p0: float, s0: float) -> float:
+        if k[0] == "lat":
+            return (s0 - p0) * 1000 / 2
+        if k[0] == "rate":
+            return (64 / s0 - 64 / p0) * 1e9 / 66
+        return s0 - p0
+    return statistics.median(one(*r[k]) for r in runs)
+
+
 def table(runs: list[dict], title: str) -> None:
     print(f"\n{title}")
     print(f"{'test':<6}{'bytes':>9}{'plain':>14}{'shim':>14}{'added':>9}{'ns/call':>9}")
@@ -87,6 +105,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--max-bytes", type=int, default=4 << 20)
     ap.add_argument("--scale", type=int, default=1)
+    ap.add_argument("--baseline-shim", default=None, help="another librankmap_mpi.so to compare with")
     a = ap.parse_args()
 
     shim = build_shim(a.mpicc)
@@ -95,16 +114,29 @@ def main() -> None:
     subprocess.run([shutil.which(a.mpicc) or a.mpicc, "-O2", str(ROOT / "bench" / "pingpong.c"), "-o", str(exe)],
                    check=True)
     args = [str(exe), str(a.max_bytes), str(a.scale), str(a.rounds)]
-    with_shim, control = [], []
+    with_shim, base, control = [], [], []
     for rep in range(a.reps):
         env = {"LD_PRELOAD": str(shim), "RANKMAP_RUN_DIR": str(work / f"run{rep}")}
-        with_shim.append(run_once(launcher(a.mpirun, env) + args))
+        jobs = [(with_shim, env)]
+        if a.baseline_shim:      # alternate which of the two goes first
+            benv = {"LD_PRELOAD": str(Path(a.baseline_shim).resolve()), "RANKMAP_RUN_DIR": str(work / f"base{rep}")}
+            jobs = [(base, benv)] + jobs if rep % 2 else jobs + [(base, benv)]
+        for out, e in jobs:
+            out.append(run_once(launcher(a.mpirun, e) + args))
         print(f"  run {rep + 1}/{a.reps} done", file=sys.stderr)
     control.append(run_once(launcher(a.mpirun, {}) + args))
     lib = records.read_dir(work / "run0")[0].meta.get("mpi_library", "?")
     print(f"shim: {shim}\nmpi: {lib}\nhost: {platform.machine()}, "
           f"{__import__('os').cpu_count()} CPUs\ncommand: {' '.join(sys.argv)}")
     table(with_shim, f"with the shim (capture on), median of {a.reps} runs x {a.rounds} interleaved rounds")
+    if base:
+        table(base, f"baseline shim {a.baseline_shim} (capture on), median of {a.reps} runs x {a.rounds} rounds")
+        print("\nns per intercepted call, baseline -> this shim (median of the runs' own figures; "
+              "sizes up to 1 KiB, rate and self)")
+        for k in sorted(with_shim[0], key=lambda k: ({"lat": 0, "rate": 1, "self": 2}[k[0]], k[1])):
+            if k[0] == "lat" and k[1] > 1024:
+                continue
+            print(f"{k[0]:<6}{k[1]:>9}{ns_per_call(base, k):>9.0f} ->{ns_per_call(with_shim, k):>5.0f}")
     table(control, "control: no shim loaded (both columns are the library itself)")
     shutil.rmtree(work, ignore_errors=True)
 

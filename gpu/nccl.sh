@@ -12,7 +12,12 @@
 #     on the GPU0<->GPU1 link (with protocol overhead) within 2 % of the NVML counter deltas;
 #  4. all-reduce 8 B .. 1 GiB without and with the plugin, two torchrun jobs each, alternating
 #     (BENCH_ROUNDS, BENCH_TRIALS, BENCH_MAX_BYTES change that; BENCH_ONLY=1 skips step 2);
-#     a table of the medians and the overhead targets (<= 1 % at >= 1 MiB, <= 2 us below);
+#     a table of the medians and the overhead targets (<= 1 % at >= 1 MiB, <= 2 us below).
+#     BENCH_MODES (default "without with") adds plugin modes, each a column of its own:
+#     none | coll | p2p | all = the plugin loaded with RANKMAP_NCCL_EVENTS=<mode> ("none": NCCL is
+#     asked for no event, so the column is the cost of NCCL's profiler machinery alone); the
+#     PASS/FAIL targets stay "with" (= all) against "without", which always run; with extra
+#     modes the job order rotates every round;
 #  5. writes nccl.txt (checks) and bench.txt (benchmark) under $OUT.
 # Every check prints one PASS or FAIL line; the exit status is the number of FAILs (capped).
 # `bash gpu/nccl.sh --write-helpers DIR` only writes the Python helpers to DIR (for testing).
@@ -145,12 +150,23 @@ sys.exit(min(fails, 100))
 EOF
   cat > "$1/bench_table.py" <<'EOF'
 """Median table of bench/nccl_allreduce.py runs.  argv: out.txt without1.json,without2.json with1.json,with2.json
-[rundir_of_with_run ...].  Prints PASS/FAIL lines for the targets; exit status = number of FAILs."""
+[rundir_of_with_run ...] [--mode NAME=a.json,b.json ...] (more plugin modes, a column each).
+Prints PASS/FAIL lines for the targets (with vs without); exit status = number of FAILs."""
 import json, statistics, sys
 from rankmap.capture import records
-out_p, wo, wi, *run_dirs = sys.argv[1:]
+argv, extra = [], []
+it = iter(sys.argv[1:])
+for a in it:
+    if a == "--mode":
+        name, _, files = next(it, "=").partition("=")
+        extra.append((name, files))
+    else:
+        argv.append(a)
+out_p, wo, wi, *run_dirs = argv
 load = lambda ps: [json.load(open(p)) for p in ps.split(",") if p]
 wo, wi = load(wo), load(wi)
+extra = [(name, load(files)) for name, files in extra]
+extra = [(name, runs) for name, runs in extra if runs]
 lines, fails = [], 0
 def stopped(kind, e, tb):
     import traceback
@@ -167,7 +183,7 @@ def check(ok, what):
 if not wo or not wi:
     check(False, "benchmark: runs missing (see the torchrun logs)")
     open(out_p, "w").write("\n".join(lines) + "\n"); sys.exit(1)
-sizes = sorted(set.intersection(*[set(map(int, r["us_per_op"])) for r in wo + wi]))
+sizes = sorted(set.intersection(*[set(map(int, r["us_per_op"])) for r in wo + wi + [x for _, rs in extra for x in rs]]))
 def med(runs, s):
     return statistics.median(v for r in runs for v in r["us_per_op"][str(s)])
 def human(s):
@@ -175,21 +191,34 @@ def human(s):
         if s >= 1 << k:
             return f"{s >> k} {u}"
     return f"{s} B"
+jobs = "".join(f", {len(rs)} {name}" for name, rs in extra)
 say(f"all_reduce, 2 ranks, float32; median of {sum(len(r['us_per_op'][str(sizes[0])]) for r in wo)} samples "
-    f"per cell ({len(wo)} jobs without and {len(wi)} with the plugin, alternating)")
-say(f"| {'size':>8} | {'without (us)':>12} | {'with (us)':>10} | {'added (us)':>10} | {'added %':>8} | {'busbw GB/s':>10} |")
-say("|---:|---:|---:|---:|---:|---:|")
+    f"per cell ({len(wo)} jobs without and {len(wi)} with the plugin{jobs}, alternating)")
+xh = "".join(f" {name + ' (us)':>12} | {name + ' added':>12} |" for name, _ in extra)
+say(f"| {'size':>8} | {'without (us)':>12} | {'with (us)':>10} | {'added (us)':>10} | {'added %':>8} |{xh} {'busbw GB/s':>10} |")
+say("|---:|---:|---:|---:|---:|" + "---:|---:|" * len(extra) + "---:|")
 worst_small, worst_big = -1e9, -1e9
+small = {name: [] for name in ["with"] + [n for n, _ in extra]}
 for s in sizes:
     a, b = med(wo, s), med(wi, s)
     d, pct = b - a, 100.0 * (b - a) / a
     busbw = s / (a * 1e-6) / 1e9     # 2 ranks: bus bandwidth = algorithm bandwidth
-    say(f"| {human(s):>8} | {a:12.2f} | {b:10.2f} | {d:10.2f} | {pct:8.2f} | {busbw:10.1f} |")
+    xc = ""
+    for name, runs in extra:
+        x = med(runs, s)
+        xc += f" {x:12.2f} | {x - a:12.2f} |"
+        if s < 1 << 20:
+            small[name].append(x - a)
+    say(f"| {human(s):>8} | {a:12.2f} | {b:10.2f} | {d:10.2f} | {pct:8.2f} |{xc} {busbw:10.1f} |")
     if s >= 1 << 20:
         worst_big = max(worst_big, pct)
     else:
         worst_small = max(worst_small, d)
+        small["with"].append(d)
 say()
+if extra and small["with"]:
+    say("median added time below 1 MiB (us per operation, vs without): " +
+        ", ".join(f"{name} {statistics.median(v):.2f}" for name, v in small.items() if v))
 check(worst_small <= 2.0, f"added time below 1 MiB: worst {worst_small:.2f} us per operation (target <= 2 us)")
 check(worst_big <= 1.0, f"added time at >= 1 MiB: worst {worst_big:.2f} % (target <= 1 %)")
 for d, r in zip(run_dirs, wi):
@@ -259,29 +288,52 @@ fi
 # ---- 3. all-reduce benchmark, without / with the plugin, alternating ----
 ROUNDS=${BENCH_ROUNDS:-2}
 BARGS=(--trials "${BENCH_TRIALS:-5}" --max-bytes "${BENCH_MAX_BYTES:-1073741824}")
-echo "== all-reduce 8 B .. ${BENCH_MAX_BYTES:-1073741824} B, without and with the plugin ($ROUNDS jobs each, alternating)"
-WO=() ; WI=() ; DIRS=()
+# modes: without and with always; then the extra plugin modes of BENCH_MODES, each once
+MODES=(without with)
+for m in ${BENCH_MODES:-without with}; do
+  case "$m" in
+    without|with) ;;
+    all|none|coll|p2p) [[ " ${MODES[*]} " == *" $m "* ]] || MODES+=("$m") ;;
+    *) fail "BENCH_MODES: unknown mode '$m' (without with all none coll p2p)" ;;
+  esac
+done
+echo "== all-reduce 8 B .. ${BENCH_MAX_BYTES:-1073741824} B, modes: ${MODES[*]} ($ROUNDS jobs each, alternating)"
+WO=() ; WI=() ; DIRS=() ; declare -A XJ=()
 for round in $(seq 1 "$ROUNDS"); do
-  for mode in without with; do
+  # with extra modes, rotate the order every round so that no mode always runs right after the
+  # same one (just "without with": today's strict alternation, without first)
+  k=0; [ ${#MODES[@]} -gt 2 ] && k=$(( (round - 1) % ${#MODES[@]} ))
+  for mode in "${MODES[@]:$k}" "${MODES[@]:0:$k}"; do
     j="$WORK/bench-$mode-$round.json"
-    if [ $mode = with ]; then
-      d="$OUT/run-bench-$round"; rm -rf "$d"
-      NCCL_PROFILER_PLUGIN="$PLUGIN" RANKMAP_RUN_DIR="$d" timeout 60 "${TORCHRUN[@]}" bench/nccl_allreduce.py --out "$j" "${BARGS[@]}" \
-        > "$OUT/bench-$mode-$round.log" 2>&1
-    else
-      env -u NCCL_PROFILER_PLUGIN -u RANKMAP_RUN_DIR timeout 60 "${TORCHRUN[@]}" bench/nccl_allreduce.py --out "$j" "${BARGS[@]}" \
-        > "$OUT/bench-$mode-$round.log" 2>&1
-    fi
+    case $mode in
+      without)
+        env -u NCCL_PROFILER_PLUGIN -u RANKMAP_RUN_DIR -u RANKMAP_NCCL_EVENTS timeout 60 "${TORCHRUN[@]}" \
+          bench/nccl_allreduce.py --out "$j" "${BARGS[@]}" > "$OUT/bench-$mode-$round.log" 2>&1 ;;
+      with)
+        d="$OUT/run-bench-$round"; rm -rf "$d"
+        env -u RANKMAP_NCCL_EVENTS NCCL_PROFILER_PLUGIN="$PLUGIN" RANKMAP_RUN_DIR="$d" timeout 60 "${TORCHRUN[@]}" \
+          bench/nccl_allreduce.py --out "$j" "${BARGS[@]}" > "$OUT/bench-$mode-$round.log" 2>&1 ;;
+      *)
+        xd="$OUT/run-bench-$mode-$round"; rm -rf "$xd"
+        RANKMAP_NCCL_EVENTS="$mode" NCCL_PROFILER_PLUGIN="$PLUGIN" RANKMAP_RUN_DIR="$xd" timeout 60 "${TORCHRUN[@]}" \
+          bench/nccl_allreduce.py --out "$j" "${BARGS[@]}" > "$OUT/bench-$mode-$round.log" 2>&1 ;;
+    esac
     rc=$?
     if [ $rc = 0 ] && [ -s "$j" ]; then
       echo "   $mode #$round done ($(( $(date +%s) - T0 )) s)"
-      if [ $mode = with ]; then WI+=("$j"); DIRS+=("$d"); else WO+=("$j"); fi
+      case $mode in
+        with) WI+=("$j"); DIRS+=("$d") ;;
+        without) WO+=("$j") ;;
+        *) XJ[$mode]="${XJ[$mode]:-}${XJ[$mode]:+,}$j" ;;
+      esac
     else
       fail "benchmark job $mode #$round exit $rc (see bench-$mode-$round.log)"; tail -5 "$OUT/bench-$mode-$round.log"
     fi
   done
 done
-( IFS=,; $PY "$WORK/bench_table.py" "$OUT/bench.txt" "${WO[*]:-}" "${WI[*]:-}" ${DIRS[@]+"${DIRS[@]}"} )
+XARGS=()
+for mode in "${MODES[@]:2}"; do [ -n "${XJ[$mode]:-}" ] && XARGS+=(--mode "$mode=${XJ[$mode]}"); done
+( IFS=,; $PY "$WORK/bench_table.py" "$OUT/bench.txt" "${WO[*]:-}" "${WI[*]:-}" ${DIRS[@]+"${DIRS[@]}"} ${XARGS[@]+"${XARGS[@]}"} )
 FAILS=$((FAILS + $?))
 { echo; echo "machine: $(hostname), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x2"; } >> "$OUT/bench.txt"
 

@@ -204,6 +204,44 @@ def test_harness_records_byte_for_byte(abi: int, plugin: Path, harness: Path, tm
         assert nccl_model.op_summary(prof)[0][("AllReduce", 4800)] == 3
 
 
+@pytest.mark.parametrize("abi", [6, 5, 4, 3, 2])
+def test_events_none_loads_but_records_no_operation(abi: int, plugin: Path, harness: Path, tmp_path: Path) -> None:
+    """RANKMAP_NCCL_EVENTS=none: NCCL is asked for no event (only NCCL's own profiler cost remains),
+    yet every call succeeds and each rank still writes a valid, finalised record file."""
+    run_dir = tmp_path / "run"
+    for p in run_ranks(harness, plugin, abi, run_dir, RANKMAP_NCCL_EVENTS="none"):
+        assert p.returncode == 0, p.stderr                  # every NCCL-facing call returned 0
+        assert p.stderr == "", p.stderr
+        assert "mask 0" in p.stdout
+    recs = records.read_dir(run_dir, source="nccl")
+    assert [r.world_rank for r in recs] == list(range(N))
+    for rec in recs:
+        assert rec.finalized and rec.problems == [] and rec.world_size == N
+        assert rec.traffic == [] and rec.timeline == []
+        assert all(calls == 0 for calls, _ns in rec.op_time.values()) and not any(rec.payload.values())
+        assert rec.meta["nccl.events"] == "none"
+
+
+def test_events_coll_only(plugin: Path, harness: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    for p in run_ranks(harness, plugin, 6, run_dir, RANKMAP_NCCL_EVENTS="coll"):
+        assert p.returncode == 0 and p.stderr == "", p.stderr
+        assert "mask 2" in p.stdout
+    for rec in records.read_dir(run_dir, source="nccl"):
+        want = {op: v for op, v in expected_calls(6).items() if op not in ("ncclSend", "ncclRecv")}
+        assert {op: (c, rec.payload[op]) for op, (c, _ns) in rec.op_time.items() if c} == want
+        assert {op for _p, _k, op, *_ in rec.traffic} == set(want)
+        assert rec.meta["nccl.events"] == "coll"
+
+
+def test_events_unknown_value_one_line_records_all(plugin: Path, harness: Path, tmp_path: Path) -> None:
+    p = run_ranks(harness, plugin, 5, tmp_path / "run", n=1, RANKMAP_NCCL_EVENTS="kernels")[0]
+    assert p.returncode == 0 and "mask 6" in p.stdout
+    assert p.stderr.splitlines() == ["rankmap: RANKMAP_NCCL_EVENTS=kernels not understood (all, coll, p2p, none): "
+                                     "recording all"]
+    assert records.read_dir(tmp_path / "run", source="nccl")[0].meta["nccl.events"] == "all"
+
+
 def test_unwritable_run_dir_one_line_and_success(plugin: Path, harness: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
@@ -314,3 +352,15 @@ def test_gpu_script_syntax_and_helpers(plugin: Path, harness: Path, tmp_path: Pa
     assert p.returncode == 1 and "FAIL added time at >= 1 MiB: worst 5.00 %" in p.stdout, p.stdout + p.stderr
     assert "PASS added time below 1 MiB: worst 0.50 us" in p.stdout
     assert (tmp_path / "bench.txt").read_text().count("|") > 20
+    # BENCH_MODES: one more plugin mode, a column of its own; PASS/FAIL still "with" vs "without"
+    (tmp_path / "none.json").write_text(json.dumps(
+        {"calls": 2, "us_per_op": {str(8 << k): [10.25] * 5 for k in range(20)}}))
+    p = subprocess.run([sys.executable, str(helpers / "bench_table.py"), str(tmp_path / "bench2.txt"),
+                        str(tmp_path / "without.json"), str(tmp_path / "with.json"),
+                        "--mode", f"none={tmp_path / 'none.json'}"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 1 and "FAIL added time at >= 1 MiB: worst 5.00 %" in p.stdout, p.stdout + p.stderr
+    table = (tmp_path / "bench2.txt").read_text()
+    assert "none (us)" in table and "none added" in table and "1 none, alternating" in table
+    assert "|      8 B |        10.00 |      10.50 |       0.50 |     5.00 |        10.25 |         0.25 |" in table
+    assert "median added time below 1 MiB (us per operation, vs without): with 0.50, none 0.25" in table

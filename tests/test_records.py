@@ -82,6 +82,41 @@ def test_writer_threads_exact_and_fork(writer_exe, tmp_path):
     assert rec.meta == {"mpi_library": "test writer"}
 
 
+def test_writer_single_writer_exact(writer_exe, tmp_path):
+    # rmrec_single_writer: plain adds instead of locked ones; serialised threads, flushes racing
+    p = run_writer(writer_exe, tmp_path, 0, 3, 4, 20000, "single", RANKMAP_FLUSH_MS="5")
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    rec = records.read(tmp_path / "rank-0.mpi.rmrec")
+    exp = expected_rows(3, 4, 20000)
+    exp[(1, "collective", "MPI_Allreduce", "device", "send")] = (4096, 1)
+    assert as_dict(rec) == exp and rec.finalized and rec.problems == []
+    assert rec.op_time["MPI_Send"][0] == 80000 and rec.histogram["MPI_Send"][7] == 80000
+    tl: dict[int, int] = {}
+    for _b, peer, _k, by in rec.timeline:
+        tl[peer] = tl.get(peer, 0) + by
+    want: dict[int, int] = {}
+    for k, v in exp.items():
+        if k[4] == "send":
+            want[k[0]] = want.get(k[0], 0) + v[0]
+    assert tl == want
+
+
+@pytest.mark.parametrize("flags", [[], ["-DRMREC_NO_TSC"]], ids=["tsc", "no-tsc"])
+def test_shared_tick_clock(flags, tmp_path):
+    """rmrec_ticks_to_ns / _to_mono_ns / rmrec_ns_to_ticks against CLOCK_MONOTONIC."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    exe = tmp_path / "ticks_test"
+    subprocess.run([cc, "-std=gnu11", "-O2", "-Wall", "-Werror", *flags, "-I", str(native_dir() / "common"),
+                    str(ROOT / "tests" / "native" / "ticks_test.c"), str(native_dir() / "common" / "rmrec.c"),
+                    "-o", str(exe), "-lpthread"], check=True)
+    p = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("ok "), p.stdout + p.stderr
+    if flags:
+        assert "ticks_are_ns=1 ns_per_tick=1.000000" in p.stdout
+
+
 def test_writer_bucket_env(writer_exe, tmp_path):
     p = run_writer(writer_exe, tmp_path, 0, 2, 1, 10, "close", RANKMAP_BUCKET_MS="7")
     assert p.returncode == 0, p.stderr

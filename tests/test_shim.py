@@ -127,6 +127,7 @@ def test_ring_exact(mpi, tmp_path):
         assert sum(b for _bk, peer, k, b in r.timeline) == nbytes * iters
         assert {peer for _bk, peer, k, b in r.timeline} == {(r.world_rank + 1) % p}
         assert r.meta["mpi_library"] and r.meta["cuda"] in ("loaded", "not loaded")
+        assert r.meta["shim.counters"].startswith("single-writer")   # MPI_Init: below THREAD_MULTIPLE
         assert all(t[3] == "host" for t in r.traffic)
         assert 0 < r.elapsed_ns < 120e9
     m = traffic_matrix(recs)
@@ -495,3 +496,4 @@ def test_thread_multiple(mpi, tmp_path):
     assert traffic_matrix(recs, what="messages").sum() == p * nt * iters * 2
     for rec in recs:
         assert rec.op_time["MPI_Waitall"][0] == nt * iters and rec.problems == []
+        assert rec.meta["shim.counters"].startswith("atomic")

@@ -1,10 +1,13 @@
 /*
  * rmrec.c -- rankmap record writer.  Format: docs/record-format.md.  API: rmrec.h.
  *
- * Hot path: rmrec_traffic / rmrec_call do relaxed atomic adds into preallocated tables
- * (an open-addressing hash table for traffic rows, dense arrays for ops, a ring of timeline
- * buckets).  A background thread appends the deltas since the previous flush as checksummed
- * blocks, so a killed process keeps everything up to its last flush.
+ * Hot path: rmrec_traffic / rmrec_call add into preallocated tables (an open-addressing hash
+ * table for traffic rows, dense arrays for ops, a ring of timeline buckets): relaxed atomic adds,
+ * or, when the caller declared a single writer, plain loads and stores (no lock prefix; the
+ * counters stay _Atomic so the flusher's concurrent reads are well defined).  Every counter only
+ * grows; a background thread appends the deltas since the previous flush as checksummed blocks,
+ * so a killed process keeps everything up to its last flush.  The flusher never writes a counter
+ * the hot path writes, which is what makes the single-writer mode exact.
  */
 #define _GNU_SOURCE
 #include "rmrec.h"
@@ -38,9 +41,10 @@ struct rmrec {
   pid_t pid;
   char path[4096];
   uint64_t start_ns, start_wall_ns, bucket_ns, flush_ns, seq;
-  /* tick -> ns conversion: ns = (ticks - tick0) * ns_per_tick_q32 >> 32 */
+  int single;                         /* rmrec_single_writer: plain adds on the hot path */
+  /* timeline bucket of a tick: (ticks - tick0) * buckets_per_tick_q64 >> 64 */
   uint64_t tick0;
-  _Atomic uint64_t ns_per_tick_q32, buckets_per_tick_q64;
+  _Atomic uint64_t buckets_per_tick_q64;
   /* traffic hash table */
   uint64_t tmask;
   slot_t *tab;
@@ -54,9 +58,11 @@ struct rmrec {
   uint64_t opshadow[RMREC_MAX_OPS][3];
   _Atomic uint64_t hist[RMREC_MAX_OPS][RMREC_HIST_BINS];
   uint64_t histshadow[RMREC_MAX_OPS][RMREC_HIST_BINS];
-  /* timeline: ring of nring buckets x world_size peers x RMREC_NCLASS classes (deltas) */
+  /* timeline: ring of nring (a power of two) buckets x world_size peers x RMREC_NCLASS classes,
+   * each cell a running total */
   int nring;
   _Atomic uint64_t *tl;
+  uint64_t *tlshadow;                /* what was flushed of each timeline cell */
   /* pending variable-size records (meta, comm), emitted at the next flush */
   pend_t *meta, *comm;
   /* flushing */
@@ -111,9 +117,55 @@ static inline uint64_t ticks_to_bucket(rmrec_t *c, uint64_t dt) {
   uint64_t q = atomic_load_explicit(&c->buckets_per_tick_q64, memory_order_relaxed);
   return (uint64_t)(((unsigned __int128)dt * q) >> 64);
 }
-static inline uint64_t ticks_to_ns(rmrec_t *c, uint64_t dt) {
-  uint64_t q = atomic_load_explicit(&c->ns_per_tick_q32, memory_order_relaxed);
+/* Add v to a counter: a locked add, or, with a single writer, a plain load + store. */
+static inline void bump(_Atomic uint64_t *p, uint64_t v, int single) {
+  if (single) atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + v, memory_order_relaxed);
+  else atomic_fetch_add_explicit(p, v, memory_order_relaxed);
+}
+
+/* ---- the shared tick clock (rmrec.h) -------------------------------------------------------- */
+
+static pthread_once_t tk_once = PTHREAD_ONCE_INIT;
+static uint64_t tk_ref, ns_ref;                        /* reference pair, taken once */
+static _Atomic uint64_t ns_per_tk_q32 = 1ull << 32;    /* Q32.32 ratios, re-estimated */
+static _Atomic uint64_t tk_per_ns_q32 = 1ull << 32;
+static _Atomic int tk_calibrated = RMREC_TICKS_ARE_NS;
+
+static void tk_init(void) { ns_ref = rmrec_now_ns(); tk_ref = rmrec_ticks(); }
+
+void rmrec_ticks_calibrate(uint64_t min_span_ns) {
+  pthread_once(&tk_once, tk_init);
+#if !RMREC_TICKS_ARE_NS
+  uint64_t n1 = rmrec_now_ns();
+  while (min_span_ns && n1 - ns_ref < min_span_ns) n1 = rmrec_now_ns();
+  uint64_t t1 = rmrec_ticks();      /* same read order as the reference: the skews cancel */
+  uint64_t dt = t1 - tk_ref, dn = n1 - ns_ref;
+  if (dn > 0 && (int64_t)dt > 0) {           /* a TSC that went backwards: keep the old ratio */
+    atomic_store_explicit(&ns_per_tk_q32, (uint64_t)(((unsigned __int128)dn << 32) / dt), memory_order_relaxed);
+    atomic_store_explicit(&tk_per_ns_q32, (uint64_t)(((unsigned __int128)dt << 32) / dn), memory_order_relaxed);
+    atomic_store_explicit(&tk_calibrated, 1, memory_order_release);
+  }
+#else
+  (void)min_span_ns;
+#endif
+}
+static inline void tk_ready(void) {   /* a conversion before any estimate: make one (1 ms, once) */
+  if (!atomic_load_explicit(&tk_calibrated, memory_order_acquire)) rmrec_ticks_calibrate(1000000);
+}
+uint64_t rmrec_ticks_to_ns(uint64_t dt) {
+  tk_ready();
+  uint64_t q = atomic_load_explicit(&ns_per_tk_q32, memory_order_relaxed);
   return (uint64_t)(((unsigned __int128)dt * q) >> 32);
+}
+uint64_t rmrec_ns_to_ticks(uint64_t ns) {
+  tk_ready();
+  uint64_t q = atomic_load_explicit(&tk_per_ns_q32, memory_order_relaxed);
+  return (uint64_t)(((unsigned __int128)ns * q) >> 32);
+}
+uint64_t rmrec_ticks_to_mono_ns(uint64_t t) {
+  tk_ready();
+  pthread_once(&tk_once, tk_init);
+  return t >= tk_ref ? ns_ref + rmrec_ticks_to_ns(t - tk_ref) : ns_ref - rmrec_ticks_to_ns(tk_ref - t);
 }
 
 /* ---- failure and fork handling ------------------------------------------------------ */
@@ -141,6 +193,7 @@ static void failf(rmrec_t *c, const char *fmt, ...) {
   rmrec_fail(c, why);
 }
 int rmrec_enabled(const rmrec_t *c) { return c && atomic_load_explicit(&c->enabled, memory_order_relaxed); }
+void rmrec_single_writer(rmrec_t *c, int on) { if (c) c->single = on != 0; }
 
 /* The child of a fork must never write the parent's file, and has no flush thread. */
 static void atfork_child(void) {
@@ -228,13 +281,11 @@ _Static_assert(sizeof(row_flush_t) == 32, "flush row");
 
 /* ---- open ---------------------------------------------------------------------------- */
 
-static void calibrate(rmrec_t *c) {
-#if defined(__x86_64__) && !defined(RMREC_NO_TSC)
-  uint64_t t1 = rmrec_ticks(), n1 = rmrec_now_ns();
-  uint64_t dt = t1 - c->tick0, dn = n1 - c->start_ns;
-  if (dt > 0 && dn > 0) atomic_store(&c->ns_per_tick_q32, (uint64_t)(((unsigned __int128)dn << 32) / dt));
-#endif
-  unsigned __int128 q = ((unsigned __int128)atomic_load(&c->ns_per_tick_q32) << 32) / c->bucket_ns;
+/* Refine the shared tick clock (waiting until min_span_ns since its reference) and derive the
+ * bucket ratio of c from it. */
+static void calibrate(rmrec_t *c, uint64_t min_span_ns) {
+  rmrec_ticks_calibrate(min_span_ns);
+  unsigned __int128 q = ((unsigned __int128)atomic_load(&ns_per_tk_q32) << 32) / c->bucket_ns;
   atomic_store(&c->buckets_per_tick_q64, q >> 64 ? UINT64_MAX : (uint64_t)q);
 }
 
@@ -267,9 +318,12 @@ rmrec_t *rmrec_open(const char *dir, const char *source, int world_rank, int wor
   /* ring long enough to cover two flush intervals between flushes */
   uint64_t ring = 2 * c->flush_ns / c->bucket_ns + 4;
   if (ring > 4096) ring = 4096;
-  c->nring = (int)ring;
+  while (ring & (ring - 1)) ring += ring & -ring;    /* round up to a power of two: a mask, */
+  c->nring = (int)ring;                                /* not a division, on the hot path   */
   size_t tlcells = (size_t)c->nring * (size_t)c->world_size * RMREC_NCLASS;
   c->tl = tlcells <= (1ull << 27) ? calloc(tlcells, sizeof *c->tl) : NULL;
+  c->tlshadow = c->tl ? calloc(tlcells, sizeof *c->tlshadow) : NULL;
+  if (!c->tlshadow) { free(c->tl); c->tl = NULL; }
 
   if (!c->tab || !c->tshadow) {
     fprintf(stderr, "rankmap: capture disabled: out of memory for %llu table slots\n", (unsigned long long)slots);
@@ -304,15 +358,7 @@ rmrec_t *rmrec_open(const char *dir, const char *source, int world_rank, int wor
   c->start_wall_ns = wall_ns();
   c->start_ns = rmrec_now_ns();
   c->tick0 = rmrec_ticks();
-  atomic_store(&c->ns_per_tick_q32, 1ull << 32);
-  calibrate(c);
-#if defined(__x86_64__) && !defined(RMREC_NO_TSC)
-  { /* quick 1 ms calibration; refined at every flush over the whole run */
-    uint64_t end = c->start_ns + 1000000;
-    while (rmrec_now_ns() < end) {}
-    calibrate(c);
-  }
-#endif
+  calibrate(c, 1000000);   /* the tick clock's first estimate spans >= 1 ms; every flush refines it */
   uint16_t ver = RMREC_VERSION, hsz = RMREC_HEADER_SIZE;
   uint8_t src = (uint8_t)c->source;
   int32_t wr = world_rank, ws = world_size;
@@ -365,12 +411,13 @@ void rmrec_traffic_at(rmrec_t *c, int peer, int klass, int op, int mem, int dir,
       else k = expect;
     }
     if (k == key) {
-      atomic_fetch_add_explicit(&s->bytes, bytes, memory_order_relaxed);
-      atomic_fetch_add_explicit(&s->msgs, msgs, memory_order_relaxed);
+      int single = c->single;
+      bump(&s->bytes, bytes, single);
+      bump(&s->msgs, msgs, single);
       if (dir == RMREC_SEND && c->tl && peer >= 0 && peer < c->world_size && bytes) {
         uint64_t b = ticks_to_bucket(c, ticks - c->tick0);
-        size_t cell = ((size_t)(b % (uint64_t)c->nring) * (size_t)c->world_size + (size_t)peer) * RMREC_NCLASS + (klass & 3);
-        atomic_fetch_add_explicit(&c->tl[cell], bytes, memory_order_relaxed);
+        size_t cell = ((size_t)(b & (uint64_t)(c->nring - 1)) * (size_t)c->world_size + (size_t)peer) * RMREC_NCLASS + (klass & 3);
+        bump(&c->tl[cell], bytes, single);
       }
       return;
     }
@@ -384,12 +431,13 @@ void rmrec_call(rmrec_t *c, int op, uint64_t payload, uint64_t ticks) {
   if (!c || !atomic_load_explicit(&c->enabled, memory_order_relaxed)) return;
   if ((unsigned)op >= RMREC_MAX_OPS) return;
   opstat_t *o = &c->ops[op];
-  atomic_fetch_add_explicit(&o->calls, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&o->ticks, ticks, memory_order_relaxed);
-  atomic_fetch_add_explicit(&o->bytes, payload, memory_order_relaxed);
-  int bin = hist_bin(payload);
+  int single = c->single;
+  bump(&o->calls, 1, single);
+  bump(&o->ticks, ticks, single);
+  bump(&o->bytes, payload, single);
+  int bin = hist_bin(payload);       /* <= 64 = RMREC_HIST_BINS: clamp */
   if (bin >= RMREC_HIST_BINS) bin = RMREC_HIST_BINS - 1;
-  atomic_fetch_add_explicit(&c->hist[op][bin], 1, memory_order_relaxed);
+  bump(&c->hist[op][bin], 1, single);
 }
 
 /* ---- registration of names, communicators, meta ----------------------------------------- */
@@ -457,7 +505,7 @@ static void flush_impl(rmrec_t *c, int final) {
   if (c->fd < 0 || c->pid != getpid()) return;
   if (atomic_load(&c->failed)) return;
   obuf_t b = {0};
-  calibrate(c);
+  calibrate(c, 0);
 
   /* operation names registered since the last flush */
   pthread_mutex_lock(&c->oplock);
@@ -506,7 +554,7 @@ static void flush_impl(rmrec_t *c, int final) {
       row_optime_t r = {0};
       r.op = (uint16_t)op;
       r.calls = calls - c->opshadow[op][0];
-      r.ns = ticks_to_ns(c, ticks - c->opshadow[op][1]);
+      r.ns = rmrec_ticks_to_ns(ticks - c->opshadow[op][1]);
       r.bytes = bytes - c->opshadow[op][2];
       c->opshadow[op][0] = calls; c->opshadow[op][1] = ticks; c->opshadow[op][2] = bytes;
       blk_row(&b, BT_OPTIME, &r, sizeof r);
@@ -524,7 +572,9 @@ static void flush_impl(rmrec_t *c, int final) {
     }
   blk_end(&b);
 
-  /* timeline: drain every ring slot (exchange with 0); slot s holds bucket cb - ((cb - s) mod R) */
+  /* timeline: the growth of every ring cell since the last flush; slot s holds bucket
+   * cb - ((cb - s) mod R) (the ring spans two flush intervals, so a slot is not reused between
+   * two flushes) */
   uint64_t now = rmrec_now_ns();
   if (c->tl) {
     uint64_t cb = ticks_to_bucket(c, rmrec_ticks() - c->tick0), R = (uint64_t)c->nring;
@@ -534,12 +584,12 @@ static void flush_impl(rmrec_t *c, int final) {
       _Atomic uint64_t *row = c->tl + s * (uint64_t)c->world_size * RMREC_NCLASS;
       for (int p = 0; p < c->world_size; p++)
         for (int k = 0; k < RMREC_NCLASS; k++) {
-          _Atomic uint64_t *cell = &row[(size_t)p * RMREC_NCLASS + k];
-          if (!atomic_load_explicit(cell, memory_order_relaxed)) continue;
-          uint64_t v = atomic_exchange_explicit(cell, 0, memory_order_relaxed);
-          if (!v) continue;
+          size_t ci = (size_t)(row - c->tl) + (size_t)p * RMREC_NCLASS + (size_t)k;
+          uint64_t v = atomic_load_explicit(&c->tl[ci], memory_order_relaxed), d = v - c->tlshadow[ci];
+          if (!d) continue;
+          c->tlshadow[ci] = v;
           row_timeline_t r = {0};
-          r.bucket = (int64_t)bucket; r.peer = p; r.klass = (uint8_t)k; r.bytes = v;
+          r.bucket = (int64_t)bucket; r.peer = p; r.klass = (uint8_t)k; r.bytes = d;
           blk_row(&b, BT_TIMELINE, &r, sizeof r);
         }
     }

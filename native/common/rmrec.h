@@ -21,6 +21,9 @@
  *   uint64_t t0 = rmrec_ticks();  ...  rmrec_call(c, op, payload_bytes, rmrec_ticks() - t0);
  *       One call of an operation: calls += 1, time += ticks, payload += bytes, and the
  *       power-of-two size histogram of op gets payload_bytes.  Hot path, lock-free.
+ *   rmrec_single_writer(c, 1);   hot-path calls never overlap: plain adds, no locked atomics
+ *   rmrec_ticks_to_ns(dt), rmrec_ticks_to_mono_ns(t), rmrec_ns_to_ticks(ns)
+ *       the shared, calibrated tick clock (below)
  *   rmrec_comm(c, id, "name", size, world_ranks);   communicator membership (locked, rare)
  *   rmrec_meta(c, "key", "value");                  free-form key/value (locked, rare)
  *   rmrec_flush(c);                                 append a flush now (the thread does it every
@@ -37,6 +40,9 @@
 #define RANKMAP_RMREC_H
 
 #include <stdint.h>
+#if defined(__x86_64__) && !defined(RMREC_NO_TSC)
+#include <x86intrin.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,6 +59,11 @@ enum { RMREC_SRC_MPI = 0, RMREC_SRC_NCCL = 1 };
 
 typedef struct rmrec rmrec_t;
 
+/* Everything below is internal to the library that compiles rmrec.c in (the shim, the plugin):
+ * hidden, so calls need no PLT hop and two rankmap libraries in one process never bind to each
+ * other's copy. */
+#pragma GCC visibility push(hidden)
+
 rmrec_t *rmrec_open(const char *dir, const char *source, int world_rank, int world_size);
 int  rmrec_op(rmrec_t *c, const char *name);
 void rmrec_traffic(rmrec_t *c, int peer, int klass, int op, int mem, int dir,
@@ -68,17 +79,39 @@ void rmrec_close(rmrec_t *c);
 /* Disable capture with one stderr line (first call only); safe from any thread. */
 void rmrec_fail(rmrec_t *c, const char *why);
 int  rmrec_enabled(const rmrec_t *c);
+/* The caller promises that hot-path calls (rmrec_traffic*, rmrec_call) on c never overlap in
+ * time (one thread, or threads serialised by the application, e.g. MPI below
+ * MPI_THREAD_MULTIPLE): counters are then bumped with plain loads and stores instead of locked
+ * read-modify-writes.  Call it before the first hot-path call.  Counts stay exact either way. */
+void rmrec_single_writer(rmrec_t *c, int on);
 /* Monotonic clock in nanoseconds (CLOCK_MONOTONIC). */
 uint64_t rmrec_now_ns(void);
 
-/* Cheap timestamp for rmrec_call: the TSC on x86-64 (converted to ns at flush time, the ratio
- * being calibrated against CLOCK_MONOTONIC), CLOCK_MONOTONIC ns elsewhere. */
+/* ---- ticks: the one cheap clock of every rankmap hook ----------------------------------------
+ * rmrec_ticks() is the TSC on x86-64 (rdtsc, ~10 ns, no system call) and CLOCK_MONOTONIC ns
+ * elsewhere or when built with -DRMREC_NO_TSC.  The conversion is process-wide: a reference pair
+ * (ticks, CLOCK_MONOTONIC ns) is taken at the first use, and the ratio is re-estimated over the
+ * whole time since then by rmrec_ticks_calibrate() (rmrec_open waits 1 ms for a first estimate;
+ * every flush refines it), so its error shrinks as the run goes on.  Conversions are a multiply
+ * and a shift; they may be called from any thread. */
 #if defined(__x86_64__) && !defined(RMREC_NO_TSC)
-#include <x86intrin.h>
+#define RMREC_TICKS_ARE_NS 0
 static inline uint64_t rmrec_ticks(void) { return __rdtsc(); }
 #else
+#define RMREC_TICKS_ARE_NS 1
 static inline uint64_t rmrec_ticks(void) { return rmrec_now_ns(); }
 #endif
+/* A duration in ticks -> ns. */
+uint64_t rmrec_ticks_to_ns(uint64_t dticks);
+/* A duration in ns -> ticks (for deadlines on the hot path). */
+uint64_t rmrec_ns_to_ticks(uint64_t ns);
+/* A point in time, an rmrec_ticks() value -> CLOCK_MONOTONIC ns. */
+uint64_t rmrec_ticks_to_mono_ns(uint64_t ticks);
+/* Re-estimate the ratio now (cheap: two clock reads); at least min_span_ns must have passed since
+ * the reference, else it busy-waits until then (0: never wait). */
+void rmrec_ticks_calibrate(uint64_t min_span_ns);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

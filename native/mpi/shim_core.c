@@ -13,11 +13,10 @@
 #include <string.h>
 
 rmrec_t *rm_R;
-int rm_on;
-RM_TLS int rm_in_f;
-RM_TLS rm_rowset_t *rm_rs;
-RM_TLS uint64_t rm_tick;
+int rm_on, rm_single;
+RM_TLS rm_tls_t rm_t;
 int rm_wrank, rm_wsize;
+rm_ts_t rm_ts_tab[RM_TS_SLOTS];
 
 static const char *op_names[] = {
 #define RM_NAME(n) #n,
@@ -41,6 +40,10 @@ static xt_t win_tab = { .lock = PTHREAD_MUTEX_INITIALIZER };
 static rm_xl_t xl_world;
 static int comm_kv = MPI_KEYVAL_INVALID, win_kv = MPI_KEYVAL_INVALID;
 static _Atomic uint64_t comm_seq = 1;
+/* The last communicator each thread looked up (most codes use one or two): valid while no
+ * communicator was freed since (xt_gen counts frees; a freed handle may come back as another). */
+static _Atomic unsigned xt_gen;
+static RM_TLS struct { uint64_t key; unsigned gen; rm_xl_t *x; } comm_last;
 
 static uint64_t hkey(const void *h, size_t n) {   /* handle bits (pointer or int) -> nonzero key */
   uint64_t k = 0;
@@ -76,6 +79,7 @@ static void xt_del(xt_t *t, uint64_t key) {
     if (k == 0) break;
     if (k == key) { atomic_store(&t->e[i].key, 1); break; }   /* the rm_xl_t is leaked on purpose:  */
   }                                                           /* pending requests may still use it */
+  atomic_fetch_add_explicit(&xt_gen, 1, memory_order_release);   /* per-thread caches: stale now */
   pthread_mutex_unlock(&t->lock);
 }
 
@@ -114,8 +118,10 @@ rm_xl_t *rm_comm_xl(MPI_Comm comm) {
   if (comm == MPI_COMM_WORLD) return &xl_world;
   if (comm == MPI_COMM_NULL) return NULL;
   uint64_t key = hkey(&comm, sizeof comm);
+  unsigned gen = atomic_load_explicit(&xt_gen, memory_order_acquire);
+  if (comm_last.key == key && comm_last.gen == gen) return comm_last.x;
   rm_xl_t *x = xt_find(&comm_tab, key);
-  if (x) return x;
+  if (x) { comm_last.key = key; comm_last.gen = gen; comm_last.x = x; return x; }
   int inter = 0, me = 0;
   MPI_Group g;
   PMPI_Comm_test_inter(comm, &inter);
@@ -125,6 +131,7 @@ rm_xl_t *rm_comm_xl(MPI_Comm comm) {
   PMPI_Group_free(&g);
   if (!x) return NULL;
   xt_put(&comm_tab, key, x);
+  comm_last.key = key; comm_last.gen = gen; comm_last.x = x;
   if (comm_kv != MPI_KEYVAL_INVALID) PMPI_Comm_set_attr(comm, comm_kv, x);
   if (!inter) rmrec_comm(rm_R, atomic_fetch_add(&comm_seq, 1), "", x->size, x->w);
   return x;
@@ -201,6 +208,25 @@ int rm_mem(const void *buf) {
 
 /* ---- setup / teardown ------------------------------------------------------------------- */
 
+/* Fill rm_ts_tab with the predefined datatypes (first come keeps a slot; the rest go through
+ * PMPI_Type_size as before). */
+static void ts_init(void) {
+  const MPI_Datatype ts[] = {
+    MPI_CHAR, MPI_SIGNED_CHAR, MPI_UNSIGNED_CHAR, MPI_BYTE, MPI_WCHAR, MPI_SHORT, MPI_UNSIGNED_SHORT,
+    MPI_INT, MPI_UNSIGNED, MPI_LONG, MPI_UNSIGNED_LONG, MPI_LONG_LONG, MPI_UNSIGNED_LONG_LONG,
+    MPI_FLOAT, MPI_DOUBLE, MPI_LONG_DOUBLE, MPI_C_BOOL, MPI_INT8_T, MPI_INT16_T, MPI_INT32_T,
+    MPI_INT64_T, MPI_UINT8_T, MPI_UINT16_T, MPI_UINT32_T, MPI_UINT64_T, MPI_AINT, MPI_OFFSET,
+    MPI_C_FLOAT_COMPLEX, MPI_C_DOUBLE_COMPLEX, MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT,
+    MPI_2INT, MPI_SHORT_INT, MPI_PACKED,
+  };
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+    int sz = 0;
+    if (ts[i] == MPI_DATATYPE_NULL || PMPI_Type_size(ts[i], &sz) != MPI_SUCCESS || sz <= 0) continue;
+    rm_ts_t *e = &rm_ts_tab[rm_ts_slot(ts[i])];
+    if (e->size == 0) { e->t = ts[i]; e->size = sz; }
+  }
+}
+
 void rm_setup(void) {
   if (rm_R) return;
   const char *dir = getenv("RANKMAP_RUN_DIR");
@@ -238,6 +264,15 @@ void rm_setup(void) {
   PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_del_fn, &comm_kv, NULL);
   PMPI_Win_create_keyval(MPI_WIN_NULL_COPY_FN, win_del_fn, &win_kv, NULL);
   mem_init();
+  ts_init();
+  /* Below MPI_THREAD_MULTIPLE the application never has two MPI calls in flight, so nothing the
+   * wrappers update is written concurrently: plain adds, no request-table lock. */
+  int level = MPI_THREAD_MULTIPLE;
+  if (PMPI_Query_thread(&level) != MPI_SUCCESS) level = MPI_THREAD_MULTIPLE;
+  rm_single = level < MPI_THREAD_MULTIPLE;
+  rmrec_single_writer(rm_R, rm_single);
+  rmrec_meta(rm_R, "shim.counters", rm_single ? "single-writer (MPI thread level below MULTIPLE)"
+                                              : "atomic (MPI_THREAD_MULTIPLE)");
   rm_on = 1;
 }
 
@@ -284,13 +319,14 @@ static uint64_t rq_seq;
 volatile int rm_rq_count;
 
 static inline void rq_lock(void) {
+  if (rm_single) return;              /* MPI calls never overlap: nothing to exclude */
   while (atomic_flag_test_and_set_explicit(&rq_flag, memory_order_acquire)) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
   }
 }
-static inline void rq_unlock(void) { atomic_flag_clear_explicit(&rq_flag, memory_order_release); }
+static inline void rq_unlock(void) { if (!rm_single) atomic_flag_clear_explicit(&rq_flag, memory_order_release); }
 
 void rm_rq_put(MPI_Request req, int kind, int op, int mem, rm_xl_t *xl, rm_rowset_t *rs) {
   if (req == MPI_REQUEST_NULL) return;

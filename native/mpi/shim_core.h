@@ -12,6 +12,10 @@
 
 #define RM_TLS __thread __attribute__((tls_model("initial-exec")))
 
+/* Everything declared below is internal to the shim: hidden, so it is reached without the GOT or
+ * PLT (the MPI_ and Fortran entry points keep the default visibility mpi.h gives them). */
+#pragma GCC visibility push(hidden)
+
 /* Every operation name the shim records; the id of OP_x equals its rmrec id. */
 #define RM_OPS(X) \
   X(MPI_Send) X(MPI_Bsend) X(MPI_Ssend) X(MPI_Rsend) \
@@ -48,12 +52,22 @@ enum {
 };
 
 /* Capture state.  rm_on: capture active (Init done, RANKMAP_RUN_DIR set, not finalized).
- * rm_in_f: inside a Fortran wrapper that already counted; C wrappers then pass through. */
+ * rm_single: the MPI library provides less than MPI_THREAD_MULTIPLE, so MPI calls never overlap
+ * and the shim's counters and request table need no locked instructions.
+ * Per thread, in one block (one TLS base for all three):
+ *   in_f: inside a Fortran wrapper that already counted; C wrappers then pass through;
+ *   rs: row set being filled (persistent requests), see rm_emit;
+ *   tick: rmrec_ticks() at entry of the current wrapper (the timeline's time of its rows). */
+typedef struct rm_rowset rm_rowset_t;
+typedef struct { int in_f; rm_rowset_t *rs; uint64_t tick; } rm_tls_t;
+extern RM_TLS rm_tls_t rm_t;
+#define rm_in_f (rm_t.in_f)
+#define rm_rs (rm_t.rs)
+#define rm_tick (rm_t.tick)
 extern rmrec_t *rm_R;
-extern int rm_on;
-extern RM_TLS int rm_in_f;
+extern int rm_on, rm_single;
 extern int rm_wrank, rm_wsize;
-#define RM_CAPTURE (rm_on && !rm_in_f)
+#define RM_CAPTURE (__builtin_expect(rm_on, 1) && !rm_in_f)
 
 /* rank translation of one communicator (or window): world rank of each (remote) rank */
 typedef struct { int size, me, inter; int *w; } rm_xl_t;
@@ -68,19 +82,30 @@ void rm_setup(void);      /* after PMPI_Init*: open the writer */
 void rm_teardown(void);   /* before PMPI_Finalize: final flush */
 
 int rm_mem(const void *buf);                              /* RMREC_MEM_* */
+
+/* Sizes of the predefined datatypes (never freed, so safe to cache), filled once at setup and
+ * read-only afterwards: a hit costs a hash and a compare instead of a PMPI_Type_size call. */
+#define RM_TS_SLOTS 128
+typedef struct { MPI_Datatype t; int size; } rm_ts_t;
+extern rm_ts_t rm_ts_tab[RM_TS_SLOTS];
+static inline unsigned rm_ts_slot(MPI_Datatype t) {
+  uint64_t k = 0;
+  __builtin_memcpy(&k, &t, sizeof t < 8 ? sizeof t : 8);
+  return (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 57);   /* 7 bits = RM_TS_SLOTS */
+}
 static inline uint64_t rm_tsz(MPI_Datatype t, int count) {
-  int s = 0;
   if (count <= 0 || t == MPI_DATATYPE_NULL) return 0;
-  PMPI_Type_size(t, &s);
-  return (uint64_t)s * (uint64_t)count;
+  const rm_ts_t *e = &rm_ts_tab[rm_ts_slot(t)];
+  int s = 0;
+  if (e->size > 0 && e->t == t) s = e->size;
+  else PMPI_Type_size(t, &s);
+  return (uint64_t)(s > 0 ? s : 0) * (uint64_t)count;
 }
 
 /* Rows are either recorded at once, or (while rm_rs is set, for persistent requests) stored
  * in a row set that MPI_Start replays. */
 typedef struct { int peer, klass, op, mem, dir; uint64_t bytes; } rm_row_t;
-typedef struct { int n, cap; int start_op; uint64_t payload; rm_row_t *rows; } rm_rowset_t;
-extern RM_TLS rm_rowset_t *rm_rs;
-extern RM_TLS uint64_t rm_tick;     /* rmrec_ticks() at entry of the current wrapper (timeline) */
+struct rm_rowset { int n, cap; int start_op; uint64_t payload; rm_row_t *rows; };
 void rm_emit(int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs);
 void rm_replay(const rm_rowset_t *rs);
 rm_rowset_t *rm_rowset_new(int start_op);
@@ -125,5 +150,7 @@ uint64_t rm_acc_neighbor(int op, int kind, const void *sbuf, int scount, const i
                          const MPI_Datatype *rts, MPI_Comm comm);
 /* one-sided: origin-side rows (send = origin->target, recv = target->origin) */
 uint64_t rm_acc_rma(int op, const void *obuf, uint64_t sent, const void *rbuf, uint64_t got, int target, MPI_Win win);
+
+#pragma GCC visibility pop
 
 #endif

@@ -5,7 +5,8 @@
  * writer (native/common/rmrec.h), class "nccl".
  *
  * What it does with the events NCCL gives it (activation mask: coll + p2p only, so NCCL adds no
- * proxy or kernel-channel bookkeeping on our behalf):
+ * proxy or kernel-channel bookkeeping on our behalf; RANKMAP_NCCL_EVENTS=coll|p2p|none narrows it
+ * for experiments, "none" measuring what merely loading a profiler plugin costs inside NCCL):
  *   - a collective or p2p task event is timed from startEvent to stopEvent (host side: the time
  *     NCCL spends handing the task to the GPU/proxy, not the kernel's run time);
  *   - at stopEvent the payload (count x datatype size) is counted as one call of its operation,
@@ -118,9 +119,8 @@ static int g_op[F_N];
 static char g_dir[4096];
 static comm_t *g_comms;
 static _Atomic uint64_t g_last_emit_tk;      /* tables go into the meta every RANKMAP_NCCL_EMIT_MS */
-static uint64_t g_emit_every_tk;
-static uint64_t g_tk0, g_ns0;                 /* tick <-> ns reference taken at open */
-static double g_ns_per_tk = 1.0;              /* first estimate at open; refined at each emission */
+static uint64_t g_emit_every_tk;             /* rmrec's shared tick clock (rmrec.h) */
+static int g_mask = RM_EV_COLL | RM_EV_P2P;  /* activation mask asked of NCCL: RANKMAP_NCCL_EVENTS */
 
 static void say_off(const char *why) {          /* the one stderr line, when rmrec is not open */
   if (atomic_exchange(&g_off, 1)) return;
@@ -169,22 +169,34 @@ static void open_once(int comm_rank, int comm_nranks) {
   if (!g_rank_from_env) g_world_rank = comm_rank >= 0 ? comm_rank : 0;
   if (!env_int(size_env, &g_world_size)) g_world_size = comm_nranks > 0 ? comm_nranks : g_world_rank + 1;
   if (g_world_size <= g_world_rank) g_world_size = g_world_rank + 1;
-  g_tk0 = rmrec_ticks(); g_ns0 = rmrec_now_ns();
+  /* which task events to ask NCCL for (experiments; the default records everything) */
+  const char *ev = getenv("RANKMAP_NCCL_EVENTS"), *ev_name = "all";
+  if (ev && *ev && strcmp(ev, "all") != 0) {
+    if (!strcmp(ev, "none")) { g_mask = 0; ev_name = "none"; }
+    else if (!strcmp(ev, "coll")) { g_mask = RM_EV_COLL; ev_name = "coll"; }
+    else if (!strcmp(ev, "p2p")) { g_mask = RM_EV_P2P; ev_name = "p2p"; }
+    else {
+      char line[200];
+      int n = snprintf(line, sizeof line, "rankmap: RANKMAP_NCCL_EVENTS=%.40s not understood (all, coll, p2p, "
+                       "none): recording all\n", ev);
+      if (n > 0) { ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1); (void)w; }
+    }
+  }
+  uint64_t ns_open = rmrec_now_ns();
   g_rec = rmrec_open(dir, "nccl", g_world_rank, g_world_size);
   if (!g_rec) { atomic_store(&g_off, 1); return; }   /* rmrec said why, in one line */
   pin_self();
   pthread_atfork(NULL, NULL, atfork_child);
   for (int f = 0; f < F_N; f++) g_op[f] = rmrec_op(g_rec, op_name[f]);
   char v[128];
-  uint64_t tk = rmrec_ticks(), ns = rmrec_now_ns();   /* rmrec_open took >= 1 ms on x86 */
-  if (tk > g_tk0 && ns > g_ns0) g_ns_per_tk = (double)(ns - g_ns0) / (double)(tk - g_tk0);
-  snprintf(v, sizeof v, "%llu", (unsigned long long)g_ns0);
+  snprintf(v, sizeof v, "%llu", (unsigned long long)ns_open);
   rmrec_meta(g_rec, "nccl.clock_monotonic_ns_at_open", v);
+  rmrec_meta(g_rec, "nccl.events", ev_name);
   rmrec_meta(g_rec, "nccl.world_rank_from", g_rank_from_env ? "environment" : "first communicator");
   rmrec_meta(g_rec, "nccl.pair_model", "ring-rank-order");
   const char *w = getenv("RANKMAP_NCCL_EMIT_MS");
-  double every_ns = (w && atoi(w) > 0) ? atoi(w) * 1e6 : 5e9;
-  g_emit_every_tk = (uint64_t)(every_ns / g_ns_per_tk);
+  uint64_t every_ns = (w && atoi(w) > 0) ? (uint64_t)atoi(w) * 1000000ull : 5000000000ull;
+  g_emit_every_tk = rmrec_ns_to_ticks(every_ns);   /* rmrec_open calibrated the clock (>= 1 ms) */
   atomic_store(&g_last_emit_tk, rmrec_ticks());
 }
 
@@ -291,9 +303,7 @@ static void emit_comm_ops(comm_t *cm, int only_if_changed) {
   char *s = malloc(cap);
   if (!s) return;
   len += (size_t)snprintf(s, cap, "func bytes algo proto channels root_or_peer calls time_ns first_ns last_ns\n");
-  /* ticks -> monotonic ns, calibrated over everything since open */
-  uint64_t tk1 = rmrec_ticks(), ns1 = rmrec_now_ns();
-  double k = (tk1 > g_tk0 && ns1 > g_ns0) ? (double)(ns1 - g_ns0) / (double)(tk1 - g_tk0) : g_ns_per_tk;
+  rmrec_ticks_calibrate(0);          /* ticks -> ns over everything since the clock's reference */
   pthread_mutex_lock(&cm->lock);
   cm->emitted_calls = cm->calls;
   for (int i = 0; i < OPTAB_SLOTS && len < cap - 224; i++) {
@@ -302,9 +312,9 @@ static void emit_comm_ops(comm_t *cm, int only_if_changed) {
     len += (size_t)snprintf(s + len, cap - len, "%s %llu %s %s %u %d %llu %llu %llu %llu\n",
         func_name[o->func], (unsigned long long)o->bytes, algo_name[o->algo], proto_name[o->proto],
         (unsigned)o->channels, (int)o->root_or_peer, (unsigned long long)o->calls,
-        (unsigned long long)((double)o->time_tk * k),
-        (unsigned long long)g_ns0 + (unsigned long long)((double)(o->first_tk - g_tk0) * k),
-        (unsigned long long)g_ns0 + (unsigned long long)((double)(o->last_tk - g_tk0) * k));
+        (unsigned long long)rmrec_ticks_to_ns(o->time_tk),
+        (unsigned long long)rmrec_ticks_to_mono_ns(o->first_tk),
+        (unsigned long long)rmrec_ticks_to_mono_ns(o->last_tk));
   }
   if (cm->overflow_calls && len < cap - 224)
     len += (size_t)snprintf(s + len, cap - len, "# %llu calls beyond %d distinct rows not tabled\n",
@@ -348,12 +358,13 @@ static void table_add(comm_t *cm, const event_t *e, uint64_t t1) {
 
 /* ---- pair model (rank-order ring; docs/nccl-capture.md) -------------------------------------- */
 
+static __thread uint64_t t_now_tk;   /* the stop's tick, for the timeline of the pair rows */
 static inline void pair(comm_t *cm, int op, int dir, int peer_comm_rank, uint64_t bytes) {
   if (!bytes || !cm->members || peer_comm_rank < 0 || peer_comm_rank >= cm->nranks ||
       peer_comm_rank == cm->rank) return;
   int world_peer = cm->members[peer_comm_rank];
   if (world_peer >= 0)   /* unknown members: left to rankmap.capture.nccl_model */
-    rmrec_traffic(g_rec, world_peer, RMREC_NCCL, op, RMREC_MEM_DEVICE, dir, bytes, 1);
+    rmrec_traffic_at(g_rec, world_peer, RMREC_NCCL, op, RMREC_MEM_DEVICE, dir, bytes, 1, t_now_tk);
 }
 
 /* Count what this rank sends to and receives from whom for one finished task. */
@@ -455,12 +466,19 @@ static void start_task(comm_t *cm, void **handle, int is_coll, const char *func,
  * its group event got a non-NULL handle, so group events get this one; stopping it does nothing. */
 static char g_group_handle;
 
+/* Events the activation mask did not ask for get no handle, should NCCL start them anyway; with
+ * RANKMAP_NCCL_EVENTS=none, group events get none either. */
+static inline int wanted(uint64_t type) {
+  return type == RM_EV_GROUP ? g_mask != 0 : (type & (uint64_t)g_mask) != 0;
+}
+
 static rm_nccl_result_t stop_event(void *handle) {
   event_t *e = handle;
   if (!e || handle == (void *)&g_group_handle) return RM_NCCL_SUCCESS;
   if (!atomic_load_explicit(&g_off, memory_order_relaxed) && rmrec_enabled(g_rec)) {
     uint64_t t1_ticks = rmrec_ticks();
     rmrec_call(g_rec, g_op[e->func], e->bytes, t1_ticks - e->t0_ticks);
+    t_now_tk = t1_ticks;
     attribute(e->comm, e);
     table_add(e->comm, e, t1_ticks);
     uint64_t last = atomic_load_explicit(&g_last_emit_tk, memory_order_relaxed);
@@ -479,8 +497,6 @@ static rm_nccl_result_t record_state(void *handle, int state, void *args) {
 
 /* ---- init / finalize shared by every ABI version -------------------------------------------- */
 
-static const int k_mask = RM_EV_COLL | RM_EV_P2P;
-
 static comm_t *init_comm(int *mask, uint64_t hash, const char *name, int nnodes, int nranks,
                          int rank, int abi) {
   pthread_mutex_lock(&g_lock);
@@ -497,7 +513,7 @@ static comm_t *init_comm(int *mask, uint64_t hash, const char *name, int nnodes,
     announce_comm(cm);
     pthread_mutex_unlock(&g_lock);
   }
-  if (mask) *mask = cm ? k_mask : (atomic_load(&g_off) ? 0 : *mask);
+  if (mask) *mask = cm ? g_mask : (atomic_load(&g_off) ? 0 : *mask);
   return cm;
 }
 
@@ -536,6 +552,7 @@ static rm_nccl_result_t v6_init(void **ctx, uint64_t comm_id, int *mask, const c
 static rm_nccl_result_t v5_start(void *ctx, void **handle, rm_descr_v5_t *d) {
   *handle = NULL;
   if (!d || !ctx) return RM_NCCL_SUCCESS;
+  if (!wanted(d->type)) return RM_NCCL_SUCCESS;
   if (d->type == RM_EV_GROUP)
     *handle = &g_group_handle;
   else if (d->type == RM_EV_COLL)
@@ -570,6 +587,7 @@ static rm_nccl_result_t v4_init(void **ctx, int *mask, const char *name, uint64_
 static rm_nccl_result_t v4_start(void *ctx, void **handle, rm_descr_v4_t *d) {
   *handle = NULL;
   if (!d || !ctx) return RM_NCCL_SUCCESS;
+  if (!wanted(d->type)) return RM_NCCL_SUCCESS;
   if (d->type == RM_EV_GROUP)
     *handle = &g_group_handle;
   else if (d->type == RM_EV_COLL)
@@ -600,7 +618,7 @@ static rm_nccl_result_t legacy_init(void **ctx, int *mask, int abi) {
   if (!l) { fail("out of memory for a communicator"); if (mask) *mask = 0; return RM_NCCL_SUCCESS; }
   l->abi = abi;
   pthread_mutex_init(&l->lock, NULL);
-  if (mask) *mask = k_mask;
+  if (mask) *mask = g_mask;
   *ctx = l;
   return RM_NCCL_SUCCESS;
 }
@@ -638,6 +656,7 @@ static comm_t *legacy_comm(legacy_ctx_t *l, uint64_t hash, const char *name, int
 static rm_nccl_result_t v3_start(void *ctx, void **handle, rm_descr_v3_t *d) {
   *handle = NULL;
   if (!d || !ctx || atomic_load_explicit(&g_off, memory_order_relaxed)) return RM_NCCL_SUCCESS;
+  if (!wanted(d->type)) return RM_NCCL_SUCCESS;
   if (d->type == RM_EV_GROUP)
     *handle = &g_group_handle;
   else if (d->type == RM_EV_COLL)
@@ -651,6 +670,7 @@ static rm_nccl_result_t v3_start(void *ctx, void **handle, rm_descr_v3_t *d) {
 static rm_nccl_result_t v2_start(void *ctx, void **handle, rm_descr_v2_t *d) {
   *handle = NULL;
   if (!d || !ctx || atomic_load_explicit(&g_off, memory_order_relaxed)) return RM_NCCL_SUCCESS;
+  if (!wanted(d->type)) return RM_NCCL_SUCCESS;
   if (d->type == RM_EV_GROUP)
     *handle = &g_group_handle;
   else if (d->type == RM_EV_COLL)

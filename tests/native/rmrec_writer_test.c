@@ -1,6 +1,8 @@
 /* Drives the record writer directly: known counts from several threads, then an optional
  * fork and an optional kill before close.  Usage: rmrec_writer_test DIR RANK SIZE THREADS ITERS MODE
- * MODE: close | kill (SIGKILL self after one explicit flush and more counting) | fork */
+ * MODE: close | kill (SIGKILL self after one explicit flush and more counting) | fork
+ *       | single (rmrec_single_writer; the threads run one after another, as MPI below
+ *         MPI_THREAD_MULTIPLE serialises its callers: counts must stay exact) */
 #include "rmrec.h"
 #include <pthread.h>
 #include <signal.h>
@@ -36,8 +38,13 @@ int main(int argc, char **argv) {
   rmrec_comm(c, 7, "sub", 3, members);
   rmrec_meta(c, "mpi_library", "test writer");
   pthread_t th[64];
-  for (long t = 0; t < nthr; t++) pthread_create(&th[t], NULL, worker, (void *)t);
-  for (int t = 0; t < nthr; t++) pthread_join(th[t], NULL);
+  if (argv[6][0] == 's') {
+    rmrec_single_writer(c, 1);
+    for (long t = 0; t < nthr; t++) { pthread_create(&th[t], NULL, worker, (void *)t); pthread_join(th[t], NULL); }
+  } else {
+    for (long t = 0; t < nthr; t++) pthread_create(&th[t], NULL, worker, (void *)t);
+    for (int t = 0; t < nthr; t++) pthread_join(th[t], NULL);
+  }
   rmrec_call(c, op_ar, 0, 1);
   rmrec_call(c, op_ar, 4096, 1);
   rmrec_traffic(c, 1, RMREC_COLL, op_ar, RMREC_MEM_DEVICE, RMREC_SEND, 4096, 1);
