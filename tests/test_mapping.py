@@ -29,7 +29,7 @@ def _model(name: str):
 
 
 def brute_force(p: NodeProblem) -> tuple[float, float]:
-    """Best (max, total) congestion over every assignment, vectorised over all of them."""
+    """Best (max, total) over every assignment; host-staged pairs on one GPU load that GPU's links."""
     G, n, K = p.model.G, p.n, p.K
     if K == 1:
         assigns = np.array(list(itertools.permutations(range(G), n)), dtype=np.int64)
@@ -37,16 +37,13 @@ def brute_force(p: NodeProblem) -> tuple[float, float]:
         allp = np.array(list(itertools.product(range(G), repeat=n)), dtype=np.int64)
         counts = np.stack([(allp == g).sum(axis=1) for g in range(G)], axis=1)
         assigns = allp[(counts <= K).all(axis=1)]
-    cpb = p.cpb
-    L = np.zeros((len(assigns), cpb.shape[2]))
-    for i, j in zip(*np.nonzero(p.T)):
-        L += p.T[i, j] * cpb[assigns[:, i], assigns[:, j]]
+    L = np.zeros((len(assigns), p.cpb.shape[2]))
+    for T, cpb in ((p.T, p.cpb), (p.Th if p.Th is not None else np.zeros_like(p.T), p.hcpb)):
+        for i, j in zip(*np.nonzero(T)):
+            L += T[i, j] * cpb[assigns[:, i], assigns[:, j]]
     eo, ei = p.ext
     for i in range(n):
-        if p.eout[i]:
-            L += p.eout[i] * eo[assigns[:, i]]
-        if p.ein[i]:
-            L += p.ein[i] * ei[assigns[:, i]]
+        L += p.eout[i] * eo[assigns[:, i]] + p.ein[i] * ei[assigns[:, i]]
     mx = L.max(axis=1)
     best = mx.min()
     tot = L.sum(axis=1)[mx <= best * (1 + 1e-9)].min()

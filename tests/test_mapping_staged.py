@@ -7,14 +7,14 @@ column and ``rankmap map --job`` on a stored job whose rows are host-staged.
 
 from __future__ import annotations
 
-import itertools
 import json
-from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
 from conftest import assert_one_line_error, rankmap
+from test_mapping import assert_same, brute_force
+from test_store import FakeRecord, Row
 from rankmap.mapping import patterns
 from rankmap.mapping.automorph import Symmetry
 from rankmap.mapping.cost import Traffic, evaluate
@@ -32,33 +32,6 @@ GB = 1e9
 
 def _model(name: str):
     return node_model(fixtures.get(name))
-
-
-def brute_force(p: NodeProblem) -> tuple[float, float]:
-    """Best (max, total) over every assignment; host-staged pairs on one GPU load that GPU's links."""
-    G, n, K = p.model.G, p.n, p.K
-    if K == 1:
-        assigns = np.array(list(itertools.permutations(range(G), n)), dtype=np.int64)
-    else:
-        allp = np.array(list(itertools.product(range(G), repeat=n)), dtype=np.int64)
-        counts = np.stack([(allp == g).sum(axis=1) for g in range(G)], axis=1)
-        assigns = allp[(counts <= K).all(axis=1)]
-    L = np.zeros((len(assigns), p.cpb.shape[2]))
-    for T, cpb in ((p.T, p.cpb), (p.Th if p.Th is not None else np.zeros_like(p.T), p.hcpb)):
-        for i, j in zip(*np.nonzero(T)):
-            L += T[i, j] * cpb[assigns[:, i], assigns[:, j]]
-    eo, ei = p.ext
-    for i in range(n):
-        L += p.eout[i] * eo[assigns[:, i]] + p.ein[i] * ei[assigns[:, i]]
-    mx = L.max(axis=1)
-    best = mx.min()
-    tot = L.sum(axis=1)[mx <= best * (1 + 1e-9)].min()
-    return float(best), float(tot)
-
-
-def assert_same(a, b):
-    assert a[0] == pytest.approx(b[0], rel=1e-7), (a, b)
-    assert a[1] == pytest.approx(b[1], rel=1e-7), (a, b)
 
 
 def split(T: np.ndarray, seed: int, frac: float | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -346,39 +319,10 @@ def test_csv_mem_column(tmp_path):
                           "7 fields")
 
 
-@dataclass
-class Row:
-    peer: int
-    klass: str
-    operation: str
-    mem: str
-    direction: str
-    bytes: int
-    messages: int
-
-
-@dataclass
-class FakeRecord:
-    """Shaped like the record reader's RankRecord: what Store.ingest needs."""
-
-    world_rank: int
-    traffic: list
-    source: str = "mpi"
-    world_size: int = 8
-    host: str = "node0"
-    pid: int = 100
-    start_ns: int = 0
-    elapsed_ns: int = 1_000_000_000
-    histogram: dict = field(default_factory=dict)
-    op_time: dict = field(default_factory=dict)
-    timeline: list = field(default_factory=list)
-    problems: list = field(default_factory=list)
-
-
 def _host_ring_job(db: str, B: int) -> int:
     store = open_store(db)
     jid = store.create_job(["mpirun", "-np", "8", "./ring"], launcher="openmpi", world_size=8)
-    recs = [FakeRecord(r, [Row((r + 1) % 8, "p2p", "MPI_Send", "host", "send", B, 10),
+    recs = [FakeRecord(r, world_size=8, traffic=[Row((r + 1) % 8, "p2p", "MPI_Send", "host", "send", B, 10),
                            Row((r - 1) % 8, "p2p", "MPI_Recv", "host", "recv", B, 10)]) for r in range(8)]
     assert store.ingest(jid, recs) == 8
     store.finish_job(jid, exit_status=0)
