@@ -355,7 +355,9 @@ def test_records_stream_into_the_store_while_the_job_runs(writer, home, tmp_path
         if m.size and m.sum():
             seen_live = m.tolist()
             break
-    assert proc.poll() is None, "the job ended before its records were seen"
+    if proc.poll() is not None:
+        out, err = proc.communicate()
+        raise AssertionError(f"the job ended (status {proc.returncode}) before its records were seen: {err}")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert seen_live == [[0, 1000], [0, 0]]

@@ -209,3 +209,28 @@ def test_command_key_resolves_paths(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert command_key(["mpirun", "-np", "2", "./app"]) == command_key(["mpirun", "-np", "2", str(exe)])
     assert command_key(["mpirun", "-np", "2", "./app"]) != command_key(["mpirun", "-np", "4", "./app"])
+
+
+def _open_at_once(args) -> str:
+    url, barrier = args
+    barrier.wait()
+    try:
+        open_store(url)
+        return "ok"
+    except RankmapError as e:
+        return str(e)
+
+
+def test_many_processes_open_a_new_store_at_once(tmp_path):
+    """A new store opened by several processes at the same moment is created once, for all of them."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    for round_ in range(4):
+        url = f"sqlite:///{tmp_path / f'race{round_}.db'}"
+        with ctx.Manager() as m:
+            barrier = m.Barrier(6)
+            with ctx.Pool(6) as pool:
+                results = pool.map(_open_at_once, [(url, barrier)] * 6)
+        assert results == ["ok"] * 6
+        assert open_store(url).jobs() == []

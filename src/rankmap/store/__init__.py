@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -389,20 +390,49 @@ def open_store(url: str | None = None) -> Store:
         engine = sa.create_engine(u, **kw)
         if u.get_backend_name() == "sqlite":
             sa.event.listen(engine, "connect", _sqlite_pragmas)
-        with engine.begin() as c:
-            S.metadata.create_all(c)
-            version = c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar()
-            if version is None:
-                c.execute(S.meta_info.insert().values(version=S.SCHEMA_VERSION))
-            elif version > S.SCHEMA_VERSION:
-                raise RankmapError(f"the store {shown} has schema version {version}, newer than this "
-                                   f"rankmap's ({S.SCHEMA_VERSION}): upgrade rankmap")
+        version = _create_schema(engine)
+        if version > S.SCHEMA_VERSION:
+            raise RankmapError(f"the store {shown} has schema version {version}, newer than this "
+                               f"rankmap's ({S.SCHEMA_VERSION}): upgrade rankmap")
     except ImportError as e:
         raise RankmapError(f"the driver for {shown} is not installed ({e.name}): pip install 'rankmap[postgres]'") from None
     except sa.exc.SQLAlchemyError as e:
         msg = str(getattr(e, "orig", None) or e).strip().splitlines()
         raise RankmapError(f"cannot open the store {shown}: {msg[0] if msg else type(e).__name__}") from None
     return Store(engine)
+
+
+def _create_schema(engine: Engine, attempts: int = 5) -> int:
+    """Create the tables if missing and return the store's schema version.
+
+    Several processes may open a new store at the same moment (a job's ``rankmap profile`` and a
+    ``rankmap serve`` started beside it): the check-then-create of ``create_all`` would let two of
+    them create the same table. On PostgreSQL a transaction-scoped advisory lock serialises them;
+    on SQLite the loser of the race gets "already exists" (or a duplicate version row) and simply
+    tries again, and then finds the tables made.
+    """
+    for attempt in range(attempts):
+        try:
+            with engine.begin() as c:
+                if engine.dialect.name == "postgresql":
+                    c.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK_KEY})
+                S.metadata.create_all(c)
+                version = c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar()
+                if version is None:
+                    c.execute(S.meta_info.insert().values(version=S.SCHEMA_VERSION))
+                    version = S.SCHEMA_VERSION
+                return int(version)
+        except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError) as e:
+            text = str(getattr(e, "orig", e)).lower()
+            if attempt + 1 == attempts or not ("already exists" in text or "unique" in text
+                                               or "duplicate" in text):
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+#: Any fixed 64-bit number: the advisory lock that serialises schema creation on PostgreSQL.
+_SCHEMA_LOCK_KEY = 0x72616E6B6D6170  # "rankmap"
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
