@@ -71,15 +71,8 @@ def write_grf(path: Path, W: np.ndarray) -> None:
 
 def write_grf_sparse(path: Path, tr: Traffic) -> None:
     n = tr.n
-    s = np.concatenate([tr.src, tr.dst])
-    d = np.concatenate([tr.dst, tr.src])
-    b = np.concatenate([tr.bytes, tr.bytes])
-    key = s * n + d
-    u, inv = np.unique(key, return_inverse=True)
-    w = np.bincount(inv, weights=b)
-    us, ud = u // n, u % n
-    wi = np.maximum(1, np.round(w / w.max() * 1_000_000)).astype(np.int64)
-    lines = ["0", f"{n} {len(u)}", "0 010"]
+    us, ud, wi = tr.symmetric_edges()
+    lines = ["0", f"{n} {len(wi)}", "0 010"]
     starts = np.searchsorted(us, np.arange(n + 1))
     for i in range(n):
         a, e = starts[i], starts[i + 1]

@@ -229,19 +229,9 @@ def partition(tr: Traffic, nodes: int, per_node: int, *, seed: int = 0) -> np.nd
     sizes[: n % nodes] += 1
     if sizes.max() > per_node:
         raise RankmapError(f"{n} ranks do not fit on {nodes} nodes of {per_node} slots")
-    # symmetric integer edge weights (METIS wants integers); keep ratios to ~1e-6 of the largest
-    s = np.concatenate([tr.src, tr.dst])
-    d = np.concatenate([tr.dst, tr.src])
-    b = np.concatenate([tr.bytes, tr.bytes])
-    key = s * n + d
-    uniq, inv = np.unique(key, return_inverse=True)
-    w = np.bincount(inv, weights=b)
-    us, ud = uniq // n, uniq % n
-    if len(w) == 0:
+    us, ud, wi = tr.symmetric_edges()
+    if len(wi) == 0:
         return np.repeat(np.arange(nodes), sizes)[:n]
-    wi = np.maximum(1, np.round(w / w.max() * 1_000_000)).astype(np.int64)
-    order = np.argsort(us, kind="stable")
-    us, ud, wi = us[order], ud[order], wi[order]
     xadj = np.zeros(n + 1, dtype=np.int64)
     np.add.at(xadj, us + 1, 1)
     xadj = np.cumsum(xadj)
