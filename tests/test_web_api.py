@@ -420,3 +420,28 @@ def test_serve_command_serves_the_store(tmp_path):
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=20)
+
+
+def test_link_loads_count_same_gpu_and_other_node_pairs_apart():
+    """Two ranks on one GPU cross no link; a pair split across nodes leaves the drawing; pairs
+    that share any node are drawn on it, each byte on every hop of its route."""
+    from rankmap.topology import fixtures
+    from rankmap.web.topoview import Placement, link_loads
+
+    topo = fixtures.get("dgx1-v100")
+    T = np.zeros((5, 5), dtype=np.int64)
+    T[0, 1] = 1000      # GPU 0 -> GPU 0: same GPU
+    T[1, 2] = 3000      # GPU 0 -> GPU 5 (SYS route), node 0
+    T[2, 3] = 7         # node 0 -> node 1: off the drawing
+    T[3, 4] = 50        # GPU 2 -> GPU 6 on node 1: drawn like a node-0 pair
+    T[4, 4] = 99        # to itself: ignored
+    d = link_loads(topo, T, Placement([0, 0, 5, 2, 6], [0, 0, 0, 1, 1], "test"))
+    assert (d["same_gpu_bytes"], d["routed_bytes"], d["off_node_bytes"]) == (1000, 3050, 7)
+    want = np.zeros((len(topo.links), 2), dtype=np.int64)
+    for a, b, nbytes in (("gpu0", "gpu5", 3000), ("gpu2", "gpu6", 50)):
+        for h in topo.route(a, b).hops:
+            want[h.link, 0 if h.src == topo.links[h.link].a else 1] += nbytes
+    got = np.array([[l["load_ab"], l["load_ba"]] for l in d["links"]])
+    assert np.array_equal(got, want)
+    bw = np.array([l.bandwidth for l in topo.links]) * 1e9
+    assert d["max_congestion"] == pytest.approx((want / bw[:, None]).max())

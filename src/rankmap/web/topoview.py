@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from rankmap.errors import RankmapError
+from rankmap.mapping.cost import Traffic, evaluate
+from rankmap.mapping.platform import Platform, node_model
 from rankmap.topology import DeviceKind, Topology
 from rankmap.topology.jsonio import to_dict
 
@@ -212,23 +214,30 @@ def link_loads(topo: Topology, matrix: np.ndarray, placement: Placement) -> dict
         if g not in gpus:
             raise RankmapError(f"{placement.source}: rank {r} is on GPU {g}, which topology "
                                f"{topo.name!r} does not have (GPUs {sorted(gpus)})")
-    loads = np.zeros((len(topo.links), 2), dtype=np.float64)  # [:,0] a->b, [:,1] b->a
-    same_gpu = off_node = routed = 0
+    # Route with the placement layer's cost model (one routing and congestion code for the whole
+    # tool). The drawing shows one node, so every pair that shares a node is drawn on it.
     src, dst = np.nonzero(T)
-    for s, d in zip(src.tolist(), dst.tolist()):
-        b = int(T[s, d])
-        if s == d or b <= 0:
-            continue
-        if placement.node and placement.node[s] != placement.node[d]:
-            off_node += b
-            continue
-        ga, gb = placement.gpu[s], placement.gpu[d]
-        if ga == gb:
-            same_gpu += b
-            continue
-        routed += b
-        for h in topo.route(gpus[ga], gpus[gb]).hops:
-            loads[h.link, 0 if h.src == topo.links[h.link].a else 1] += b
+    b = T[src, dst].astype(np.float64)
+    keep = (src != dst) & (b > 0)
+    src, dst, b = src[keep], dst[keep], b[keep]
+    gpu = np.asarray(placement.gpu[:n], dtype=np.int64)
+    if placement.node:
+        node = np.asarray(placement.node[:n])
+        on = node[src] == node[dst]
+    else:
+        on = np.ones(len(b), dtype=bool)
+    off_node = int(b[~on].sum())
+    src, dst, b = src[on], dst[on], b[on]
+    same = gpu[src] == gpu[dst]
+    same_gpu, routed = int(b[same].sum()), int(b[~same].sum())
+    model = node_model(topo)
+    pos = np.zeros(max(gpus) + 1, dtype=np.int64)
+    for i, g in enumerate(model.gpus):
+        pos[g.index] = i
+    score = evaluate(Platform(model), Traffic.from_triples(n, src, dst, b), np.zeros(n, dtype=np.int64), pos[gpu])
+    loads = np.zeros((len(topo.links), 2), dtype=np.float64)  # [:,0] a->b, [:,1] b->a
+    for d, (link, direction) in enumerate(model.dlinks):
+        loads[link, direction] = score.loads[d]
     bw = np.array([l.bandwidth for l in topo.links], dtype=np.float64) * 1e9
     cong = loads / bw[:, None] if len(bw) else loads
     used = loads > 0
