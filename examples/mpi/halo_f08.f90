@@ -2,8 +2,8 @@
 ! usage: halo_f08 [N=64] [ITERS=3]      (N double precision values)
 ! Per iteration each rank sends 8*N bytes to its right neighbour (MPI_Sendrecv) and one
 ! MPI_Allreduce of N doubles:  T[r][(r+1)%p] += 8*N*ITERS (p2p).
-! MPICH implements mpi_f08 through the C MPI_ routines, so the shim counts it; Open MPI's mpi_f08
-! calls PMPI_ directly: the record file then has no traffic and META "warning" says so.
+! The shim counts it under both MPIs: it wraps the mpi_x_f08_ routines that call PMPI_ directly
+! (all of Open MPI's, MPICH's without a buffer) and MPICH's buffer routines reach its C wrappers.
 program halo_f08
   use mpi_f08
   implicit none

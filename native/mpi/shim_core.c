@@ -45,12 +45,8 @@ static _Atomic uint64_t comm_seq = 1;
 static _Atomic unsigned xt_gen;
 static RM_TLS struct { uint64_t key; unsigned gen; rm_xl_t *x; } comm_last;
 
-static uint64_t hkey(const void *h, size_t n) {   /* handle bits (pointer or int) -> nonzero key */
-  uint64_t k = 0;
-  memcpy(&k, h, n < 8 ? n : 8);
-  return k ^ 0x8000000000000000ull;
-}
-static inline uint64_t hmix(uint64_t k) { k ^= k >> 31; k *= 0x9e3779b97f4a7c15ull; return k ^ (k >> 29); }
+#define hkey rm_hkey
+#define hmix rm_hmix
 
 static rm_xl_t *xt_find(xt_t *t, uint64_t key) {
   for (unsigned i = (unsigned)hmix(key) & (XT_SIZE - 1), n = 0; n < XT_SIZE; n++, i = (i + 1) & (XT_SIZE - 1)) {
@@ -310,121 +306,9 @@ void rm_replay(const rm_rowset_t *rs) {
   }
 }
 
-/* ---- request tracking (receives, persistent requests) ------------------------------------- */
-
-#define RQ_SIZE (1u << 16)
-static rm_rq_t rq_tab[RQ_SIZE];
-static atomic_flag rq_flag = ATOMIC_FLAG_INIT;    /* spinlock: held for a few table probes only */
-static uint64_t rq_seq;
-volatile int rm_rq_count;
-
-static inline void rq_lock(void) {
-  if (rm_single) return;              /* MPI calls never overlap: nothing to exclude */
-  while (atomic_flag_test_and_set_explicit(&rq_flag, memory_order_acquire)) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
-}
-static inline void rq_unlock(void) { if (!rm_single) atomic_flag_clear_explicit(&rq_flag, memory_order_release); }
-
-void rm_rq_put(MPI_Request req, int kind, int op, int mem, rm_xl_t *xl, rm_rowset_t *rs) {
-  if (req == MPI_REQUEST_NULL) return;
-  uint64_t key = hkey(&req, sizeof req);
-  rq_lock();
-  unsigned i = (unsigned)hmix(key) & (RQ_SIZE - 1), n = 0;
-  for (; n < RQ_SIZE; n++, i = (i + 1) & (RQ_SIZE - 1))
-    if (rq_tab[i].key == 0 || rq_tab[i].key == key) break;
-  if (n == RQ_SIZE) {
-    rq_unlock();
-    rmrec_fail(rm_R, "more than 65536 pending receive or persistent requests");
-    return;
-  }
-  if (rq_tab[i].key == 0) rm_rq_count++;
-  rq_tab[i] = (rm_rq_t){key, ++rq_seq, kind, op, mem, xl, rs};
-  rq_unlock();
-}
-
-static int rq_find_locked(MPI_Request req, rm_rq_t *out) {
-  if (req == MPI_REQUEST_NULL) return 0;
-  uint64_t key = hkey(&req, sizeof req);
-  for (unsigned i = (unsigned)hmix(key) & (RQ_SIZE - 1), n = 0; n < RQ_SIZE; n++, i = (i + 1) & (RQ_SIZE - 1)) {
-    if (rq_tab[i].key == 0) return 0;
-    if (rq_tab[i].key == key) { *out = rq_tab[i]; return 1; }
-  }
-  return 0;
-}
-
-int rm_rq_get(MPI_Request req, rm_rq_t *out) {
-  if (req == MPI_REQUEST_NULL || !rm_rq_count) return 0;
-  rq_lock();
-  int found = rq_find_locked(req, out);
-  rq_unlock();
-  return found;
-}
-
-int rm_rq_get_n(int n, const MPI_Request *reqs, rm_rq_t *e, char *has) {
-  int k = 0;
-  rq_lock();
-  for (int i = 0; i < n; i++) k += (has[i] = (char)rq_find_locked(reqs[i], &e[i]));
-  rq_unlock();
-  return k;
-}
-
-/* delete with backward shift, only if the entry is still the one that was looked up */
-static void rq_del_locked(const rm_rq_t *e) {
-  unsigned i = (unsigned)hmix(e->key) & (RQ_SIZE - 1), n = 0;
-  for (; n < RQ_SIZE; n++, i = (i + 1) & (RQ_SIZE - 1)) {
-    if (rq_tab[i].key == 0) { n = RQ_SIZE; break; }
-    if (rq_tab[i].key == e->key) break;
-  }
-  if (n < RQ_SIZE && rq_tab[i].seq == e->seq) {
-    unsigned j = i;
-    for (;;) {
-      rq_tab[i].key = 0;
-      for (;;) {
-        j = (j + 1) & (RQ_SIZE - 1);
-        if (rq_tab[j].key == 0) goto done;
-        unsigned h = (unsigned)hmix(rq_tab[j].key) & (RQ_SIZE - 1);
-        /* move j back to i unless its home h lies cyclically in (i, j] */
-        if (i <= j ? (i < h && h <= j) : (i < h || h <= j)) continue;
-        break;
-      }
-      rq_tab[i] = rq_tab[j];
-      i = j;
-    }
-  done:
-    rm_rq_count--;
-  }
-}
-
-void rm_rq_del(const rm_rq_t *e) {
-  rq_lock();
-  rq_del_locked(e);
-  rq_unlock();
-}
-
-void rm_rq_account(const rm_rq_t *e, const MPI_Status *st) {
-  if (e->kind == RQ_RECV || e->kind == RQ_PRECV) rm_p2p_recv(e->op, e->mem, e->xl, st);
-}
-
-void rm_rq_release_n(int n, const rm_rq_t *e, const char *sel) {
-  int any = 0;
-  for (int i = 0; i < n && !any; i++) any = sel[i] && e[i].kind == RQ_RECV;
-  if (!any) return;
-  rq_lock();
-  for (int i = 0; i < n; i++) if (sel[i] && e[i].kind == RQ_RECV) rq_del_locked(&e[i]);
-  rq_unlock();
-}
-
-void rm_rq_done(const rm_rq_t *e, const MPI_Status *st) {
-  rm_rq_account(e, st);
-  if (e->kind == RQ_RECV) rm_rq_del(e);
-}
-
 /* ---- point-to-point ------------------------------------------------------------------------ */
 
-uint64_t rm_p2p_send(int op, const void *buf, int count, MPI_Datatype t, int dest, MPI_Comm comm) {
+uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm) {
   uint64_t n = rm_tsz(t, count);
   if (dest < 0) return n;               /* MPI_PROC_NULL */
   int w = rm_world(rm_comm_xl(comm), dest);
@@ -434,11 +318,18 @@ uint64_t rm_p2p_send(int op, const void *buf, int count, MPI_Datatype t, int des
 
 uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st) {
   if (!st || st == MPI_STATUS_IGNORE || st->MPI_SOURCE < 0) return 0;  /* PROC_NULL, inactive */
-  int c = 0;
-  if (PMPI_Get_count(st, MPI_BYTE, &c) != MPI_SUCCESS || c < 0) return 0;
+  MPI_Count c = 0;     /* elements of MPI_BYTE = bytes, beyond 2 GiB too (MPI_Get_count stops there) */
+  if (PMPI_Get_elements_x(st, MPI_BYTE, &c) != MPI_SUCCESS || c < 0) return 0;
   int w = rm_world(xl, st->MPI_SOURCE);
   rm_emit(w, RMREC_P2P, op, mem, RMREC_RECV, (uint64_t)c, 1);
   return (uint64_t)c;
+}
+
+uint64_t rm_p2p_expect(int op, const void *buf, MPI_Count count, MPI_Datatype t, int source, MPI_Comm comm) {
+  uint64_t n = rm_tsz(t, count);
+  if (source < 0) return n;             /* MPI_PROC_NULL */
+  rm_emit(rm_world(rm_comm_xl(comm), source), RMREC_P2P, op, rm_mem(buf), RMREC_RECV, n, 1);
+  return n;
 }
 
 /* ---- collective models (docs/collective-models.md) ------------------------------------------- */
@@ -478,14 +369,14 @@ static void binomial(rm_xl_t *x, int op, int mem, int root, uint64_t n, int towa
     }
 }
 
-uint64_t rm_acc_bcast(int op, const void *buf, int count, MPI_Datatype t, int root, MPI_Comm comm) {
+uint64_t rm_acc_bcast(int op, const void *buf, MPI_Count count, MPI_Datatype t, int root, MPI_Comm comm) {
   uint64_t n = rm_tsz(t, count);
   rm_xl_t *x = coll_xl(comm);
   if (x && n) binomial(x, op, rm_mem(buf), root, n, 0, 0);
   return n;
 }
 
-uint64_t rm_acc_reduce(int op, const void *sbuf, int count, MPI_Datatype t, int root, MPI_Comm comm) {
+uint64_t rm_acc_reduce(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, int root, MPI_Comm comm) {
   uint64_t n = rm_tsz(t, count);
   rm_xl_t *x = coll_xl(comm);
   if (x && n) binomial(x, op, rm_mem(sbuf), root, n, 1, 0);
@@ -511,15 +402,15 @@ static void recursive_doubling(rm_xl_t *x, int op, int mem, uint64_t n) {
 }
 
 /* ring reduce-scatter + allgather over p chunks of the element range */
-static uint64_t ring_chunk(int count, int p, int i, uint64_t esz) {
+static uint64_t ring_chunk(MPI_Count count, int p, int i, uint64_t esz) {
   return esz * (uint64_t)(count / p + (i < count % p ? 1 : 0));
 }
-static uint64_t ring_allreduce_sent(int r, int count, int p, uint64_t esz) {
+static uint64_t ring_allreduce_sent(int r, MPI_Count count, int p, uint64_t esz) {
   uint64_t total = esz * (uint64_t)count;
   return (total - ring_chunk(count, p, (r + 1) % p, esz)) + (total - ring_chunk(count, p, (r + 2) % p, esz));
 }
 
-uint64_t rm_acc_allreduce(int op, const void *sbuf, int count, MPI_Datatype t, MPI_Comm comm) {
+uint64_t rm_acc_allreduce(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm) {
   uint64_t n = rm_tsz(t, count);
   rm_xl_t *x = coll_xl(comm);
   if (!x || !n) return n;
@@ -532,7 +423,7 @@ uint64_t rm_acc_allreduce(int op, const void *sbuf, int count, MPI_Datatype t, M
   return n;
 }
 
-uint64_t rm_acc_gather(int op, const void *sbuf, int scount, MPI_Datatype st, int rcount, MPI_Datatype rt,
+uint64_t rm_acc_gather(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt,
                        int root, MPI_Comm comm) {
   rm_xl_t *x = coll_xl(comm);
   rm_xl_t *any = rm_comm_xl(comm);
@@ -542,7 +433,7 @@ uint64_t rm_acc_gather(int op, const void *sbuf, int scount, MPI_Datatype st, in
   return n;
 }
 
-uint64_t rm_acc_scatter(int op, const void *sbuf, int scount, MPI_Datatype st, int rcount, MPI_Datatype rt,
+uint64_t rm_acc_scatter(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt,
                         int root, MPI_Comm comm) {
   rm_xl_t *x = coll_xl(comm);
   rm_xl_t *any = rm_comm_xl(comm);
@@ -552,7 +443,7 @@ uint64_t rm_acc_scatter(int op, const void *sbuf, int scount, MPI_Datatype st, i
   return n;
 }
 
-uint64_t rm_acc_gatherv(int op, const void *sbuf, int scount, MPI_Datatype st, const int *rcounts,
+uint64_t rm_acc_gatherv(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, rm_cv_t rcounts,
                         MPI_Datatype rt, int root, MPI_Comm comm) {
   rm_xl_t *x = coll_xl(comm);
   if (!x) return rm_tsz(st, scount);
@@ -562,13 +453,13 @@ uint64_t rm_acc_gatherv(int op, const void *sbuf, int scount, MPI_Datatype st, c
     if (n) edge(x, op, mem, RMREC_SEND, root, n);
     return n;
   }
-  uint64_t own = rm_tsz(rt, rcounts[root]);
+  uint64_t own = rm_tsz(rt, rm_cv(rcounts, root));
   for (int i = 0; i < x->size; i++)
-    if (i != root && rcounts[i] > 0) edge(x, op, mem, RMREC_RECV, i, rm_tsz(rt, rcounts[i]));
+    if (i != root && rm_cv(rcounts, i) > 0) edge(x, op, mem, RMREC_RECV, i, rm_tsz(rt, rm_cv(rcounts, i)));
   return own;
 }
 
-uint64_t rm_acc_scatterv(int op, const void *sbuf, const int *scounts, MPI_Datatype st, int rcount,
+uint64_t rm_acc_scatterv(int op, const void *sbuf, rm_cv_t scounts, MPI_Datatype st, MPI_Count rcount,
                          MPI_Datatype rt, int root, MPI_Comm comm) {
   rm_xl_t *x = coll_xl(comm);
   if (!x) return rm_tsz(rt, rcount);
@@ -579,11 +470,11 @@ uint64_t rm_acc_scatterv(int op, const void *sbuf, const int *scounts, MPI_Datat
     return n;
   }
   for (int i = 0; i < x->size; i++)
-    if (i != root && scounts[i] > 0) edge(x, op, mem, RMREC_SEND, i, rm_tsz(st, scounts[i]));
-  return rm_tsz(st, scounts[root]);
+    if (i != root && rm_cv(scounts, i) > 0) edge(x, op, mem, RMREC_SEND, i, rm_tsz(st, rm_cv(scounts, i)));
+  return rm_tsz(st, rm_cv(scounts, root));
 }
 
-uint64_t rm_acc_allgather(int op, const void *sbuf, int rcount, MPI_Datatype rt, MPI_Comm comm) {
+uint64_t rm_acc_allgather(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype rt, MPI_Comm comm) {
   uint64_t n = rm_tsz(rt, rcount);
   rm_xl_t *x = coll_xl(comm);
   if (!x || !n) return n;
@@ -600,23 +491,23 @@ uint64_t rm_acc_allgather(int op, const void *sbuf, int rcount, MPI_Datatype rt,
   return n;
 }
 
-uint64_t rm_acc_allgatherv(int op, const void *sbuf, const int *rcounts, MPI_Datatype rt, MPI_Comm comm) {
+uint64_t rm_acc_allgatherv(int op, const void *sbuf, rm_cv_t rcounts, MPI_Datatype rt, MPI_Comm comm) {
   rm_xl_t *x = coll_xl(comm);
   rm_xl_t *any = rm_comm_xl(comm);
-  uint64_t own = any ? rm_tsz(rt, rcounts[any->me < any->size ? any->me : 0]) : 0;
+  uint64_t own = any ? rm_tsz(rt, rm_cv(rcounts, any->me < any->size ? any->me : 0)) : 0;
   if (!x) return own;
   int p = x->size, me = x->me, mem = rm_mem(sbuf);
   uint64_t total = 0;
-  for (int i = 0; i < p; i++) total += rm_tsz(rt, rcounts[i]);
+  for (int i = 0; i < p; i++) total += rm_tsz(rt, rm_cv(rcounts, i));
   /* ring: rank r forwards every block except block (r+1) mod p */
-  uint64_t out = total - rm_tsz(rt, rcounts[(me + 1) % p]);
-  uint64_t in = total - rm_tsz(rt, rcounts[me]);
+  uint64_t out = total - rm_tsz(rt, rm_cv(rcounts, (me + 1) % p));
+  uint64_t in = total - rm_tsz(rt, rm_cv(rcounts, me));
   rm_emit(rm_world(x, (me + 1) % p), RMREC_COLL, op, mem, RMREC_SEND, out, (uint64_t)(p - 1));
   rm_emit(rm_world(x, (me - 1 + p) % p), RMREC_COLL, op, mem, RMREC_RECV, in, (uint64_t)(p - 1));
   return own;
 }
 
-uint64_t rm_acc_alltoall(int op, const void *sbuf, int rcount, MPI_Datatype rt, MPI_Comm comm) {
+uint64_t rm_acc_alltoall(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype rt, MPI_Comm comm) {
   uint64_t n = rm_tsz(rt, rcount);
   rm_xl_t *x = coll_xl(comm);
   if (!x) return n;
@@ -627,17 +518,17 @@ uint64_t rm_acc_alltoall(int op, const void *sbuf, int rcount, MPI_Datatype rt, 
   return n * (uint64_t)x->size;
 }
 
-uint64_t rm_acc_alltoallv(int op, const void *sbuf, const int *scounts, MPI_Datatype st, const int *rcounts,
+uint64_t rm_acc_alltoallv(int op, const void *sbuf, rm_cv_t scounts, MPI_Datatype st, rm_cv_t rcounts,
                           MPI_Datatype rt, MPI_Comm comm) {
   rm_xl_t *x = rm_comm_xl(comm);
   if (!x || x->inter) return 0;
   int inplace = (sbuf == MPI_IN_PLACE);
-  const int *sc = inplace ? rcounts : scounts;
+  rm_cv_t sc = inplace ? rcounts : scounts;
   MPI_Datatype stt = inplace ? rt : st;
   int mem = rm_mem(sbuf);
   uint64_t total = 0;
   for (int i = 0; i < x->size; i++) {
-    uint64_t s = rm_tsz(stt, sc[i]), r = rm_tsz(rt, rcounts[i]);
+    uint64_t s = rm_tsz(stt, rm_cv(sc, i)), r = rm_tsz(rt, rm_cv(rcounts, i));
     total += s;
     if (i == x->me) continue;
     if (s) edge(x, op, mem, RMREC_SEND, i, s);
@@ -646,16 +537,16 @@ uint64_t rm_acc_alltoallv(int op, const void *sbuf, const int *scounts, MPI_Data
   return total;
 }
 
-uint64_t rm_acc_alltoallw(int op, const void *sbuf, const int *scounts, const MPI_Datatype *sts,
-                          const int *rcounts, const MPI_Datatype *rts, MPI_Comm comm) {
+uint64_t rm_acc_alltoallw(int op, const void *sbuf, rm_cv_t scounts, const MPI_Datatype *sts,
+                          rm_cv_t rcounts, const MPI_Datatype *rts, MPI_Comm comm) {
   rm_xl_t *x = rm_comm_xl(comm);
   if (!x || x->inter) return 0;
   int inplace = (sbuf == MPI_IN_PLACE);
   int mem = rm_mem(sbuf);
   uint64_t total = 0;
   for (int i = 0; i < x->size; i++) {
-    uint64_t s = inplace ? rm_tsz(rts[i], rcounts[i]) : rm_tsz(sts[i], scounts[i]);
-    uint64_t r = rm_tsz(rts[i], rcounts[i]);
+    uint64_t s = inplace ? rm_tsz(rts[i], rm_cv(rcounts, i)) : rm_tsz(sts[i], rm_cv(scounts, i));
+    uint64_t r = rm_tsz(rts[i], rm_cv(rcounts, i));
     total += s;
     if (i == x->me) continue;
     if (s) edge(x, op, mem, RMREC_SEND, i, s);
@@ -664,21 +555,21 @@ uint64_t rm_acc_alltoallw(int op, const void *sbuf, const int *scounts, const MP
   return total;
 }
 
-uint64_t rm_acc_reduce_scatter(int op, const void *sbuf, const int *rcounts, MPI_Datatype t, MPI_Comm comm) {
+uint64_t rm_acc_reduce_scatter(int op, const void *sbuf, rm_cv_t rcounts, MPI_Datatype t, MPI_Comm comm) {
   rm_xl_t *x = rm_comm_xl(comm);
   if (!x || x->inter) return 0;
   int p = x->size, me = x->me, mem = rm_mem(sbuf);
   uint64_t total = 0;
-  for (int i = 0; i < p; i++) total += rm_tsz(t, rcounts[i]);
+  for (int i = 0; i < p; i++) total += rm_tsz(t, rm_cv(rcounts, i));
   if (p > 1) {  /* ring: rank r sends partial sums of every block except its own */
-    rm_emit(rm_world(x, (me + 1) % p), RMREC_COLL, op, mem, RMREC_SEND, total - rm_tsz(t, rcounts[me]), (uint64_t)(p - 1));
+    rm_emit(rm_world(x, (me + 1) % p), RMREC_COLL, op, mem, RMREC_SEND, total - rm_tsz(t, rm_cv(rcounts, me)), (uint64_t)(p - 1));
     int prev = (me - 1 + p) % p;
-    rm_emit(rm_world(x, prev), RMREC_COLL, op, mem, RMREC_RECV, total - rm_tsz(t, rcounts[prev]), (uint64_t)(p - 1));
+    rm_emit(rm_world(x, prev), RMREC_COLL, op, mem, RMREC_RECV, total - rm_tsz(t, rm_cv(rcounts, prev)), (uint64_t)(p - 1));
   }
   return total;
 }
 
-uint64_t rm_acc_reduce_scatter_block(int op, const void *sbuf, int rcount, MPI_Datatype t, MPI_Comm comm) {
+uint64_t rm_acc_reduce_scatter_block(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype t, MPI_Comm comm) {
   rm_xl_t *x = rm_comm_xl(comm);
   if (!x || x->inter) return 0;
   int p = x->size, me = x->me, mem = rm_mem(sbuf);
@@ -690,7 +581,7 @@ uint64_t rm_acc_reduce_scatter_block(int op, const void *sbuf, int rcount, MPI_D
   return n * (uint64_t)p;
 }
 
-uint64_t rm_acc_scan(int op, const void *sbuf, int count, MPI_Datatype t, MPI_Comm comm) {
+uint64_t rm_acc_scan(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm) {
   uint64_t n = rm_tsz(t, count);
   rm_xl_t *x = coll_xl(comm);
   if (!x || !n) return n;
@@ -752,8 +643,8 @@ static int neighbors(MPI_Comm comm, int *nin, int **in, int *nout, int **out) {
   return -1;
 }
 
-uint64_t rm_acc_neighbor(int op, int kind, const void *sbuf, int scount, const int *scounts, MPI_Datatype st,
-                         const MPI_Datatype *sts, int rcount, const int *rcounts, MPI_Datatype rt,
+uint64_t rm_acc_neighbor(int op, int kind, const void *sbuf, MPI_Count scount, rm_cv_t scounts, MPI_Datatype st,
+                         const MPI_Datatype *sts, MPI_Count rcount, rm_cv_t rcounts, MPI_Datatype rt,
                          const MPI_Datatype *rts, MPI_Comm comm) {
   rm_xl_t *x = rm_comm_xl(comm);
   int nin, nout, *in, *out;
@@ -762,13 +653,13 @@ uint64_t rm_acc_neighbor(int op, int kind, const void *sbuf, int scount, const i
   uint64_t total = 0;
   for (int i = 0; i < nout; i++) {
     uint64_t s = kind <= 1 ? rm_tsz(st, scount) : kind == 2 ? rm_tsz(st, scount)
-               : kind == 3 ? rm_tsz(st, scounts[i]) : rm_tsz(sts[i], scounts[i]);
+               : kind == 3 ? rm_tsz(st, rm_cv(scounts, i)) : rm_tsz(sts[i], rm_cv(scounts, i));
     total += s;
     if (out[i] >= 0 && s) edge(x, op, mem, RMREC_SEND, out[i], s);
   }
   for (int i = 0; i < nin; i++) {
-    uint64_t r = kind == 0 || kind == 2 ? rm_tsz(rt, rcount) : kind == 4 ? rm_tsz(rts[i], rcounts[i])
-               : rm_tsz(rt, rcounts[i]);
+    uint64_t r = kind == 0 || kind == 2 ? rm_tsz(rt, rcount) : kind == 4 ? rm_tsz(rts[i], rm_cv(rcounts, i))
+               : rm_tsz(rt, rm_cv(rcounts, i));
     if (in[i] >= 0 && r) edge(x, op, mem, RMREC_RECV, in[i], r);
   }
   if (out != in) free(out);

@@ -7,6 +7,7 @@
 #define RANKMAP_SHIM_CORE_H
 
 #include <mpi.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "rmrec.h"
 
@@ -16,33 +17,9 @@
  * PLT (the MPI_ and Fortran entry points keep the default visibility mpi.h gives them). */
 #pragma GCC visibility push(hidden)
 
-/* Every operation name the shim records; the id of OP_x equals its rmrec id. */
-#define RM_OPS(X) \
-  X(MPI_Send) X(MPI_Bsend) X(MPI_Ssend) X(MPI_Rsend) \
-  X(MPI_Isend) X(MPI_Ibsend) X(MPI_Issend) X(MPI_Irsend) \
-  X(MPI_Recv) X(MPI_Irecv) X(MPI_Sendrecv) X(MPI_Sendrecv_replace) \
-  X(MPI_Send_init) X(MPI_Bsend_init) X(MPI_Ssend_init) X(MPI_Rsend_init) X(MPI_Recv_init) \
-  X(MPI_Start) X(MPI_Startall) X(MPI_Request_free) \
-  X(MPI_Wait) X(MPI_Waitall) X(MPI_Waitany) X(MPI_Waitsome) \
-  X(MPI_Test) X(MPI_Testall) X(MPI_Testany) X(MPI_Testsome) \
-  X(MPI_Bcast) X(MPI_Reduce) X(MPI_Allreduce) X(MPI_Gather) X(MPI_Gatherv) \
-  X(MPI_Scatter) X(MPI_Scatterv) X(MPI_Allgather) X(MPI_Allgatherv) \
-  X(MPI_Alltoall) X(MPI_Alltoallv) X(MPI_Alltoallw) X(MPI_Reduce_scatter) \
-  X(MPI_Reduce_scatter_block) X(MPI_Scan) X(MPI_Exscan) X(MPI_Barrier) \
-  X(MPI_Ibcast) X(MPI_Ireduce) X(MPI_Iallreduce) X(MPI_Igather) X(MPI_Igatherv) \
-  X(MPI_Iscatter) X(MPI_Iscatterv) X(MPI_Iallgather) X(MPI_Iallgatherv) \
-  X(MPI_Ialltoall) X(MPI_Ialltoallv) X(MPI_Ialltoallw) X(MPI_Ireduce_scatter) \
-  X(MPI_Ireduce_scatter_block) X(MPI_Iscan) X(MPI_Iexscan) X(MPI_Ibarrier) \
-  X(MPI_Bcast_init) X(MPI_Reduce_init) X(MPI_Allreduce_init) X(MPI_Gather_init) X(MPI_Gatherv_init) \
-  X(MPI_Scatter_init) X(MPI_Scatterv_init) X(MPI_Allgather_init) X(MPI_Allgatherv_init) \
-  X(MPI_Alltoall_init) X(MPI_Alltoallv_init) X(MPI_Alltoallw_init) X(MPI_Reduce_scatter_init) \
-  X(MPI_Reduce_scatter_block_init) X(MPI_Scan_init) X(MPI_Exscan_init) X(MPI_Barrier_init) \
-  X(MPI_Neighbor_allgather) X(MPI_Neighbor_allgatherv) X(MPI_Neighbor_alltoall) \
-  X(MPI_Neighbor_alltoallv) X(MPI_Neighbor_alltoallw) \
-  X(MPI_Ineighbor_allgather) X(MPI_Ineighbor_allgatherv) X(MPI_Ineighbor_alltoall) \
-  X(MPI_Ineighbor_alltoallv) X(MPI_Ineighbor_alltoallw) \
-  X(MPI_Put) X(MPI_Get) X(MPI_Accumulate) X(MPI_Get_accumulate) X(MPI_Fetch_and_op) \
-  X(MPI_Compare_and_swap) X(MPI_Rput) X(MPI_Rget) X(MPI_Raccumulate) X(MPI_Rget_accumulate)
+/* Every operation name the shim records (RM_OPS), generated from calls.spec, and RM_HAVE_PMPI_x
+ * for the optional routines this MPI declares. */
+#include "rm_gen.h"
 
 enum {
 #define RM_ENUM(n) OP_##n,
@@ -68,6 +45,29 @@ extern rmrec_t *rm_R;
 extern int rm_on, rm_single;
 extern int rm_wrank, rm_wsize;
 #define RM_CAPTURE (__builtin_expect(rm_on, 1) && !rm_in_f)
+/* a wrapper's clock: RM_T0 at entry (also the timeline time of its rows), RM_DONE at exit */
+#define RM_T0 uint64_t t0_ = rm_tick = rmrec_ticks()
+#define RM_DONE(op, n) rmrec_call(rm_R, op, (n), rmrec_ticks() - t0_)
+
+/* Count arrays of the v/w collectives: int in MPI_Alltoallv, MPI_Count in MPI_Alltoallv_c.
+ * RM_CV(a) makes the view from either; rm_cv(v, i) reads element i. */
+typedef struct { const int *i; const MPI_Count *c; } rm_cv_t;
+static inline MPI_Count rm_cv(rm_cv_t v, int k) { return v.c ? v.c[k] : v.i[k]; }
+static inline rm_cv_t rm_cv_int(const int *a) { return (rm_cv_t){a, NULL}; }
+static inline rm_cv_t rm_cv_count(const MPI_Count *a) { return (rm_cv_t){NULL, a}; }
+#define RM_CV(a) _Generic((a), const int *: rm_cv_int, int *: rm_cv_int, \
+                               const MPI_Count *: rm_cv_count, MPI_Count *: rm_cv_count)(a)
+#define RM_CV_NONE ((rm_cv_t){NULL, NULL})
+/* the buffer whose memory kind a collective's rows get: the receive buffer when sending in place */
+#define RM_INPLACE(s, r) ((s) == MPI_IN_PLACE ? (const void *)(r) : (const void *)(s))
+
+/* handle bits (pointer or int) -> nonzero hash-table key, and its mix */
+static inline uint64_t rm_hkey(const void *h, size_t n) {
+  uint64_t k = 0;
+  __builtin_memcpy(&k, h, n < 8 ? n : 8);
+  return k ^ 0x8000000000000000ull;
+}
+static inline uint64_t rm_hmix(uint64_t k) { k ^= k >> 31; k *= 0x9e3779b97f4a7c15ull; return k ^ (k >> 29); }
 
 /* rank translation of one communicator (or window): world rank of each (remote) rank */
 typedef struct { int size, me, inter; int *w; } rm_xl_t;
@@ -93,7 +93,7 @@ static inline unsigned rm_ts_slot(MPI_Datatype t) {
   __builtin_memcpy(&k, &t, sizeof t < 8 ? sizeof t : 8);
   return (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 57);   /* 7 bits = RM_TS_SLOTS */
 }
-static inline uint64_t rm_tsz(MPI_Datatype t, int count) {
+static inline uint64_t rm_tsz(MPI_Datatype t, MPI_Count count) {
   if (count <= 0 || t == MPI_DATATYPE_NULL) return 0;
   const rm_ts_t *e = &rm_ts_tab[rm_ts_slot(t)];
   int s = 0;
@@ -110,9 +110,13 @@ void rm_emit(int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint
 void rm_replay(const rm_rowset_t *rs);
 rm_rowset_t *rm_rowset_new(int start_op);
 uint64_t rm_start_one(MPI_Request r);   /* counts a persistent send/collective at MPI_Start */
+uint64_t rm_start_all(int n, const MPI_Request *reqs);
+/* persistent requests: rows of the accounting between begin and end are kept with the request */
+rm_rowset_t *rm_persist_begin(int op);
+void rm_persist_end(rm_rowset_t *rs, MPI_Request req);
 
 /* request tracking */
-enum { RQ_RECV = 1, RQ_PRECV = 2, RQ_PSTART = 3 };
+enum { RQ_RECV = 1, RQ_PRECV = 2, RQ_PSTART = 3, RQ_MSG = 4 };
 typedef struct { uint64_t key, seq; int kind, op, mem; rm_xl_t *xl; rm_rowset_t *rs; } rm_rq_t;
 extern volatile int rm_rq_count;
 void rm_rq_put(MPI_Request req, int kind, int op, int mem, rm_xl_t *xl, rm_rowset_t *rs);
@@ -123,30 +127,47 @@ void rm_rq_done(const rm_rq_t *e, const MPI_Status *st);  /* a tracked request c
 int  rm_rq_get_n(int n, const MPI_Request *reqs, rm_rq_t *e, char *has);   /* returns # tracked */
 void rm_rq_account(const rm_rq_t *e, const MPI_Status *st);               /* count, keep entry */
 void rm_rq_release_n(int n, const rm_rq_t *e, const char *sel);           /* drop completed RQ_RECV */
+/* The requests of one MPI_Waitall/Testall/Waitany/...: looked up before the call (k = how many
+ * are tracked), accounted per completed request, released together by rm_multi_end. */
+typedef struct {
+  int n, k;
+  rm_rq_t *e; char *has, *done; MPI_Status *st;
+  rm_rq_t e_s[16]; char has_s[16], done_s[16]; MPI_Status st_s[16];
+  MPI_Fint *fst;
+} rm_multi_t;
+int  rm_multi_get(rm_multi_t *m, int n, const MPI_Request *reqs);     /* returns k */
+MPI_Status *rm_multi_statuses(rm_multi_t *m, MPI_Status *sts);       /* ours if sts is IGNORE */
+void rm_multi_done(rm_multi_t *m, int i, const MPI_Status *st);      /* request i completed */
+void rm_multi_end(rm_multi_t *m);
+/* matched probes: MPI_Message -> communicator until MPI_Mrecv/MPI_Imrecv takes it */
+void rm_msg_put(MPI_Message msg, MPI_Comm comm);
+rm_xl_t *rm_msg_take(MPI_Message msg);
 
 /* accounting: each returns the logical payload in bytes */
-uint64_t rm_p2p_send(int op, const void *buf, int count, MPI_Datatype t, int dest, MPI_Comm comm);
+uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm);
 uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st);
+/* a receive whose source and length are known when it is set up (partitioned receives) */
+uint64_t rm_p2p_expect(int op, const void *buf, MPI_Count count, MPI_Datatype t, int source, MPI_Comm comm);
 
-uint64_t rm_acc_bcast(int op, const void *buf, int count, MPI_Datatype t, int root, MPI_Comm comm);
-uint64_t rm_acc_reduce(int op, const void *sbuf, int count, MPI_Datatype t, int root, MPI_Comm comm);
-uint64_t rm_acc_allreduce(int op, const void *sbuf, int count, MPI_Datatype t, MPI_Comm comm);
-uint64_t rm_acc_gather(int op, const void *sbuf, int scount, MPI_Datatype st, int rcount, MPI_Datatype rt, int root, MPI_Comm comm);
-uint64_t rm_acc_gatherv(int op, const void *sbuf, int scount, MPI_Datatype st, const int *rcounts, MPI_Datatype rt, int root, MPI_Comm comm);
-uint64_t rm_acc_scatter(int op, const void *sbuf, int scount, MPI_Datatype st, int rcount, MPI_Datatype rt, int root, MPI_Comm comm);
-uint64_t rm_acc_scatterv(int op, const void *sbuf, const int *scounts, MPI_Datatype st, int rcount, MPI_Datatype rt, int root, MPI_Comm comm);
-uint64_t rm_acc_allgather(int op, const void *sbuf, int rcount, MPI_Datatype rt, MPI_Comm comm);
-uint64_t rm_acc_allgatherv(int op, const void *sbuf, const int *rcounts, MPI_Datatype rt, MPI_Comm comm);
-uint64_t rm_acc_alltoall(int op, const void *sbuf, int rcount, MPI_Datatype rt, MPI_Comm comm);
-uint64_t rm_acc_alltoallv(int op, const void *sbuf, const int *scounts, MPI_Datatype st, const int *rcounts, MPI_Datatype rt, MPI_Comm comm);
-uint64_t rm_acc_alltoallw(int op, const void *sbuf, const int *scounts, const MPI_Datatype *sts, const int *rcounts, const MPI_Datatype *rts, MPI_Comm comm);
-uint64_t rm_acc_reduce_scatter(int op, const void *sbuf, const int *rcounts, MPI_Datatype t, MPI_Comm comm);
-uint64_t rm_acc_reduce_scatter_block(int op, const void *sbuf, int rcount, MPI_Datatype t, MPI_Comm comm);
-uint64_t rm_acc_scan(int op, const void *sbuf, int count, MPI_Datatype t, MPI_Comm comm);
+uint64_t rm_acc_bcast(int op, const void *buf, MPI_Count count, MPI_Datatype t, int root, MPI_Comm comm);
+uint64_t rm_acc_reduce(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, int root, MPI_Comm comm);
+uint64_t rm_acc_allreduce(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm);
+uint64_t rm_acc_gather(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt, int root, MPI_Comm comm);
+uint64_t rm_acc_gatherv(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, rm_cv_t rcounts, MPI_Datatype rt, int root, MPI_Comm comm);
+uint64_t rm_acc_scatter(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt, int root, MPI_Comm comm);
+uint64_t rm_acc_scatterv(int op, const void *sbuf, rm_cv_t scounts, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt, int root, MPI_Comm comm);
+uint64_t rm_acc_allgather(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype rt, MPI_Comm comm);
+uint64_t rm_acc_allgatherv(int op, const void *sbuf, rm_cv_t rcounts, MPI_Datatype rt, MPI_Comm comm);
+uint64_t rm_acc_alltoall(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype rt, MPI_Comm comm);
+uint64_t rm_acc_alltoallv(int op, const void *sbuf, rm_cv_t scounts, MPI_Datatype st, rm_cv_t rcounts, MPI_Datatype rt, MPI_Comm comm);
+uint64_t rm_acc_alltoallw(int op, const void *sbuf, rm_cv_t scounts, const MPI_Datatype *sts, rm_cv_t rcounts, const MPI_Datatype *rts, MPI_Comm comm);
+uint64_t rm_acc_reduce_scatter(int op, const void *sbuf, rm_cv_t rcounts, MPI_Datatype t, MPI_Comm comm);
+uint64_t rm_acc_reduce_scatter_block(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype t, MPI_Comm comm);
+uint64_t rm_acc_scan(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm);
 uint64_t rm_acc_barrier(int op, MPI_Comm comm);
 /* neighbour collectives: kind 0 allgather, 1 allgatherv, 2 alltoall, 3 alltoallv, 4 alltoallw */
-uint64_t rm_acc_neighbor(int op, int kind, const void *sbuf, int scount, const int *scounts, MPI_Datatype st,
-                         const MPI_Datatype *sts, int rcount, const int *rcounts, MPI_Datatype rt,
+uint64_t rm_acc_neighbor(int op, int kind, const void *sbuf, MPI_Count scount, rm_cv_t scounts, MPI_Datatype st,
+                         const MPI_Datatype *sts, MPI_Count rcount, rm_cv_t rcounts, MPI_Datatype rt,
                          const MPI_Datatype *rts, MPI_Comm comm);
 /* one-sided: origin-side rows (send = origin->target, recv = target->origin) */
 uint64_t rm_acc_rma(int op, const void *obuf, uint64_t sent, const void *rbuf, uint64_t got, int target, MPI_Win win);

@@ -1,24 +1,30 @@
 """Build the PMPI shim (``librankmap_mpi.so``) with the MPI compiler wrapper in use, cached.
 
 The shim must be compiled against the very MPI the application runs with (the ABI of
-``MPI_Comm`` & co. differs between Open MPI and MPICH). The cache key hashes the MPI identity
-(the wrapper's real path, its ``-showme``/``-show`` command line, the version macros of its
-``mpi.h``, the underlying compiler's version) and the shim's sources, so switching MPI with
-``module load`` or editing the sources gives a fresh build while repeated runs reuse one.
+``MPI_Comm`` & co. differs between Open MPI and MPICH). Its entry points are generated from
+``native/mpi/calls.spec`` (:mod:`rankmap.capture.shim_gen`) for the routines that MPI's ``mpi.h``
+declares, read from one preprocessor run of the wrapper, which also gives the version macros. The
+cache key hashes the MPI identity (the wrapper's real path, its ``-showme``/``-show`` command line,
+the version macros of its ``mpi.h``, the underlying compiler's version), the hand-written sources
+and the generated ones, so switching MPI with ``module load`` or editing the spec or the sources
+gives a fresh build while repeated runs reuse one.
 
 Cache layout: ``${RANKMAP_CACHE:-~/.cache/rankmap}/shim/<key>/librankmap_mpi.so`` plus
-``identity.txt`` (what went into the key).
+``identity.txt`` (what went into the key) and ``src/`` (the generated sources it was built from).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
+from rankmap.capture import shim_gen
 from rankmap.capture.native_build import NATIVE, cache_root, compile_cached
 from rankmap.errors import RankmapError
 
@@ -55,7 +61,34 @@ def _resolve_wrapper(mpicc: str) -> Path:
     return Path(os.path.abspath(path))
 
 
-def mpi_identity(mpicc: str = "mpicc") -> str:
+@dataclass
+class MpiHeader:
+    """What one preprocessor run of ``mpi.h`` tells: version macros, declared ``PMPI_`` routines."""
+    version_macros: list[str]
+    declared: set[str]
+
+
+def probe_header(mpicc: str = "mpicc") -> MpiHeader:
+    """Preprocess ``#include <mpi.h>`` with the wrapper, keeping macro definitions (``-dD``)."""
+    wrapper = _resolve_wrapper(mpicc)
+    with tempfile.TemporaryDirectory(prefix="rankmap-probe-") as td:
+        probe = Path(td) / "probe.c"
+        probe.write_text("#include <mpi.h>\nint main(void) { return 0; }\n")
+        try:
+            p = _run([str(wrapper), "-E", "-dD", str(probe)], timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return MpiHeader([], set())
+    if p.returncode != 0:
+        return MpiHeader([], set())
+    macros = sorted({l.strip() for l in p.stdout.splitlines()
+                     if l.startswith("#define ") and len(l.split()) > 2
+                     and l.split()[1].endswith("VERSION") and "CONVERSION" not in l.split()[1]
+                     and any(k in l for k in ("MPI", "OMPI", "MPICH", "MVAPICH", "I_MPI"))})
+    code = "\n".join(l for l in p.stdout.splitlines() if not l.startswith("#"))
+    return MpiHeader(macros, set(re.findall(r"\b(PMPI_[A-Za-z0-9_]+)\s*\(", code)))
+
+
+def mpi_identity(mpicc: str = "mpicc", header: MpiHeader | None = None) -> str:
     """Text that identifies the MPI behind ``mpicc``: wrapper path, command line, mpi.h versions."""
     wrapper = _resolve_wrapper(mpicc)
     parts = [f"wrapper: {wrapper} -> {wrapper.resolve()}"]
@@ -67,19 +100,7 @@ def mpi_identity(mpicc: str = "mpicc") -> str:
         if p.returncode == 0 and p.stdout.strip():
             parts.append(f"show: {p.stdout.strip()}")
             break
-    with tempfile.TemporaryDirectory(prefix="rankmap-probe-") as td:
-        probe = Path(td) / "probe.c"
-        probe.write_text("#include <mpi.h>\nint main(void) { return 0; }\n")
-        try:
-            p = _run([str(wrapper), "-E", "-dM", str(probe)], timeout=60)
-            if p.returncode == 0:
-                macros = sorted(l for l in p.stdout.splitlines()
-                                if l.startswith("#define ") and len(l.split()) > 2
-                                and l.split()[1].endswith("VERSION") and "CONVERSION" not in l.split()[1]
-                                and any(k in l for k in ("MPI", "OMPI", "MPICH", "MVAPICH", "I_MPI")))
-                parts.extend(macros)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+    parts.extend((header or probe_header(mpicc)).version_macros)
     try:
         p = _run([str(wrapper), "--version"], timeout=30)
         first = (p.stdout or p.stderr).strip().splitlines()
@@ -90,14 +111,31 @@ def mpi_identity(mpicc: str = "mpicc") -> str:
     return "\n".join(parts)
 
 
-def _sources_hash(srcs: list[Path]) -> str:
+def _sources_hash(srcs: list[Path], generated: dict[str, str]) -> str:
     h = hashlib.sha256()
     nd = native_dir()
     files = srcs + sorted((nd / "mpi").glob("*.h")) + sorted((nd / "common").glob("*.h"))
     for f in files:
         h.update(f.name.encode())
         h.update(f.read_bytes())
+    for name in sorted(generated):
+        h.update(name.encode())
+        h.update(generated[name].encode())
     return h.hexdigest()
+
+
+def _write_generated(gen_dir: Path, generated: dict[str, str]) -> None:
+    """Write the generated sources (each through a temporary file and a rename: concurrent builds
+    of one key write the same text)."""
+    try:
+        gen_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in generated.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=gen_dir)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, gen_dir / name)
+    except OSError as e:
+        raise RankmapError(f"cannot write the generated shim sources to {gen_dir}: {e.strerror}") from None
 
 
 def build_shim(mpicc: str = "mpicc", force: bool = False) -> Path:
@@ -106,15 +144,23 @@ def build_shim(mpicc: str = "mpicc", force: bool = False) -> Path:
     Raises :class:`RankmapError` when the wrapper is missing or the build fails (naming the
     wrapper and the first compiler error line).
     """
-    identity = mpi_identity(mpicc)
+    header = probe_header(mpicc)
+    identity = mpi_identity(mpicc, header)
     wrapper = _resolve_wrapper(mpicc)
     srcs = shim_sources()
-    key = hashlib.sha256((identity + "\n" + _sources_hash(srcs)).encode()).hexdigest()[:20]
-    base = [str(wrapper), "-std=gnu11", "-O2", "-fPIC", "-shared", "-I", str(native_dir() / "common")]
+    generated = shim_gen.generate(shim_gen.load(), header.declared or None)
+    key = hashlib.sha256((identity + "\n" + _sources_hash(srcs, generated)).encode()).hexdigest()[:20]
+    out_dir = cache_root() / "shim" / key
+    gen_dir = out_dir / "src"
+    base = [str(wrapper), "-std=gnu11", "-O2", "-fPIC", "-shared", "-I", str(native_dir() / "common"),
+            "-I", str(native_dir() / "mpi"), "-I", str(gen_dir)]
+    if force or not (out_dir / LIB_NAME).is_file():
+        _write_generated(gen_dir, generated)
 
     def commands(tmp: str) -> list[list[str]]:
-        tail = [str(s) for s in srcs] + ["-o", tmp, "-ldl", "-lpthread"]
+        tail = [str(s) for s in srcs] + [str(gen_dir / n) for n in sorted(generated) if n.endswith(".c")]
+        tail += ["-o", tmp, "-ldl", "-lpthread"]
         return [base + _OPT_FLAGS + tail, base + tail]   # the second in case an optional flag was the problem
 
-    return compile_cached(cache_root() / "shim" / key, LIB_NAME, commands, f"MPI shim with {wrapper}",
+    return compile_cached(out_dir, LIB_NAME, commands, f"MPI shim with {wrapper}",
                           force=force, notes={"identity.txt": identity + "\n"})

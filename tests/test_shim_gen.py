@@ -1,0 +1,85 @@
+"""The shim's entry points come from one specification (native/mpi/calls.spec): its parser,
+its variants, and what it generates for each family."""
+
+from __future__ import annotations
+
+import re
+import pytest
+
+from rankmap.capture import shim_gen
+from rankmap.errors import RankmapError
+
+@pytest.fixture(scope="module")
+def spec() -> shim_gen.Spec:
+    return shim_gen.load()
+
+
+def test_every_family_from_one_entry(spec):
+    names = {c.name: c for c in spec.calls}
+    # one collective entry gives blocking, nonblocking, persistent and their large-count forms
+    for n in ("MPI_Bcast", "MPI_Ibcast", "MPI_Bcast_init", "MPI_Bcast_c", "MPI_Ibcast_c", "MPI_Bcast_init_c"):
+        assert n in names, n
+    assert names["MPI_Ibcast"].params[-1].decl() == "MPI_Request *request"
+    assert [p.decl() for p in names["MPI_Bcast_init"].params[-2:]] == ["MPI_Info info", "MPI_Request *request"]
+    assert "persist" in names["MPI_Bcast_init"].attrs and "pre" not in names["MPI_Bcast_init"].attrs
+    # large-count forms are C only and counted under the operation of their int form
+    assert names["MPI_Ibcast_c"].families == ("c",) and names["MPI_Ibcast_c"].op == "MPI_Ibcast"
+    assert names["MPI_Ibcast"].families == ("c", "f", "f08")
+    assert names["MPI_Alltoallv_c"].params[1].decl() == "const MPI_Count sendcounts[]"
+    assert names["MPI_Alltoallv_c"].params[2].decl() == "const MPI_Aint sdispls[]"
+    assert names["MPI_Put_c"].params[1].decl() == "MPI_Count origin_count"
+    assert names["MPI_Put_c"].params[3].decl() == "int target_rank"
+    # (that these are the library's own prototypes is checked by compiling against MPICH 4's mpi.h,
+    # where a mismatch is a conflicting-types error: tests/test_shim.py)
+    # the new routines
+    for n in ("MPI_Mprobe", "MPI_Improbe", "MPI_Mrecv", "MPI_Imrecv", "MPI_Isendrecv", "MPI_Isendrecv_replace",
+              "MPI_Psend_init", "MPI_Precv_init", "MPI_Ineighbor_alltoallw", "MPI_Neighbor_alltoallw_init"):
+        assert n in names, n
+    ops = spec.ops
+    assert len(ops) == len(set(ops)) and len(ops) <= 256        # RMREC_MAX_OPS
+    assert "MPI_Bcast_c" not in ops and "MPI_Init" not in ops
+
+
+def test_generated_sources(spec):
+    g = shim_gen.generate(spec, None)
+    assert set(g) == {"rm_gen.h", "wrap_c.c", "wrap_f.c"}
+    c, f = g["wrap_c.c"], g["wrap_f.c"]
+    assert len(re.findall(r"^int MPI_\w+\(", c, re.M)) == sum("c" in x.families for x in spec.calls)
+    # Fortran: every family member exported under its manglings, f08 under mpi_x_f08_
+    assert "RM_F_EXPORT(mpi_ineighbor_alltoallw, MPI_INEIGHBOR_ALLTOALLW)" in f
+    assert "RM_F08_EXPORT(mpi_ialltoall_f08_)" in f and "RM_F08_EXPORT(mpi_waitall_f08_)" in f
+    # Fortran views: sentinels translated, handles converted, the same accounting as C
+    body = f[f.index("static void rmf_mpi_allreduce("):]
+    body = body[:body.index("RM_F_EXPORT")]
+    assert "const void *sendbuf = rm_fbuf(f_sendbuf);" in body
+    assert "MPI_Comm comm = PMPI_Comm_f2c(*f_comm);" in body
+    assert "rm_acc_allreduce(OP_MPI_Allreduce, RM_INPLACE(sendbuf, recvbuf), count, datatype, comm)" in body
+    assert "rm_acc_allreduce(OP_MPI_Allreduce, RM_INPLACE(sendbuf, recvbuf), count, datatype, comm)" in c
+    # declared set: only what the MPI's mpi.h has
+    few = shim_gen.generate(spec, {"PMPI_Send", "PMPI_Init"})
+    assert re.findall(r"^int (MPI_\w+)\(", few["wrap_c.c"], re.M) == ["MPI_Init", "MPI_Send"]
+    assert "RM_HAVE_PMPI_Status_f082c" not in few["rm_gen.h"]
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("MPI_Send(int count)\n    bogus: x\n", "calls.spec:2: unknown attribute 'bogus: x'"),
+    ("    pre: n = 1;\n", "calls.spec:1: attribute before any prototype"),
+    ("MPI_Send(int count, float)\n", "calls.spec:1: cannot read parameter 'float'"),
+    ("send(int count)\n", "calls.spec:1: not an MPI routine name: send"),
+    ("MPI_Bcast(int count)\n    pre: n = 1;\n    post: x;\n    variants: init\n", "'init' needs exactly one"),
+])
+def test_spec_errors_name_the_line(text, msg):
+    with pytest.raises(RankmapError, match=re.escape(msg)):
+        shim_gen.expand(shim_gen.parse(text))
+
+
+def test_fortran_view_missing_is_an_error():
+    bad = shim_gen.expand(shim_gen.parse("MPI_Startall(int count, MPI_Request array_of_requests[])\n"
+                                         "    pre: n = rm_start_all(count, array_of_requests);\n"))
+    with pytest.raises(RankmapError, match=r"MPI_Startall: no Fortran view of parameter .*use f_array_of_requests"):
+        shim_gen.generate(bad)
+
+
+def test_cli_writes_sources(tmp_path):
+    assert shim_gen.main([str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rm_gen.h", "wrap_c.c", "wrap_f.c"]
