@@ -8,7 +8,7 @@
 #     just before and just after;
 #  3. checks the records: every rank's file complete, the explicit operations with exactly the
 #     expected bytes and calls, send/recv pair bytes exact, DDP's gradient all-reduce bytes exact,
-#     the plugin's own pair rows equal to rankmap.capture.nccl_model, and the bytes the model puts
+#     the ingested pair rows (rankmap.capture.nccl_model) the same seen from both ends, and the bytes the model puts
 #     on the GPU0<->GPU1 link (with protocol overhead) within 2 % of the NVML counter deltas;
 #  4. all-reduce 8 B .. 1 GiB without and with the plugin, two torchrun jobs each, alternating
 #     (BENCH_ROUNDS, BENCH_TRIALS, BENCH_MAX_BYTES change that; BENCH_ONLY=1 skips step 2);
@@ -80,12 +80,15 @@ check([r.world_rank for r in recs] == list(range(n)), f"one NCCL record file per
 for r in recs:
     check(r.finalized and not r.problems, f"rank {r.world_rank}: record complete, {r.flushes} flushes, "
           f"{r.elapsed_ns / 1e9:.1f} s, problems: {r.problems or 'none'}")
-prof = nccl_model.load(run_dir)
+from pathlib import Path
+prof = nccl_model.load(run_dir, extra_logs=[Path(log_p)])     # NCCL's rings from the job's INFO output
+print(f"global ranks {prof.ranks} from {prof.ranks_from}")
 print("communicators:")
 for h, c in prof.comms.items():
-    print(f"  {h:016x} name={c.name or '-'} nranks={c.nranks} members={c.members} known-by={sorted(set(c.how.values()))}"
+    print(f"  {h:016x} name={c.name or '-'} nranks={c.nranks} files={c.files} graph={'yes' if c.graph else 'no'}"
           f" rows={ {k: len(v) for k, v in c.rows.items()} }")
-check(all(c.resolved for c in prof.comms.values()), "every communicator's members resolved to world ranks")
+check(all(c.resolved for c in prof.comms.values()), "every communicator's ranks joined to record files")
+ingested = nccl_model.ingest_records(prof)
 
 # ---- exact bytes per operation ----
 summ = nccl_model.op_summary(prof)
@@ -104,28 +107,27 @@ for w in range(n):
     check(ddp == exp["ddp_allreduce_bytes_per_rank"], f"rank {w}: DDP gradient AllReduce payload {ddp} bytes "
           f"(expected {exp['steps']} steps x {exp['param_bytes']} = {exp['ddp_allreduce_bytes_per_rank']})")
 p2p = next((e for e in exp["explicit"] if e["func"] == "Send"), None)
-sendm = records.traffic_matrix(recs, klass="nccl", operation="ncclSend")
-recvm = records.received_matrix(recs, klass="nccl", operation="ncclRecv")
+sendm = records.traffic_matrix(ingested, klass="nccl", operation="ncclSend")
+recvm = records.received_matrix(ingested, klass="nccl", operation="ncclSend")
 for w in range(n):
     if p2p and (w ^ 1) < n:
         want = p2p["bytes"] * p2p["calls"]
         check(sendm[w, w ^ 1] == want and recvm[w, w ^ 1] == want,
               f"send/recv {w}->{w ^ 1}: sender says {sendm[w, w ^ 1]}, receiver says {recvm[w, w ^ 1]}, expected {want}")
 
-# ---- the plugin's pair rows == the Python model in rank order ----
-cm = records.traffic_matrix(recs, klass="nccl")
-pm, _ = nccl_model.pair_matrix(prof)
-check(np.array_equal(cm, pm.astype(np.int64)), "plugin pair rows equal nccl_model (rank order)")
-print("NCCL traffic matrix T[src][dst], bytes (plugin rows):")
+# ---- the ingested pair rows: the sender's and the receiver's views agree ----
+cm = records.traffic_matrix(ingested, klass="nccl")
+check(np.array_equal(cm, records.received_matrix(ingested, klass="nccl")),
+      "pair rows: sender's and receiver's views agree")
+print("NCCL traffic matrix T[src][dst], bytes (ingest):")
 print("\n".join("  " + " ".join(f"{v:>14d}" for v in row) for row in cm))
 
 # ---- link bytes: the model (NCCL's rings when its log had them) vs NVML ----
 log = open(log_p, errors="replace").read()
-rings = nccl_model.parse_rings(log)
 loaded = [l.split("NCCL INFO", 1)[1].strip() for l in log.splitlines() if "PROFILER/Plugin: Loaded" in l]
 check(bool(loaded), f"NCCL loaded the plugin: {loaded[0] if loaded else 'no PROFILER/Plugin line in the log'}")
-wire, used = nccl_model.pair_matrix(prof, rings=rings, wire=True)
-payload, _ = nccl_model.pair_matrix(prof, rings=rings, wire=False)
+wire, used = nccl_model.pair_matrix(prof, wire=True)
+payload, _ = nccl_model.pair_matrix(prof, wire=False)
 print(f"ring order used per communicator: { {f'{h:016x}': u for h, u in used.items()} }")
 before, after = json.load(open(before_p)), json.load(open(after_p))
 if n != 2:

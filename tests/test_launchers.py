@@ -184,8 +184,16 @@ def test_prepare_sets_run_dir_and_buckets(fakebin, tmp_path):
     lau = rec(["torchrun", "t.py"], fakebin)
     inj = L.prepare(lau, run_dir=tmp_path, nccl_plugin="/p.so", bucket_ms=50, flush_ms=250, base_env={})
     assert inj.injected == {"RANKMAP_RUN_DIR": str(tmp_path.resolve()), "RANKMAP_BUCKET_MS": "50",
-                            "RANKMAP_FLUSH_MS": "250", "NCCL_PROFILER_PLUGIN": "/p.so"}
+                            "RANKMAP_FLUSH_MS": "250", "NCCL_PROFILER_PLUGIN": "/p.so",
+                            # NCCL's rings and trees into the run directory, not the job's output
+                            "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH",
+                            "NCCL_DEBUG_FILE": str(tmp_path.resolve() / "nccl-debug.%h.%p.log")}
     assert inj.env["RANKMAP_BUCKET_MS"] == "50"
+    # a user's own NCCL_DEBUG is respected: nothing of NCCL's logging is changed
+    inj = L.prepare(lau, run_dir=tmp_path, nccl_plugin="/p.so", base_env={"NCCL_DEBUG": "WARN"})
+    assert not any(k.startswith("NCCL_DEBUG") for k in inj.injected) and inj.env["NCCL_DEBUG"] == "WARN"
+    # no plugin, no NCCL settings
+    assert not any(k.startswith("NCCL") for k in L.prepare(lau, run_dir=tmp_path, base_env={}).injected)
 
 
 def test_mpicc_choice(tmp_path):

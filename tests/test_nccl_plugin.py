@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rankmap.capture import nccl_model, records
+from rankmap.capture import nccl_graph, nccl_model, records
 from rankmap.capture.nccl_build import build_plugin
 from rankmap.errors import RankmapError
 
@@ -66,7 +66,8 @@ def run_ranks(harness: Path, plugin: Path, abi: int, run_dir: Path, n: int = N, 
 #      rankmap.capture.nccl_model) ----
 
 def expected_traffic(abi: int, w: int, n: int = N) -> dict[tuple[int, str, str], list[int]]:
-    """{(world peer, operation, direction): [bytes, messages]} for world rank w."""
+    """{(world peer, operation, direction): [bytes, messages]} of world rank w after the ingest's model
+    (no NCCL log: rings and chains in rank order)."""
     exp: dict[tuple[int, str, str], list[int]] = {}
 
     def add(peer: int, op: str, d: str, b: int, msgs: int = 1) -> None:
@@ -89,19 +90,18 @@ def expected_traffic(abi: int, w: int, n: int = N) -> dict[tuple[int, str, str],
         add(succ, "Reduce", "send", 400)
     if w != 1 % n:
         add(pred, "Reduce", "recv", 400)
-    add(succ, "Send", "send", 2 * 20000, 2); add(pred, "Recv", "recv", 2 * 20000, 2)
+    add(succ, "Send", "send", 2 * 20000, 2); add(pred, "Send", "recv", 2 * 20000, 2)
     for p in (w - 1, w + 1):                      # TREE AllReduce 131072 B: chain in rank order
         if 0 <= p < n:
             add(p, "AllReduce", "send", 131072); add(p, "AllReduce", "recv", 131072)
-    # communicator B: the same processes reversed (comm rank = n-1-w)
+    # communicator B: the same processes reversed (comm rank = n-1-w); joined at ingest for every
+    # ABI (v2/v3 do not say its size: the ingest learns it from the ranks that recorded it)
     cb = n - 1 - w
     bsucc, bpred = n - 1 - (cb + 1) % n, n - 1 - (cb - 1) % n
     arb = 2 * (n - 1) * 1200 // n
-    if abi >= 4:                                  # members known from the member files
-        add(bsucc, "AllReduce", "send", arb); add(bpred, "AllReduce", "recv", arb)
-        add(bsucc, "Send", "send", 64)
-    elif cb == w:                                 # v2/v3: size unknown, assumed the world
-        add((cb + 1) % n, "AllReduce", "send", arb); add((cb - 1) % n, "AllReduce", "recv", arb)
+    add(bsucc, "AllReduce", "send", arb); add(bpred, "AllReduce", "recv", arb)
+    if abi >= 4:
+        add(bsucc, "Send", "send", 64); add(bpred, "Send", "recv", 64)
     return {k: v for k, v in exp.items() if k[0] != w}
 
 
@@ -116,20 +116,31 @@ def expected_calls(abi: int) -> dict[str, tuple[int, int]]:
 
 
 def expected_table(abi: int, w: int, comm: int) -> set[tuple]:
-    """Rows (func, bytes, algo, proto, channels, root_or_peer, calls) of one comm's table."""
+    """Rows (func, bytes, algo, proto, channels, root_or_peer, calls, captured) of one comm's table."""
     n, ch = N, 2
     if comm == HA:
-        return {("AllReduce", 4800, "RING", "SIMPLE", ch, -1, 3), ("AllGather", 512, "RING", "LL", ch, -1, 2),
-                ("ReduceScatter", 1024, "RING", "LL128", ch, -1, 1), ("Broadcast", 4096, "RING", "SIMPLE", ch, 1, 1),
-                ("Reduce", 400, "RING", "SIMPLE", ch, 0, 1),
-                ("Send", 20000, "-", "-", 1 if abi >= 4 else 0, (w + 1) % n, 2),
-                ("Recv", 20000, "-", "-", 1 if abi >= 4 else 0, (w - 1) % n, 2),
-                ("AllReduce", 131072, "TREE", "LL128", ch, -1, 1)}
+        return {("AllReduce", 4800, "RING", "SIMPLE", ch, -1, 3, 0), ("AllGather", 512, "RING", "LL", ch, -1, 2, 0),
+                ("ReduceScatter", 1024, "RING", "LL128", ch, -1, 1, 0), ("Broadcast", 4096, "RING", "SIMPLE", ch, 1, 1, 0),
+                ("Reduce", 400, "RING", "SIMPLE", ch, 0, 1, 0),
+                ("Send", 20000, "-", "-", 1 if abi >= 4 else 0, (w + 1) % n, 2, 0),
+                ("Recv", 20000, "-", "-", 1 if abi >= 4 else 0, (w - 1) % n, 2, 0),
+                ("AllReduce", 131072, "TREE", "LL128", ch, -1, 1, 0)}
     cb = n - 1 - w
-    rows = {("AllReduce", 1200, "RING", "SIMPLE", ch, -1, 1)}
+    rows = {("AllReduce", 1200, "RING", "SIMPLE", ch, -1, 1, 0)}
     if abi >= 4:
-        rows.add(("Send", 64, "-", "-", 1, (cb + 1) % n, 1))
+        rows.add(("Send", 64, "-", "-", 1, (cb + 1) % n, 1, 0))
     return rows
+
+
+def table_rows(rec, h: int, cr: int) -> set[tuple]:
+    rows = nccl_model.parse_op_table(rec.meta[f"nccl.ops.{h:016x}.{cr}"])
+    assert all(r.first_ns <= r.last_ns and r.time_ns >= 0 for r in rows)
+    return {(r.func, r.bytes, r.algo, r.proto, r.channels, r.root_or_peer, r.calls, r.captured) for r in rows}
+
+
+def payload_sent(rec) -> int:
+    """What the plugin puts on its timeline: the payload of every call but receives."""
+    return sum(b for op, b in rec.payload.items() if op != "ncclRecv")
 
 
 # ---- tests -------------------------------------------------------------------------------------
@@ -159,48 +170,200 @@ def test_build_failure_names_compiler_and_first_error(tmp_path: Path, monkeypatc
         build_plugin(cc="no-such-compiler-rankmap")
 
 
+MASK = {6: 2 | 4 | (1 << 9) | (1 << 10) | (1 << 12), 5: 2 | 4 | (1 << 9) | (1 << 10), 4: 2 | 4, 3: 2 | 4, 2: 2 | 4}
+
+
 @pytest.mark.parametrize("abi", [6, 5, 4, 3, 2])
-def test_harness_records_byte_for_byte(abi: int, plugin: Path, harness: Path, tmp_path: Path) -> None:
+def test_harness_records_facts_and_ingest_attributes_pairs(abi: int, plugin: Path, harness: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     for r, p in enumerate(run_ranks(harness, plugin, abi, run_dir)):
         assert p.returncode == 0, p.stderr
         assert p.stderr == "", p.stderr                      # nothing said when all is well
-        assert f"mask {2 | 4}" in p.stdout                  # coll + p2p only: no proxy/kernel cost
+        # coll + p2p tasks; from v5 the API events (graph capture); v6 copy-engine collectives.
+        # Never proxy or kernel events: NCCL does no extra bookkeeping for the plugin.
+        assert f"mask {MASK[abi]}" in p.stdout
     recs = records.read_dir(run_dir, source="nccl")
     assert [r.world_rank for r in recs] == list(range(N))
     for rec in recs:
         w = rec.world_rank
         assert rec.source == "nccl" and rec.world_size == N and rec.finalized and rec.problems == []
-        got = {(peer, op, d): [b, m] for peer, k, op, mem, d, b, m in rec.traffic}
-        assert all(k == "nccl" and mem == "device" for _, k, _, mem, *_ in rec.traffic)
-        assert got == expected_traffic(abi, w), f"rank {w}"
+        assert rec.traffic == []                             # facts only: pairs are the ingest's
         assert {op: (c, rec.payload[op]) for op, (c, _ns) in rec.op_time.items()} == expected_calls(abi)
-        # communicators and their members
-        comms = {c.id: c for c in rec.communicators}
-        if abi >= 4:
-            assert comms[HA].name == "world" and comms[HA].members == list(range(N))
-            assert comms[HB].name == "reversed" and comms[HB].members == list(reversed(range(N)))
-            assert rec.meta[f"nccl.comm.{HA:016x}"] == f"name=world rank={w} nranks={N} nnodes=1 members=files abi=v{abi}"
-        # the operation tables
-        cb = N - 1 - w
-        for h, cr in ((HA, w), (HB, cb)):
-            rows = nccl_model.parse_op_table(rec.meta[f"nccl.ops.{h:016x}.{cr}"])
-            assert {(r.func, r.bytes, r.algo, r.proto, r.channels, r.root_or_peer, r.calls) for r in rows} \
-                == expected_table(abi, w, h)
-            assert all(r.first_ns <= r.last_ns and r.time_ns >= 0 for r in rows)
-        # the timeline holds every byte sent, in buckets
-        sent = sum(b for peer, k, op, mem, d, b, m in rec.traffic if d == "send")
-        assert sum(b for _bk, _p, _k, b in rec.timeline) == sent
-    # member files: one per (communicator, rank)
-    if abi >= 4:
-        names = sorted(p.name for p in run_dir.glob("comm-*.txt"))
-        assert names == sorted([f"comm-{HA:016x}-{r}.txt" for r in range(N)] + [f"comm-{HB:016x}-{r}.txt" for r in range(N)])
-        # the Python model, in rank order, reproduces the plugin's own pair attribution exactly
-        prof = nccl_model.load(run_dir)
-        m, used = nccl_model.pair_matrix(prof)
-        assert used == {HA: "rank-order", HB: "rank-order"}
-        assert np.array_equal(m.astype(np.int64), records.traffic_matrix(recs, klass="nccl"))
-        assert nccl_model.op_summary(prof)[0][("AllReduce", 4800)] == 3
+        assert rec.meta["nccl.world_rank_from"] == "environment" and rec.meta["nccl.pair_model"] == "ingest"
+        assert rec.meta[f"nccl.comm.{HA:016x}"] == (f"name=world rank={w} nranks={N if abi >= 4 else -1} "
+                                                     f"nnodes={1 if abi >= 4 else 0} abi=v{abi} bus=- ordinal=-1")
+        assert table_rows(rec, HA, w) == expected_table(abi, w, HA)
+        assert table_rows(rec, HB, N - 1 - w) == expected_table(abi, w, HB)
+        # the timeline holds every byte of payload the rank sent, in buckets, under its own rank
+        assert {p for _b, p, _k, _v in rec.timeline} == {w}
+        assert sum(v for _b, _p, _k, v in rec.timeline) == payload_sent(rec)
+    # the ingest: global ranks from the launcher, both communicators joined, the one model
+    prof = nccl_model.load(run_dir)
+    assert prof.ranks == list(range(N)) and prof.ranks_from == "environment"
+    assert {h: (c.nranks, c.resolved) for h, c in prof.comms.items()} == {HA: (N, True), HB: (N, True)}
+    out = nccl_model.ingest_records(prof)
+    for rec in out:
+        w = rec.world_rank
+        got = {(t.peer, t.operation, t.direction): [t.bytes, t.messages] for t in rec.traffic}
+        assert got == expected_traffic(abi, w), f"rank {w}"
+        assert {t.label for t in rec.traffic if t.operation == "ncclSend"} == {"library"}
+        assert {t.label for t in rec.traffic if t.operation != "ncclSend"} == {"model"}   # no NCCL log
+        sent = sum(t.bytes for t in rec.traffic if t.direction == "send")
+        assert sum(v for _b, _p, _k, v in rec.timeline) == sent        # timeline rescaled to the pairs
+    m = records.traffic_matrix(out, klass="nccl")
+    assert np.array_equal(m, records.received_matrix(out, klass="nccl"))    # both views agree
+    assert np.array_equal(m, nccl_model.pair_matrix(prof)[0])
+    assert nccl_model.op_summary(prof)[0][("AllReduce", 4800)] == 3
+
+
+# ---- one process driving several GPUs ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fake_libcuda(tmp_path_factory) -> Path:
+    """A directory holding the stand-in libcuda.so.1 (tests/native/fake_cuda.c)."""
+    d = tmp_path_factory.mktemp("fakecuda")
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(d / "libcuda.so.1"),
+                    str(ROOT / "tests" / "native" / "fake_cuda.c")], check=True)
+    return d
+
+
+def run_multi(harness: Path, plugin: Path, abi: int, run_dir: Path, nproc: int, ngpu: int, **env) -> None:
+    """nproc harness processes at once, each driving ngpu GPUs, no RANK/WORLD_SIZE in sight."""
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    procs = [subprocess.Popen([str(harness), str(plugin), str(abi), "multi", str(nproc), str(i), str(ngpu)],
+                              env=dict(base, RANKMAP_RUN_DIR=str(run_dir), **env),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(nproc)]
+    for p in procs:
+        so, se = p.communicate(timeout=60)
+        assert p.returncode == 0 and se == "", se
+        assert f"mask {MASK[abi]}" in so
+
+
+def expected_multi(abi: int, n: int, ngpu: int) -> dict[tuple[int, int, str, str], list[int]]:
+    """{(src, dst, operation, label): [bytes, calls]} of the multi scenario (harness.c), no NCCL log."""
+    exp: dict[tuple[int, int, str, str], list[int]] = {}
+
+    def add(s: int, d: int, op: str, label: str, b: int, calls: int) -> None:
+        a = exp.setdefault((s, d, "nccl" + op, label), [0, 0])
+        a[0] += b
+        a[1] += calls
+
+    for r in range(n):                     # W: the ring in rank order
+        ar, calls = 2 * 2 * (n - 1) * 4000 // n, 2
+        if abi >= 5:                       # plus the call captured into a CUDA graph
+            ar, calls = ar + 2 * (n - 1) * 8192 // n, 3
+        add(r, (r + 1) % n, "AllReduce", "model", ar, calls)
+        add(r, (r + 1) % n, "AllGather", "model", (n - 1) * 256, 1)
+        add(r, (r + 1) % n, "Send", "library", 300, 1)
+    for first in range(0, n, ngpu):        # L: each process's GPUs, Broadcast from its first GPU
+        for g in range(ngpu - 1):
+            add(first + g, first + g + 1, "Broadcast", "model", 256, 1)
+    return exp
+
+
+@pytest.mark.parametrize("abi,gpu", [(6, True), (5, True), (4, True), (2, True), (6, False), (4, False)])
+def test_one_process_several_gpus(abi: int, gpu: bool, plugin: Path, harness: Path, fake_libcuda: Path,
+                                  tmp_path: Path) -> None:
+    """nccl-tests -g N, ncclCommInitAll, JAX on one host: every GPU of a process is its own global rank,
+    with its GPU; communicators over several GPUs and groups over several communicators."""
+    P, G = 2, 2
+    run_dir = tmp_path / "run"
+    env = {"LD_LIBRARY_PATH": str(fake_libcuda)} if gpu else {"MULTI_NO_GPU": "1"}
+    run_multi(harness, plugin, abi, run_dir, P, G, **env)
+    recs = records.read_dir(run_dir, source="nccl")
+    assert len(recs) == P * G and all(r.finalized and not r.problems for r in recs)
+    prof = nccl_model.load(run_dir)
+    assert sorted(prof.ranks) == list(range(P * G))
+    assert prof.ranks_from == f"communicator {0x3A11:016x} ({P * G} ranks)"
+    for rec, w in zip(prof.records, prof.ranks):
+        me, g = divmod(w, G)               # global rank = comm rank in W = process * G + GPU
+        assert rec.meta["nccl.world_rank_from"] == "first communicator"
+        want_gpu = f"bus=0000:{0x18 + 16 * g:02x}:00.0 ordinal={g}" if gpu else "bus=- ordinal=-1"
+        assert rec.meta["nccl.gpu"] == want_gpu
+        assert rec.meta[f"nccl.comm.{0x10CA1 + me:016x}"].startswith(f"name=local rank={g} nranks={G if abi >= 4 else -1} ")
+        calls = {"ncclAllReduce": (2 + (abi >= 5), 8000 + 8192 * (abi >= 5)), "ncclAllGather": (1, 256),
+                 "ncclSend": (1, 300), "ncclRecv": (1, 300), "ncclBroadcast": (1, 256)}
+        assert {op: (c, rec.payload[op]) for op, (c, _ns) in rec.op_time.items()} == calls
+        captured = sum(r.captured for r in nccl_model.parse_op_table(rec.meta[f"nccl.ops.{0x3A11:016x}.{w}"]))
+        assert captured == (1 if abi >= 5 else 0)
+    assert {h: (c.nranks, c.resolved) for h, c in prof.comms.items()} == \
+        {0x3A11: (P * G, True), **{0x10CA1 + i: (G, True) for i in range(P)}}
+    p = nccl_model.pairs(prof)
+    assert p.rows == expected_multi(abi, P * G, G) and p.unattributed == 0
+    out = nccl_model.ingest_records(prof)
+    assert sorted(r.world_rank for r in out) == list(range(P * G)) and {r.world_size for r in out} == {P * G}
+    notes = [x for r in out for x in r.problems if "CUDA graphs" in x]
+    assert len(notes) == (P * G if abi >= 5 else 0)
+    assert all("1 NCCL calls were captured into CUDA graphs" in x and "replays are not counted" in x for x in notes)
+
+
+def test_ranks_of_files_missing_are_reported_not_dropped(plugin: Path, harness: Path, fake_libcuda: Path,
+                                                        tmp_path: Path) -> None:
+    """A node's run directory lost: what was recorded still joins; bytes towards the lost ranks are named."""
+    run_dir = tmp_path / "run"
+    run_multi(harness, plugin, 6, run_dir, 2, 2, LD_LIBRARY_PATH=str(fake_libcuda))
+    for f in run_dir.glob("rank-*.nccl.rmrec"):          # keep only the first process's two GPUs
+        if f"nccl.comm.{0x10CA2:016x}" in records.read(f).meta:
+            f.unlink()
+    prof = nccl_model.load(run_dir)
+    assert sorted(prof.ranks) == [0, 1] and not prof.comms[0x3A11].resolved
+    p = nccl_model.pairs(prof)
+    # rank 1 -> 2 (AllReduce 2 x 6000 + 12288, AllGather 768, Send 300) has no receiver on record
+    assert p.unattributed == 2 * 6000 + 12288 + 768 + 300
+    assert p.rows[(0, 1, "ncclSend", "library")] == [300, 1]
+    assert any("no record file holds" in x for x in nccl_model.ingest_records(prof)[0].problems)
+
+
+def test_ingest_reads_the_debug_log_of_the_run_directory(plugin: Path, harness: Path, tmp_path: Path) -> None:
+    """rankmap profile has NCCL write its INFO output into the run directory; the ingest matches it to
+    the recorded communicator by commId = the hash the plugin recorded."""
+    run_dir = tmp_path / "run"
+    assert all(p.returncode == 0 for p in run_ranks(harness, plugin, 5, run_dir))
+    (run_dir / "nccl-debug.node1.4242.log").write_text("\n".join([
+        "node1:4242:4243 [0] NCCL INFO comm 0x5555aaaa rank 0 nRanks 3 nNodes 1 localRanks 3 localRank 0 MNNVL 0",
+        "node1:4242:4243 [0] NCCL INFO Channel 00/02 :    0   2   1",
+        "node1:4242:4243 [0] NCCL INFO Channel 01/02 :    0   2   1",
+        f"node1:4242:4243 [0] NCCL INFO ncclCommInitRank comm 0x5555aaaa rank 0 nranks 3 cudaDev 0 nvmlDev 0 "
+        f"busId 18000 commId {HA:#x} - Init COMPLETE", ""]))
+    prof = nccl_model.load(run_dir)
+    assert prof.comms[HA].graph is not None and nccl_model.pairs(prof).order[HA] == "nccl-graph"
+    rows = nccl_model.pairs(prof).rows
+    # AllReduce 4800 B x 3 on comm A follows 0 -> 2 -> 1 -> 0, not rank order
+    ar = 2 * (N - 1) * 4800 // N * 3
+    assert rows[(0, 2, "ncclAllReduce", "mirror")] == [ar, 3] and (0, 1, "ncclAllReduce", "mirror") not in rows
+    out = nccl_model.ingest_records(prof)
+    assert np.array_equal(records.traffic_matrix(out), records.received_matrix(out))
+
+
+def test_rankmap_profile_of_one_process_driving_two_gpus(plugin: Path, harness: Path, fake_libcuda: Path,
+                                                        tmp_path: Path) -> None:
+    """``rankmap profile -- all_reduce_perf -g 2`` once said "only 1 of 2 ranks wrote records": now both
+    GPUs are ranks in the store, with the model's pair rows."""
+    import sys
+
+    from rankmap.store import open_store
+    db = f"sqlite:///{tmp_path / 'rankmap.db'}"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "NCCL_DEBUG")}
+    env.update(RANKMAP_HOME=str(tmp_path / "home"), RANKMAP_DB=db, RANKMAP_CACHE=str(plugin.parents[2]),
+               LD_LIBRARY_PATH=str(fake_libcuda), PYTHONPATH=str(ROOT / "src"))
+    p = subprocess.run([sys.executable, "-m", "rankmap", "profile", "--no-summary", "--nccl", "on",
+                        "--no-link-sampler", "--run-dir", str(tmp_path / "run"), "--",
+                        str(harness), str(plugin), "6", "multi", "1", "0", "2"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "only 1 of" not in p.stderr
+    assert "2 NCCL calls" not in p.stderr and p.stderr.count("captured into CUDA graphs") == 2, p.stderr
+    store = open_store(db)
+    job = store.resolve_job("latest")
+    assert sorted((r["world_rank"], r["source"]) for r in store.ranks(job)) == [(0, "nccl"), (1, "nccl")]
+    m = store.traffic_matrix(job)
+    want = np.zeros((2, 2), dtype=np.int64)
+    for (s_, d, _op, _label), (b, _c) in expected_multi(6, 2, 2).items():
+        want[s_, d] += b
+    assert np.array_equal(m, want) and m[0, 1] > 0
+    # NCCL was told to print its graph into the run directory, not into the job's output
+    launched = (tmp_path / "run" / "job.json").read_text()
+    assert "nccl-debug.%h.%p.log" in launched and '"NCCL_DEBUG": "INFO"' in launched
 
 
 @pytest.mark.parametrize("abi", [6, 5, 4, 3, 2])
@@ -225,17 +388,18 @@ def test_events_coll_only(plugin: Path, harness: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     for p in run_ranks(harness, plugin, 6, run_dir, RANKMAP_NCCL_EVENTS="coll"):
         assert p.returncode == 0 and p.stderr == "", p.stderr
-        assert "mask 2" in p.stdout
+        assert f"mask {2 | (1 << 9) | (1 << 12)}" in p.stdout       # coll, coll API, copy-engine coll
     for rec in records.read_dir(run_dir, source="nccl"):
         want = {op: v for op, v in expected_calls(6).items() if op not in ("ncclSend", "ncclRecv")}
         assert {op: (c, rec.payload[op]) for op, (c, _ns) in rec.op_time.items() if c} == want
-        assert {op for _p, _k, op, *_ in rec.traffic} == set(want)
+        assert {r[0] for r in table_rows(rec, HA, rec.world_rank)} == {"AllReduce", "AllGather", "ReduceScatter",
+                                                                       "Broadcast", "Reduce"}
         assert rec.meta["nccl.events"] == "coll"
 
 
 def test_events_unknown_value_one_line_records_all(plugin: Path, harness: Path, tmp_path: Path) -> None:
     p = run_ranks(harness, plugin, 5, tmp_path / "run", n=1, RANKMAP_NCCL_EVENTS="kernels")[0]
-    assert p.returncode == 0 and "mask 6" in p.stdout
+    assert p.returncode == 0 and f"mask {MASK[5]}" in p.stdout
     assert p.stderr.splitlines() == ["rankmap: RANKMAP_NCCL_EVENTS=kernels not understood (all, coll, p2p, none): "
                                      "recording all"]
     assert records.read_dir(tmp_path / "run", source="nccl")[0].meta["nccl.events"] == "all"
@@ -271,38 +435,58 @@ def test_harness_bench_runs(plugin: Path, harness: Path, tmp_path: Path) -> None
 
 # ---- the model ---------------------------------------------------------------------------------
 
+def op(func: str, S: int, algo: str = "RING", root: int = -1, channels: int = 2) -> nccl_model.OpRow:
+    return nccl_model.OpRow(func, S, algo, "SIMPLE", channels, root, 1, 0, 0, 0, 0)
+
+
 def test_model_two_ranks_exact() -> None:
     S = 1 << 20
-    for func in ("AllReduce",):
-        for algo in ("RING", "TREE", "NVLS"):
-            assert nccl_model.collective_sends(func, algo, 2, 0, S, -1) == [(1, S)]
-    assert nccl_model.collective_sends("AllGather", "RING", 2, 1, S, -1) == [(0, S)]     # per-rank count
-    assert nccl_model.collective_sends("AllGather", "RING", 4, 1, S, -1) == [(2, 3 * S)]
-    assert nccl_model.collective_sends("ReduceScatter", "PAT", 4, 0, S, -1) == [(1, S), (2, S), (3, S)]
-    assert nccl_model.collective_sends("Broadcast", "RING", 2, 0, S, 0) == [(1, S)]
-    assert nccl_model.collective_sends("Broadcast", "RING", 2, 1, S, 0) == []
-    assert nccl_model.collective_sends("Reduce", "RING", 2, 0, S, 0) == []
-    assert nccl_model.collective_sends("Reduce", "RING", 2, 1, S, 0) == [(0, S)]
-    assert nccl_model.collective_sends("AllReduce", "RING", 4, 0, 4000, -1, ring=[0, 2, 1, 3]) == [(2, 6000)]
+    for algo in ("RING", "TREE", "NVLS", "CE"):
+        assert nccl_model.sends(op("AllReduce", S, algo), 2, 0) == [(1, S, "model")]
+    assert nccl_model.sends(op("AllGather", S), 2, 1) == [(0, S, "model")]       # per-rank count
+    assert nccl_model.sends(op("AllGather", S), 4, 1) == [(2, 3 * S, "model")]
+    assert nccl_model.sends(op("ReduceScatter", S, "PAT"), 4, 0) == [(1, S, "model"), (2, S, "model"), (3, S, "model")]
+    assert nccl_model.sends(op("AllGather", S, "CE"), 3, 0) == [(1, S, "model"), (2, S, "model")]
+    assert nccl_model.sends(op("Broadcast", S, root=0), 2, 0) == [(1, S, "model")]
+    assert nccl_model.sends(op("Broadcast", S, root=0), 2, 1) == []
+    assert nccl_model.sends(op("Reduce", S, root=0), 2, 0) == []
+    assert nccl_model.sends(op("Reduce", S, root=0), 2, 1) == [(0, S, "model")]
+    assert nccl_model.sends(op("Send", S, "-", root=1), 2, 0) == [(1, S, "library")]
+    assert nccl_model.sends(op("Recv", S, "-", root=1), 2, 0) == []
+    assert nccl_model.sends(op("AlltoAll", S, "-"), 3, 2) == [(0, S, "library"), (1, S, "library")]
+    assert nccl_model.sends(op("Scatter", S, "-", root=1), 3, 1) == [(0, S, "library"), (2, S, "library")]
+    # integer splits add up: 3 parts of an AllReduce volume that 3 does not divide
+    g = nccl_graph.CommGraph(1, nranks=2, succ={c: {0: 1, 1: 0} for c in range(3)})
+    assert nccl_model.sends(op("AllReduce", 1000, channels=3), 2, 0, g) == [(1, 1000, "mirror")]
 
 
-def test_parse_rings_from_nccl_info() -> None:
+def test_parse_graph_from_nccl_info() -> None:
     text = "\n".join([
-        "node1:4242:4242 [0] NCCL INFO comm 0x5555aaaa rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 0",
-        "node1:4242:4242 [0] NCCL INFO Channel 00/02 : 0 1 3 2",
-        "[rank0]:node1:4242:4242 [0] NCCL INFO Channel 01/02 : 0 2 3 1",
-        "node1:4242:4242 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1",
-        "node1:4242:4242 [0] NCCL INFO ncclCommInitRank comm 0x5555aaaa rank 0 nranks 4 cudaDev 0 nvmlDev 0 "
+        "node1:4242:4243 [0] NCCL INFO comm 0x5555aaaa rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 0",
+        "node1:4242:4244 [1] NCCL INFO comm 0x5555bbbb rank 1 nRanks 4 nNodes 1 localRanks 4 localRank 1 MNNVL 0",
+        "node1:4242:4243 [0] NCCL INFO Channel 00/02 :    0   1   3   2",
+        "node1:4242:4244 [1] NCCL INFO Trees [0] 3/-1/-1->1->0 [1] 3/-1/-1->1->0",
+        "[rank0]:node1:4242:4243 [0] NCCL INFO Channel 01/02 : 0 2 3 1",
+        "node1:4242:4243 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1 [1] 1/-1/-1->0->-1",
+        "node1:4242:4243 [0] NCCL INFO 2 coll channels, 0 collnet channels, 0 nvls channels, 4 p2p channels, 2 p2p channels per peer",
+        "node1:4242:4244 [1] NCCL INFO ncclCommInitAll comm 0x5555bbbb rank 1 nranks 4 cudaDev 1 nvmlDev 1 "
+        "busId 2d000 commId 0x1234abcd - Init COMPLETE",
+        "node1:4242:4243 [0] NCCL INFO ncclCommInitAll comm 0x5555aaaa rank 0 nranks 4 cudaDev 0 nvmlDev 0 "
         "busId 18000 commId 0x1234abcd - Init COMPLETE",
     ])
-    assert nccl_model.parse_rings(text) == {0x1234ABCD: [[0, 1, 3, 2], [0, 2, 3, 1]]}
+    (g,) = nccl_graph.parse(text).values()       # two threads of one process, one communicator
+    assert g.key == 0x1234ABCD and g.nranks == 4
+    assert g.rings == {0: [0, 1, 3, 2], 1: [0, 2, 3, 1]} and g.complete_rings() == [0, 1]
+    assert g.parent == {0: {1: 0, 0: -1}, 1: {1: 0, 0: -1}} and g.children[0] == {1: [3], 0: [1]}
+    assert g.bus == {0: "0000:18:00.0", 1: "0000:2d:00.0"}
+    assert nccl_graph.parse("x:1:2 [0] NCCL INFO Ring 03 : 2 -> 0 -> 1\n")[-1].succ == {3: {0: 1}}
 
 
 def test_wire_factor() -> None:
-    row = nccl_model.OpRow("AllReduce", 1 << 20, "RING", "LL128", 4, -1, 1, 0, 0, 0)
+    row = nccl_model.OpRow("AllReduce", 1 << 20, "RING", "LL128", 4, -1, 1, 0, 0, 0, 0)
     assert nccl_model.wire_factor(row) == pytest.approx(128 / 120)
-    assert nccl_model.wire_factor(row.__class__("Send", 1 << 24, "-", "-", 2, 1, 1, 0, 0, 0)) == 1.0
-    assert nccl_model.wire_factor(row.__class__("Send", 4096, "-", "-", 2, 1, 1, 0, 0, 0)) == 2.0
+    assert nccl_model.wire_factor(row.__class__("Send", 1 << 24, "-", "-", 2, 1, 1, 0, 0, 0, 0)) == 1.0
+    assert nccl_model.wire_factor(row.__class__("Send", 4096, "-", "-", 2, 1, 1, 0, 0, 0, 0)) == 2.0
 
 
 # ---- the GPU validation script's own logic, on harness records ------------------------------------
@@ -339,7 +523,7 @@ def test_gpu_script_syntax_and_helpers(plugin: Path, harness: Path, tmp_path: Pa
     assert len(fails) == 3 and p.returncode == 3, p.stdout + p.stderr
     assert sum("send/recv" in l for l in fails) == 2 and "(GPU0 RX)" in fails[2]
     for needle in ("PASS rank 1: ncclAllGather 512 bytes x 2 calls", "PASS rank 0: DDP gradient AllReduce payload 132272",
-                   "PASS plugin pair rows equal nccl_model", "PASS NCCL loaded the plugin", "PASS GPU0->GPU1 (GPU0 TX)"):
+                   "PASS pair rows: sender's and receiver's views agree", "PASS NCCL loaded the plugin", "PASS GPU0->GPU1 (GPU0 TX)"):
         assert needle in p.stdout, p.stdout
     # the benchmark table
     for mode in ("without", "with"):

@@ -70,6 +70,8 @@ struct rmrec {
   pthread_cond_t fcond;
   pthread_t thread;
   int thread_started, stop, closed;
+  void (*pre_flush)(void *);          /* rmrec_pre_flush: run by the flush thread before each flush */
+  void *pre_flush_arg;
 };
 
 /* ---- small helpers ------------------------------------------------------------------ */
@@ -170,7 +172,7 @@ uint64_t rmrec_ticks_to_mono_ns(uint64_t t) {
 
 /* ---- failure and fork handling ------------------------------------------------------ */
 
-#define MAX_OPEN 16
+#define MAX_OPEN 64   /* the MPI shim's file and one NCCL file per GPU of the process */
 static rmrec_t *open_list[MAX_OPEN];
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
@@ -194,6 +196,13 @@ static void failf(rmrec_t *c, const char *fmt, ...) {
 }
 int rmrec_enabled(const rmrec_t *c) { return c && atomic_load_explicit(&c->enabled, memory_order_relaxed); }
 void rmrec_single_writer(rmrec_t *c, int on) { if (c) c->single = on != 0; }
+void rmrec_pre_flush(rmrec_t *c, void (*fn)(void *), void *arg) {
+  if (!c) return;
+  pthread_mutex_lock(&c->flock);
+  c->pre_flush_arg = arg;
+  c->pre_flush = fn;
+  pthread_mutex_unlock(&c->flock);
+}
 
 /* The child of a fork must never write the parent's file, and has no flush thread. */
 static void atfork_child(void) {
@@ -291,7 +300,16 @@ static void calibrate(rmrec_t *c, uint64_t min_span_ns) {
 
 static void *flush_thread(void *arg);
 
+static rmrec_t *open_impl(const char *dir, const char *source, int world_rank, int world_size, int unique);
+
 rmrec_t *rmrec_open(const char *dir, const char *source, int world_rank, int world_size) {
+  return open_impl(dir, source, world_rank, world_size, 0);
+}
+rmrec_t *rmrec_open_unique(const char *dir, const char *source, int world_rank, int world_size) {
+  return open_impl(dir, source, world_rank, world_size, 1);
+}
+
+static rmrec_t *open_impl(const char *dir, const char *source, int world_rank, int world_size, int unique) {
   if (!dir || !*dir) return NULL;
   pthread_once(&crc_once, crc_init);
   rmrec_t *c = calloc(1, sizeof *c);
@@ -344,9 +362,17 @@ rmrec_t *rmrec_open(const char *dir, const char *source, int world_rank, int wor
       *s = ch;
     }
   }
-  snprintf(c->path, sizeof c->path, "%s/rank-%d.%s.rmrec", dir, world_rank,
-           c->source == RMREC_SRC_NCCL ? "nccl" : "mpi");
-  c->fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0666);
+  const char *src_name = c->source == RMREC_SRC_NCCL ? "nccl" : "mpi";
+  snprintf(c->path, sizeof c->path, "%s/rank-%d.%s.rmrec", dir, world_rank, src_name);
+  if (!unique) {
+    c->fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0666);
+  } else {   /* never clobber: rank-<r>.<src>.rmrec, else rank-<r>-<pid>-<k>.<src>.rmrec */
+    c->fd = open(c->path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0666);
+    for (int k = 1; c->fd < 0 && errno == EEXIST && k < 1000; k++) {
+      snprintf(c->path, sizeof c->path, "%s/rank-%d-%d-%d.%s.rmrec", dir, world_rank, (int)c->pid, k, src_name);
+      c->fd = open(c->path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0666);
+    }
+  }
   if (c->fd < 0) {
     fprintf(stderr, "rankmap: capture disabled: cannot write %s: %s\n", c->path, strerror(errno));
     return NULL;
@@ -396,6 +422,18 @@ void rmrec_traffic(rmrec_t *c, int peer, int klass, int op, int mem, int dir, ui
   rmrec_traffic_at(c, peer, klass, op, mem, dir, bytes, msgs, dir == RMREC_SEND ? rmrec_ticks() : 0);
 }
 
+static inline void timeline_add(rmrec_t *c, int peer, int klass, uint64_t bytes, uint64_t ticks, int single) {
+  if (!c->tl || peer < 0 || peer >= c->world_size || !bytes) return;
+  uint64_t b = ticks_to_bucket(c, ticks - c->tick0);
+  size_t cell = ((size_t)(b & (uint64_t)(c->nring - 1)) * (size_t)c->world_size + (size_t)peer) * RMREC_NCLASS + (klass & 3);
+  bump(&c->tl[cell], bytes, single);
+}
+
+void rmrec_timeline_at(rmrec_t *c, int peer, int klass, uint64_t bytes, uint64_t ticks) {
+  if (!c || !atomic_load_explicit(&c->enabled, memory_order_relaxed)) return;
+  timeline_add(c, peer, klass, bytes, ticks, c->single);
+}
+
 void rmrec_traffic_at(rmrec_t *c, int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs,
                       uint64_t ticks) {
   if (!c || !atomic_load_explicit(&c->enabled, memory_order_relaxed)) return;
@@ -414,11 +452,7 @@ void rmrec_traffic_at(rmrec_t *c, int peer, int klass, int op, int mem, int dir,
       int single = c->single;
       bump(&s->bytes, bytes, single);
       bump(&s->msgs, msgs, single);
-      if (dir == RMREC_SEND && c->tl && peer >= 0 && peer < c->world_size && bytes) {
-        uint64_t b = ticks_to_bucket(c, ticks - c->tick0);
-        size_t cell = ((size_t)(b & (uint64_t)(c->nring - 1)) * (size_t)c->world_size + (size_t)peer) * RMREC_NCLASS + (klass & 3);
-        bump(&c->tl[cell], bytes, single);
-      }
+      if (dir == RMREC_SEND) timeline_add(c, peer, klass, bytes, ticks, single);
       return;
     }
   }
@@ -629,6 +663,12 @@ static void *flush_thread(void *arg) {
     ts.tv_nsec = (long)(t % 1000000000ull);
     pthread_cond_timedwait(&c->fcond, &c->flock, &ts);
     if (c->stop || c->closed) break;
+    if (c->pre_flush) {               /* outside the flush lock: the hook may take its own locks */
+      pthread_mutex_unlock(&c->flock);
+      c->pre_flush(c->pre_flush_arg);
+      pthread_mutex_lock(&c->flock);
+      if (c->stop || c->closed) break;
+    }
     flush_impl(c, 0);
   }
   pthread_mutex_unlock(&c->flock);

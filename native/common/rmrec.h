@@ -22,6 +22,8 @@
  *       One call of an operation: calls += 1, time += ticks, payload += bytes, and the
  *       power-of-two size histogram of op gets payload_bytes.  Hot path, lock-free.
  *   rmrec_single_writer(c, 1);   hot-path calls never overlap: plain adds, no locked atomics
+ *   rmrec_timeline_at(c, peer, klass, bytes, ticks);  timeline only (no traffic row)
+ *   rmrec_pre_flush(c, fn, arg);  fn(arg) on the flush thread before each periodic flush
  *   rmrec_ticks_to_ns(dt), rmrec_ticks_to_mono_ns(t), rmrec_ns_to_ticks(ns)
  *       the shared, calibrated tick clock (below)
  *   rmrec_comm(c, id, "name", size, world_ranks);   communicator membership (locked, rare)
@@ -65,6 +67,10 @@ typedef struct rmrec rmrec_t;
 #pragma GCC visibility push(hidden)
 
 rmrec_t *rmrec_open(const char *dir, const char *source, int world_rank, int world_size);
+/* Same, but an existing file is never replaced: rank-<r>.<source>.rmrec is created exclusively,
+ * else rank-<r>-<pid>-<k>.<source>.rmrec (one process with several record files whose ranks are
+ * provisional, the NCCL plugin's case). */
+rmrec_t *rmrec_open_unique(const char *dir, const char *source, int world_rank, int world_size);
 int  rmrec_op(rmrec_t *c, const char *name);
 void rmrec_traffic(rmrec_t *c, int peer, int klass, int op, int mem, int dir,
                    uint64_t bytes, uint64_t msgs);
@@ -72,6 +78,11 @@ void rmrec_traffic(rmrec_t *c, int peer, int klass, int op, int mem, int dir,
 void rmrec_traffic_at(rmrec_t *c, int peer, int klass, int op, int mem, int dir,
                       uint64_t bytes, uint64_t msgs, uint64_t ticks);
 void rmrec_call(rmrec_t *c, int op, uint64_t payload_bytes, uint64_t ticks);
+/* Only the timeline: bytes into the bucket of ticks for (peer, klass), no traffic row. */
+void rmrec_timeline_at(rmrec_t *c, int peer, int klass, uint64_t bytes, uint64_t ticks);
+/* fn(arg) runs on the flush thread before each periodic flush (outside the writer's locks), so a
+ * source can put what it keeps itself (e.g. tables as META) into that flush. */
+void rmrec_pre_flush(rmrec_t *c, void (*fn)(void *), void *arg);
 void rmrec_comm(rmrec_t *c, uint64_t id, const char *name, int size, const int *world_ranks);
 void rmrec_meta(rmrec_t *c, const char *key, const char *value);
 void rmrec_flush(rmrec_t *c);

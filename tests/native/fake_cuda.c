@@ -5,6 +5,7 @@
  * (fake_cuda_queries) so the test can check the cache. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 static struct { uintptr_t lo, hi; int kind; } ranges[16];
 static int nranges;
@@ -30,5 +31,17 @@ int cuPointerGetAttributes(unsigned n, int *attrs, void **data, unsigned long lo
       default: break;
     }
   }
+  return 0;
+}
+
+static int current_device = -1;
+void fake_cuda_set_device(int d) { current_device = d; }
+int cuCtxGetDevice(int *d) {
+  if (current_device < 0) return 201;      /* CUDA_ERROR_INVALID_CONTEXT */
+  *d = current_device;
+  return 0;
+}
+int cuDeviceGetPCIBusId(char *s, int n, int d) {
+  snprintf(s, (size_t)n, "0000:%02X:00.0", 0x18 + 16 * d);
   return 0;
 }

@@ -3,6 +3,8 @@
  *   harness PLUGIN.so ABI scenario     one rank of the test scenario (RANK/WORLD_SIZE from env)
  *   harness PLUGIN.so ABI bench N      N single-collective groups (every event NCCL would issue),
  *                                      prints "ns_per_op <x>"
+ *   harness PLUGIN.so ABI multi P I G  process I of P, each driving G GPUs (no RANK variable): the
+ *                                      multi-GPU scenario below
  *
  * ABI is 2..6: the harness looks up ncclProfiler_v<ABI> with dlsym and calls it with descriptors
  * laid out as that NCCL version lays them out (native/nccl/nccl_abi.h, checked field by field
@@ -22,6 +24,18 @@
  *   A: AllReduce  65536 x ncclBfloat16 TREE   LL128   x1
  *   B: AllReduce    300 x ncclFloat32  RING   SIMPLE  x1
  *   B: Send 64 x "Unknown" (ncclUint8) to comm rank+1 (v4+ only)
+ *
+ * The multi-GPU scenario (one process drives G GPUs, as nccl-tests -g G, ncclCommInitAll or JAX
+ * do): the harness makes "GPU" g current through the stand-in libcuda (tests/native/fake_cuda.c,
+ * fake_cuda_set_device; MULTI_NO_GPU=1 leaves no GPU current, as without libcuda) before
+ * initialising each of its communicator ranks, then issues every operation as one group over
+ * the G communicators (ncclGroupStart; one call per communicator; ncclGroupEnd):
+ *   W (hash 0x3A11, all P*G GPUs, comm rank = I*G + g):
+ *     AllReduce 1000 x ncclFloat32 RING SIMPLE x2, AllGather 64 x ncclFloat32 RING LL x1,
+ *     Send 300 x ncclInt8 to comm rank+1 and Recv 300 from comm rank-1 x1,
+ *     AllReduce 2048 x ncclFloat32 RING LL128 x1 captured into a CUDA graph (v5+; API event
+ *     with graphCaptured = 1)
+ *   L (hash 0x10CA1 + I, the G GPUs of this process, comm rank = g): Broadcast 256 x ncclInt8 root 0 x1
  */
 #define _GNU_SOURCE
 #include "../../native/nccl/nccl_abi.h"
@@ -48,7 +62,7 @@ typedef struct {
   int is_coll;
   const char *func, *dtype, *algo, *proto;
   size_t count;
-  int root_or_peer, channels;
+  int root_or_peer, channels, captured;
 } task_t;
 
 /* ---- per-version calls -------------------------------------------------------------------- */
@@ -88,9 +102,10 @@ static int call_start(void *ctx, void **h, uint64_t type, void *parent, int rank
       d->p2p.channels = (uint8_t)t->channels; d->p2p.group = group;
     } else if (type == RM_EV_COLL_API) {
       d->coll_api.func = t->func; d->coll_api.count = t->count; d->coll_api.dtype = t->dtype;
-      d->coll_api.root = t->root_or_peer;
+      d->coll_api.root = t->root_or_peer; d->coll_api.graph_captured = t->captured != 0;
     } else if (type == RM_EV_P2P_API) {
       d->p2p_api.func = t->func; d->p2p_api.count = t->count; d->p2p_api.dtype = t->dtype;
+      d->p2p_api.graph_captured = t->captured != 0;
     } else if (type == RM_EV_GROUP_API) {
       d->group_api.depth = 1;
     } else if (type == RM_EV_PROXY_OP) {
@@ -179,11 +194,11 @@ static void issue_group(void *ctx, int mask, int rank, const task_t *tasks, int 
 }
 
 static task_t coll(const char *f, size_t count, const char *dt, const char *algo, const char *proto, int root) {
-  task_t t = { 1, f, dt, algo, proto, count, root, 2 };
+  task_t t = { 1, f, dt, algo, proto, count, root, 2, 0 };
   return t;
 }
 static task_t p2p(const char *f, size_t count, const char *dt, int peer) {
-  task_t t = { 0, f, dt, NULL, NULL, count, peer, 1 };
+  task_t t = { 0, f, dt, NULL, NULL, count, peer, 1, 0 };
   return t;
 }
 
@@ -232,8 +247,53 @@ static int bench(long iters) {
   return failures ? 1 : 0;
 }
 
+/* ---- one process, several GPUs ---------------------------------------------------------------- */
+
+static void (*set_device)(int);
+
+static int multi(int nproc, int me, int ngpu) {
+  enum { MAXG = 8 };
+  if (ngpu < 1 || ngpu > MAXG || nproc < 1 || me < 0 || me >= nproc) return 2;
+  const char *no_gpu = getenv("MULTI_NO_GPU");
+  if (!(no_gpu && *no_gpu == '1')) {
+    void *cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    set_device = cu ? (void (*)(int))dlsym(cu, "fake_cuda_set_device") : NULL;
+    if (!set_device) { fprintf(stderr, "harness: stand-in libcuda.so.1 not found\n"); return 2; }
+  }
+  const uint64_t HW = 0x3A11, HL = 0x10CA1 + (uint64_t)me;
+  int n = nproc * ngpu, mask[MAXG], lmask[MAXG];
+  void *w[MAXG], *l[MAXG];
+  for (int g = 0; g < ngpu; g++) {          /* ncclCommInitAll: device g current, then its init */
+    if (set_device) set_device(g);
+    CHECK(call_init(&w[g], &mask[g], HW, "world", n, me * ngpu + g));
+  }
+  for (int g = 0; g < ngpu; g++) {
+    if (set_device) set_device(g);
+    CHECK(call_init(&l[g], &lmask[g], HL, "local", ngpu, g));
+  }
+  printf("mask %d\n", mask[0]);
+  if (set_device) set_device(-1);           /* operations come from a thread with no GPU current */
+  for (int rep = 0; rep < 2; rep++)
+    for (int g = 0; g < ngpu; g++) { task_t t = coll("AllReduce", 1000, "ncclFloat32", "RING", "SIMPLE", 0); issue_group(w[g], mask[g], me * ngpu + g, &t, 1, HW, "world"); }
+  for (int g = 0; g < ngpu; g++) { task_t t = coll("AllGather", 64, "ncclFloat32", "RING", "LL", 0); issue_group(w[g], mask[g], me * ngpu + g, &t, 1, HW, "world"); }
+  for (int g = 0; g < ngpu; g++) {
+    int r = me * ngpu + g;
+    task_t t[2] = { p2p("Send", 300, "ncclInt8", (r + 1) % n), p2p("Recv", 300, "ncclInt8", (r + n - 1) % n) };
+    issue_group(w[g], mask[g], r, t, 2, HW, "world");
+  }
+  if (abi >= 5)
+    for (int g = 0; g < ngpu; g++) {
+      task_t t = coll("AllReduce", 2048, "ncclFloat32", "RING", "LL128", 0);
+      t.captured = 1;
+      issue_group(w[g], mask[g], me * ngpu + g, &t, 1, HW, "world");
+    }
+  for (int g = 0; g < ngpu; g++) { task_t t = coll("Broadcast", 256, "ncclInt8", "RING", "SIMPLE", 0); issue_group(l[g], lmask[g], g, &t, 1, HL, "local"); }
+  for (int g = 0; g < ngpu; g++) { CHECK(call_finalize(l[g])); CHECK(call_finalize(w[g])); }
+  return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc < 4) { fprintf(stderr, "usage: harness PLUGIN.so ABI scenario|bench N\n"); return 2; }
+  if (argc < 4) { fprintf(stderr, "usage: harness PLUGIN.so ABI scenario | bench N | multi P I G\n"); return 2; }
   abi = atoi(argv[2]);
   void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!lib) { fprintf(stderr, "harness: dlopen: %s\n", dlerror()); return 2; }
@@ -242,7 +302,10 @@ int main(int argc, char **argv) {
   tbl = dlsym(lib, sym);
   if (!tbl) { fprintf(stderr, "harness: %s not exported\n", sym); return 2; }
   printf("name %s\n", ((rm_profiler_v5_t *)tbl)->name);
-  int rc = strcmp(argv[3], "bench") == 0 ? bench(argc > 4 ? atol(argv[4]) : 100000) : scenario();
+  int rc;
+  if (strcmp(argv[3], "bench") == 0) rc = bench(argc > 4 ? atol(argv[4]) : 100000);
+  else if (strcmp(argv[3], "multi") == 0) rc = argc > 6 ? multi(atoi(argv[4]), atoi(argv[5]), atoi(argv[6])) : 2;
+  else rc = scenario();
   /* NCCL dlcloses the plugin when its last communicator is gone; the plugin must survive that */
   dlclose(lib);
   return rc;

@@ -332,6 +332,19 @@ def find_mpicc(launcher: Launcher, explicit: str | None = None) -> str:
                        f"development package or give --mpicc PATH")
 
 
+def nccl_debug_env(run_dir: str | os.PathLike, base_env: dict[str, str] | os._Environ) -> dict[str, str]:
+    """NCCL's INIT and GRAPH output, into ``<run dir>/nccl-debug.<host>.<pid>.log``, never the job's output.
+
+    That is where NCCL prints the rings and trees it built, which the ingest follows
+    (:mod:`rankmap.capture.nccl_graph`). A user who set ``NCCL_DEBUG`` keeps exactly what they asked
+    for (the ingest then falls back to rank order unless the graph is in a file it is given).
+    """
+    if base_env.get("NCCL_DEBUG"):
+        return {}
+    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH",
+            "NCCL_DEBUG_FILE": str(Path(run_dir).resolve() / "nccl-debug.%h.%p.log")}
+
+
 @dataclass
 class Injection:
     """What :func:`prepare` decided: the command to run and what it carries."""
@@ -352,5 +365,6 @@ def prepare(launcher: Launcher, *, run_dir: str | os.PathLike, shim: str | os.Pa
         env["LD_PRELOAD"] = str(shim)
     if nccl_plugin is not None:
         env["NCCL_PROFILER_PLUGIN"] = str(nccl_plugin)
+        env.update(nccl_debug_env(run_dir, os.environ if base_env is None else base_env))
     argv, full_env = launcher.inject(env, base_env)
     return Injection(launcher, argv, full_env, env)

@@ -100,6 +100,7 @@ class _Streamer(threading.Thread):
         self.sent: dict[Path, int] = {}
         self.error: BaseException | None = None
         self.world_size: int | None = None
+        self.nccl_ranks: set[int] = set()
         self.lock = threading.Lock()
 
     def run(self) -> None:
@@ -110,10 +111,15 @@ class _Streamer(threading.Thread):
                 self.error = e
 
     def poll(self, final: bool) -> list[str]:
-        """Ingest changed record files (all of them when ``final``); returns the reader's problems."""
+        """Ingest changed record files (all of them when ``final``); returns the reader's problems.
+
+        NCCL files are ingested together (:meth:`_poll_nccl`): their global ranks and pair traffic
+        come from joining all of them.
+        """
         from rankmap.capture import records
         problems: list[str] = []
         with self.lock:
+            nccl_changed = False
             for path in self.run_dir.record_files():
                 try:
                     st = path.stat()
@@ -121,6 +127,9 @@ class _Streamer(threading.Thread):
                     continue
                 sig = (st.st_size, st.st_mtime_ns)
                 if not final and self.seen.get(path) == sig:
+                    continue
+                if path.name.endswith(".nccl.rmrec"):
+                    nccl_changed = True
                     continue
                 try:
                     rec = records.read(path)
@@ -134,6 +143,40 @@ class _Streamer(threading.Thread):
                 self.world_size = max(self.world_size or 0, int(rec.world_size)) or None
                 if final:
                     problems.extend(rec.problems)
+            if nccl_changed or final:
+                problems.extend(self._poll_nccl(final))
+        return problems
+
+    def _poll_nccl(self, final: bool) -> list[str]:
+        """All NCCL record files at once, through the one pair model (rankmap.capture.nccl_model)."""
+        from rankmap.capture import nccl_graph, nccl_model, records
+        recs, problems, sigs = [], [], {}
+        for path in self.run_dir.record_files():
+            if not path.name.endswith(".nccl.rmrec"):
+                continue
+            try:
+                st = path.stat()
+                recs.append(records.read(path, live=not final))
+                sigs[path] = (st.st_size, st.st_mtime_ns)
+            except (OSError, RankmapError) as e:
+                if final:
+                    problems.append(str(e))
+        if not recs:
+            return problems
+        logs = sorted(self.run_dir.path.glob(nccl_model.DEBUG_LOG_GLOB))
+        prof = nccl_model.from_records(recs, self.run_dir.path, nccl_graph.parse_files(logs) if logs else None)
+        out = nccl_model.ingest_records(prof)
+        stale = self.nccl_ranks - set(prof.ranks)           # ranks re-derived since the last poll
+        if stale:
+            self.store.forget_ranks(self.job_id, "nccl", sorted(stale))
+        self.store.ingest(self.job_id, out)
+        self.nccl_ranks = set(prof.ranks)
+        for rec, path in zip(out, [r.path for r in recs]):
+            self.seen[path] = sigs[path]
+            self.sent[path] = sum(t.bytes for t in rec.traffic if t.direction == "send")
+            self.world_size = max(self.world_size or 0, int(rec.world_size)) or None
+            if final:
+                problems.extend(rec.problems)
         return problems
 
     @property

@@ -243,6 +243,17 @@ class Store:
                 if rows:
                     c.execute(table.insert(), rows)
 
+    def forget_ranks(self, job_id: int, source: str, ranks: Sequence[int]) -> None:
+        """Drop what ``ranks`` of ``source`` stored (a source whose ranks are derived at ingest, NCCL's,
+        may renumber its files while a job runs)."""
+        ranks = [int(r) for r in ranks]
+        with self.engine.begin() as c:
+            c.execute(S.ranks.delete().where(S.ranks.c.job == job_id, S.ranks.c.source == source,
+                                             S.ranks.c.world_rank.in_(ranks)))
+            for t, col in ((S.traffic, S.traffic.c.reporter), (S.op_stats, S.op_stats.c.rank),
+                           (S.timeline, S.timeline.c.src)):
+                c.execute(t.delete().where(t.c.job == job_id, t.c.source == source, col.in_(ranks)))
+
     def add_link_samples(self, job_id: int, samples: Iterable[dict]) -> None:
         """Link counter samples: dicts with t_ns, device, link, tx_bytes, rx_bytes."""
         rows = [dict(job=job_id, t_ns=int(s["t_ns"]), device=int(s["device"]), link=str(s["link"]),
