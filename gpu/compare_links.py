@@ -6,8 +6,8 @@ that `rankmap profile` sampled during the same run. Prints PASS/FAIL lines; exit
 Rank r is taken to run on GPU r (the default placement of torchrun and mpirun on one node).
 On an NVSwitch node NVML counts bytes per GPU port, not per GPU pair, so the check is per GPU:
 TX of GPU g = bytes g sent to every peer, RX = bytes every peer sent to g. For NCCL jobs the
-bytes on the wire come from rankmap.capture.nccl_model (NCCL's rings from its INFO log when
-given, protocol overhead included); for MPI jobs the device-resident bytes of the profile are
+bytes on the wire come from rankmap.capture.nccl_model (NCCL's rings from the INFO log that
+`rankmap profile` keeps in the run directory, or --nccl-log, protocol overhead included); for MPI jobs the device-resident bytes of the profile are
 what could cross NVLink, and the host-staged bytes cross PCIe instead.
 """
 
@@ -57,9 +57,8 @@ def main() -> int:
 
     nccl_rows = [r for r in st.traffic(job_id) if r["class"] == "nccl"]
     if nccl_rows:
-        prof = nccl_model.load(job["run_dir"])
-        rings = nccl_model.parse_rings(Path(a.nccl_log).read_text()) if a.nccl_log else None
-        wire, used = nccl_model.pair_matrix(prof, rings=rings, wire=True)
+        prof = nccl_model.load(job["run_dir"], extra_logs=[Path(a.nccl_log)] if a.nccl_log else None)
+        wire, used = nccl_model.pair_matrix(prof, wire=True)
         print(f"ring order per communicator: {used}")
         tx_model, rx_model = wire.sum(axis=1), wire.sum(axis=0)
         print(f"{'GPU':>4} {'profile TX':>14} {'NVLink TX':>14} {'diff %':>8} {'profile RX':>14} {'NVLink RX':>14} {'diff %':>8}")

@@ -547,3 +547,62 @@ def test_gpu_script_syntax_and_helpers(plugin: Path, harness: Path, tmp_path: Pa
     assert "none (us)" in table and "none added" in table and "1 none, alternating" in table
     assert "|      8 B |        10.00 |      10.50 |       0.50 |     5.00 |        10.25 |         0.25 |" in table
     assert "median added time below 1 MiB (us per operation, vs without): with 0.50, none 0.25" in table
+
+
+def test_gpu_shapes_script_checks(plugin: Path, harness: Path, fake_libcuda: Path, tmp_path: Path) -> None:
+    """gpu/nccl_shapes.sh parses, and its checker passes and fails the right things on known records."""
+    import json
+    import sys
+
+    assert subprocess.run(["bash", str(ROOT / "gpu" / "nccl_shapes.sh"), "--dry"], capture_output=True,
+                          text=True, timeout=120).returncode == 0
+    check = [sys.executable, str(ROOT / "gpu" / "nccl_shapes_check.py")]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    run_dir = tmp_path / "run"
+    run_multi(harness, plugin, 6, run_dir, 1, 2, LD_LIBRARY_PATH=str(fake_libcuda))
+    wire, _ = nccl_model.pair_matrix(nccl_model.load(run_dir), wire=True)
+    before = {"0": [1000, 5000], "1": [7000, 9000]}
+    (tmp_path / "b.json").write_text(json.dumps(before))
+
+    def after(extra01: float, extra10: float, rx1_factor: float = 1.0) -> dict:
+        a01, a10 = wire[0, 1] + extra01, wire[1, 0] + extra10
+        return {"0": [1000 + round(a01), 5000 + round(a10)], "1": [7000 + round(a10), 9000 + round(a01 * rx1_factor)]}
+
+    (tmp_path / "a.json").write_text(json.dumps(after(0, 0, 1.01)))     # GPU1's RX 1 % off
+    (tmp_path / "e.json").write_text(json.dumps({"calls": [{"func": "AllReduce", "bytes": 4000, "calls": 2},
+                                                           {"func": "Send", "bytes": 300, "calls": 1}]}))
+    p = subprocess.run(check + ["capture", str(run_dir), str(tmp_path / "b.json"), str(tmp_path / "a.json"), "jax",
+                                str(tmp_path / "e.json")], capture_output=True, text=True, env=env, timeout=120)
+    fails = [l for l in p.stdout.splitlines() if l.startswith("FAIL")]
+    assert p.returncode == 1 and len(fails) == 1 and "0->1 (GPU RX)" in fails[0], p.stdout + p.stderr
+    for needle in ("PASS jax: both GPUs recorded as ranks 0 and 1", "PASS jax rank 1: ncclAllReduce 4000 bytes x 2",
+                   "PASS jax 0->1 (GPU TX)", "PASS jax: pair rows agree from both ends"):
+        assert needle in p.stdout, p.stdout
+    # the graph check: one call captured per rank (AllReduce 8192 B, LL128), 3 replays the profile cannot see
+    per_replay = 8192 * 128 / 120
+    (tmp_path / "a2.json").write_text(json.dumps(after(3 * per_replay, 3 * per_replay)))
+    (tmp_path / "g.json").write_text(json.dumps({"calls": [{"func": "AllReduce", "bytes": 8192, "calls": 1}],
+                                                 "captured_calls": 1}))
+    p = subprocess.run(check + ["capture", str(run_dir), str(tmp_path / "b.json"), str(tmp_path / "a2.json"), "graphs",
+                                str(tmp_path / "g.json"), "--replays", "3"], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "PASS graphs: calls captured into the CUDA graph counted per rank {0: 1, 1: 1}" in p.stdout
+    # the small-op table: the plugin adds 0.5 us below 1 MiB (0.3 of it NCCL's) and 2 % from 1 MiB
+    head = "#       size    count   type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+    logs = []
+    for mode, add_small, add_big in (("plain", 0.0, 0.0), ("plugin", 0.5, 0.02), ("none", 0.3, 0.0)):
+        for rnd in (1, 2):
+            rows = []
+            for s in (8, 1024, 1 << 20, 4 << 20):
+                t = 20.0 + add_small if s < 1 << 20 else 100.0 * (1 + add_big)
+                rows.append(f"  {s:>10} {s // 4:>8}  float  sum  -1  {t:7.2f}  0.00  0.00  N/A  {t:7.2f}  0.00  0.00  N/A\n")
+            f = tmp_path / f"{mode}-{rnd}.log"
+            f.write_text(head + "".join(rows))
+            logs.append(str(f))
+    p = subprocess.run(check + ["bench", str(tmp_path / "t.txt")] + logs, capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "PASS small-op cost below 1 MiB: +0.50 us" in p.stdout, p.stdout
+    assert "FAIL small-op cost from 1 MiB: worst +2.00 %" in p.stdout
+    assert "NCCL's cost of a loaded profiler +0.30 + ours +0.20" in p.stdout
