@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from rankmap.capture import records  # noqa: E402
+from rankmap.formats import record as records  # noqa: E402
 from rankmap.capture.shim_build import build_shim  # noqa: E402
 
 

@@ -7,7 +7,7 @@
 #  3. builds examples/mpi/cuda_pingpong.c against the CUDA runtime and runs it on 2 ranks under
 #     mpirun with LD_PRELOAD + RANKMAP_RUN_DIR (device buffers passed to MPI if CUDA-aware, else
 #     staged through host memory plus 0-byte sends of the device pointers);
-#  4. reads the records with rankmap.capture.records and checks the device / managed / host split
+#  4. reads the records with rankmap.formats.record and checks the device / managed / host split
 #     of every rank's sent and received bytes against the exact expectation;
 #  5. writes mpi_device.txt (split table + PASS/FAIL lines) under $OUT.
 # Exit status: the number of FAILs (0 = all good).
@@ -64,7 +64,7 @@ echo "exit status: $RC" >> "$REPORT"
 
 "$PY" - "$RUN" "$BYTES" "$ITERS" "$AWARE" >> "$REPORT" <<'PYEOF'
 import sys
-from rankmap.capture import records
+from rankmap.formats import record as records
 run, n, iters, aware = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 fails = 0
 def check(ok, what):

@@ -155,7 +155,7 @@ EOF
 [rundir_of_with_run ...] [--mode NAME=a.json,b.json ...] (more plugin modes, a column each).
 Prints PASS/FAIL lines for the targets (with vs without); exit status = number of FAILs."""
 import json, statistics, sys
-from rankmap.capture import records
+from rankmap.formats import record as records
 argv, extra = [], []
 it = iter(sys.argv[1:])
 for a in it:

@@ -33,7 +33,8 @@ import sys
 from pathlib import Path
 
 from rankmap.errors import RankmapError
-from rankmap.topology import LinkKind, jsonio, nvsmi
+from rankmap.formats import topology_json
+from rankmap.topology import LinkKind, nvsmi
 from rankmap.topology.discover import discover
 
 out = Path(sys.argv[1])
@@ -43,7 +44,7 @@ except RankmapError as e:
     (out / "compare.txt").write_text(f"FAIL: discovery: {e}\n")
     print(f"FAIL: discovery: {e}")
     sys.exit(1)
-(out / "topo.json").write_text(jsonio.dumps(live))
+(out / "topo.json").write_text(topology_json.dumps(live))
 (out / "nvsmi.txt").write_text(nvsmi.format_matrix(live))
 try:
     import contextlib

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-RECORDINGS = SHARED / "recordings"
+DATA = ROOT / "tests" / "data"
+RECORDINGS = DATA / "recordings"
 
 
 def rankmap(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = None,
@@ -37,6 +37,5 @@ def assert_one_line_error(p: subprocess.CompletedProcess, *needles: str) -> None
 
 @pytest.fixture
 def recordings() -> Path:
-    if not RECORDINGS.is_dir():
-        pytest.skip("../shared/recordings is not beside this checkout")
+    """Raw outputs of real machines (tests/data/recordings/README.md says which)."""
     return RECORDINGS

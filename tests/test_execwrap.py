@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import assert_one_line_error, rankmap
+from rankmap.formats import mapping_json
 from rankmap.mapping import execwrap, launch
 
 MPIRUN = shutil.which("mpirun.openmpi")
@@ -57,10 +58,26 @@ def test_plan_reads_the_rank_variables():
     assert execwrap.parse_cpus("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11}
 
 
-def test_wrapper_imports_nothing_of_rankmap():
-    """The wrapper runs with -S and must not need the package (fast start on every rank)."""
-    src = Path(execwrap.__file__).read_text()
-    assert "import rankmap" not in src and "from rankmap" not in src
+def test_wrapper_imports_only_the_mapping_reader(tmp_path):
+    """The wrapper runs with -S on every rank: of rankmap it loads only the standard-library-only
+    mapping reader, never numpy or the rest of the package (fast start)."""
+    import subprocess
+
+    mf = tmp_path / "m.json"
+    mf.write_text(json.dumps(fake_doc()))
+    env = dict(os.environ, RANKMAP_MAPPING=str(mf), OMPI_COMM_WORLD_RANK="1", RANKMAP_NO_BIND="1")
+    # run the wrapper as a file, as ranks do, with execvp replaced by a report of what was imported
+    probe = ("import json, os, runpy, sys\n"
+             "def report(*a):\n"
+             "    print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in\n"
+             "                            ('rankmap', 'numpy', 'sqlalchemy', 'dataclasses'))))\n"
+             "    sys.exit(0)\n"
+             "os.execvp = report\n"
+             f"sys.argv = ['execwrap.py', 'true']\n"
+             f"runpy.run_path({execwrap.__file__!r}, run_name='__main__')\n")
+    p = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == ["rankmap", "rankmap.errors", "rankmap.formats", "rankmap.formats.mapping_json"]
 
 
 def test_launcher_files():
@@ -68,9 +85,10 @@ def test_launcher_files():
     doc["nodes"] = 2
     for r in ("2", "3"):
         doc["mapping"][r]["node"] = 1
-    rf = launch.rankfile_text(doc, ["a", "b"])
+    m = mapping_json.from_dict(doc)
+    rf = launch.rankfile_text(m, ["a", "b"])
     assert rf.splitlines()[0] == "rank 0=a slot=0" and rf.splitlines()[3] == "rank 3=b slot=1"
-    assert launch.slurm_hostfile_text(doc, ["a", "b"]) == "a\na\nb\nb\n"
+    assert launch.slurm_hostfile_text(m, ["a", "b"]) == "a\na\nb\nb\n"
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun.openmpi is not installed")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rankmap.topology import DeviceKind, LinkKind, TopologyError, fixtures, jsonio
+from rankmap.formats import topology_json
+from rankmap.topology import DeviceKind, LinkKind, TopologyError, fixtures
 
 
 def labels(t):
@@ -27,9 +28,9 @@ def test_every_fixture_says_where_its_facts_come_from(name):
             if a.id != b.id:
                 assert t.route(a.id, b.id).hops
     # JSON round trip is lossless for routes
-    t2 = jsonio.loads(jsonio.dumps(t), source="x.json")
+    t2 = topology_json.loads(topology_json.dumps(t), source="x.json")
     assert labels(t2) == labels(t)
-    assert jsonio.dumps(t2) == jsonio.dumps(t)
+    assert topology_json.dumps(t2) == topology_json.dumps(t)
 
 
 def test_unknown_fixture():

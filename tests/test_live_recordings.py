@@ -3,7 +3,8 @@ and route the same way, and agree with what nvidia-smi printed on the same node.
 
 from pathlib import Path
 
-from rankmap.topology import jsonio, load, nvsmi
+from rankmap.formats import topology_json
+from rankmap.topology import load, nvsmi
 
 LIVE = Path(__file__).parent / "data" / "live"
 
@@ -25,7 +26,7 @@ def test_h200x2_live_agrees_with_nvidia_smi_of_same_node():
     smi = nvsmi.parse((LIVE / "h200x2-nvidia-smi-topo-m.txt").read_text(), source="smi")
     assert nvsmi.labels(live) == nvsmi.labels(smi)
     # and the JSON form round-trips
-    again = jsonio.loads(jsonio.dumps(live), source="again")
+    again = topology_json.loads(topology_json.dumps(live), source="again")
     assert nvsmi.labels(again) == nvsmi.labels(live)
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ROOT, assert_one_line_error, rankmap
 from pg import pg_cluster  # noqa: F401  (session fixture)
-from rankmap.capture import records
+from rankmap.formats import record as records
 from rankmap.store import open_store
 
 RING = textwrap.dedent(r"""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import struct
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rankmap.capture import records
-from rankmap.capture.shim_build import native_dir
+from rankmap.formats import record as records
+from rankmap.native_sources import native_dir
 from rankmap.errors import RankmapError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -226,3 +227,91 @@ def test_live_read_of_a_file_being_written(good_file, tmp_path):
     f.write_bytes(data[:last + 5])                 # a flush is being appended
     assert records.read(f, live=True).problems == []
     assert len(records.read(f).problems) == 2      # truncated block + no finalize marker
+
+
+def test_c_and_python_read_one_layout(tmp_path):
+    """The writer's structs and the reader's dtypes come from one header: compiled, they agree."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    lay = records.layout()
+    lines = ["#include <stdio.h>", "#include <stddef.h>", "#include <stdint.h>", '#include "rmrec_layout.h"']
+    lines += [f"typedef {c}int{n}_t rmrec_{p}{n};" for p, c in (("u", "u"), ("i", "")) for n in (8, 16, 32, 64)]
+    lines += ["#define F(t, n) rmrec_##t n;", "#define A(t, n, k) rmrec_##t n[k];", "#pragma pack(push, 1)"]
+    lines += [f"typedef struct {{ RMREC_ROW_{name}(F, A) }} row_{name};" for name in lay.rows]
+    lines += ["#pragma pack(pop)", "#undef F", "#undef A", "int main(void) {"]
+    for name in lay.rows:
+        lines.append(f'  printf("row {name} size %zu\\n", sizeof(row_{name}));')
+        lines.append(f'#define F(t, n) printf("field {name} " #n " %zu %zu\\n", offsetof(row_{name}, n), '
+                     f'sizeof(((row_{name} *)0)->n));')
+        lines.append("#define A(t, n, k) F(t, n)")
+        lines.append(f"  RMREC_ROW_{name}(F, A)")
+        lines.append("#undef F\n#undef A")
+    for name in lay.lists:
+        lines.append(f'#define X(n, v, s) printf("code {name} " #n " %d %s\\n", (int)(v), s);')
+        lines.append(f"  RMREC_{name}(X)\n#undef X")
+    for name in lay.numbers:
+        lines.append(f'  printf("number {name} %lld\\n", (long long)(RMREC_{name}));')
+    lines.append("  return 0;\n}")
+    src = tmp_path / "layout_dump.c"
+    src.write_text("\n".join(lines) + "\n")
+    subprocess.run([cc, "-std=gnu11", "-Wall", "-Werror", "-I", str(native_dir() / "common"), str(src),
+                    "-o", str(tmp_path / "dump")], check=True)
+    out = subprocess.run([str(tmp_path / "dump")], capture_output=True, text=True, check=True).stdout.split("\n")
+    seen = {"row": 0, "field": 0, "code": 0, "number": 0}
+    for line in filter(None, out):
+        kind, *rest = line.split(" ")
+        seen[kind] += 1
+        if kind == "row":
+            assert lay.rows[rest[0]].itemsize == int(rest[2]), line
+        elif kind == "field":
+            dt = lay.rows[rest[0]]
+            assert (dt.fields[rest[1]][1], dt.fields[rest[1]][0].itemsize) == (int(rest[2]), int(rest[3])), line
+        elif kind == "code":
+            assert (rest[1], int(rest[2]), rest[3]) in lay.lists[rest[0]], line
+        else:
+            assert lay.numbers[rest[0]] == int(rest[1]), line
+    assert seen["row"] == len(lay.rows) >= 10 and seen["field"] == sum(len(d.names) for d in lay.rows.values())
+    assert seen["code"] == sum(len(v) for v in lay.lists.values()) and seen["number"] == len(lay.numbers)
+    # and what the docs promise
+    assert [lay.rows[n].itemsize for n in ("HEADER", "BLOCK", "TRAFFIC", "HIST", "OPTIME", "TIMELINE", "FLUSH")] == \
+        [128, 16, 32, 16, 32, 24, 32]
+    assert records.CLASSES == ("p2p", "collective", "rma", "nccl") and records.SOURCES == ("mpi", "nccl")
+
+
+def test_reader_resumes_and_parses_only_new_blocks(good_file, tmp_path):
+    """A file followed while it grows, cut anywhere (mid-header, mid-block): the deltas add up to
+    the totals, each poll starts where the previous one stopped, and the state carries over."""
+    data = good_file.read_bytes()
+    whole = records.read(good_file)
+    f = tmp_path / "rank-3.mpi.rmrec"
+    f.write_bytes(b"")
+    reader = records.RecordReader(f)
+    traffic: dict[tuple, list[int]] = {}
+    calls: dict[str, int] = {}
+    tl = 0
+    offsets = []
+    cuts = [5, 100, 131, 400, 401, 777, 2048, len(data) // 2, len(data) - 3, len(data)]
+    for i, cut in enumerate(cuts):
+        with f.open("ab") as out:
+            out.write(data[f.stat().st_size:cut])
+        if i == 5:                                   # a new process resumes from the saved state
+            reader = records.RecordReader(f, state=json.loads(json.dumps(reader.state())))
+        delta = reader.poll(final=cut == len(data))
+        if delta is None:
+            assert cut < records.HEADER_SIZE
+            continue
+        offsets.append(reader.offset)
+        for row in delta.traffic:
+            t = traffic.setdefault(row[:5], [0, 0])
+            t[0] += row[5]
+            t[1] += row[6]
+        for op, (c, _ns) in delta.op_time.items():
+            calls[op] = calls.get(op, 0) + c
+        tl += sum(r[3] for r in delta.timeline)
+    assert offsets == sorted(offsets) and offsets[-1] == len(data)
+    assert {k: tuple(v) for k, v in traffic.items()} == as_dict(whole)
+    assert calls == {op: c for op, (c, _ns) in whole.op_time.items()}
+    assert tl == sum(r[3] for r in whole.timeline)
+    assert reader.finalized and reader.problems(live=False) == []
+    assert reader.poll(final=True).empty()          # nothing new: nothing parsed

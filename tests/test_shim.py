@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rankmap.capture import records
-from rankmap.capture.records import received_matrix, traffic_matrix
+from rankmap.formats import record as records
+from rankmap.formats.record import received_matrix, traffic_matrix
 from rankmap.capture.shim_build import build_shim
 from rankmap.errors import RankmapError
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_line_error, rankmap
-from rankmap.topology import fixtures, jsonio
+from rankmap.formats import topology_json
+from rankmap.topology import fixtures
 
 DATA = Path(__file__).parent / "data" / "nvsmi"
 
@@ -103,7 +104,7 @@ def test_malformed_json(tmp_path):
 
 
 def _broken(tmp_path, mutate) -> Path:
-    data = json.loads(jsonio.dumps(fixtures.get("dgx1-v100")))
+    data = json.loads(topology_json.dumps(fixtures.get("dgx1-v100")))
     mutate(data)
     f = tmp_path / "topo.json"
     f.write_text(json.dumps(data))

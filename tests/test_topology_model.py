@@ -70,24 +70,24 @@ def test_constructor_rejects_bad_graphs():
 
 
 def test_json_round_trip_minimal_and_attrs():
-    from rankmap.topology import jsonio
+    from rankmap.formats import topology_json
 
     t = Topology("one", [Device("gpu0", K.GPU, 0, "X", {"uuid": "GPU-1", "cpus": "0-3"})], [])
-    text = jsonio.dumps(t)
-    back = jsonio.loads(text, source="one.json")
+    text = topology_json.dumps(t)
+    back = topology_json.loads(text, source="one.json")
     assert back.name == "one" and back.links == [] and back.notes == [] and back.unknowns == []
     assert back.devices["gpu0"].attrs == {"uuid": "GPU-1", "cpus": "0-3"}
     t2 = Topology("two", [dev("a", K.GPU), dev("b", K.CPU)],
                   [Link("a", "b", L.NVLINK, 50.0, 2, 2, None, True, {"per_link": 25.0})], notes=["n"], unknowns=["u"])
-    b2 = jsonio.loads(jsonio.dumps(t2), source="two.json")
+    b2 = topology_json.loads(topology_json.dumps(t2), source="two.json")
     assert b2.links == t2.links and b2.links[0].measured is True and b2.links[0].attrs == {"per_link": 25.0}
     assert (b2.notes, b2.unknowns) == (["n"], ["u"])
     with pytest.raises(TopologyError, match=r"^x.json: expected an object, got \[1\]$"):
-        jsonio.loads("[1]", source="x.json")
+        topology_json.loads("[1]", source="x.json")
     with pytest.raises(TopologyError, match=r"^x.json: links\[0\].bandwidth: expected a positive number, got true$"):
-        jsonio.loads('{"format": "rankmap-topology", "version": 1, "devices": [{"id": "a", "kind": "gpu"}, '
+        topology_json.loads('{"format": "rankmap-topology", "version": 1, "devices": [{"id": "a", "kind": "gpu"}, '
                      '{"id": "b", "kind": "gpu"}], "links": [{"a": "a", "b": "b", "kind": "pcie", "bandwidth": true}]}',
                      source="x.json")
     with pytest.raises(TopologyError, match=r"links\[0\]: joins 'a' to itself"):
-        jsonio.loads('{"format": "rankmap-topology", "version": 1, "devices": [{"id": "a", "kind": "gpu"}], '
+        topology_json.loads('{"format": "rankmap-topology", "version": 1, "devices": [{"id": "a", "kind": "gpu"}], '
                      '"links": [{"a": "a", "b": "a", "kind": "pcie", "bandwidth": 1}]}', source="x.json")

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,12 +25,44 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RMREC_HEADER_SIZE 128
-#define BLOCK_HDR 16
+#define BLOCK_HDR RMREC_BLOCK_HDR_SIZE
 #define BLOCK_MAX (1u << 20)   /* split large sections into blocks of about 1 MiB */
 
-enum { BT_STRINGS = 1, BT_TRAFFIC = 2, BT_HIST = 3, BT_OPTIME = 4, BT_TIMELINE = 5,
-       BT_COMM = 6, BT_META = 7, BT_FLUSH = 8 };
+#define RMREC_ENUM_BT_(name, value, text) BT_##name = value,
+enum { RMREC_BLOCKS(RMREC_ENUM_BT_) };
+
+/* ---- rows (little-endian, packed; see docs/record-format.md) ------------------------- */
+
+/* The structs are expanded from rmrec_layout.h, the declaration the Python reader parses too. */
+typedef uint8_t rmrec_u8;
+typedef uint16_t rmrec_u16;
+typedef uint32_t rmrec_u32;
+typedef uint64_t rmrec_u64;
+typedef int32_t rmrec_i32;
+typedef int64_t rmrec_i64;
+#define FIELD_(type, name) rmrec_##type name;
+#define ARRAY_(type, name, count) rmrec_##type name[count];
+#pragma pack(push, 1)
+typedef struct { RMREC_ROW_HEADER(FIELD_, ARRAY_) } row_header_t;
+typedef struct { RMREC_ROW_BLOCK(FIELD_, ARRAY_) } row_block_t;
+typedef struct { RMREC_ROW_TRAFFIC(FIELD_, ARRAY_) } row_traffic_t;
+typedef struct { RMREC_ROW_HIST(FIELD_, ARRAY_) } row_hist_t;
+typedef struct { RMREC_ROW_OPTIME(FIELD_, ARRAY_) } row_optime_t;
+typedef struct { RMREC_ROW_TIMELINE(FIELD_, ARRAY_) } row_timeline_t;
+typedef struct { RMREC_ROW_FLUSH(FIELD_, ARRAY_) } row_flush_t;
+typedef struct { RMREC_ROW_STRING_ENTRY(FIELD_, ARRAY_) } row_string_entry_t;
+typedef struct { RMREC_ROW_META_ENTRY(FIELD_, ARRAY_) } row_meta_entry_t;
+typedef struct { RMREC_ROW_COMM_ENTRY(FIELD_, ARRAY_) } row_comm_entry_t;
+#pragma pack(pop)
+/* The sizes docs/record-format.md promises. */
+_Static_assert(sizeof(row_header_t) == RMREC_HEADER_SIZE, "header");
+_Static_assert(sizeof(row_block_t) == BLOCK_HDR, "block header");
+_Static_assert(sizeof(row_traffic_t) == 32, "traffic row");
+_Static_assert(sizeof(row_hist_t) == 16, "hist row");
+_Static_assert(sizeof(row_optime_t) == 32, "optime row");
+_Static_assert(sizeof(row_timeline_t) == 24, "timeline row");
+_Static_assert(sizeof(row_flush_t) == 32, "flush row");
+_Static_assert(sizeof(row_comm_entry_t) == 16, "comm entry head");
 
 typedef struct { _Atomic uint64_t key, bytes, msgs; } slot_t;
 typedef struct { _Atomic uint64_t calls, ticks, bytes; } opstat_t;
@@ -259,11 +292,12 @@ static void blk_end(obuf_t *b) {
   unsigned char *h = b->p + b->blk;
   uint32_t len = (uint32_t)(b->len - b->blk - BLOCK_HDR);
   if (len == 0) { b->len = b->blk; b->type = 0; return; }   /* drop empty blocks */
-  uint16_t type = (uint16_t)b->type, rsv = 0;
-  memcpy(h, "RMBK", 4); memcpy(h + 4, &type, 2); memcpy(h + 6, &rsv, 2); memcpy(h + 8, &len, 4);
-  uint32_t crc = crc32_update(0, h + 4, 8);
-  crc = crc32_update(crc, h + BLOCK_HDR, len);
-  memcpy(h + 12, &crc, 4);
+  row_block_t bh = {0};
+  memcpy(bh.magic, "RMBK", 4);
+  bh.type = (uint16_t)b->type; bh.length = len;
+  bh.crc = crc32_update(crc32_update(0, &bh.type, offsetof(row_block_t, crc) - offsetof(row_block_t, type)),
+                        h + BLOCK_HDR, len);
+  memcpy(h, &bh, sizeof bh);
   b->type = 0;
 }
 /* Start a new block of the same type when the current one has grown past BLOCK_MAX. */
@@ -272,21 +306,6 @@ static void blk_row(obuf_t *b, int type, const void *row, size_t n) {
   else if (b->len - b->blk > BLOCK_MAX) { blk_end(b); blk_begin(b, type); }
   ob_put(b, row, n);
 }
-
-/* ---- rows (little-endian, packed; see docs/record-format.md) ------------------------- */
-
-#pragma pack(push, 1)
-typedef struct { int32_t peer; uint16_t op; uint8_t klass, mem, dir, pad[7]; uint64_t bytes, msgs; } row_traffic_t;
-typedef struct { uint16_t op; uint8_t bin, pad[5]; uint64_t count; } row_hist_t;
-typedef struct { uint16_t op; uint8_t pad[6]; uint64_t calls, ns, bytes; } row_optime_t;
-typedef struct { int64_t bucket; int32_t peer; uint8_t klass, pad[3]; uint64_t bytes; } row_timeline_t;
-typedef struct { uint64_t seq; int64_t wall_ns, elapsed_ns; uint32_t final, pad; } row_flush_t;
-#pragma pack(pop)
-_Static_assert(sizeof(row_traffic_t) == 32, "traffic row");
-_Static_assert(sizeof(row_hist_t) == 16, "hist row");
-_Static_assert(sizeof(row_optime_t) == 32, "optime row");
-_Static_assert(sizeof(row_timeline_t) == 24, "timeline row");
-_Static_assert(sizeof(row_flush_t) == 32, "flush row");
 
 /* ---- open ---------------------------------------------------------------------------- */
 
@@ -379,25 +398,20 @@ static rmrec_t *open_impl(const char *dir, const char *source, int world_rank, i
   }
 
   /* header */
-  unsigned char h[RMREC_HEADER_SIZE];
-  memset(h, 0, sizeof h);
+  row_header_t h;
+  memset(&h, 0, sizeof h);
   c->start_wall_ns = wall_ns();
   c->start_ns = rmrec_now_ns();
   c->tick0 = rmrec_ticks();
   calibrate(c, 1000000);   /* the tick clock's first estimate spans >= 1 ms; every flush refines it */
-  uint16_t ver = RMREC_VERSION, hsz = RMREC_HEADER_SIZE;
-  uint8_t src = (uint8_t)c->source;
-  int32_t wr = world_rank, ws = world_size;
-  int64_t pid = c->pid, st = (int64_t)c->start_wall_ns, bk = (int64_t)c->bucket_ns;
-  memcpy(h, "RMREC\r\n\x1a", 8);
-  memcpy(h + 8, &ver, 2); memcpy(h + 10, &hsz, 2); memcpy(h + 12, &src, 1);
-  memcpy(h + 16, &wr, 4); memcpy(h + 20, &ws, 4); memcpy(h + 24, &pid, 8);
-  memcpy(h + 32, &st, 8); memcpy(h + 40, &bk, 8);
-  gethostname((char *)h + 48, 63);
-  h[111] = 0;
-  uint32_t crc = crc32_update(0, h, 124);
-  memcpy(h + 124, &crc, 4);
-  if (write(c->fd, h, sizeof h) != (ssize_t)sizeof h) {
+  memcpy(h.magic, "RMREC\r\n\x1a", 8);
+  h.version = RMREC_VERSION; h.header_size = RMREC_HEADER_SIZE; h.source = (uint8_t)c->source;
+  h.world_rank = world_rank; h.world_size = world_size; h.pid = c->pid;
+  h.start_ns = (int64_t)c->start_wall_ns; h.bucket_ns = (int64_t)c->bucket_ns;
+  gethostname((char *)h.host, sizeof h.host - 1);
+  h.host[sizeof h.host - 1] = 0;
+  h.crc = crc32_update(0, &h, offsetof(row_header_t, crc));
+  if (write(c->fd, &h, sizeof h) != (ssize_t)sizeof h) {
     fprintf(stderr, "rankmap: capture disabled: cannot write %s: %s\n", c->path, strerror(errno));
     close(c->fd);
     return NULL;
@@ -509,19 +523,16 @@ static void pend_push(rmrec_t *c, pend_t **list, const void *a, uint32_t na, con
 void rmrec_meta(rmrec_t *c, const char *key, const char *value) {
   if (!c || !key) return;
   if (!value) value = "";
-  uint32_t hdr[2] = { (uint32_t)strlen(key), (uint32_t)strlen(value) };
-  pend_push(c, &c->meta, hdr, 8, key, hdr[0], value, hdr[1]);
+  row_meta_entry_t e = { (uint32_t)strlen(key), (uint32_t)strlen(value) };
+  pend_push(c, &c->meta, &e, sizeof e, key, e.key_length, value, e.value_length);
 }
 
 void rmrec_comm(rmrec_t *c, uint64_t id, const char *name, int size, const int *world_ranks) {
   if (!c || size < 0) return;
   if (!name) name = "";
-  uint32_t nl = (uint32_t)strlen(name);
-  unsigned char hdr[16];
-  uint32_t sz = (uint32_t)size;
-  memcpy(hdr, &id, 8); memcpy(hdr + 8, &sz, 4); memcpy(hdr + 12, &nl, 4);
-  /* layout: u64 id, u32 size, u32 name_len, name, i32 members[size] */
-  pend_push(c, &c->comm, hdr, 16, name, nl, world_ranks, (uint32_t)size * 4);
+  row_comm_entry_t e = { id, (uint32_t)size, (uint32_t)strlen(name) };
+  /* the entry head, the name, then i32 members[size] */
+  pend_push(c, &c->comm, &e, sizeof e, name, e.name_length, world_ranks, (uint32_t)size * 4);
 }
 
 /* ---- flush --------------------------------------------------------------------------- */
@@ -545,9 +556,9 @@ static void flush_impl(rmrec_t *c, int final) {
   pthread_mutex_lock(&c->oplock);
   int nops = atomic_load(&c->nops);
   for (int i = c->ops_emitted; i < nops; i++) {
-    uint32_t id = (uint32_t)i, len = (uint32_t)strlen(c->opname[i]);
+    row_string_entry_t e = { (uint32_t)i, (uint32_t)strlen(c->opname[i]) };
     if (b.type != BT_STRINGS) blk_begin(&b, BT_STRINGS);
-    ob_put(&b, &id, 4); ob_put(&b, &len, 4); ob_put(&b, c->opname[i], len);
+    ob_put(&b, &e, sizeof e); ob_put(&b, c->opname[i], e.length);
   }
   c->ops_emitted = nops;
   pend_t *meta = c->meta, *comm = c->comm;

@@ -35,13 +35,15 @@
  *
  * Environment: RANKMAP_BUCKET_MS (timeline bucket, default 100), RANKMAP_FLUSH_MS (default 1000),
  * RANKMAP_TABLE_SLOTS (traffic hash-table slots, default 262144, power of two).
- * Counters are flushed as deltas; the reader (rankmap.capture.records) sums them.
+ * Counters are flushed as deltas; the reader (rankmap.formats.record) sums them.
  * fork(): the child's copy is disabled (it never writes the parent's file).
  */
 #ifndef RANKMAP_RMREC_H
 #define RANKMAP_RMREC_H
 
 #include <stdint.h>
+
+#include "rmrec_layout.h"
 #if defined(__x86_64__) && !defined(RMREC_NO_TSC)
 #include <x86intrin.h>
 #endif
@@ -50,14 +52,19 @@
 extern "C" {
 #endif
 
-#define RMREC_VERSION   1
 #define RMREC_MAX_OPS   256
-#define RMREC_HIST_BINS 64     /* bin 0: 0 bytes; bin k>=1: 2^(k-1) <= bytes < 2^k */
 
-enum { RMREC_P2P = 0, RMREC_COLL = 1, RMREC_RMA = 2, RMREC_NCCL = 3, RMREC_NCLASS = 4 };
-enum { RMREC_MEM_UNKNOWN = 0, RMREC_MEM_HOST = 1, RMREC_MEM_DEVICE = 2, RMREC_MEM_MANAGED = 3 };
-enum { RMREC_SEND = 0, RMREC_RECV = 1 };
-enum { RMREC_SRC_MPI = 0, RMREC_SRC_NCCL = 1 };
+/* Codes of the record format, from the one declaration in rmrec_layout.h:
+ * classes RMREC_P2P, RMREC_COLL, RMREC_RMA, RMREC_NCCL (RMREC_NCLASS of them), memory kinds
+ * RMREC_MEM_*, directions RMREC_SEND / RMREC_RECV, sources RMREC_SRC_*. */
+#define RMREC_ENUM_PLAIN_(name, value, text) RMREC_##name = value,
+#define RMREC_ENUM_MEM_(name, value, text) RMREC_MEM_##name = value,
+#define RMREC_ENUM_SRC_(name, value, text) RMREC_SRC_##name = value,
+#define RMREC_COUNT_(name, value, text) + 1
+enum { RMREC_CLASSES(RMREC_ENUM_PLAIN_) RMREC_NCLASS = 0 RMREC_CLASSES(RMREC_COUNT_) };
+enum { RMREC_MEMS(RMREC_ENUM_MEM_) };
+enum { RMREC_DIRECTIONS(RMREC_ENUM_PLAIN_) };
+enum { RMREC_SOURCES(RMREC_ENUM_SRC_) };
 
 typedef struct rmrec rmrec_t;
 

@@ -7,6 +7,17 @@ non-zero; anything else escaping is a bug in rankmap and is reported as such.
 """
 
 
+def shown(value: object) -> str:
+    """A bad value as an error message quotes it: JSON where possible, cut to 60 characters."""
+    import json
+
+    try:
+        s = json.dumps(value)
+    except (TypeError, ValueError):
+        s = repr(value)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
 class RankmapError(Exception):
     """Bad input or a missing prerequisite, said in one line."""
 

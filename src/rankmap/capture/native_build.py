@@ -18,10 +18,6 @@ from typing import Callable
 
 from rankmap.errors import RankmapError
 
-#: The repository's ``native/`` folder (C sources of the hooks and the record writer).
-NATIVE = Path(__file__).resolve().parents[3] / "native"
-
-
 def cache_root() -> Path:
     """``$RANKMAP_CACHE`` or ``~/.cache/rankmap``."""
     env = os.environ.get("RANKMAP_CACHE")

@@ -17,8 +17,9 @@ import subprocess
 from pathlib import Path
 
 from rankmap.capture import native_build
-from rankmap.capture.native_build import NATIVE, compile_cached
+from rankmap.capture.native_build import compile_cached
 from rankmap.errors import RankmapError
+from rankmap.native_sources import native_dir
 LIBNAME = "librankmap_nccl.so"
 CFLAGS = ["-std=gnu11", "-O2", "-g", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra",
           "-Wno-unused-parameter"]
@@ -30,8 +31,9 @@ def cache_root() -> Path:
     return native_build.cache_root() / "nccl"
 
 
-def sources(native: Path = NATIVE) -> list[Path]:
+def sources(native: Path | None = None) -> list[Path]:
     """The C files compiled into the plugin (headers are hashed too, see :func:`source_hash`)."""
+    native = native or native_dir()
     c_files = sorted((native / "nccl").glob("*.c")) + [native / "common" / "rmrec.c"]
     missing = [str(p) for p in c_files if not p.is_file()]
     if missing or not (native / "nccl").is_dir():
@@ -51,10 +53,11 @@ def _compiler_identity(cc: str) -> tuple[str, str]:
     return path, first
 
 
-def source_hash(cc_path: str, cc_version: str, native: Path = NATIVE) -> str:
+def source_hash(cc_path: str, cc_version: str, native: Path | None = None) -> str:
     """Hash of every source and header of the plugin, the compiler and the flags (16 hex digits)."""
+    native = native or native_dir()
     h = hashlib.sha256()
-    files = sorted((native / "nccl").glob("*.[ch]")) + sorted((native / "common").glob("rmrec.[ch]"))
+    files = sorted((native / "nccl").glob("*.[ch]")) + sorted((native / "common").glob("*.[ch]"))
     for p in files:
         h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
     h.update("\0".join([cc_path, cc_version, *CFLAGS, *LIBS]).encode())
@@ -71,5 +74,5 @@ def build_plugin(cc: str = "cc") -> Path:
     out_dir = cache_root() / source_hash(cc_path, cc_version)
     return compile_cached(
         out_dir, LIBNAME,
-        lambda tmp: [[cc_path, *CFLAGS, "-I", str(NATIVE / "common"), "-o", tmp, *map(str, srcs), *LIBS]],
+        lambda tmp: [[cc_path, *CFLAGS, "-I", str(native_dir() / "common"), "-o", tmp, *map(str, srcs), *LIBS]],
         f"NCCL profiler plugin with {cc} ({cc_path})")

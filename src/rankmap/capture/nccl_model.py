@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rankmap.capture import nccl_graph
-from rankmap.capture import records as rec_mod
+from rankmap.formats import record as rec_mod
 from rankmap.errors import RankmapError
 
 WIRE_FACTOR = {"LL": 2.0, "LL128": 128.0 / 120.0, "SIMPLE": 1.0}

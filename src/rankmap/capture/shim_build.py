@@ -25,17 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rankmap.capture import shim_gen
-from rankmap.capture.native_build import NATIVE, cache_root, compile_cached
+from rankmap.capture.native_build import cache_root, compile_cached
 from rankmap.errors import RankmapError
+from rankmap.native_sources import native_dir
 
 LIB_NAME = "librankmap_mpi.so"
 # Optional flags: dropped if the wrapper's compiler rejects them.
 _OPT_FLAGS = ["-fno-semantic-interposition", "-Wno-stringop-overflow"]
-
-
-def native_dir() -> Path:
-    """The repository's ``native/`` folder (C sources of the shim and the record writer)."""
-    return NATIVE
 
 
 def shim_sources() -> list[Path]:

@@ -34,10 +34,9 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rankmap.capture.native_build import NATIVE
 from rankmap.errors import RankmapError
+from rankmap.native_sources import native_dir
 
-SPEC = NATIVE / "mpi" / "calls.spec"
 ATTRS = {"pre", "post", "after", "persist", "status_if", "variants", "families", "plain",
          "pre.f", "post.f", "after.f"}
 FAMILIES = ("c", "f", "f08")
@@ -201,7 +200,9 @@ def expand(entries) -> Spec:
     return spec
 
 
-def load(path: Path = SPEC) -> Spec:
+def load(path: Path | None = None) -> Spec:
+    """The specification, ``native/mpi/calls.spec`` unless ``path`` says otherwise."""
+    path = path or native_dir() / "mpi" / "calls.spec"
     try:
         text = path.read_text()
     except OSError as e:

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from rankmap.errors import RankmapError
-    from rankmap.mapping import demo as D
+    from rankmap.pipeline import demo as D
 
     import sys
 

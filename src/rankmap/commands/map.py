@@ -33,24 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def solve_for(traffic, args, topo_spec: str | None = None, source: dict | None = None) -> dict:
-    from rankmap.mapping.inputs import load_topology
-    from rankmap.mapping.platform import Platform, node_model
-    from rankmap.mapping.report import to_json
-    from rankmap.mapping.solve import place
-
-    if args.nodes < 1:
-        raise RankmapError(f"--nodes must be at least 1, got {args.nodes}")
-    if args.time_budget <= 0:
-        raise RankmapError(f"--time-budget must be positive, got {args.time_budget}")
-    topo = load_topology(topo_spec or args.topology)
-    platform = Platform(node_model(topo), args.nodes)
-    pl = place(platform, traffic, ranks_per_gpu=args.ranks_per_gpu, seed=args.seed, time_budget=args.time_budget)
-    return to_json(pl, topology=topo.name, ranks_per_gpu=args.ranks_per_gpu, source=source)
+def solver_options(args: argparse.Namespace) -> dict:
+    """The options of :func:`rankmap.pipeline.tune.place` that :func:`add_solver_args` parsed."""
+    return dict(topology=args.topology, nodes=args.nodes, ranks_per_gpu=args.ranks_per_gpu, seed=args.seed,
+                time_budget=args.time_budget)
 
 
 def run(args: argparse.Namespace) -> int:
     from rankmap.mapping import traffic as tr
+    from rankmap.pipeline.tune import place
 
     if args.traffic:
         traffic = tr.read_csv(args.traffic)
@@ -60,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
         traffic, job = tr.from_job(open_store(args.db), args.job)
         source = {"job": job["id"], "command": job.get("command")}
-    doc = solve_for(traffic, args, source=source)
+    doc = place(traffic, source=source, **solver_options(args))
     if args.output:
         try:
             with open(args.output, "w") as f:

@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankmap.capture.profile import profile_command
+    from rankmap.pipeline.profile import profile_command
     from rankmap.store import open_store
 
     cmd = list(args.command)

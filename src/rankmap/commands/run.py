@@ -25,13 +25,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
     import shlex
     import subprocess
     from pathlib import Path
 
     from rankmap.commands.tune import command_of, world_size_of
     from rankmap.errors import RankmapError
+    from rankmap.formats import mapping_json
     from rankmap.mapping import launch
     from rankmap.mapping.inputs import load_topology
     from rankmap.store import command_key, open_store, rankmap_home
@@ -43,23 +43,23 @@ def run(args: argparse.Namespace) -> int:
     if row is None:
         raise RankmapError(f"no cached mapping for this command with {ws} ranks: run `rankmap tune -- "
                            f"{shlex.join(cmd)}` first")
-    doc = row["mapping"]
+    m = mapping_json.from_dict(row["mapping"], f"stored mapping {row['id']}")
     topo = load_topology(args.topology)
-    if topo.name != doc.get("topology") or len(topo.gpus) != doc.get("gpus_per_node"):
-        raise RankmapError(f"mapping {row['id']} was made for {doc.get('topology')} ({doc.get('gpus_per_node')} GPUs) "
+    if topo.name != m.topology or len(topo.gpus) != m.gpus_per_node:
+        raise RankmapError(f"mapping {row['id']} was made for {m.topology} ({m.gpus_per_node} GPUs) "
                            f"but this node is {topo.name} ({len(topo.gpus)} GPUs): tune again here")
     run_dir = Path(args.run_dir) if args.run_dir else rankmap_home() / "runs" / f"mapping-{row['id']}"
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         mf = run_dir / "mapping.json"
-        mf.write_text(json.dumps(doc))
+        mf.write_text(mapping_json.dumps(m.doc))
         rankfile = hostfile = None
-        if int(doc.get("nodes", 1)) > 1:
-            hosts = launch.hosts_for(doc, args.hosts)
+        if m.nodes > 1:
+            hosts = launch.hosts_for(m, args.hosts)
             rankfile = str(run_dir / "rankfile")
-            Path(rankfile).write_text(launch.rankfile_text(doc, hosts))
+            Path(rankfile).write_text(launch.rankfile_text(m, hosts))
             hostfile = str(run_dir / "slurm-hostfile")
-            Path(hostfile).write_text(launch.slurm_hostfile_text(doc, hosts))
+            Path(hostfile).write_text(launch.slurm_hostfile_text(m, hosts))
     except OSError as e:
         raise RankmapError(f"cannot write to {run_dir}: {e.strerror}") from None
     argv, env = launch.wrap(cmd, str(mf), bind=not args.no_bind, rankfile=rankfile, hostfile=hostfile)

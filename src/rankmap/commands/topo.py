@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def read_file(path: str) -> Topology:
     """A topology from a JSON file or ``nvidia-smi topo -m`` text, told apart by the first character."""
-    from rankmap.topology import jsonio, nvsmi
+    from rankmap.formats import topology_json
+    from rankmap.topology import nvsmi
 
     p = Path(path)
     try:
@@ -41,7 +42,7 @@ def read_file(path: str) -> Topology:
         raise TopologyError(f"{path}: cannot read: {e.strerror}") from None
     text = data.decode("utf-8", errors="replace")
     if text.lstrip().startswith("{"):
-        return jsonio.loads(text, source=path)
+        return topology_json.loads(text, source=path)
     return nvsmi.parse(text, source=path)
 
 
@@ -58,7 +59,8 @@ def resolve(args: argparse.Namespace) -> Topology:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankmap.topology import fixtures, jsonio, nvsmi
+    from rankmap.formats import topology_json
+    from rankmap.topology import fixtures, nvsmi
 
     if args.list:
         width = max(len(n) for n in fixtures.NAMES)
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     topo = resolve(args)
     if args.format == "json":
-        sys.stdout.write(jsonio.dumps(topo))
+        sys.stdout.write(topology_json.dumps(topo))
     elif args.format == "nvsmi":
         sys.stdout.write(nvsmi.format_matrix(topo))
     else:

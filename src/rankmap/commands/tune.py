@@ -44,44 +44,21 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from rankmap.commands.map import solve_for
+    from rankmap.commands.map import solver_options
     from rankmap.mapping.report import print_text
-    from rankmap.mapping.traffic import job_traffic
-    from rankmap.store import command_key, open_store
+    from rankmap.pipeline.tune import tune
+    from rankmap.store import open_store
 
     cmd = command_of(args, "tune")
-    ws = world_size_of(cmd)
-    key = command_key(cmd)
-    store = open_store(args.db)
-    jid = None if args.force else store.find_job(key, ws)
     log = sys.stderr if args.format == "json" else sys.stdout
-    if jid is None:
-        from rankmap.capture.profile import profile_command
-
-        res = profile_command(cmd, store=store, progress=False)
-        if res.exit_status != 0:
-            raise RankmapError(f"the profiling run of job {res.job_id} failed (exit status {res.exit_status}): "
-                               f"fix the command, then tune again")
-        jid = res.job_id
-        print(f"profiled as job {jid}", file=log)
-    else:
-        print(f"using the stored profile of job {jid} (--force profiles again)", file=log)
-    traffic = job_traffic(store, jid)  # host-staged bytes kept apart: they are routed via the host
-    if traffic.n != ws:
-        raise RankmapError(f"the profile of job {jid} has {traffic.n} ranks but the command starts {ws}: "
-                           f"profile this rank count (rankmap tune --force -- ...)")
-    if traffic.total == 0:
-        raise RankmapError(f"job {jid} recorded no traffic between ranks: nothing to place")
-    doc = solve_for(traffic, args, source={"job": jid, "command": cmd})
-    mid = store.save_mapping(doc, job_id=jid, key=key, world_size=ws, topology=doc["topology"],
-                             max_before=doc["default"]["max_congestion"], avg_before=doc["default"]["avg_congestion"],
-                             max_after=doc["max_congestion"], avg_after=doc["avg_congestion"], optimal=doc["optimal"],
-                             meta={"solver": doc["solver"], "nodes": doc["nodes"]})
+    res = tune(cmd, open_store(args.db), world_size=world_size_of(cmd), force=args.force,
+               log=lambda line: print(line, file=log), **solver_options(args))
+    doc = res.doc
     if args.format == "json":
-        doc["mapping_id"] = mid
+        doc["mapping_id"] = res.mapping_id
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print_text(doc)
-        print(f"stored as mapping {mid}; launch with: rankmap run -- {' '.join(cmd)}")
+        print(f"stored as mapping {res.mapping_id}; launch with: rankmap run -- {' '.join(cmd)}")
     return 0

@@ -1,9 +1,10 @@
 """Per-rank exec wrapper: put this rank on its mapped GPU, CPUs and NIC, then become the program.
 
 ``rankmap run`` starts every rank as ``python -S execwrap.py PROGRAM ARGS...`` with
-``RANKMAP_MAPPING`` naming the mapping JSON. This file imports nothing but the standard library (and
-``-S`` skips site initialisation) so it adds only a few tens of milliseconds per rank before
-``os.execvp`` replaces it with the program: no Python stays behind.
+``RANKMAP_MAPPING`` naming the mapping JSON. This file imports nothing but the standard library and
+the mapping JSON reader (``rankmap.formats.mapping_json``, itself standard library only), and ``-S``
+skips site initialisation, so it adds only a few tens of milliseconds per rank before ``os.execvp``
+replaces it with the program: no Python stays behind.
 
 What it does, in order:
 
@@ -26,10 +27,14 @@ because running unplaced would silently invalidate what the user asked for.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
+
+if not __package__:   # run as a file (python -S .../rankmap/mapping/execwrap.py): the package is two up
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from rankmap.errors import RankmapError  # noqa: E402
+from rankmap.formats import mapping_json  # noqa: E402
 
 WORLD_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK")
 LOCAL_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK")
@@ -63,28 +68,26 @@ def parse_cpus(text: str) -> set[int]:
     return out
 
 
-def plan(mapping: dict, env: dict) -> tuple[dict, dict]:
-    """(this rank's entry, the environment variables to set). Pure: tested without exec."""
-    ranks = mapping.get("mapping") or {}
+def plan(mapping: mapping_json.Mapping | dict, env: dict) -> tuple[mapping_json.RankPlacement, dict]:
+    """(this rank's placement, the environment variables to set). Pure: tested without exec."""
+    if isinstance(mapping, dict):
+        mapping = mapping_json.from_dict(mapping)
     world = _first_int(env, WORLD_VARS)
     local = _first_int(env, LOCAL_VARS)
     if world is None:
         if local is None:
             raise LookupError("no rank variable set (" + ", ".join(WORLD_VARS + LOCAL_VARS) + ")")
         world = local
-    entry = ranks.get(str(world))
-    if entry is None:
-        raise LookupError(f"the mapping has no rank {world} (it places {len(ranks)} ranks)")
+    if not 0 <= world < len(mapping.ranks):
+        raise LookupError(f"the mapping has no rank {world} (it places {len(mapping.ranks)} ranks)")
+    entry = mapping.ranks[world]
     out: dict[str, str] = {}
-    gpu = entry.get("gpu")
-    if gpu is not None:
-        by_uuid = env.get("RANKMAP_GPU_BY") == "uuid" and entry.get("uuid")
-        out["CUDA_VISIBLE_DEVICES"] = str(entry["uuid"]) if by_uuid else str(gpu)
-    netdev = entry.get("netdev")
-    if netdev:
-        out["UCX_NET_DEVICES"] = f"{netdev}:1"
-        out["NCCL_IB_HCA"] = str(netdev)
-    out["RANKMAP_PLACED"] = f"{entry.get('node', 0)}:{gpu}:{entry.get('cpus') or ''}:{entry.get('nic') or ''}"
+    by_uuid = env.get("RANKMAP_GPU_BY") == "uuid" and entry.uuid
+    out["CUDA_VISIBLE_DEVICES"] = str(entry.uuid) if by_uuid else str(entry.gpu)
+    if entry.netdev:
+        out["UCX_NET_DEVICES"] = f"{entry.netdev}:1"
+        out["NCCL_IB_HCA"] = str(entry.netdev)
+    out["RANKMAP_PLACED"] = f"{entry.node}:{entry.gpu}:{entry.cpus or ''}:{entry.nic or ''}"
     return entry, out
 
 
@@ -98,18 +101,13 @@ def main(argv: list[str] | None = None) -> None:
     if not path:
         _die("RANKMAP_MAPPING is not set")
     try:
-        with open(path) as f:
-            mapping = json.load(f)
-    except (OSError, ValueError) as e:
-        _die(f"cannot read mapping {path}: {e}")
-    try:
-        entry, env = plan(mapping, dict(os.environ))
-    except LookupError as e:
+        entry, env = plan(mapping_json.load(path), dict(os.environ))
+    except (LookupError, RankmapError) as e:
         _die(str(e))
     os.environ.update(env)
     cmd = argv
     if os.environ.get("RANKMAP_NO_BIND") != "1":
-        cpus = entry.get("cpus")
+        cpus = entry.cpus
         if cpus:
             try:
                 want = parse_cpus(cpus)
@@ -122,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
                     os.environ["RANKMAP_CPUS"] = "unbound: none of " + cpus + " is allowed here"
             except (ValueError, OSError) as e:
                 os.environ["RANKMAP_CPUS"] = f"unbound: {e}"
-        numa = entry.get("numa")
+        numa = entry.numa
         numactl = shutil.which("numactl")
         if numa is not None and numactl:
             cmd = [numactl, f"--membind={int(numa)}", "--"] + cmd

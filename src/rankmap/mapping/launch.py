@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from rankmap.errors import RankmapError
+from rankmap.formats.mapping_json import Mapping
 
 WRAPPER = str(Path(__file__).with_name("execwrap.py"))
 
@@ -65,24 +66,19 @@ def wrap(argv: list[str], mapping_file: str, *, bind: bool = True, rankfile: str
                        f"jobs; {launcher.kind} launches are not supported yet")
 
 
-def rankfile_text(doc: dict, hosts: list[str]) -> str:
+def rankfile_text(m: Mapping, hosts: list[str]) -> str:
     """Open MPI rankfile: ``rank R=HOST slot=CPUS`` per rank, in rank order."""
-    lines = []
-    for r in sorted(doc["mapping"], key=int):
-        e = doc["mapping"][r]
-        slot = e.get("cpus") or "0"
-        lines.append(f"rank {r}={hosts[e['node']]} slot={slot}")
-    return "\n".join(lines) + "\n"
+    return "".join(f"rank {p.rank}={hosts[p.node]} slot={p.cpus or '0'}\n" for p in m.ranks)
 
 
-def slurm_hostfile_text(doc: dict, hosts: list[str]) -> str:
+def slurm_hostfile_text(m: Mapping, hosts: list[str]) -> str:
     """Slurm arbitrary distribution: line ``i`` names the host of task ``i``."""
-    return "".join(f"{hosts[doc['mapping'][r]['node']]}\n" for r in sorted(doc["mapping"], key=int))
+    return "".join(f"{hosts[p.node]}\n" for p in m.ranks)
 
 
-def hosts_for(doc: dict, given: str | None) -> list[str]:
+def hosts_for(m: Mapping, given: str | None) -> list[str]:
     """Host names of nodes 0..N-1: ``--hosts a,b,...``, else the Slurm allocation."""
-    n = int(doc.get("nodes", 1))
+    n = m.nodes
     if given:
         hosts = [h for h in given.split(",") if h]
     else:

@@ -10,10 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from rankmap.formats.mapping_json import FORMAT, VERSION
 from rankmap.mapping.solve import Placement
-
-FORMAT = "rankmap-mapping"
-VERSION = 1
 
 
 def _ratio(a: float, b: float) -> float | None:

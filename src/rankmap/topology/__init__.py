@@ -2,7 +2,7 @@
 
 Sources: live discovery (:mod:`.discover`, NVML + sysfs), ``nvidia-smi topo -m`` text
 (:mod:`.nvsmi`), fixtures of published systems (:mod:`.fixtures`) and the versioned JSON form
-(:mod:`.jsonio`). :func:`load` is the one entry point that resolves what a user typed.
+(:mod:`rankmap.formats.topology_json`). :func:`load` is the one entry point that resolves what a user typed.
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ def load(spec: str | None) -> Topology:
         return fixtures.get(spec)
     p = Path(spec)
     if p.exists():
-        from rankmap.topology import jsonio, nvsmi
+        from rankmap.formats import topology_json
+        from rankmap.topology import nvsmi
 
         text = p.read_text(errors="replace")
         if text.lstrip().startswith("{"):
-            return jsonio.loads(text, source=str(p))
+            return topology_json.loads(text, source=str(p))
         return nvsmi.parse(text, source=str(p))
     raise TopologyError(
         f"unknown topology {spec!r}: not 'live', not a file, and not a fixture "

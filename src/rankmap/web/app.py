@@ -33,7 +33,7 @@ from rankmap import __version__
 from rankmap.errors import RankmapError
 from rankmap.store import Store
 from rankmap.topology import Topology
-from rankmap.topology.jsonio import to_dict
+from rankmap.formats.topology_json import to_dict
 from rankmap.web import queries as Q
 from rankmap.web import topoview as V
 

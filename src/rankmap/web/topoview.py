@@ -21,7 +21,8 @@ from rankmap.errors import RankmapError
 from rankmap.mapping.cost import Traffic, evaluate
 from rankmap.mapping.platform import Platform, node_model
 from rankmap.topology import DeviceKind, Topology
-from rankmap.topology.jsonio import to_dict
+from rankmap.formats import mapping_json
+from rankmap.formats.topology_json import to_dict
 
 # Rows from top to bottom. PCIe switches get one row per level of nesting (see _rows).
 _ROW_OF_KIND = {DeviceKind.NODE: 0, DeviceKind.CPU: 1, DeviceKind.HOST_BRIDGE: 2}
@@ -143,59 +144,11 @@ def default_placement(n: int, n_gpus: int) -> Placement:
     return Placement([r % n_gpus for r in range(n)], None, "default")
 
 
-def _rank_entry_gpu(e: Any, where: str) -> tuple[int, Any]:
-    if isinstance(e, bool):
-        raise RankmapError(f"{where}: expected a GPU index or an object with 'gpu', got {e!r}")
-    if isinstance(e, int):
-        return e, None
-    if isinstance(e, dict):
-        g = e.get("gpu", e.get("gpu_index", e.get("device")))
-        if isinstance(g, int) and not isinstance(g, bool):
-            return g, e.get("node", e.get("host"))
-    raise RankmapError(f"{where}: expected a GPU index or an object with 'gpu', got {str(e)[:60]}")
-
-
 def parse_placement(mapping: Any, n: int, where: str = "mapping") -> Placement:
-    """Read a rank -> GPU placement out of a stored mapping, in the shapes a mapping JSON takes.
-
-    Accepted: ``{"ranks": [{"rank": r, "gpu": g, "node": ...}, ...]}`` (the rows may carry
-    ``world_rank`` instead of ``rank``; without either the list position is the rank),
-    ``{"gpu_of": [...], "node_of": [...]}``, ``{"<rank>": g | {"gpu": g}}``, a plain list, or
-    any of these under a ``"mapping"`` key. Ranks the mapping leaves out stay on ``r mod G``
-    only if the caller fills them; here they are an error, named.
-    """
-    m = mapping
-    if isinstance(m, dict) and "mapping" in m and not ({"ranks", "gpu_of"} & set(m)):
-        m = m["mapping"]
-    gpu: dict[int, int] = {}
-    node: dict[int, Any] = {}
-    if isinstance(m, dict) and isinstance(m.get("gpu_of"), list):
-        for r, g in enumerate(m["gpu_of"]):
-            gpu[r], _ = _rank_entry_gpu(g, f"{where}.gpu_of[{r}]")
-        for r, u in enumerate(m.get("node_of") or []):
-            node[r] = u
-    elif isinstance(m, (list, dict)) and (isinstance(m, list) or isinstance(m.get("ranks"), list)):
-        rows = m if isinstance(m, list) else m["ranks"]
-        for i, e in enumerate(rows):
-            r = i
-            if isinstance(e, dict):
-                rr = e.get("rank", e.get("world_rank", i))
-                r = int(rr) if isinstance(rr, (int, str)) and str(rr).lstrip("-").isdigit() else i
-            gpu[r], u = _rank_entry_gpu(e, f"{where}.ranks[{i}]")
-            if u is not None:
-                node[r] = u
-    elif isinstance(m, dict) and m and all(str(k).isdigit() for k in m):
-        for k, e in m.items():
-            gpu[int(k)], u = _rank_entry_gpu(e, f"{where}[{k!r}]")
-            if u is not None:
-                node[int(k)] = u
-    else:
-        raise RankmapError(f"{where}: no rank -> GPU placement found (expected 'ranks', 'gpu_of' or a list)")
-    missing = [r for r in range(n) if r not in gpu]
-    if missing:
-        raise RankmapError(f"{where}: rank {missing[0]} has no GPU ({len(missing)} of {n} ranks missing)")
-    nodes = [node.get(r) for r in range(n)] if node else None
-    return Placement([gpu[r] for r in range(n)], nodes, where)
+    """The rank -> GPU placement of a stored mapping, read by the one mapping reader
+    (:func:`rankmap.formats.mapping_json.placement`, which names the shapes it accepts)."""
+    gpu, node = mapping_json.placement(mapping, n, where)
+    return Placement(gpu, node, where)
 
 
 # ------------------------------------------------------------------------------ loads

@@ -59,10 +59,8 @@ def _build_halo4d(mpicc: str, cache: Path) -> Path:
 
 def profile_real(args, store, cache: Path, con) -> tuple[Traffic, int, list[str]]:
     """Run halo4d under mpirun with capture; returns (traffic, job id, command)."""
-    try:
-        from rankmap.capture.profile import profile_command
-    except ImportError:
-        raise RankmapError("the capture layer (rankmap.capture.profile) is not installed") from None
+    from rankmap.pipeline.profile import profile_command
+
     mpirun, mpicc = _mpi_tools()
     exe = _build_halo4d(mpicc, cache)
     dims = "x".join(str(x) for x in halo_dims(args.ranks))

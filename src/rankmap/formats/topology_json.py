@@ -10,6 +10,9 @@ One file format for fixtures, ``rankmap topo --format json`` and ``--from FILE``
 The reader validates every field and names the file and the field at fault
 (``topo.json: links[3].bandwidth: expected a positive number, got "x"``), because a
 topology is often written by hand and a wrong number silently skews every mapping.
+
+The one import from a layer above ``formats/``: the format's objects are those of
+``rankmap.topology.model``, a module that imports nothing of rankmap but its errors.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import math
 from typing import Any
 
+from rankmap.errors import shown as _show
 from rankmap.topology.model import Device, DeviceKind, Link, LinkKind, Topology, TopologyError
 
 FORMAT = "rankmap-topology"
@@ -62,14 +66,6 @@ def dumps(topo: Topology) -> str:
         out.append("  ]" + ("," if key != "links" else ""))
     out.append("}")
     return "\n".join(out) + "\n"
-
-
-def _show(v: Any) -> str:
-    try:
-        s = json.dumps(v)
-    except (TypeError, ValueError):
-        s = repr(v)
-    return s if len(s) <= 60 else s[:57] + "..."
 
 
 class _Reader:

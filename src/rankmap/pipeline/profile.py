@@ -116,7 +116,7 @@ class _Streamer(threading.Thread):
         NCCL files are ingested together (:meth:`_poll_nccl`): their global ranks and pair traffic
         come from joining all of them.
         """
-        from rankmap.capture import records
+        from rankmap.formats import record as records
         problems: list[str] = []
         with self.lock:
             nccl_changed = False

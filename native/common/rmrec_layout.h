@@ -1,0 +1,137 @@
+/*
+ * rmrec_layout.h -- the layout of rankmap record files, declared once (docs/record-format.md).
+ *
+ * Two readers of this one declaration:
+ *   - rmrec.c includes it and expands the lists below into its packed structs and enums;
+ *   - rankmap/formats/record.py parses this very file and builds its numpy dtypes and code
+ *     tables from the same lists.
+ * So a field added here reaches the writer and the reader at once.  The Python side reads the
+ * text with a small parser: keep to the forms used below.
+ *   #define RMREC_NAME value                    a number (decimal or hex)
+ *   #define RMREC_<LIST>(X) X(NAME, n, "text")  a code list; one X(...) per line, '\' continued
+ *   #define RMREC_ROW_<NAME>(F, A) F(type, field) A(type, field, count)
+ *                                               a packed little-endian row; F a scalar field, A
+ *                                               an array (padding, fixed text); types: u8 u16
+ *                                               u32 u64 i32 i64
+ * A fixed-size block type (rows of one struct) is a BLOCK entry whose name has a ROW list.
+ * Block types 1-8 are the original set; readers skip types they do not know, so adding one is
+ * forward compatible and needs no version bump.
+ */
+#ifndef RANKMAP_RMREC_LAYOUT_H
+#define RANKMAP_RMREC_LAYOUT_H
+
+#define RMREC_VERSION 1
+#define RMREC_HEADER_SIZE 128
+#define RMREC_BLOCK_HDR_SIZE 16
+#define RMREC_BLOCK_LIMIT 67108864   /* a reader rejects a block longer than this (64 MiB) */
+#define RMREC_HIST_BINS 64           /* bin 0: 0 bytes; bin k>=1: 2^(k-1) <= bytes < 2^k */
+
+/* The 128-byte file header; magic "RMREC\r\n\x1a", crc = CRC-32 of bytes 0..123. */
+#define RMREC_ROW_HEADER(F, A) \
+  A(u8, magic, 8) \
+  F(u16, version) \
+  F(u16, header_size) \
+  F(u8, source) \
+  A(u8, reserved0, 3) \
+  F(i32, world_rank) \
+  F(i32, world_size) \
+  F(i64, pid) \
+  F(i64, start_ns) \
+  F(i64, bucket_ns) \
+  A(u8, host, 64) \
+  A(u8, reserved1, 12) \
+  F(u32, crc)
+
+/* The 16-byte block header; magic "RMBK", crc = CRC-32 of bytes 4..11 then the payload. */
+#define RMREC_ROW_BLOCK(F, A) \
+  A(u8, magic, 4) \
+  F(u16, type) \
+  F(u16, reserved) \
+  F(u32, length) \
+  F(u32, crc)
+
+/* Block types: X(NAME, number, "name") */
+#define RMREC_BLOCKS(X) \
+  X(STRINGS, 1, "strings") \
+  X(TRAFFIC, 2, "traffic") \
+  X(HIST, 3, "hist") \
+  X(OPTIME, 4, "optime") \
+  X(TIMELINE, 5, "timeline") \
+  X(COMM, 6, "comm") \
+  X(META, 7, "meta") \
+  X(FLUSH, 8, "flush")
+
+/* Rows of the fixed-size block types. */
+#define RMREC_ROW_TRAFFIC(F, A) \
+  F(i32, peer) \
+  F(u16, op) \
+  F(u8, klass) \
+  F(u8, mem) \
+  F(u8, dir) \
+  A(u8, pad, 7) \
+  F(u64, bytes) \
+  F(u64, msgs)
+
+#define RMREC_ROW_HIST(F, A) \
+  F(u16, op) \
+  F(u8, bin) \
+  A(u8, pad, 5) \
+  F(u64, count)
+
+#define RMREC_ROW_OPTIME(F, A) \
+  F(u16, op) \
+  A(u8, pad, 6) \
+  F(u64, calls) \
+  F(u64, ns) \
+  F(u64, bytes)
+
+#define RMREC_ROW_TIMELINE(F, A) \
+  F(i64, bucket) \
+  F(i32, peer) \
+  F(u8, klass) \
+  A(u8, pad, 3) \
+  F(u64, bytes)
+
+#define RMREC_ROW_FLUSH(F, A) \
+  F(u64, seq) \
+  F(i64, wall_ns) \
+  F(i64, elapsed_ns) \
+  F(u32, final) \
+  F(u32, pad)
+
+/* Heads of the entries of the variable-size block types; each is followed by its bytes. */
+#define RMREC_ROW_STRING_ENTRY(F, A) \
+  F(u32, id) \
+  F(u32, length)
+/* followed by key_length bytes of key, then value_length bytes of value */
+#define RMREC_ROW_META_ENTRY(F, A) \
+  F(u32, key_length) \
+  F(u32, value_length)
+/* followed by name_length bytes of name, then size x i32 world ranks */
+#define RMREC_ROW_COMM_ENTRY(F, A) \
+  F(u64, id) \
+  F(u32, size) \
+  F(u32, name_length)
+
+/* Codes: X(NAME, value, "name in the reader and the store") */
+#define RMREC_SOURCES(X) \
+  X(MPI, 0, "mpi") \
+  X(NCCL, 1, "nccl")
+
+#define RMREC_CLASSES(X) \
+  X(P2P, 0, "p2p") \
+  X(COLL, 1, "collective") \
+  X(RMA, 2, "rma") \
+  X(NCCL, 3, "nccl")
+
+#define RMREC_MEMS(X) \
+  X(UNKNOWN, 0, "unknown") \
+  X(HOST, 1, "host") \
+  X(DEVICE, 2, "device") \
+  X(MANAGED, 3, "managed")
+
+#define RMREC_DIRECTIONS(X) \
+  X(SEND, 0, "send") \
+  X(RECV, 1, "recv")
+
+#endif

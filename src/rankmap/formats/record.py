@@ -1,0 +1,525 @@
+"""The one reader of rankmap record files (``rank-<world>.<source>.rmrec``).
+
+The format is specified in ``docs/record-format.md`` and written by ``native/common/rmrec.c``.
+Its layout (header, block header, row structs, block type numbers, codes) is declared once, in
+``native/common/rmrec_layout.h``: the C writer expands that file into its structs, and this
+module parses the same file into numpy dtypes, so the two cannot drift apart.
+
+Counters are stored as deltas per flush. :class:`RecordReader` resumes where it stopped: each
+:meth:`~RecordReader.poll` parses only the blocks appended since the previous one and returns
+their sums as a :class:`RankRecord` (a *delta*), so following a growing file costs what was
+appended, not what the file holds. :func:`read` is one poll of a whole file (the totals).
+
+A truncated or corrupt block (a job killed mid-flush, a damaged disk block) is reported in
+:attr:`RankRecord.problems` with the file and offset, and every intact block is used. A file
+that is not a record file at all (wrong magic, unknown version, damaged header) raises
+:class:`~rankmap.errors.RankmapError` naming the file and offset.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from rankmap.errors import RankmapError
+from rankmap.native_sources import native_dir
+
+# ------------------------------------------------------------------ the layout, from the C header
+_CTYPES = {"u8": "u1", "u16": "<u2", "u32": "<u4", "u64": "<u8", "i32": "<i4", "i64": "<i8"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What ``rmrec_layout.h`` declares: numbers, code lists and packed rows."""
+
+    numbers: dict[str, int]
+    lists: dict[str, list[tuple[str, int, str]]]   # e.g. CLASSES -> [(P2P, 0, "p2p"), ...]
+    rows: dict[str, np.dtype]                      # e.g. TRAFFIC -> packed little-endian dtype
+
+
+def parse_layout(text: str) -> Layout:
+    """Parse the declaration (the macro forms documented at the top of ``rmrec_layout.h``)."""
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S).replace("\\\n", " ")
+    numbers: dict[str, int] = {}
+    lists: dict[str, list[tuple[str, int, str]]] = {}
+    rows: dict[str, np.dtype] = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*#define\s+RMREC_ROW_(\w+)\(F,\s*A\)\s+(.*)$", line)
+        if m:
+            fields = []
+            for kind, ctype, name, count in re.findall(r"([FA])\((\w+),\s*(\w+)(?:,\s*(\d+))?\)", m.group(2)):
+                if ctype not in _CTYPES:
+                    raise RankmapError(f"rmrec_layout.h: row {m.group(1)}: unknown type {ctype}")
+                if kind == "F":
+                    fields.append((name, _CTYPES[ctype]))
+                elif ctype == "u8":
+                    fields.append((name, f"V{int(count)}"))   # raw bytes: padding, magic, text
+                else:
+                    fields.append((name, _CTYPES[ctype], (int(count),)))
+            rows[m.group(1)] = np.dtype(fields)
+            continue
+        m = re.match(r"\s*#define\s+RMREC_(\w+)\(X\)\s+(.*)$", line)
+        if m:
+            lists[m.group(1)] = [(n, int(v, 0), s) for n, v, s in
+                                 re.findall(r'X\((\w+),\s*(\w+),\s*"([^"]*)"\)', m.group(2))]
+            continue
+        m = re.match(r"\s*#define\s+RMREC_(\w+)\s+(0[xX][0-9a-fA-F]+|\d+)\s*$", line)
+        if m:
+            numbers[m.group(1)] = int(m.group(2), 0)
+    return Layout(numbers, lists, rows)
+
+
+@lru_cache(maxsize=None)
+def layout() -> Layout:
+    """The layout of this installation's writer (``native/common/rmrec_layout.h``)."""
+    path = native_dir() / "common" / "rmrec_layout.h"
+    try:
+        return parse_layout(path.read_text())
+    except OSError as e:
+        raise RankmapError(f"cannot read the record layout {path}: {e.strerror}") from None
+
+
+def _codes(name: str) -> tuple[str, ...]:
+    """A code list as a tuple indexed by code value (gaps named ``<list>#<n>``)."""
+    entries = layout().lists[name]
+    out = [f"{name.lower()}#{i}" for i in range(max(v for _, v, _ in entries) + 1)]
+    for _, v, s in entries:
+        out[v] = s
+    return tuple(out)
+
+
+_L = layout()
+MAGIC = b"RMREC\r\n\x1a"
+BLOCK_MAGIC = b"RMBK"
+VERSION = _L.numbers["VERSION"]
+HEADER_SIZE = _L.numbers["HEADER_SIZE"]
+BLOCK_HDR = _L.numbers["BLOCK_HDR_SIZE"]
+MAX_BLOCK = _L.numbers["BLOCK_LIMIT"]
+HIST_BINS = _L.numbers["HIST_BINS"]
+
+CLASSES = _codes("CLASSES")
+MEMS = _codes("MEMS")
+DIRECTIONS = _codes("DIRECTIONS")
+SOURCES = _codes("SOURCES")
+
+#: block type number by name (``BLOCK_TYPES["TRAFFIC"] == 2``)
+BLOCK_TYPES: dict[str, int] = {n: v for n, v, _ in _L.lists["BLOCKS"]}
+BT_STRINGS, BT_TRAFFIC, BT_HIST, BT_OPTIME, BT_TIMELINE, BT_COMM, BT_META, BT_FLUSH = (
+    BLOCK_TYPES[n] for n in ("STRINGS", "TRAFFIC", "HIST", "OPTIME", "TIMELINE", "COMM", "META", "FLUSH"))
+
+_HEADER = _L.rows["HEADER"]
+_BLOCK = _L.rows["BLOCK"]
+_FLUSH = _L.rows["FLUSH"]
+_STRING = _L.rows["STRING_ENTRY"]
+_META = _L.rows["META_ENTRY"]
+_COMM = _L.rows["COMM_ENTRY"]
+#: dtype of the rows of every fixed-size block type, by type number (a BLOCK with a ROW list)
+ROW_TYPES: dict[int, np.dtype] = {v: _L.rows[n] for n, v in BLOCK_TYPES.items()
+                                  if n in _L.rows and n != "FLUSH"}
+_CRC_AT = _HEADER.fields["crc"][1]
+
+
+# ------------------------------------------------------------------------------ what a file holds
+@dataclass
+class Communicator:
+    """A communicator seen by the rank: id (source-specific), name, members' world ranks."""
+
+    id: int
+    name: str
+    members: list[int]
+
+
+@dataclass
+class RankRecord:
+    """What one rank recorded from one source: the sums over a run of intact blocks.
+
+    From :func:`read`, the whole file (totals); from :meth:`RecordReader.poll`, only the blocks
+    that poll parsed (a delta: add it to what came before).
+
+    traffic rows are ``(peer, klass, operation, mem, direction, bytes, messages)`` with peer a
+    world rank, klass in :data:`CLASSES`, mem in :data:`MEMS`, direction in :data:`DIRECTIONS`.
+    ``histogram[op][k]`` counts calls whose payload fell in bin k (0: 0 bytes; k >= 1:
+    2**(k-1) <= bytes < 2**k).  ``op_time[op] = (calls, ns)``; ``payload[op]`` the logical bytes.
+    ``timeline`` rows are ``(bucket, peer, klass, bytes_sent)``, bucket = elapsed // bucket_ns.
+    ``rows`` holds the raw rows of fixed-size block types this module does not sum itself, by
+    type number (block types added to the layout later arrive here without reader changes).
+    """
+
+    path: Path
+    version: int
+    source: str
+    world_rank: int
+    world_size: int
+    host: str
+    pid: int
+    start_ns: int
+    bucket_ns: int
+    elapsed_ns: int = 0
+    finalized: bool = False
+    flushes: int = 0
+    traffic: list[tuple[int, str, str, str, str, int, int]] = field(default_factory=list)
+    histogram: dict[str, list[int]] = field(default_factory=dict)
+    op_time: dict[str, tuple[int, int]] = field(default_factory=dict)
+    payload: dict[str, int] = field(default_factory=dict)
+    timeline: list[tuple[int, int, str, int]] = field(default_factory=list)
+    communicators: list[Communicator] = field(default_factory=list)
+    meta: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    blocks: int = 0
+    rows: dict[int, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(r[5] for r in self.traffic if r[4] == "send")
+
+    def empty(self) -> bool:
+        """Nothing to store: no counted rows, names, communicators or flushes."""
+        return not (self.traffic or self.histogram or self.op_time or self.timeline or self.communicators
+                    or self.meta or self.flushes or self.rows)
+
+
+@dataclass(frozen=True)
+class Header:
+    version: int
+    source: str
+    world_rank: int
+    world_size: int
+    pid: int
+    start_ns: int
+    bucket_ns: int
+    host: str
+
+
+def _parse_header(path: Path, data: bytes) -> Header:
+    if len(data) < 8 or data[:8] != MAGIC:
+        raise RankmapError(f"{path}: not a rankmap record file (bad magic at offset 0)")
+    if len(data) < HEADER_SIZE:
+        raise RankmapError(f"{path}: truncated header at offset {len(data)} (need {HEADER_SIZE} bytes)")
+    h = np.frombuffer(data, dtype=_HEADER, count=1)[0]
+    if int(h["version"]) != VERSION:
+        raise RankmapError(f"{path}: unsupported record format version {int(h['version'])} at offset "
+                           f"{_HEADER.fields['version'][1]} (this rankmap reads version {VERSION})")
+    if int(h["header_size"]) != HEADER_SIZE:
+        raise RankmapError(f"{path}: bad header size {int(h['header_size'])} at offset "
+                           f"{_HEADER.fields['header_size'][1]}")
+    if zlib.crc32(data[:_CRC_AT]) != int(h["crc"]):
+        raise RankmapError(f"{path}: header checksum mismatch at offset {_CRC_AT}")
+    src = int(h["source"])
+    if src >= len(SOURCES) or "#" in SOURCES[src]:
+        raise RankmapError(f"{path}: unknown source kind {src} at offset {_HEADER.fields['source'][1]}")
+    host = bytes(h["host"]).split(b"\0", 1)[0].decode("utf-8", "replace")
+    return Header(VERSION, SOURCES[src], int(h["world_rank"]), int(h["world_size"]), int(h["pid"]),
+                  int(h["start_ns"]), int(h["bucket_ns"]), host)
+
+
+def _block_ok(data: bytes | memoryview, off: int) -> tuple[str | None, int, int]:
+    """Check the block at ``off``: returns (problem or None, type, payload length)."""
+    if len(data) - off < BLOCK_HDR:
+        return "truncated block header", 0, 0
+    if bytes(data[off:off + 4]) != BLOCK_MAGIC:
+        return "corrupt block (bad block magic)", 0, 0
+    b = np.frombuffer(data, dtype=_BLOCK, count=1, offset=off)[0]
+    btype, length, crc = int(b["type"]), int(b["length"]), int(b["crc"])
+    if length > MAX_BLOCK:
+        return f"corrupt block (length {length})", btype, length
+    if off + BLOCK_HDR + length > len(data):
+        return "truncated block", btype, length
+    c = zlib.crc32(data[off + 4:off + 12])
+    c = zlib.crc32(data[off + BLOCK_HDR:off + BLOCK_HDR + length], c)
+    if c != crc:
+        return "corrupt block (checksum mismatch)", btype, length
+    return None, btype, length
+
+
+def _resync(data: bytes, off: int) -> int:
+    """Offset of the next intact block after ``off``, or -1."""
+    pos = off + 1
+    while True:
+        pos = data.find(BLOCK_MAGIC, pos)
+        if pos < 0:
+            return -1
+        if _block_ok(data, pos)[0] is None:
+            return pos
+        pos += 1
+
+
+def _entries(payload: memoryview, dt: np.dtype, tail: Callable[[np.void], int]) -> Iterator[tuple[np.void, memoryview]]:
+    """The entries of a variable-size block: a head of type ``dt``, then ``tail(head)`` bytes."""
+    p = 0
+    while p + dt.itemsize <= len(payload):
+        e = np.frombuffer(payload, dtype=dt, count=1, offset=p)[0]
+        p += dt.itemsize
+        n = tail(e)
+        yield e, payload[p:p + n]
+        p += n
+
+
+def _text(b: memoryview) -> str:
+    return bytes(b).decode("utf-8", "replace")
+
+
+def _code(names: tuple[str, ...], i: int, what: str) -> str:
+    return names[i] if 0 <= i < len(names) else f"{what}#{i}"
+
+
+def _sum_rows(t: np.ndarray, keys: list[str], values: list[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Group the rows of ``t`` by its ``keys`` columns and sum its ``values`` columns.
+
+    Sort and reduce in uint64 (exact: float weights would round byte counts above 2**53)."""
+    order = np.lexsort([t[c] for c in reversed(keys)])
+    s = t[order]
+    change = np.zeros(len(s), dtype=bool)
+    change[0] = True
+    for c in keys:
+        change[1:] |= s[c][1:] != s[c][:-1]
+    starts = np.flatnonzero(change)
+    return ([s[c][starts].astype(np.int64) for c in keys],
+            [np.add.reduceat(s[v].astype(np.uint64), starts) for v in values])
+
+
+# ------------------------------------------------------------------------------ the reader
+class RecordReader:
+    """Follows one record file: every :meth:`poll` parses the blocks appended since the last one.
+
+    The reader keeps the byte offset of the first block it has not used, the operation names
+    (ids are per file; a STRINGS block names them in the flush that first uses them) and the
+    first damage it met. :meth:`state` / ``RecordReader(path, state=...)`` carry these over to
+    another process, so an ingest interrupted half-way resumes exactly where it stopped.
+    """
+
+    def __init__(self, path: str | Path, state: dict[str, Any] | None = None):
+        self.path = Path(path)
+        self.header: Header | None = None
+        self.offset = HEADER_SIZE
+        self.strings: dict[int, str] = {}
+        self.blocks = 0
+        self.flushes = 0
+        self.elapsed_ns = 0
+        self.finalized = False
+        self.bad_at: int | None = None
+        self.bad_why = ""
+        self.used_before = 0
+        self.size = 0
+        self.pending = False
+        if state:
+            self.offset = int(state["offset"])
+            self.strings = {int(k): v for k, v in state.get("strings", {}).items()}
+            self.blocks, self.flushes = int(state.get("blocks", 0)), int(state.get("flushes", 0))
+            self.elapsed_ns, self.finalized = int(state.get("elapsed_ns", 0)), bool(state.get("finalized"))
+            self.bad_at, self.bad_why = state.get("bad_at"), state.get("bad_why", "")
+            self.used_before = int(state.get("used_before", 0))
+
+    def state(self) -> dict[str, Any]:
+        """What a later reader of the same file needs to go on from here (JSON-able)."""
+        return {"offset": self.offset, "strings": {str(k): v for k, v in self.strings.items()},
+                "blocks": self.blocks, "flushes": self.flushes, "elapsed_ns": self.elapsed_ns,
+                "finalized": self.finalized, "bad_at": self.bad_at, "bad_why": self.bad_why,
+                "used_before": self.used_before}
+
+    def _record(self, h: Header) -> RankRecord:
+        return RankRecord(path=self.path, version=h.version, source=h.source, world_rank=h.world_rank,
+                          world_size=h.world_size, host=h.host, pid=h.pid, start_ns=h.start_ns,
+                          bucket_ns=h.bucket_ns)
+
+    def _damage(self, off: int, why: str) -> None:
+        if self.bad_at is None:
+            self.bad_at, self.bad_why, self.used_before = off, why, self.blocks
+
+    def problems(self, live: bool) -> list[str]:
+        """The reader's findings so far: the first damaged block, and (unless ``live``) a missing end."""
+        out = []
+        if self.bad_at is not None:
+            later = self.blocks - self.used_before
+            msg = f"{self.path.name}: {self.bad_why} at offset {self.bad_at}; {self.used_before} earlier blocks used"
+            if later:
+                msg += f", {later} later blocks used"
+            out.append(msg)
+        if not self.finalized and not live:
+            out.append(f"{self.path.name}: no finalize marker (the rank ended without a final flush); "
+                       f"data up to {self.elapsed_ns / 1e9:.3f} s used")
+        return out
+
+    def poll(self, *, final: bool = False, max_bytes: int | None = None) -> RankRecord | None:
+        """Parse the complete blocks appended since the last poll; their sums, or None before a header.
+
+        While the rank may still write (``final=False``) an incomplete last block is a flush in
+        progress: it is left for the next poll. With ``final`` it is damage, reported. A header
+        not yet written raises only when ``final``. ``max_bytes`` bounds what one poll reads (call
+        again while :attr:`pending` says more is there).
+        """
+        try:
+            with self.path.open("rb") as f:
+                if self.header is None:
+                    head = f.read(HEADER_SIZE)
+                    if len(head) < HEADER_SIZE and not final and MAGIC.startswith(head[:len(MAGIC)]):
+                        return None                  # the writer has not finished its header yet
+                    self.header = _parse_header(self.path, head)
+                f.seek(self.offset)
+                data = f.read(max(max_bytes, 2 * (MAX_BLOCK + BLOCK_HDR))) if max_bytes else f.read()
+                self.size = f.seek(0, 2)
+        except OSError as e:
+            raise RankmapError(f"cannot read record file {self.path}: {e.strerror or e}") from None
+        rec = self._record(self.header)
+        parts: dict[int, list[np.ndarray]] = {}
+        comms: dict[tuple[int, str], Communicator] = {}
+        off, base = 0, self.offset
+        more = max_bytes is not None and base + len(data) < self.size
+        while off < len(data):
+            why, btype, length = _block_ok(data, off)
+            if why is not None:
+                if why.startswith("truncated") and (more or not final):
+                    break                            # the rest of this block comes later
+                nxt = _resync(data, off)
+                if nxt < 0 and not final and not more:
+                    break                            # look again when more is written
+                self._damage(base + off, why)
+                if nxt < 0:                          # nothing intact in what was read
+                    off = max(off + 1, len(data) - BLOCK_HDR) if more else len(data)
+                    break
+                off = nxt
+                continue
+            payload = memoryview(data)[off + BLOCK_HDR:off + BLOCK_HDR + length]
+            self.blocks += 1
+            rec.blocks += 1
+            self._block(rec, btype, payload, base + off, parts, comms)
+            off += BLOCK_HDR + length
+        self.offset = base + off
+        self.pending = self.offset < self.size
+        rec.communicators = list(comms.values())
+        rec.elapsed_ns, rec.finalized = self.elapsed_ns, self.finalized
+        self._sum(rec, parts)
+        return rec
+
+    def _block(self, rec: RankRecord, btype: int, payload: memoryview, at: int,
+               parts: dict[int, list[np.ndarray]], comms: dict[tuple[int, str], Communicator]) -> None:
+        length = len(payload)
+        if btype in ROW_TYPES:
+            dt = ROW_TYPES[btype]
+            if length % dt.itemsize:
+                rec.problems.append(f"{self.path.name}: block at offset {at} has {length} bytes, "
+                                    f"not a multiple of {dt.itemsize}; ignored")
+            else:
+                parts.setdefault(btype, []).append(np.frombuffer(payload, dtype=dt))
+        elif btype == BT_STRINGS:
+            for e, tail in _entries(payload, _STRING, lambda e: int(e["length"])):
+                self.strings[int(e["id"])] = _text(tail)
+        elif btype == BT_META:
+            for e, tail in _entries(payload, _META, lambda e: int(e["key_length"]) + int(e["value_length"])):
+                kl = int(e["key_length"])
+                rec.meta[_text(tail[:kl])] = _text(tail[kl:])
+        elif btype == BT_COMM:
+            for e, tail in _entries(payload, _COMM, lambda e: int(e["name_length"]) + 4 * int(e["size"])):
+                nl = int(e["name_length"])
+                name = _text(tail[:nl])
+                members = np.frombuffer(tail, dtype="<i4", count=int(e["size"]), offset=nl).tolist()
+                comms[(int(e["id"]), name)] = Communicator(int(e["id"]), name, members)
+        elif btype == BT_FLUSH and length >= _FLUSH.itemsize:
+            f = np.frombuffer(payload, dtype=_FLUSH, count=1)[0]
+            self.flushes += 1
+            rec.flushes += 1
+            self.elapsed_ns = max(self.elapsed_ns, int(f["elapsed_ns"]))
+            self.finalized = self.finalized or bool(f["final"])
+        # unknown block types are skipped (forward compatible within a version)
+
+    def _opname(self, i: int) -> str:
+        return self.strings.get(int(i), f"op#{int(i)}")
+
+    def _sum(self, rec: RankRecord, parts: dict[int, list[np.ndarray]]) -> None:
+        tables = {t: np.concatenate(p) for t, p in parts.items()}
+        t = tables.pop(BT_TRAFFIC, None)
+        if t is not None and len(t):
+            (peer, op, kl, mem, d), (by, ms) = _sum_rows(t, ["peer", "op", "klass", "mem", "dir"], ["bytes", "msgs"])
+            rec.traffic = sorted(
+                (p, _code(CLASSES, k, "class"), self._opname(o), _code(MEMS, m, "mem"),
+                 _code(DIRECTIONS, x, "dir"), b, n)
+                for p, o, k, m, x, b, n in zip(peer.tolist(), op.tolist(), kl.tolist(), mem.tolist(),
+                                               d.tolist(), by.tolist(), ms.tolist()))
+        t = tables.pop(BT_OPTIME, None)
+        if t is not None and len(t):
+            (op,), (calls, ns, by) = _sum_rows(t, ["op"], ["calls", "ns", "bytes"])
+            for o, c, n, b in zip(op.tolist(), calls.tolist(), ns.tolist(), by.tolist()):
+                rec.op_time[self._opname(o)] = (c, n)
+                rec.payload[self._opname(o)] = b
+        t = tables.pop(BT_HIST, None)
+        if t is not None and len(t):
+            (op, b), (n,) = _sum_rows(t, ["op", "bin"], ["count"])
+            for o, k, c in zip(op.tolist(), b.tolist(), n.tolist()):
+                if k < HIST_BINS:
+                    rec.histogram.setdefault(self._opname(o), [0] * HIST_BINS)[k] += c
+        t = tables.pop(BT_TIMELINE, None)
+        if t is not None and len(t):
+            (b, peer, kl), (by,) = _sum_rows(t, ["bucket", "peer", "klass"], ["bytes"])
+            rec.timeline = [(x, p, _code(CLASSES, k, "class"), v)
+                            for x, p, k, v in zip(b.tolist(), peer.tolist(), kl.tolist(), by.tolist())]
+        rec.rows = tables
+
+
+def read(path: str | Path, live: bool = False) -> RankRecord:
+    """Read and validate one whole record file: the sums of all its intact flushes.
+
+    ``live=True`` reads a file that its rank may still be writing: a truncated last block (a flush
+    in progress) and the missing finalize marker are then not reported as problems.
+    """
+    reader = RecordReader(path)
+    rec = reader.poll(final=not live)
+    if rec is None:                                  # live, and not even a header yet
+        raise RankmapError(f"{reader.path}: truncated header at offset 0 (need {HEADER_SIZE} bytes)")
+    rec.problems += reader.problems(live)
+    return rec
+
+
+def read_dir(rundir: str | Path, source: str | None = None, live: bool = False) -> list[RankRecord]:
+    """Read every ``rank-*.rmrec`` file in ``rundir`` (optionally of one source), by world rank."""
+    rundir = Path(rundir)
+    if not rundir.is_dir():
+        raise RankmapError(f"run directory {rundir} does not exist")
+    pattern = f"rank-*.{source}.rmrec" if source else "rank-*.rmrec"
+    recs = [read(p, live=live) for p in sorted(rundir.glob(pattern))]
+    recs.sort(key=lambda r: (r.source, r.world_rank))
+    return recs
+
+
+def _fold(records: list[RankRecord], what: str, world_size: int | None, cell) -> np.ndarray:
+    """A rank x rank int64 matrix: each traffic row adds its bytes (or messages) at ``cell(rank, row)``."""
+    n = world_size or max([r.world_size for r in records] + [0])
+    m = np.zeros((n, n), dtype=np.int64)
+    col = 5 if what == "bytes" else 6
+    for r in records:
+        for row in r.traffic:
+            ij = cell(r.world_rank, row)
+            if ij is not None and 0 <= ij[0] < n and 0 <= ij[1] < n:
+                m[ij] += row[col]
+    return m
+
+
+def traffic_matrix(records: list[RankRecord], klass: str | None = None, operation: str | None = None,
+                   what: str = "bytes", world_size: int | None = None) -> np.ndarray:
+    """The traffic matrix T[src][dst] (int64) of bytes (or ``what="messages"``).
+
+    Built from the sender's view: send rows of src with peer dst; for class ``rma`` a recv row
+    (MPI_Get and the fetch part of Get_accumulate / Fetch_and_op / Compare_and_swap: data moves
+    from the target to the origin) counts as T[target][origin].
+    """
+    def cell(rank: int, row: tuple) -> tuple[int, int] | None:
+        peer, k, op, _mem, d = row[:5]
+        if (klass and k != klass) or (operation and op != operation):
+            return None
+        return (rank, peer) if d == "send" else (peer, rank) if k == "rma" else None
+    return _fold(records, what, world_size, cell)
+
+
+def received_matrix(records: list[RankRecord], klass: str | None = None, operation: str | None = None,
+                    what: str = "bytes", world_size: int | None = None) -> np.ndarray:
+    """R[src][dst] from the receiver's view: recv rows of dst with peer src (not rma)."""
+    def cell(rank: int, row: tuple) -> tuple[int, int] | None:
+        peer, k, op, _mem, d = row[:5]
+        if d != "recv" or k == "rma" or (klass and k != klass) or (operation and op != operation):
+            return None
+        return peer, rank
+    return _fold(records, what, world_size, cell)

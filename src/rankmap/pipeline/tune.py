@@ -1,0 +1,74 @@
+"""``rankmap tune``'s steps: profile the job unless a profile of it is stored, place, store the mapping.
+
+Kept out of the verb module so that the demo, scripts and tests run the same steps; the verb only
+parses options and prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from rankmap.errors import RankmapError
+
+
+def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1, seed: int = 0,
+          time_budget: float = 10.0, source: dict | None = None) -> dict:
+    """The mapping JSON of the best placement of ``traffic`` on ``nodes`` x ``topology``."""
+    from rankmap.mapping.inputs import load_topology
+    from rankmap.mapping.platform import Platform, node_model
+    from rankmap.mapping.report import to_json
+    from rankmap.mapping.solve import place as solve
+
+    if nodes < 1:
+        raise RankmapError(f"--nodes must be at least 1, got {nodes}")
+    if time_budget <= 0:
+        raise RankmapError(f"--time-budget must be positive, got {time_budget}")
+    topo = load_topology(topology)
+    platform = Platform(node_model(topo), nodes)
+    pl = solve(platform, traffic, ranks_per_gpu=ranks_per_gpu, seed=seed, time_budget=time_budget)
+    return to_json(pl, topology=topo.name, ranks_per_gpu=ranks_per_gpu, source=source)
+
+
+@dataclass
+class TuneResult:
+    job_id: int          # the profile the placement was made from
+    profiled: bool       # False when a stored profile was used
+    mapping_id: int
+    doc: dict            # the mapping JSON
+
+
+def tune(cmd: Sequence[str], store: Any, *, world_size: int, force: bool = False,
+         log: Callable[[str], None] = print, **solver: Any) -> TuneResult:
+    """Profile ``cmd`` (unless ``force`` is off and a profile of the same command and size is stored),
+    place its traffic with the ``solver`` options of :func:`place`, and store the mapping."""
+    from rankmap.mapping.traffic import job_traffic
+    from rankmap.store import command_key
+
+    cmd = list(cmd)
+    key = command_key(cmd)
+    jid = None if force else store.find_job(key, world_size)
+    profiled = jid is None
+    if jid is None:
+        from rankmap.pipeline.profile import profile_command
+
+        res = profile_command(cmd, store=store, progress=False)
+        if res.exit_status != 0:
+            raise RankmapError(f"the profiling run of job {res.job_id} failed (exit status {res.exit_status}): "
+                               f"fix the command, then tune again")
+        jid = res.job_id
+        log(f"profiled as job {jid}")
+    else:
+        log(f"using the stored profile of job {jid} (--force profiles again)")
+    traffic = job_traffic(store, jid)  # host-staged bytes kept apart: they are routed via the host
+    if traffic.n != world_size:
+        raise RankmapError(f"the profile of job {jid} has {traffic.n} ranks but the command starts {world_size}: "
+                           f"profile this rank count (rankmap tune --force -- ...)")
+    if traffic.total == 0:
+        raise RankmapError(f"job {jid} recorded no traffic between ranks: nothing to place")
+    doc = place(traffic, source={"job": jid, "command": cmd}, **solver)
+    mid = store.save_mapping(doc, job_id=jid, key=key, world_size=world_size, topology=doc["topology"],
+                             max_before=doc["default"]["max_congestion"], avg_before=doc["default"]["avg_congestion"],
+                             max_after=doc["max_congestion"], avg_after=doc["avg_congestion"], optimal=doc["optimal"],
+                             meta={"solver": doc["solver"], "nodes": doc["nodes"]})
+    return TuneResult(jid, profiled, mid, doc)
