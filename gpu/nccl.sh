@@ -58,7 +58,8 @@ EOF
 nvml_after.json nccl_log.  Prints PASS/FAIL lines; exit status = number of FAILs."""
 import json, sys
 import numpy as np
-from rankmap.capture import nccl_model, records
+from rankmap.capture import nccl_model
+from rankmap.formats import record as records
 
 run_dir, expect_p, before_p, after_p, log_p = sys.argv[1:6]
 fails = 0

@@ -44,7 +44,8 @@ def nvml(out: str) -> None:
 # ---- the capture of one job ------------------------------------------------------------------------
 
 def capture(run_dir: str, before: str, after: str, kind: str, spec: str, replays: int = 0) -> None:
-    from rankmap.capture import nccl_model, records
+    from rankmap.capture import nccl_model
+    from rankmap.formats import record as records
     prof = nccl_model.load(run_dir)
     ing = nccl_model.ingest_records(prof)
     print(f"   {kind}: {len(prof.records)} record files, global ranks {prof.ranks} from {prof.ranks_from}")

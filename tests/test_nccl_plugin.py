@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rankmap.capture import nccl_graph, nccl_model, records
+from rankmap.capture import nccl_graph, nccl_model
+from rankmap.formats import record as records
 from rankmap.capture.nccl_build import build_plugin
 from rankmap.errors import RankmapError
 

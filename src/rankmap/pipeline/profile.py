@@ -149,7 +149,8 @@ class _Streamer(threading.Thread):
 
     def _poll_nccl(self, final: bool) -> list[str]:
         """All NCCL record files at once, through the one pair model (rankmap.capture.nccl_model)."""
-        from rankmap.capture import nccl_graph, nccl_model, records
+        from rankmap.capture import nccl_graph, nccl_model
+        from rankmap.formats import record as records
         recs, problems, sigs = [], [], {}
         for path in self.run_dir.record_files():
             if not path.name.endswith(".nccl.rmrec"):
