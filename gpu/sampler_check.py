@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from rankmap.capture.sampler import LinkSampler, NvmlCounters
+from rankmap.capture.sampler import FieldSource, LinkSampler
 
 size = 1 << 30  # bytes per copy
 reps = 8
@@ -19,7 +19,7 @@ b.copy_(a)  # warm up peer access
 torch.cuda.synchronize(0); torch.cuda.synchronize(1)
 time.sleep(0.2)
 
-src = NvmlCounters()
+src = FieldSource()
 t0 = time.perf_counter_ns()
 s = LinkSampler(src, interval_s=0.02).start()
 for _ in range(reps):

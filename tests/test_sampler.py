@@ -1,67 +1,177 @@
-"""The link sampler against a scripted counter source (the GPU run is in docs/validation.md)."""
+"""The link sampler's NVML code (GPM and field values) against a fake NVML; the GPU runs are in
+docs/validation.md (gpu/monitor.sh)."""
 
-from rankmap.capture.sampler import PCIE_WRAP, Counters, LinkSampler
+from __future__ import annotations
 
+import importlib.util
+import itertools
+import time
+from pathlib import Path
 
-class Scripted:
-    """Replays a list of readings per GPU, one per call."""
+import pytest
 
-    def __init__(self, readings: dict[int, list[Counters]]):
-        self.readings = readings
-        self.calls = {g: 0 for g in readings}
+from rankmap.capture.sampler import (PCIE_WRAP, Counters, FieldSource, GpmSource, LinkSampler, StoreWriter,
+                                     Unwrap, link_rows, open_source)
+from rankmap.errors import RankmapError
 
-    def gpu_count(self) -> int:
-        return len(self.readings)
+FAKE = Path(__file__).with_name("fake_nvml") / "pynvml.py"
+_spec = importlib.util.spec_from_file_location("fake_pynvml", FAKE)
+fake_pynvml = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fake_pynvml)
+FakeNvml = fake_pynvml.FakeNvml
 
-    def read(self, gpu: int) -> Counters:
-        r = self.readings[gpu][self.calls[gpu]]
-        self.calls[gpu] += 1
-        return r
-
-
-def test_nvlink_deltas_and_pcie_unwrap():
-    near_top = PCIE_WRAP - 1000
-    src = Scripted({
-        0: [Counters(1024 * 10, 2048, near_top, 5),
-            Counters(1024 * 110, 2048 + 4096, 500, 5 + 7),        # PCIe TX wrapped: +1500
-            Counters(1024 * 1110, 2048 + 4096, 500 + 3_000_000_000, 5 + 7)],
-        1: [Counters(None, None, None, None)] * 3,                  # a GPU whose counters are unknown
-    })
-    s = LinkSampler(src)
-    s.sample_once()
-    s.sample_once()
-    last = s.sample_once()
-    g0 = [x for x in last if x.gpu == 0][0]
-    assert g0.nvlink_tx == 1024 * 1100
-    assert g0.nvlink_rx == 4096
-    assert g0.pcie_tx == 1500 + 3_000_000_000
-    assert g0.pcie_rx == 7
-    g1 = [x for x in last if x.gpu == 1][0]
-    assert (g1.nvlink_tx, g1.pcie_tx) == (None, None)
-    assert s.totals()[0] == g0
-    assert len(s.samples) == 6
+GB = 10**9
 
 
-def test_thread_start_stop_collects_and_streams():
-    import itertools
+def fake(**cfg) -> FakeNvml:
+    cfg.setdefault("rates", [[100 * GB, 50 * GB, 2 * GB, 1 * GB], [50 * GB, 100 * GB, 0, 0]])
+    cfg.setdefault("gpm", True)
+    return FakeNvml(cfg)
 
+
+def test_unwrap_narrow_counter_wraps_and_wide_counter_resets():
+    u = Unwrap(32)
+    assert [u(v) for v in (PCIE_WRAP - 10, 5, 100, None, 200)] == [0, 15, 110, None, 210]
+    w = Unwrap(64)
+    # a 64-bit counter that goes down was reset (nvidia-smi nvlink -r): the new value is all new bytes
+    assert [w(v) for v in (1000, 1500, 20, 70)] == [0, 500, 520, 570]
+
+
+def test_field_source_kib_and_pcie_wrap_exact():
+    nv = fake(gpm=False, start=[[0, 0, PCIE_WRAP - 5 * GB // 100, 0], [0, 0, 0, 0]])
+    src = open_source("auto", nvml=nv)
+    assert isinstance(src, FieldSource) and src.kind == "fields"
+    s = LinkSampler(src, interval_s=0.004, keep=True).start()
+    time.sleep(0.12)                     # 2 GB/s PCIe TX from 50 MB under the top: wraps after ~25 ms
+    s.stop()
+    tot = s.totals()[0]
+    first, last = nv.history[0][0], nv.history[0][-1]
+    assert tot.nvlink_tx == (last[0] // 1024 - first[0] // 1024) * 1024  # KiB granularity, exact
+    assert tot.nvlink_rx == (last[1] // 1024 - first[1] // 1024) * 1024
+    assert tot.pcie_tx == last[2] - first[2] > PCIE_WRAP - (PCIE_WRAP - 5 * GB // 100)  # across the wrap
+    assert tot.pcie_rx == last[3] - first[3]
+    assert all(b.pcie_tx >= a.pcie_tx for a, b in zip(s.samples[::2], s.samples[2::2]))  # monotone
+    src.close()
+
+
+def test_field_source_survives_a_counter_reset():
+    nv = fake(gpm=False, reset_at_s=0.05)
+    src = FieldSource(nv)
+    s = LinkSampler(src, interval_s=0.005).start()
+    time.sleep(0.12)
+    s.stop()
+    tx = [x.nvlink_tx for x in s.samples if x.gpu == 0]
+    assert all(b >= a for a, b in zip(tx, tx[1:]))
+    # every byte counted: before the reset up to the last read before it, after it from zero
+    reads = nv.history[0]
+    k = next(i for i in range(1, len(reads)) if reads[i][0] < reads[i - 1][0])
+    want = (reads[k - 1][0] // 1024 - reads[0][0] // 1024 + reads[-1][0] // 1024) * 1024
+    assert tx[-1] == want
+
+
+@pytest.mark.parametrize("jitter_ns,step", [(0, False), (50_000, True)])
+def test_gpm_integral_matches_the_true_bytes(jitter_ns, step):
+    nv = fake(jitter_ns=jitter_ns)
+    if step:  # the traffic stops half way: the integral must follow the change, not the average
+        base = nv.true_bytes
+        half = nv.t0 + 60_000_000
+
+        def stepped(gpu, t):
+            return base(gpu, min(t, half))
+        nv.true_bytes = stepped
+    src = open_source("auto", nvml=nv)
+    assert isinstance(src, GpmSource) and src.kind == "gpm"
+    s = LinkSampler(src, interval_s=0.005).start()
+    time.sleep(0.15)
+    s.stop()
+    for g in (0, 1):
+        tot = s.totals()[g]
+        # the sampler's zero point is its first read after the snapshot taken when the source opened
+        first, last = nv.history[g][1], nv.history[g][-1]
+        for k, got in enumerate((tot.nvlink_tx, tot.nvlink_rx, tot.pcie_tx, tot.pcie_rx)):
+            want = last[k] - first[k]
+            if want == 0:
+                assert got == 0
+                continue
+            # host and GPU clocks agree but for the microseconds around each call (and the jitter)
+            assert abs(got - want) / want < (0.01 if jitter_ns else 0.002), (g, k, got, want)
+    assert nv.calls.get("fields", 0) == 0  # GPM alone: no field-value reads while sampling
+    src.close()
+
+
+def test_gpm_without_pcie_metrics_gives_none_for_pcie():
+    nv = fake(gpm_pcie=False)
+    src = GpmSource(nv)
+    s = LinkSampler(src, interval_s=0.005).start()
+    time.sleep(0.03)
+    s.stop()
+    t = s.totals()[0]
+    assert t.pcie_tx is None and t.pcie_rx is None and t.nvlink_tx > 0
+    assert [r["link"] for r in link_rows([t])] == ["nvlink"]
+    src.close()
+
+
+def test_source_choice_and_one_line_errors():
+    assert open_source("auto", nvml=fake(gpm=None)).kind == "fields"  # a driver without GPM
+    assert open_source("fields", nvml=fake()).kind == "fields"
+    with pytest.raises(RankmapError, match="GPM is not supported on GPU 0"):
+        open_source("gpm", nvml=fake(gpm=False))
+    with pytest.raises(RankmapError, match="NVML is not available"):
+        open_source("auto", nvml=fake(no_driver=True))
+    with pytest.raises(RankmapError, match="choose one of auto, gpm, fields"):
+        open_source("dcgm", nvml=fake())
+    nv = fake()
+    src = open_source("gpm", nvml=nv)
+    assert [g.uuid for g in src.gpus()] == ["GPU-fake-0000", "GPU-fake-0001"]
+    assert src.gpus()[1].pci_bus_id == "00000000:07:00.0"
+    src.close()
+    assert nv.inits == 0  # every nvmlInit has its nvmlShutdown
+
+
+def test_sampler_thread_streams_and_counts_its_cost():
     class Counting:
+        kind = "test"
+
         def __init__(self):
             self.n = itertools.count()
 
         def gpu_count(self):
-            return 1
+            return 2
 
         def read(self, gpu):
             k = next(self.n)
-            return Counters(k * 1024, 0, k, 0)
+            return Counters(k * 1024, 0, k, None)
 
     seen = []
-    s = LinkSampler(Counting(), interval_s=0.001, on_sample=seen.extend).start()
-    import time
+    s = LinkSampler(Counting(), interval_s=0.002, on_sample=seen.extend, keep=False).start()
     time.sleep(0.05)
-    out = s.stop()
-    assert len(out) >= 3 and out == seen
-    # cumulative and monotone
-    assert all(b.nvlink_tx > a.nvlink_tx for a, b in zip(out, out[1:]))
-    assert out[-1].pcie_tx == len(out) - 1
+    s.stop()
+    assert s.samples == [] and len(seen) >= 6
+    assert s.totals()[1] == seen[-1]
+    g0 = [x for x in seen if x.gpu == 0]
+    assert all(b.nvlink_tx > a.nvlink_tx for a, b in zip(g0, g0[1:]))
+    assert g0[0].nvlink_tx == 0 and g0[0].t_ns == 0 and g0[-1].pcie_rx is None
+    assert s.cost.samples == len(seen) // 2 and s.cost.reads == len(seen)
+    assert 0 < s.cost.per_gpu_sample_ms < 50 and s.cost.wall_ns > 0 and s.cost.thread_cpu_ns > 0
+    assert s.t0_unix_ns > 0
+
+
+def test_store_writer_keeps_rows_through_an_outage():
+    class FlakyStore:
+        def __init__(self):
+            self.rows, self.fail = [], 1
+
+        def add_link_samples(self, job, rows):
+            if self.fail:
+                self.fail -= 1
+                raise RuntimeError("could not connect to server\nDETAIL")
+            self.rows.extend(rows)
+
+    st = FlakyStore()
+    w = StoreWriter(st, 7, every_s=0)
+    from rankmap.capture.sampler import LinkSample
+    w([LinkSample(0, 0, 1, 2, 3, 4)])            # refused: kept
+    assert st.rows == [] and len(w.pending) == 2
+    assert w.warnings == ["storing link samples failed (kept, retrying): could not connect to server"]
+    w([LinkSample(5, 0, 6, 7, None, None)])      # next batch: both go in, in order
+    assert [r["t_ns"] for r in st.rows] == [0, 0, 5] and w.pending == [] and w.written == 3

@@ -95,11 +95,16 @@ def fill_store(url: str) -> dict[str, int]:
     return {"done": done, "running": running}
 
 
+def local_client(app) -> TestClient:
+    """A test client that talks to the app as a browser on this machine would (Host: 127.0.0.1)."""
+    return TestClient(app, base_url="http://127.0.0.1:8000")
+
+
 @pytest.fixture
 def web(tmp_path: Path):
     url = f"sqlite:///{tmp_path / 'rankmap.db'}"
     ids = fill_store(url)
-    client = TestClient(create_app(open_store(url), TOPOLOGY))
+    client = local_client(create_app(open_store(url), TOPOLOGY))
     return client, ids
 
 
@@ -253,7 +258,7 @@ def test_topology_more_ranks_than_gpus_share_gpus(tmp_path):
     store = open_store(url)
     jid = store.create_job(["mpirun", "-np", "16", "./ring"], world_size=16)
     store.ingest(jid, [record(r, 16) for r in range(16)])
-    client = TestClient(create_app(store, "summit"))
+    client = local_client(create_app(store, "summit"))
     ld = client.get(f"/api/topology?job={jid}").json()["load"]
     assert ld["placement"]["gpu"] == [r % 6 for r in range(16)]
     assert ld["ranks_on_gpu"]["0"] == [0, 6, 12]
@@ -305,7 +310,7 @@ def test_topology_specs_are_limited_to_those_offered(web):
 
 def test_live_topology_unavailable_is_a_clear_404(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'rankmap.db'}")
-    client = TestClient(create_app(store, str(tmp_path / "missing.json")))
+    client = local_client(create_app(store, str(tmp_path / "missing.json")))
     r = client.get("/api/topology")
     assert r.status_code == 404 and "is not available" in r.json()["detail"]
 
@@ -340,7 +345,7 @@ def test_mapping_is_drawn_on_its_own_topology(tmp_path):
     url = f"sqlite:///{tmp_path / 'rankmap.db'}"
     ids = fill_store(url)
     # the server's own topology cannot be loaded here; the mapping names dgx1-v100 and is drawn on it
-    client = TestClient(create_app(open_store(url), str(tmp_path / "missing.json")))
+    client = local_client(create_app(open_store(url), str(tmp_path / "missing.json")))
     d = client.get(f"/api/jobs/{ids['done']}/mapping").json()
     assert d["topology"] == TOPOLOGY and "topology_error" not in d
     assert d["drawing"]["topology"]["name"] == TOPOLOGY
@@ -353,7 +358,7 @@ def test_mapping_that_does_not_fit_the_node_keeps_its_stored_figures(tmp_path):
     jid = store.create_job(["mpirun", "-np", "8", "./ring"], world_size=N)
     store.ingest(jid, [record(r) for r in range(N)])
     store.save_mapping({"gpu_of": [r + 8 for r in range(N)]}, job_id=jid, topology="summit", max_after=1e-3)
-    d = TestClient(create_app(store, TOPOLOGY)).get(f"/api/jobs/{jid}/mapping").json()
+    d = local_client(create_app(store, TOPOLOGY)).get(f"/api/jobs/{jid}/mapping").json()
     assert d["stored"]["max_after"] == 1e-3
     assert "rank 0 is on GPU 8" in d["mapping_error"] and "before" not in d
 

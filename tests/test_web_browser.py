@@ -1,5 +1,9 @@
 """The dashboard in a real Chromium: served by uvicorn, driven by Playwright, checked and photographed.
 
+Every test runs twice, over a SQLite and over a PostgreSQL store (``tests/pg.py``), and every page
+load is watched: a console error, a page error or a request to anything but the server on
+127.0.0.1 fails the test (the dashboard must work with no way out of the machine).
+
 Skipped only when the browser (Debian package ``chromium``) or the ``playwright`` Python package
 is absent. The browser is the system one; Playwright's own browser download is never used.
 """
@@ -7,7 +11,11 @@ is absent. The browser is the system one; Playwright's own browser download is n
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -21,12 +29,19 @@ if not CHROMIUM.exists():
 playwright_sync = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
 uvicorn = pytest.importorskip("uvicorn", reason="the dashboard needs the web extra (uvicorn)")
 
+from conftest import ROOT  # noqa: E402
+from pg import pg_cluster  # noqa: E402,F401  (session fixture)
 from rankmap.store import open_store  # noqa: E402
+from rankmap.store import schema as S  # noqa: E402
 from rankmap.web.app import create_app  # noqa: E402
-from test_web_api import MAPPED, N, TOPOLOGY, fill_store, record  # noqa: E402
+from rankmap.web.security import access_for  # noqa: E402
+from test_monitor import fake_env  # noqa: E402
+from test_web_api import MAPPED, N, TOPOLOGY, WebRecord, fill_store, record  # noqa: E402
+from test_web_live import H200, USE, sampled_job  # noqa: E402
 
 IDLE_LINK = "#c3cbd5"
 HOTTEST = "#b91c1c"
+BAND_COLOURS = ["#c3cbd5", "#86efac", "#16a34a", "#f97316", "#dc2626"]
 
 
 def _free_port() -> int:
@@ -60,17 +75,25 @@ class _Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def get(self, path: str) -> dict:
-        with urllib.request.urlopen(self.url + path, timeout=10) as r:
+    def get(self, path: str, token: str | None = None) -> dict:
+        req = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        with urllib.request.urlopen(req, timeout=10) as r:
             return json.load(r)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path) -> str:
+    """A fresh, empty store of each back end."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'rankmap.db'}"
+    return request.getfixturevalue("pg_cluster").new_database()
+
+
 @pytest.fixture
-def dashboard(tmp_path: Path):
-    url = f"sqlite:///{tmp_path / 'rankmap.db'}"
-    ids = fill_store(url)
-    with _Server(create_app(open_store(url), TOPOLOGY)) as srv:
-        yield srv, ids, url
+def dashboard(store_url):
+    ids = fill_store(store_url)
+    with _Server(create_app(open_store(store_url), TOPOLOGY)) as srv:
+        yield srv, ids, store_url
 
 
 @pytest.fixture
@@ -96,6 +119,25 @@ def browser_page():
             yield page, problems, outside
         finally:
             browser.close()
+        # every test: no console error, no page error, no request off the machine
+        assert not problems, problems
+        assert not outside, outside
+
+
+def wait_js(page, body: str, timeout: int = 15_000) -> None:
+    """Wait until a JS expression is true (polled from here: the page's CSP forbids eval)."""
+    deadline = time.monotonic() + timeout / 1000
+    while not page.evaluate(f"() => Boolean({body})"):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {body}")
+        page.wait_for_timeout(100)
+
+
+def drawn_links(page, box: str = "#topo-view") -> list[dict]:
+    return page.evaluate(f"""() => [...document.querySelectorAll('{box} path.link')].map(p => ({{
+        i: +p.dataset.link, band: p.dataset.band, util: p.dataset.util, source: p.dataset.source,
+        load: p.dataset.load, use: p.dataset.use, stroke: p.getAttribute('stroke'), d: p.getAttribute('d'),
+        width: +p.getAttribute('stroke-width')}}))""")
 
 
 def test_dashboard_renders_job_heatmap_and_topology(dashboard, browser_page, tmp_path):
@@ -111,45 +153,39 @@ def test_dashboard_renders_job_heatmap_and_topology(dashboard, browser_page, tmp
     # plotly charts: the heatmap with its cells, the per-operation bars, time, memory, link counters
     for plot in ("heatmap", "ops", "timeline", "mem", "links"):
         page.locator(f"#{plot} .main-svg").first.wait_for(timeout=15_000)
-    assert page.locator("#heatmap .hm, #heatmap image, #heatmap .heatmaplayer").count() >= 1
     heat_z = page.evaluate("document.getElementById('heatmap').data[0].z")
     want = srv.get(f"/api/jobs/{ids['done']}/matrix")["matrix"]
     assert heat_z == want
     ops_x = page.evaluate("document.getElementById('ops').data[0].x")
     assert ops_x == ["MPI_Isend", "MPI_Allreduce", "MPI_Wait"]
     assert page.locator("#kpis").inner_text().count("8 / 8") == 1
+    assert page.locator("#job-problems").is_hidden()
 
-    # the SVG topology: one element per GPU, one per link, coloured by its load
+    # the SVG topology: one element per GPU and per link, each link in the band of its utilisation
     topo = srv.get(f"/api/topology?job={ids['done']}")
+    util = srv.get(f"/api/jobs/{ids['done']}/utilisation")
     svg = page.locator("#topo-view svg")
     svg.wait_for()
     assert svg.locator('[data-kind="gpu"]').count() == N
     assert svg.locator("g.device").count() == len(topo["topology"]["devices"])
-    links = svg.locator("path.link")
-    assert links.count() == len(topo["topology"]["links"])
-    drawn = page.evaluate("""() => [...document.querySelectorAll('#topo-view path.link')].map(p => ({
-        i: +p.dataset.link, load: +p.dataset.load, use: +p.dataset.use, stroke: p.getAttribute('stroke'),
-        width: +p.getAttribute('stroke-width')}))""")
-    api_loads = {l["link"]: l["load_ab"] + l["load_ba"] for l in topo["load"]["links"]}
-    assert {d["i"]: d["load"] for d in drawn} == api_loads
-    used = [d for d in drawn if d["load"] > 0]
-    assert used and len(used) < len(drawn)
-    for d in drawn:
-        if d["load"] > 0:
-            assert d["stroke"] != IDLE_LINK and d["width"] > 2
-        else:
-            assert d["stroke"] == IDLE_LINK
-    hottest = max(drawn, key=lambda d: d["use"])
-    assert hottest["use"] == pytest.approx(1.0) and hottest["stroke"] == HOTTEST
-    assert hottest["width"] == max(d["width"] for d in drawn)
-    # GPU boxes say which ranks they hold
+    drawn = drawn_links(page)
+    assert len(drawn) == len(topo["topology"]["links"])
+    for d in drawn:  # a finished job opens on its whole-job average
+        row = util["links"][d["i"]]
+        assert d["source"] == row["source"] and int(d["band"]) == row["avg_band"]
+        assert d["stroke"] == BAND_COLOURS[row["avg_band"]]
     assert svg.locator('[data-device="gpu3"] text.ranks').text_content() == "r3"
+    assert "12.0 MB" in page.locator("#topo-stats").inner_text()
 
-    # mapping before / after, drawn side by side with their congestion figures
+    # mapping before / after, coloured by congestion relative to the busiest link of the two
     page.locator("#after-view svg").wait_for()
     assert page.locator("#before-view svg [data-kind='gpu']").count() == N
     after_ranks = page.locator("#after-view svg [data-device='gpu7'] text.ranks").text_content()
     assert after_ranks == f"r{MAPPED.index(7)}"
+    before = drawn_links(page, "#before-view") + drawn_links(page, "#after-view")
+    hottest = max(before, key=lambda d: float(d["use"]))
+    assert float(hottest["use"]) == pytest.approx(1.0) and hottest["stroke"] == HOTTEST
+    assert all(d["stroke"] == IDLE_LINK for d in before if d["load"] == "0")
     assert "max congestion" in page.locator("#after-stats").inner_text()
     assert "optimal" in page.locator("#mapping-note").inner_text()
 
@@ -157,54 +193,265 @@ def test_dashboard_renders_job_heatmap_and_topology(dashboard, browser_page, tmp
     page.screenshot(path=str(shot), full_page=True)
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
-    print(f"screenshot: {shot}")
-    assert not problems, problems
-    assert not outside, outside
 
 
-def test_running_job_refreshes_by_itself(dashboard, browser_page, tmp_path):
-    srv, ids, url = dashboard
+def test_link_colours_bands_slider_and_series_against_known_data(store_url, browser_page, tmp_path):
+    """GPU0's NVLink used USE[k] % of its bandwidth in frame k: the slider replays those bands."""
+    store = open_store(store_url)
+    jid = sampled_job(store)
+    store.finish_job(jid, exit_status=0, elapsed_ns=600_000_000)
     page, problems, outside = browser_page
-    page.goto(f"{srv.url}/#/job/{ids['running']}")
-    page.locator("#job-status .pill.run").wait_for()
-    page.locator("#heatmap .main-svg").first.wait_for(timeout=15_000)
-    assert "2 / 4" in page.locator("#kpis").inner_text()
-    # the other two ranks flush, then the job ends: the page must follow without a reload
-    store = open_store(url)
-    store.ingest(ids["running"], [record(r, 4) for r in range(2, 4)])
-    page.wait_for_function("document.getElementById('kpis').innerText.includes('4 / 4')", timeout=10_000)
-    store.finish_job(ids["running"], exit_status=3, elapsed_ns=1_000_000_000)
-    page.locator("#job-status .pill.bad").wait_for(timeout=10_000)
-    z = page.evaluate("document.getElementById('heatmap').data[0].z")
-    assert sum(map(sum, z)) == srv.get(f"/api/jobs/{ids['running']}/matrix")["total"]
-    # the job ended: polling stops (no request for it within three poll periods)
-    seen: list[str] = []
-    page.on("request", lambda r: seen.append(r.url) if f"/api/jobs/{ids['running']}" in r.url else None)
-    page.wait_for_timeout(6_500)
-    assert seen == []
-    page.screenshot(path=str(tmp_path / "running.png"), full_page=True)
-    assert not problems, problems
-    assert not outside, outside
-
-
-def test_job_without_mapping_or_samples_says_so(tmp_path, browser_page):
-    url = f"sqlite:///{tmp_path / 'rankmap.db'}"
-    store = open_store(url)
-    jid = store.create_job(["mpirun", "-np", "8", "./ring"], world_size=8, meta={"bucket_ms": 100})
-    store.ingest(jid, [record(r) for r in range(N)])
-    store.finish_job(jid, exit_status=0, elapsed_ns=1)
-    page, problems, outside = browser_page
-    with _Server(create_app(store, "hgx-h100")) as srv:
+    with _Server(create_app(store, H200)) as srv:
+        util = srv.get(f"/api/jobs/{jid}/utilisation")
+        g0 = next(l for l in util["links"] if (l["a"], l["b"]) == ("gpu0", "nvswitch0"))
+        pcie_up = next(l for l in util["links"] if (l["a"], l["b"]) == ("hb0", "cpu0"))
         page.goto(f"{srv.url}/#/job/{jid}")
         page.locator("#topo-view svg").wait_for(timeout=15_000)
-        assert page.locator("#topo-view svg [data-kind='gpu']").count() == 8
-        assert page.locator("#topo-view svg [data-kind='nvswitch']").count() == 1
-        page.wait_for_function("document.getElementById('mapping-empty').innerText.includes('rankmap map')")
-        assert page.locator("#mapping-views").is_hidden()
-        assert page.locator("#links-empty").is_visible()
-        # a topology picked in the page redraws the same job on another node
-        page.select_option("#topo-spec", "dgx1-v100")
-        page.wait_for_function("document.querySelectorAll('#topo-view path.link').length === 33")
-        page.screenshot(path=str(tmp_path / "no-mapping.png"), full_page=True)
-    assert not problems, problems
-    assert not outside, outside
+        link = page.locator(f'#topo-view path.link[data-link="{g0["link"]}"]')
+
+        def look() -> tuple[str, float, str]:
+            return link.get_attribute("stroke"), float(link.get_attribute("data-util")), link.get_attribute("data-band")
+
+        # the whole job: the average use, in its band; the source is said, per link and above the drawing
+        assert look()[0] == BAND_COLOURS[g0["avg_band"]] and look()[1] == pytest.approx(sum(USE) / len(USE), abs=1e-3)
+        assert link.get_attribute("data-source") == "measured"
+        assert page.locator(f'#topo-view path.link[data-link="{pcie_up["link"]}"]').get_attribute("data-source") == "model"
+        assert "measured by the job's link sampler (NVML GPM)" in page.locator("#util-source").inner_text()
+        assert "from the traffic model" in page.locator("#util-source").inner_text()
+
+        # over time: each frame in INAM's band of its utilisation (idle, light green, dark green, orange, red)
+        page.locator('#util-mode button[data-mode="time"]').click()
+        want_bands = [0, 1, 2, 3, 4, 1]
+        for k, use in enumerate(USE):
+            page.eval_on_selector("#util-slider", "(s, k) => { s.value = k; s.dispatchEvent(new Event('input')); }", k)
+            stroke, u, band = look()
+            assert (stroke, band) == (BAND_COLOURS[want_bands[k]], str(want_bands[k])), k
+            assert u == pytest.approx(use, abs=1e-3)
+            assert f"frame {k + 1}/{len(USE)}" in page.locator("#util-time").inner_text()
+
+        # play replays the frames in order, ending on the last one
+        page.eval_on_selector("#util-slider", "s => { s.value = 0; s.dispatchEvent(new Event('input')); }")
+        page.locator("#util-play").click()
+        seen = []
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            f = int(page.eval_on_selector("#util-slider", "s => s.value"))
+            if not seen or seen[-1][0] != f:
+                seen.append((f, look()[0]))
+            if f == len(USE) - 1 and page.locator("#util-play").inner_text().startswith("▶"):
+                break
+            page.wait_for_timeout(40)
+        frames = [f for f, _ in seen]
+        assert frames == sorted(frames) and frames[-1] == len(USE) - 1 and len(set(frames)) >= 4, seen
+        assert all(stroke == BAND_COLOURS[want_bands[f]] for f, stroke in seen), seen
+
+        # settable edges: 5 / 20 / 40 / 80 % put the last frame's 22 % in the dark green band
+        page.locator("#band-box summary").click()
+        inputs = page.locator("#band-edges input")
+        for i, v in enumerate(["5", "20", "40", "80"]):
+            inputs.nth(i).fill(v)
+        inputs.nth(3).dispatch_event("change")
+        wait_js(page, f"document.querySelector('#topo-view path.link[data-link=\"{g0['link']}\"]').getAttribute('stroke') === '{BAND_COLOURS[2]}'")
+        assert "≤ 20 %" in page.locator("#topo-legend").inner_text()
+        page.locator("#band-reset").click()
+        wait_js(page, f"document.querySelector('#topo-view path.link[data-link=\"{g0['link']}\"]').getAttribute('stroke') === '{BAND_COLOURS[1]}'")
+
+        # clicking a link shows its TX and RX over time, in GB/s, against its bandwidth
+        link.click()
+        page.locator("#link-series .main-svg").first.wait_for()
+        assert "measured" in page.locator("#link-series-title").inner_text()
+        series = page.evaluate("document.getElementById('link-series').data.map(t => ({name: t.name, y: t.y}))")
+        assert series[0]["name"] == "gpu0 → nvswitch0"
+        assert series[0]["y"] == pytest.approx([u / 100 * 478.116 for u in USE], abs=1e-3)
+        assert series[1]["y"] == pytest.approx([0.0] * len(USE))
+        page.screenshot(path=str(tmp_path / "bands.png"), full_page=True)
+
+
+def test_live_job_updates_without_false_banners(store_url, browser_page, tmp_path):
+    """A real `rankmap profile` of an MPI ring that sleeps 6 s before finalising, with NVML faked: the
+    page follows it live (ranks, link frames) with no problem banner, and ends on exit 0."""
+    mpirun, mpicc = shutil.which("mpirun.openmpi"), shutil.which("mpicc.openmpi")
+    if not (mpirun and mpicc):
+        pytest.skip("Open MPI (mpirun.openmpi, mpicc.openmpi) is not installed")
+    exe = tmp_path / "ring"
+    subprocess.run([mpicc, "-O1", "-o", str(exe), str(ROOT / "examples" / "mpi" / "ring.c")], check=True)
+    store = open_store(store_url)
+    env = dict(os.environ, RANKMAP_HOME=str(tmp_path / "home"),
+               **fake_env(rates=[[10 * 10**9, 0, 10**8, 0], [0, 10 * 10**9, 0, 10**8]]))
+    page, problems, outside = browser_page
+    with _Server(create_app(store, H200)) as srv:
+        page.goto(srv.url + "/")
+        prof = subprocess.Popen([sys.executable, "-m", "rankmap", "profile", "--db", store_url, "--nccl", "off",
+                                 "--flush-ms", "200", "--no-summary", "--", mpirun, "--allow-run-as-root",
+                                 "--oversubscribe", "-np", "2", str(exe), "4096", "20", "6"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while not store.jobs(1) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            jid = store.jobs(1)[0]["id"]
+            # the job appears in the list by itself (it polls), and opens from the address bar
+            page.locator(f'#job-list li[data-job="{jid}"]').wait_for(timeout=15_000)
+            page.evaluate(f"location.hash = '#/job/{jid}'")
+            page.locator("#job-status .pill.run").wait_for(timeout=15_000)
+            banners, frames = [], []
+            while prof.poll() is None and time.monotonic() < deadline:
+                state = page.evaluate("""() => ({problems: !document.getElementById('job-problems').hidden,
+                    text: document.getElementById('job-problems').innerText,
+                    error: !document.getElementById('job-error').hidden,
+                    ranks: document.getElementById('kpis').innerText,
+                    frames: +document.getElementById('util-slider').max + 1,
+                    running: !!document.querySelector('#job-status .pill.run')})""")
+                if state["running"]:
+                    if state["problems"] or state["error"]:
+                        banners.append(state)
+                    frames.append(state["frames"])
+                page.wait_for_timeout(250)
+            out, err = prof.communicate(timeout=60)
+        finally:
+            if prof.poll() is None:
+                prof.kill()
+        assert prof.returncode == 0, err
+        assert not banners, banners                     # no "no finalize marker" while ranks still run
+        assert "2 / 2" in page.locator("#kpis").inner_text()
+        assert max(frames) > min(frames) >= 1, frames   # the link view grew while the job ran
+        page.locator("#job-status .pill.ok").wait_for(timeout=15_000)
+        assert page.locator("#job-problems").is_hidden() and page.locator("#job-error").is_hidden()
+        job = store.job(jid)
+        assert job["meta"]["link_sampler"]["source"] == "gpm" and store.link_samples(jid)
+        g0 = page.locator('#topo-view path.link[data-source="measured"]')
+        assert g0.count() >= 2                          # the profile's own sampler measured the GPU links
+        page.screenshot(path=str(tmp_path / "live.png"), full_page=True)
+
+
+def test_token_required_off_loopback(store_url, browser_page):
+    store = open_store(store_url)
+    ids = fill_store(store_url)
+    token = "tok-" + "x" * 20
+    page, problems, outside = browser_page
+    with _Server(create_app(store, TOPOLOGY, access_for("0.0.0.0", token))) as srv:
+        # without the token: the page asks for it and shows nothing of the store
+        fails = []
+        page.on("response", lambda r: fails.append(r.status) if "/api/" in r.url else None)
+        page.goto(srv.url + "/")
+        page.locator("#auth").wait_for()
+        assert "needs the token" in page.locator("#auth-note").inner_text()
+        assert page.locator("#job-list li").count() == 0 and 401 in fails
+        assert "mpirun" not in page.content()
+        # a wrong token is refused, the right one opens the dashboard
+        page.fill("#auth-token", "wrong")
+        page.locator("#auth-form button").click()
+        page.locator("#auth").wait_for()
+        wait_js(page, "document.getElementById('auth-note').innerText.includes('not accepted')")
+        page.fill("#auth-token", token)
+        page.locator("#auth-form button").click()
+        page.locator(f'#job-list li[data-job="{ids["done"]}"]').wait_for(timeout=15_000)
+        # the printed URL form: #token= is read, kept for the tab, and dropped from the address bar
+        page.evaluate("sessionStorage.clear()")
+        page.goto("about:blank")
+        page.goto(f"{srv.url}/#token={token}")
+        page.locator(f'#job-list li[data-job="{ids["done"]}"]').wait_for(timeout=15_000)
+        assert "token" not in page.evaluate("location.href")
+        page.locator(f'#job-list li[data-job="{ids["done"]}"]').click()
+        page.locator("#heatmap .main-svg").first.wait_for(timeout=15_000)
+        assert page.locator("#auth").is_hidden()
+    # the refused requests are the only resources that failed to load
+    assert all("401" in p for p in problems), problems
+    problems.clear()
+
+
+def test_new_user_findings(store_url, browser_page, tmp_path):
+    """What a new user ran into: the address bar, a short job, an empty matrix, a long command, a
+    small node drawn huge, overlapping NVLink arcs, and a hint naming a command that does not exist."""
+    store = open_store(store_url)
+    ids = fill_store(store_url)
+    long_cmd = ["mpirun", "-np", "2", "./app"] + [f"--option-{i}=value" for i in range(60)]
+    quiet = store.create_job(long_cmd, world_size=2, meta={"bucket_ms": 100})
+    store.ingest(quiet, [WebRecord(world_rank=r, traffic=[(1 - r, "p2p", "MPI_Send", "device", "send", 0, 0)])
+                         for r in range(2)])
+    short = store.create_job(["mpirun", "-np", "2", "./short"], world_size=2, meta={"bucket_ms": 100})
+    store.ingest(short, [WebRecord(world_rank=r, traffic=[(1 - r, "p2p", "MPI_Send", "device", "send", 1000, 1)],
+                                   timeline=[(0, 1 - r, "p2p", 1000)]) for r in range(2)])
+    store.finish_job(short, exit_status=0, elapsed_ns=30_000_000)
+    page, problems, outside = browser_page
+    with _Server(create_app(store, H200)) as srv:
+        page.goto(srv.url + "/")
+        page.locator("#job-list li").first.wait_for()
+        # 1. #/job/N typed into the address bar opens the job without a reload
+        marker = page.evaluate("window.__not_reloaded = 1")
+        page.evaluate(f"location.hash = '#/job/{short}'")
+        page.locator("#timeline .main-svg").first.wait_for(timeout=15_000)
+        assert page.evaluate("window.__not_reloaded") == 1 and marker == 1
+        assert page.locator("#job-title").inner_text() == f"Job #{short}"
+        # 2. a job shorter than one bucket: one step from 0 to 0.1 s, not an empty plot from -1 to 1
+        rng = page.evaluate("document.getElementById('timeline').layout.xaxis.range")
+        assert rng == pytest.approx([0.0, 0.1])
+        x = page.evaluate("document.getElementById('timeline').data[0].x")
+        assert x == pytest.approx([0.0, 0.1])
+        # 3. the mapping hint names commands that exist
+        hint = page.locator("#mapping-empty").inner_text()
+        assert "rankmap tune -- " in hint and f"rankmap map --job {short}" in hint
+        # 4. an all-zero matrix is blank (white), not one solid blue
+        page.evaluate(f"location.hash = '#/job/{quiet}'")
+        wait_js(page, f"document.getElementById('job-title').innerText === 'Job #{quiet}'")
+        page.locator("#heatmap .main-svg").first.wait_for(timeout=15_000)
+        wait_js(page, "document.getElementById('heatmap-note').innerText.includes('no bytes')")
+        pixel = page.evaluate("""async () => {
+            const im = document.querySelector('#heatmap image');
+            const img = new Image(); img.src = im.getAttribute('href') || im.getAttribute('xlink:href');
+            await img.decode();
+            const c = document.createElement('canvas'); c.width = img.width; c.height = img.height;
+            const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+            return [...g.getImageData(Math.floor(img.width / 2), Math.floor(img.height / 2), 1, 1).data];
+        }""")
+        assert pixel[:3] == [255, 255, 255], pixel
+        # 5. a long command line scrolls in its box; the page is no wider than the window
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        box = page.locator("#job-command").bounding_box()
+        assert box["x"] + box["width"] <= 1440
+        # 6. a 2-GPU node is drawn at about its own size, not stretched over the whole card
+        svg_box = page.locator("#topo-view svg").bounding_box()
+        lay = srv.get("/api/topology")["layout"]
+        assert svg_box["width"] <= 1.41 * lay["width"] + 1
+        # 7. a running job without problems shows no banner (its ranks have not finalised yet)
+        page.evaluate(f"location.hash = '#/job/{ids['running']}'")
+        page.locator("#job-status .pill.run").wait_for(timeout=15_000)
+        assert page.locator("#job-problems").is_hidden()
+        page.screenshot(path=str(tmp_path / "findings.png"), full_page=True)
+
+    # 8. the DGX-1's NVLink arcs: two arcs whose spans overlap never run at the same depth
+    with _Server(create_app(store, "dgx1-v100")) as srv:
+        page.goto(f"{srv.url}/#/job/{ids['done']}")
+        page.locator("#topo-view svg").wait_for(timeout=15_000)
+        arcs = []
+        for d in drawn_links(page):
+            if " C" in d["d"]:
+                nums = [float(v) for v in d["d"].replace("M", "").replace("C", " ").replace(",", " ").split()]
+                x0, y0, _, depth_y, _, _, x1, _ = nums
+                arcs.append((min(x0, x1), max(x0, x1), round(depth_y - y0, 3), y0))
+        assert len(arcs) >= 16
+        for i, a in enumerate(arcs):
+            for b in arcs[i + 1:]:
+                if a[3] == b[3] and a[0] < b[1] and b[0] < a[1]:
+                    assert a[2] != b[2], (a, b)
+
+
+def test_monitor_session_page(store_url, browser_page):
+    """A `rankmap monitor` session: its GPUs' links in bands, no rank charts, and its cost."""
+    store = open_store(store_url)
+    jid = sampled_job(store, launcher="monitor", ranks=0)
+    with store.engine.begin() as c:
+        c.execute(S.jobs.update().where(S.jobs.c.id == jid).values(
+            command="rankmap monitor --interval 100ms", exit_status=0, elapsed_ns=600_000_000,
+            meta={"monitor": {"host": "nodeA", "source": "gpm", "interval_ms": 100, "t0_unix_ns": time.time_ns(),
+                              "gpus": [{"index": 0, "uuid": "GPU-0", "name": "NVIDIA H200"}],
+                              "cost": {"per_gpu_sample_ms": 0.05}, "process_cpu_share": 0.004}}))
+    page, problems, outside = browser_page
+    with _Server(create_app(store, H200)) as srv:
+        page.goto(f"{srv.url}/#/job/{jid}")
+        page.locator("#topo-view svg").wait_for(timeout=15_000)
+        assert page.locator("#job-title").inner_text() == f"Monitor session #{jid}"
+        assert page.locator("#heatmap").is_hidden() and page.locator("#mapping-views").is_hidden()
+        assert "50 µs" in page.locator("#kpis").inner_text() and "0.40 % of a core" in page.locator("#kpis").inner_text()
+        assert page.locator('#topo-view path.link[data-source="measured"]').count() == 3
+        page.locator("#links .main-svg").first.wait_for()

@@ -1,45 +1,54 @@
-"""The link sampler: NVLink and PCIe byte counters of every GPU, read while a job runs.
+"""The link sampler: NVLink and PCIe bytes of every GPU, read in rankmap's process while jobs run.
 
-It runs in rankmap's own process, never in the application's, so its cost is rankmap's.
-Facts it is built on (measured on an H200 node in a VM):
+Two ways to read them, chosen per node (``open_source``):
 
-* ``NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX`` count payload KiB; asked with scope
-  ``0xFFFFFFFF`` they sum every link of the GPU in one query (~1 ms per query in a VM, so
-  per-link queries are opt-in: 18 links x 2 directions would cost ~36 ms a sample).
-* ``NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES`` are 32-bit and wrap: at ~55 GB/s a wrap comes every
-  ~78 ms. The sampler unwraps them by assuming at most one wrap between two samples, which
-  holds when the interval is shorter than 2**32 bytes / PCIe bandwidth; it says so in
-  :attr:`LinkSampler.warnings` when a delta looks implausible.
+* **GPM** (GPU Performance Monitoring, Hopper and newer): ``nvmlGpmSampleGet`` snapshots the
+  GPU's counters in about 30 us, and ``nvmlGpmMetricsGet`` turns two snapshots into rates
+  (``NVML_GPM_METRIC_NVLINK_TOTAL_TX/RX_PER_SEC``, ``NVML_GPM_METRIC_PCIE_TX/RX_PER_SEC``, in
+  MiB/s). GPM gives rates, not byte counts, so :class:`GpmSource` integrates them: bytes +=
+  rate x the host time between the two snapshots. That is exact up to the difference between
+  the host's and the GPU's view of each interval; consecutive intervals share their end points,
+  so the error does not grow with the number of samples while the rate stays steady (the GPU
+  check in ``gpu/monitor.sh`` measures it against the DATA counters).
+* **Field values** (every NVLink GPU): ``NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX`` count payload
+  KiB over all links (scope ``0xFFFFFFFF``); ``NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES`` are 32-bit and
+  wrap (every ~78 ms at 55 GB/s). One ``nvmlDeviceGetFieldValues`` call per GPU reads all four,
+  but it costs ~0.7 ms per GPU on an H200 VM, 20x a GPM snapshot; hence GPM wherever it exists.
 
-All fields of one GPU are read in one ``nvmlDeviceGetFieldValues`` call so their timestamps agree.
+Whatever the source, the sampler hands out **cumulative bytes since it started**, with counter
+wrap and counter resets (``nvidia-smi nvlink -r``) folded in by :class:`Unwrap`, so consumers
+(the store, the dashboard, ``/metrics``) never see a counter go backwards.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from rankmap.errors import RankmapError
 
 ALL_LINKS = 0xFFFFFFFF
 PCIE_WRAP = 1 << 32
+MIB = 1 << 20
+SOURCES = ("auto", "gpm", "fields")
 
 
 @dataclass(frozen=True)
 class Counters:
-    """Raw counter readings of one GPU at one instant (NVLink in bytes, PCIe as the 32-bit raw value)."""
+    """Cumulative bytes of one GPU as its source counts them (any zero point; None = not available)."""
 
     nvlink_tx: int | None
     nvlink_rx: int | None
-    pcie_tx_raw: int | None
-    pcie_rx_raw: int | None
+    pcie_tx: int | None
+    pcie_rx: int | None
 
 
 @dataclass(frozen=True)
 class LinkSample:
-    """Cumulative bytes of one GPU since the sampler started (PCIe unwrapped)."""
+    """Cumulative bytes of one GPU since the sampler started, ``t_ns`` after its first sample."""
 
     t_ns: int
     gpu: int
@@ -49,45 +58,125 @@ class LinkSample:
     pcie_rx: int | None
 
 
+@dataclass(frozen=True)
+class GpuInfo:
+    """What ``/metrics`` labels a GPU with (dcgm-exporter's ``gpu``, ``UUID``, ``modelName``)."""
+
+    index: int
+    uuid: str = ""
+    name: str = ""
+    pci_bus_id: str = ""
+
+
 class CounterSource(Protocol):
-    """Where counters come from: NVML on a real node, a recording in tests."""
+    """Where counters come from: NVML (GPM or field values) on a node, a script in tests."""
+
+    kind: str
 
     def gpu_count(self) -> int: ...
 
     def read(self, gpu: int) -> Counters: ...
 
 
-class NvmlCounters:
-    """Counters read through NVML (``nvidia-ml-py``)."""
+class Unwrap:
+    """A hardware counter turned into a monotone 64-bit total.
 
-    def __init__(self) -> None:
+    ``bits`` is the counter's width: a smaller reading than the last is a wrap when the counter
+    is narrow (at most one wrap between two readings is assumed: the sampling interval must be
+    shorter than 2**bits bytes / link bandwidth), and a reset to zero when it is 64 bits wide
+    (nothing that counts bytes wraps 64 bits), so the new reading is all new bytes.
+    """
+
+    def __init__(self, bits: int) -> None:
+        self.modulus = 1 << bits
+        self.narrow = bits < 64
+        self.last: int | None = None
+        self.total = 0
+
+    def __call__(self, raw: int | None) -> int | None:
+        if raw is None:
+            return None
+        if self.last is not None:
+            if raw >= self.last:
+                self.total += raw - self.last
+            elif self.narrow:
+                self.total += (raw - self.last) % self.modulus
+            else:
+                self.total += raw
+        self.last = raw
+        return self.total
+
+
+def _import_nvml() -> Any:
+    try:
+        import pynvml
+    except ImportError as e:  # pragma: no cover - a dependency of the package
+        raise RankmapError("nvidia-ml-py is not installed: pip install nvidia-ml-py") from e
+    return pynvml
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class _Nvml:
+    """An initialised NVML with the handles of every GPU; shared by both sources."""
+
+    def __init__(self, nvml: Any = None) -> None:
+        self.nvml = nvml or _import_nvml()
         try:
-            import pynvml
-        except ImportError as e:  # pragma: no cover - dependency of the package
-            raise RankmapError("nvidia-ml-py is not installed: pip install nvidia-ml-py") from e
+            self.nvml.nvmlInit()
+        except self.nvml.NVMLError as e:
+            raise RankmapError(f"NVML is not available ({e}): the link sampler needs an NVIDIA driver") from None
+        self.handles = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.nvml.nvmlDeviceGetCount())]
+
+    def gpus(self) -> list[GpuInfo]:
+        out = []
+        for i, h in enumerate(self.handles):
+            def ask(fn: str, *attr: str) -> str:
+                try:
+                    v = getattr(self.nvml, fn)(h)
+                    for a in attr:
+                        v = getattr(v, a)
+                    return _text(v)
+                except Exception:  # noqa: BLE001 - a label we cannot read stays empty
+                    return ""
+            out.append(GpuInfo(i, ask("nvmlDeviceGetUUID"), ask("nvmlDeviceGetName"),
+                               ask("nvmlDeviceGetPciInfo", "busId")))
+        return out
+
+    def close(self) -> None:
         try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as e:
-            raise RankmapError(f"NVML is not available ({e}): the link sampler needs an NVIDIA driver") from e
-        self._nvml = pynvml
-        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            self.nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001 - shutting down is best effort
+            pass
+
+
+class FieldSource(_Nvml):
+    """Counters read with ``nvmlDeviceGetFieldValues``: NVLink DATA KiB (all links) and PCIe bytes."""
+
+    kind = "fields"
+
+    def __init__(self, nvml: Any = None) -> None:
+        super().__init__(nvml)
+        n = self.nvml
         self._fields = [
-            (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ALL_LINKS),
-            (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ALL_LINKS),
-            (pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 0),
-            (pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, 0),
+            (n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ALL_LINKS),
+            (n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ALL_LINKS),
+            (n.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 0),
+            (n.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, 0),
         ]
+        # NVLink counters are 64-bit (KiB), the PCIe byte counters 32-bit
+        self._unwrap = [[Unwrap(64), Unwrap(64), Unwrap(32), Unwrap(32)] for _ in self.handles]
 
     def gpu_count(self) -> int:
-        return len(self._handles)
+        return len(self.handles)
 
-    def _value(self, v) -> int | None:
+    def _value(self, v: Any) -> int | None:
         if v.nvmlReturn != 0:
             return None
-        n = self._nvml
+        n = self.nvml
         vt = v.valueType
-        if vt == n.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
-            return int(v.value.ullVal)
         if vt == n.NVML_VALUE_TYPE_UNSIGNED_INT:
             return int(v.value.uiVal)
         if vt == n.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
@@ -96,35 +185,137 @@ class NvmlCounters:
             return int(v.value.ulVal)
         return int(v.value.ullVal)
 
+    def raw(self, gpu: int) -> list[int | None]:
+        """The four raw readings (NVLink in KiB, PCIe as 32-bit byte counts), one NVML call."""
+        return [self._value(v) for v in self.nvml.nvmlDeviceGetFieldValues(self.handles[gpu], self._fields)]
+
     def read(self, gpu: int) -> Counters:
-        vals = self._nvml.nvmlDeviceGetFieldValues(self._handles[gpu], self._fields)
-        tx, rx, ptx, prx = (self._value(v) for v in vals)
-        return Counters(
-            nvlink_tx=None if tx is None else tx * 1024,
-            nvlink_rx=None if rx is None else rx * 1024,
-            pcie_tx_raw=ptx,
-            pcie_rx_raw=prx,
-        )
+        tx, rx, ptx, prx = (u(v) for u, v in zip(self._unwrap[gpu], self.raw(gpu)))
+        return Counters(None if tx is None else tx * 1024, None if rx is None else rx * 1024, ptx, prx)
+
+
+class GpmSource(_Nvml):
+    """Counters integrated from GPM rates: one ``nvmlGpmSampleGet`` per GPU per read.
+
+    Each GPU keeps two sample buffers and alternates between them; a read snapshots into the
+    older one and asks ``nvmlGpmMetricsGet`` for the four rates between the two snapshots.
+    """
+
+    kind = "gpm"
+
+    def __init__(self, nvml: Any = None) -> None:
+        super().__init__(nvml)
+        n = self.nvml
+        try:
+            unsupported = [i for i, h in enumerate(self.handles)
+                           if not n.nvmlGpmQueryDeviceSupport(h).isSupportedDevice]
+        except (n.NVMLError, AttributeError) as e:
+            self.close()
+            raise RankmapError(f"NVML GPM is not available here ({e})") from None
+        if unsupported or not self.handles:
+            self.close()
+            raise RankmapError(f"NVML GPM is not supported on GPU {unsupported[0] if unsupported else '-'} "
+                               f"(GPM needs Hopper or newer)")
+        self._ids = [n.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, n.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC,
+                     n.NVML_GPM_METRIC_PCIE_TX_PER_SEC, n.NVML_GPM_METRIC_PCIE_RX_PER_SEC]
+        self._get = n.c_nvmlGpmMetricsGet_t()
+        self._get.version = n.NVML_GPM_METRICS_GET_VERSION
+        self._get.numMetrics = len(self._ids)
+        self._bufs: list[list[Any]] = []
+        self._prev_t: list[int] = []
+        self._totals: list[list[float]] = []
+        self._ok: list[list[bool | None]] = []  # per metric: None until the first read answers
+        self.gaps = 0  # intervals a supported metric failed to answer (their bytes are missing)
+        try:
+            for h in self.handles:
+                bufs = [n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()]
+                self._bufs.append(bufs)
+                n.nvmlGpmSampleGet(h, bufs[0])
+                self._prev_t.append(time.monotonic_ns())
+                self._totals.append([0.0] * 4)
+                self._ok.append([None] * 4)
+        except n.NVMLError as e:
+            self.close()
+            raise RankmapError(f"NVML GPM sampling failed ({e})") from None
+
+    def gpu_count(self) -> int:
+        return len(self.handles)
+
+    def read(self, gpu: int) -> Counters:
+        n, g = self.nvml, self._get
+        prev, cur = self._bufs[gpu]
+        n.nvmlGpmSampleGet(self.handles[gpu], cur)
+        now = time.monotonic_ns()
+        dt = (now - self._prev_t[gpu]) / 1e9
+        for i, mid in enumerate(self._ids):
+            g.metrics[i].metricId = mid
+        g.sample1, g.sample2 = prev, cur
+        n.nvmlGpmMetricsGet(g)
+        tot, ok = self._totals[gpu], self._ok[gpu]
+        for i in range(4):
+            m = g.metrics[i]
+            if m.nvmlReturn != 0:
+                if ok[i] is None:
+                    ok[i] = False  # not offered here (PCIe metrics in some VMs): None from now on
+                elif ok[i]:
+                    self.gaps += 1
+                continue
+            if ok[i] is None:
+                ok[i] = True
+            if ok[i] and m.value > 0:
+                tot[i] += m.value * MIB * dt
+        self._bufs[gpu] = [cur, prev]
+        self._prev_t[gpu] = now
+        return Counters(*(int(round(tot[i])) if ok[i] else None for i in range(4)))
 
     def close(self) -> None:
+        for bufs in getattr(self, "_bufs", []):
+            for b in bufs:
+                try:
+                    self.nvml.nvmlGpmSampleFree(b)
+                except Exception:  # noqa: BLE001
+                    pass
+        self._bufs = []
+        super().close()
+
+
+def open_source(kind: str = "auto", nvml: Any = None) -> FieldSource | GpmSource:
+    """The node's counter source: ``gpm``, ``fields``, or ``auto`` (GPM where every GPU has it)."""
+    if kind not in SOURCES:
+        raise RankmapError(f"counter source {kind!r}: choose one of {', '.join(SOURCES)}")
+    if kind in ("auto", "gpm"):
         try:
-            self._nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001 - shutting down is best effort
-            pass
-
-
-def _unwrap(prev_raw: int | None, raw: int | None, total: int | None) -> int | None:
-    if raw is None or prev_raw is None or total is None:
-        return None
-    return total + (raw - prev_raw) % PCIE_WRAP
+            return GpmSource(nvml)
+        except RankmapError:
+            if kind == "gpm":
+                raise
+    return FieldSource(nvml)
 
 
 @dataclass
-class _GpuState:
-    first: Counters
-    last: Counters
-    pcie_tx: int | None = 0
-    pcie_rx: int | None = 0
+class SamplerCost:
+    """What sampling costs rankmap: wall time inside the source, and the sampler thread's CPU time."""
+
+    samples: int = 0          # sample_once calls
+    reads: int = 0            # GPU reads (samples x GPUs)
+    read_ns: int = 0          # wall time inside source.read, all GPUs
+    max_read_ns: int = 0      # slowest single GPU read
+    thread_cpu_ns: int = 0    # CPU time of the sampler thread (reads, callbacks, bookkeeping)
+    wall_ns: int = 0          # from the first to the last sample
+
+    @property
+    def per_gpu_sample_ms(self) -> float | None:
+        return self.read_ns / self.reads / 1e6 if self.reads else None
+
+    @property
+    def cpu_share(self) -> float | None:
+        """The sampler thread's CPU time / wall time (0.01 = 1 % of one core)."""
+        return self.thread_cpu_ns / self.wall_ns if self.wall_ns > 0 else None
+
+    def as_dict(self) -> dict:
+        return {"samples": self.samples, "reads": self.reads, "per_gpu_sample_ms": self.per_gpu_sample_ms,
+                "max_read_ms": self.max_read_ns / 1e6, "thread_cpu_s": self.thread_cpu_ns / 1e9,
+                "wall_s": self.wall_ns / 1e9, "cpu_share": self.cpu_share}
 
 
 @dataclass
@@ -132,65 +323,81 @@ class LinkSampler:
     """Samples every GPU's counters every ``interval_s`` in a background thread.
 
     ``on_sample`` (optional) receives each batch of samples as they are taken, e.g. to stream
-    them into the store. :meth:`stop` returns every sample taken.
+    them into the store. ``keep`` = False keeps only the last sample per GPU (a monitor that
+    runs for days). :meth:`stop` returns the samples kept.
     """
 
     source: CounterSource
-    interval_s: float = 0.05
+    interval_s: float = 0.1
     on_sample: Callable[[Sequence[LinkSample]], None] | None = None
+    keep: bool = True
     samples: list[LinkSample] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    cost: SamplerCost = field(default_factory=SamplerCost)
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._state: dict[int, _GpuState] = {}
-        self._t0 = 0
+        self._first: dict[int, Counters] = {}
+        self._last: dict[int, LinkSample] = {}
+        self.t0_ns = 0               # monotonic time of the first sample
+        self.t0_unix_ns = 0          # the same instant on the wall clock (to line samples up with jobs)
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _since(first: int | None, now: int | None) -> int | None:
+        return None if first is None or now is None else now - first
 
     def sample_once(self) -> list[LinkSample]:
         """Take one sample of every GPU (the first call sets the zero point)."""
-        batch: list[LinkSample] = []
-        now = time.monotonic_ns()
-        if not self._state:
-            self._t0 = now
-        for g in range(self.source.gpu_count()):
-            c = self.source.read(g)
-            st = self._state.get(g)
-            if st is None:
-                st = self._state[g] = _GpuState(first=c, last=c,
-                                                pcie_tx=0 if c.pcie_tx_raw is not None else None,
-                                                pcie_rx=0 if c.pcie_rx_raw is not None else None)
-            else:
-                st.pcie_tx = _unwrap(st.last.pcie_tx_raw, c.pcie_tx_raw, st.pcie_tx)
-                st.pcie_rx = _unwrap(st.last.pcie_rx_raw, c.pcie_rx_raw, st.pcie_rx)
-                st.last = c
-            batch.append(LinkSample(
-                t_ns=now - self._t0,
-                gpu=g,
-                nvlink_tx=None if c.nvlink_tx is None or st.first.nvlink_tx is None else c.nvlink_tx - st.first.nvlink_tx,
-                nvlink_rx=None if c.nvlink_rx is None or st.first.nvlink_rx is None else c.nvlink_rx - st.first.nvlink_rx,
-                pcie_tx=st.pcie_tx,
-                pcie_rx=st.pcie_rx,
-            ))
-        self.samples.extend(batch)
-        if self.on_sample:
-            self.on_sample(batch)
-        return batch
+        with self._lock:
+            cpu0 = time.thread_time_ns()
+            now = time.monotonic_ns()
+            if not self.cost.samples:
+                self.t0_ns, self.t0_unix_ns = now, time.time_ns()
+            batch: list[LinkSample] = []
+            for g in range(self.source.gpu_count()):
+                r0 = time.perf_counter_ns()
+                c = self.source.read(g)
+                dt = time.perf_counter_ns() - r0
+                self.cost.reads += 1
+                self.cost.read_ns += dt
+                self.cost.max_read_ns = max(self.cost.max_read_ns, dt)
+                f = self._first.setdefault(g, c)
+                s = LinkSample(now - self.t0_ns, g, self._since(f.nvlink_tx, c.nvlink_tx),
+                               self._since(f.nvlink_rx, c.nvlink_rx), self._since(f.pcie_tx, c.pcie_tx),
+                               self._since(f.pcie_rx, c.pcie_rx))
+                self._last[g] = s
+                batch.append(s)
+            self.cost.samples += 1
+            self.cost.wall_ns = now - self.t0_ns
+            if self.keep:
+                self.samples.extend(batch)
+            if self.on_sample:
+                self.on_sample(batch)
+            self.cost.thread_cpu_ns += time.thread_time_ns() - cpu0
+            return batch
 
     def _loop(self) -> None:
         next_t = time.monotonic()
         while not self._stop.is_set():
-            try:
-                self.sample_once()
-            except Exception as e:  # noqa: BLE001 - a sampler failure must not end the profile
-                self.warnings.append(f"link sampler stopped: {e}")
-                return
             next_t += self.interval_s
             delay = next_t - time.monotonic()
-            if delay < 0:  # fell behind (slow NVML): do not try to catch up in a burst
+            if delay < 0:  # fell behind (a slow NVML): do not try to catch up in a burst
                 next_t = time.monotonic()
                 delay = 0
-            self._stop.wait(delay)
+            if self._stop.wait(delay):
+                break
+            try:
+                self.sample_once()
+            except Exception as e:  # noqa: BLE001 - a sampler failure must not end the job
+                self.warnings.append(f"link sampler stopped: {e}")
+                return
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` was called: the batch being handed out is the last or nearly."""
+        return self._stop.is_set()
 
     def start(self) -> "LinkSampler":
         self.sample_once()
@@ -199,15 +406,73 @@ class LinkSampler:
         return self
 
     def stop(self) -> list[LinkSample]:
+        """Stop the thread and take a last sample, so the totals cover the whole run."""
         self._stop.set()
         if self._thread:
             self._thread.join()
-        self.sample_once()
+        try:
+            self.sample_once()
+        except Exception as e:  # noqa: BLE001
+            self.warnings.append(f"link sampler: last sample failed: {e}")
         return self.samples
 
     def totals(self) -> dict[int, LinkSample]:
         """The last cumulative sample of every GPU."""
-        out: dict[int, LinkSample] = {}
-        for s in self.samples:
-            out[s.gpu] = s
-        return out
+        with self._lock:
+            return dict(self._last)
+
+
+def link_rows(samples: Sequence[LinkSample]) -> list[dict]:
+    """Samples as rows of the store's ``link_samples`` table (one per GPU and link kind)."""
+    rows = []
+    for s in samples:
+        if s.nvlink_tx is not None or s.nvlink_rx is not None:
+            rows.append(dict(t_ns=s.t_ns, device=s.gpu, link="nvlink", tx_bytes=s.nvlink_tx, rx_bytes=s.nvlink_rx))
+        if s.pcie_tx is not None or s.pcie_rx is not None:
+            rows.append(dict(t_ns=s.t_ns, device=s.gpu, link="pcie", tx_bytes=s.pcie_tx, rx_bytes=s.pcie_rx))
+    return rows
+
+
+class StoreWriter:
+    """Streams samples into the store in batches (one insert a ``every_s``), from the sampler thread.
+
+    A failed insert (the store is briefly unreachable) keeps its rows and tries again with the next
+    batch, so an outage loses no sample as long as the process lives; the first failure is noted
+    in ``warnings``.
+    """
+
+    def __init__(self, store: Any, job_id: int, every_s: float = 1.0) -> None:
+        self.store, self.job_id, self.every_s = store, job_id, every_s
+        self.pending: list[dict] = []
+        self.written = 0
+        self.warnings: list[str] = []
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def __call__(self, batch: Sequence[LinkSample]) -> None:
+        with self._lock:
+            self.pending.extend(link_rows(batch))
+        if time.monotonic() - self._last >= self.every_s:
+            self.flush()
+
+    def flush(self) -> bool:
+        """Write what is pending; False (rows kept) when the store refused."""
+        with self._lock:
+            rows, self.pending = self.pending, []
+            self._last = time.monotonic()
+            if not rows:
+                return True
+            try:
+                self.store.add_link_samples(self.job_id, rows)
+            except Exception as e:  # noqa: BLE001 - keep sampling; retry with the next batch
+                self.pending = rows + self.pending
+                if not self.warnings:
+                    self.warnings.append(f"storing link samples failed (kept, retrying): {str(e).splitlines()[0]}")
+                return False
+            self.written += len(rows)
+            return True
+
+
+def hostname() -> str:
+    """The node's name as dcgm-exporter's ``Hostname`` label gives it (the short host name)."""
+    return socket.gethostname()

@@ -1,9 +1,11 @@
-"""``rankmap serve [--db URL] [--host H] [--port P] [--topology SPEC]``: the web dashboard."""
+"""``rankmap serve [--db URL] [--host H] [--port P] [--topology SPEC] [--token T] [--allow-host NAME]``:
+the web dashboard."""
 
 from __future__ import annotations
 
 import argparse
 import errno
+import os
 import socket
 
 from rankmap.errors import RankmapError
@@ -16,10 +18,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "link use, with mappings before/after. Read-only over the store.")
     p.add_argument("--db", metavar="URL", help="store URL (default $RANKMAP_DB or the SQLite file in ~/.rankmap)")
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1; 0.0.0.0 exposes the dashboard to the network)")
+                   help="address to listen on (default 127.0.0.1; any other address requires a token)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--topology", metavar="SPEC",
                    help="node to draw: 'live' (default), a fixture name, or a topology JSON / nvidia-smi topo -m file")
+    p.add_argument("--token", metavar="T", help="bearer token required on /api and /metrics (default: none on "
+                   "loopback, a new random one otherwise; $RANKMAP_TOKEN also sets it)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="another Host name the server answers to (a reverse proxy's, a tunnel's); repeatable")
     p.set_defaults(func=run)
 
 
@@ -57,8 +63,23 @@ def run(args: argparse.Namespace) -> int:
         load(args.topology)  # a mistyped spec fails now, in one line, not later in the page
     plotly_js()
     _check_port(args.host, args.port)
-    app = create_app(store, args.topology)
+    from rankmap.web.security import access_for, is_loopback, new_token
+
+    token = args.token or os.environ.get("RANKMAP_TOKEN") or None
+    generated = False
+    if not is_loopback(args.host) and not token:
+        token, generated = new_token(), True
+    access = access_for(args.host, token, args.allow_host)
+    app = create_app(store, args.topology, access)
     shown = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"rankmap: dashboard at http://{shown}:{args.port}/  (store {store.url}; Ctrl-C to stop)", flush=True)
+    if args.host in ("0.0.0.0", "::"):
+        shown = socket.gethostname()
+    url = f"http://{shown}:{args.port}/"
+    print(f"rankmap: dashboard at {url}  (store {store.url}; Ctrl-C to stop)", flush=True)
+    if generated:
+        print(f"rankmap: this server needs a token; open {url}#token={token}  "
+              f"(scripts and Prometheus: Authorization: Bearer {token})", flush=True)
+    elif token:
+        print(f"rankmap: this server needs the token given: open {url}#token=<token>", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -132,7 +132,7 @@ class _Streamer(threading.Thread):
                     nccl_changed = True
                     continue
                 try:
-                    rec = records.read(path)
+                    rec = records.read(path, live=not final)  # a running rank has no finalize marker yet
                 except RankmapError as e:
                     if final:
                         problems.append(str(e))
@@ -278,27 +278,25 @@ def _capture_libraries(launcher: L.Launcher, argv: list[str], mpicc: str | None,
     return shim, mpicc_used, plugin
 
 
-def _start_link_sampler(interval_s: float) -> Any:
-    """NVLink/PCIe counters of the node's GPUs while the job runs; None where there is no NVML/GPU."""
+def _start_link_sampler(interval_s: float, store: Any, job_id: int) -> Any:
+    """NVLink/PCIe counters of the node's GPUs, streamed into the store while the job runs (GPM
+    where the GPUs have it, else NVML field values); None where there is no NVML or no GPU."""
     try:
-        from rankmap.capture.sampler import LinkSampler, NvmlCounters
-        source = NvmlCounters()
+        from dataclasses import asdict
+
+        from rankmap.capture.sampler import LinkSampler, StoreWriter, hostname, open_source
+        source = open_source("auto")
         if source.gpu_count() == 0:
             source.close()
             return None
-        return LinkSampler(source, interval_s=interval_s).start()
+        sampler = LinkSampler(source, interval_s=interval_s, on_sample=StoreWriter(store, job_id), keep=False).start()
     except Exception:  # no driver, no GPU, no pynvml: profiling goes on without link counters
         return None
-
-
-def _link_rows(samples: Sequence[Any]) -> list[dict]:
-    rows = []
-    for s in samples:
-        if s.nvlink_tx is not None or s.nvlink_rx is not None:
-            rows.append(dict(t_ns=s.t_ns, device=s.gpu, link="nvlink", tx_bytes=s.nvlink_tx, rx_bytes=s.nvlink_rx))
-        if s.pcie_tx is not None or s.pcie_rx is not None:
-            rows.append(dict(t_ns=s.t_ns, device=s.gpu, link="pcie", tx_bytes=s.pcie_tx, rx_bytes=s.pcie_rx))
-    return rows
+    # where and when it samples: the dashboard lines the samples up with the ranks, /metrics labels them
+    store.update_job_meta(job_id, {"link_sampler": {
+        "source": source.kind, "interval_ms": interval_s * 1000, "t0_unix_ns": sampler.t0_unix_ns,
+        "host": hostname(), "gpus": [asdict(g) for g in source.gpus()]}})
+    return sampler
 
 
 def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 100, flush_ms: int = 1000,
@@ -352,7 +350,7 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
         sigs.attach(child)
         streamer.start()
         # One link sample per timeline bucket, so link counters and rank traffic line up in time.
-        sampler = _start_link_sampler(bucket_ms / 1000) if link_sampler else None
+        sampler = _start_link_sampler(bucket_ms / 1000, store, job_id) if link_sampler else None
         if show:
             with _ProgressLine(job_id, streamer, launcher.world_size, force_progress):
                 rc = _wait(child)
@@ -369,19 +367,23 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
         if not isinstance(e, SQLAlchemyError):
             raise
         problems = [f"storing the records of {rd.path} failed: {str(e).splitlines()[0]}"]
+    sampled: dict = {}
     if sampler is not None:
-        samples = sampler.stop()
-        problems += sampler.warnings
+        sampler.stop()
         try:
-            store.add_link_samples(job_id, _link_rows(samples))
+            if not sampler.on_sample.flush():
+                problems.append(f"{len(sampler.on_sample.pending)} link samples could not be stored")
         finally:
             sampler.source.close()
+        problems += sampler.warnings + sampler.on_sample.warnings
+        info = (store.job(job_id).get("meta") or {}).get("link_sampler") or {}
+        sampled = {"link_sampler": {**info, "cost": sampler.cost.as_dict()}}
     for p in problems:
         warn(p)
     sizes = {r["world_rank"] for r in store.ranks(job_id)}
     ws = streamer.world_size or launcher.world_size
     store.finish_job(job_id, exit_status=status, elapsed_ns=elapsed, world_size=ws,
-                     meta={"problems": len(problems),
+                     meta={"problems": len(problems), **sampled,
                            "signal": signal.Signals(sigs.received).name if sigs.received else None})
     rd.write_job({"end": utc_now(), "exit_status": status, "elapsed_ns": elapsed, "ranks_reporting": len(sizes),
                   "world_size": ws})

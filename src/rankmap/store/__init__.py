@@ -129,6 +129,12 @@ class Store:
                 values["world_size"] = world_size
             c.execute(S.jobs.update().where(S.jobs.c.id == job_id).values(**values))
 
+    def update_job_meta(self, job_id: int, meta: dict) -> None:
+        """Merge ``meta`` into a job's meta while it runs (what a running job learns about itself)."""
+        with self.engine.begin() as c:
+            old = c.execute(sa.select(S.jobs.c.meta).where(S.jobs.c.id == job_id)).scalar_one_or_none()
+            c.execute(S.jobs.update().where(S.jobs.c.id == job_id).values(meta={**(old or {}), **meta}))
+
     def resolve_job(self, spec: str | int) -> int:
         """``'latest'`` or a job id -> a job id that exists."""
         with self.engine.connect() as c:

@@ -15,18 +15,24 @@ Endpoints (all GET):
 ``/api/jobs/{job}/timeline``           bytes per time bucket and class
 ``/api/jobs/{job}/links``              link counter samples as rates
 ``/api/jobs/{job}/mapping``            stored mapping, link loads before and after
+``/api/jobs/{job}/utilisation``        each drawn link's use of its bandwidth per time frame, in bands
+``/api/jobs/{job}/cluster``            nodes, NICs and the traffic between nodes of a multi-node job
 ``/api/topology``                      topology + drawing + GPU pair routes (+ loads with ``job=``)
+``/metrics``                           link counters (dcgm-exporter names) and pair bytes, Prometheus text
+
+Every request passes :class:`rankmap.web.security.Guard` (Host check, token, headers).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, HTTPException, Query
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
 
 from rankmap import __version__
@@ -34,8 +40,12 @@ from rankmap.errors import RankmapError
 from rankmap.store import Store
 from rankmap.topology import Topology
 from rankmap.formats.topology_json import to_dict
+from rankmap.web import cluster as C
+from rankmap.web import metrics as M
 from rankmap.web import queries as Q
 from rankmap.web import topoview as V
+from rankmap.web import utilisation as U
+from rankmap.web.security import Access, Guard, access_for
 
 STATIC = Path(__file__).with_name("static")
 
@@ -103,9 +113,17 @@ def _ints(x: Any) -> Any:
     return x
 
 
-def create_app(store: Store, topology_spec: str | None = None) -> FastAPI:
-    """The dashboard over ``store``; ``topology_spec`` (``rankmap topo`` spec) is the node drawn by default."""
-    app = FastAPI(title="rankmap dashboard", version=__version__, docs_url="/api/docs", redoc_url=None)
+def create_app(store: Store, topology_spec: str | None = None, access: Access | None = None) -> FastAPI:
+    """The dashboard over ``store``; ``topology_spec`` (``rankmap topo`` spec) is the node drawn by default.
+
+    ``access`` says which Host names and which token the server accepts; the default is a
+    loopback server's (no token, loopback names only). There is no interactive ``/api/docs``:
+    Swagger UI would come from a CDN, which a compute node cannot reach and the page must not
+    load; ``/api/openapi.json`` describes the API for any OpenAPI viewer.
+    """
+    app = FastAPI(title="rankmap dashboard", version=__version__, docs_url=None, redoc_url=None,
+                  openapi_url="/api/openapi.json")
+    app.add_middleware(Guard, access=access or access_for("127.0.0.1", None))
     topologies = _Topologies(topology_spec)
     app.state.store = store
     app.state.topologies = topologies
@@ -222,7 +240,8 @@ def create_app(store: Store, topology_spec: str | None = None) -> FastAPI:
         row = Q.mapping_for_job(store, jid, j)
         if row is None:
             return {"job": jid, "mapping": None,
-                    "message": f"no mapping for job {jid}: make one with `rankmap map {jid}` or `rankmap tune`"}
+                    "message": f"no mapping for job {jid}: `rankmap tune -- <its command>` makes and stores one "
+                               f"(`rankmap map --job {jid}` shows one without storing it)"}
         stored = {f"{k}_{w}": row.get(f"{k}_congestion_{w}") for k in ("max", "avg") for w in ("before", "after")}
         out: dict[str, Any] = {
             "job": jid, "mapping": {k: row[k] for k in ("id", "job", "created", "topology", "world_size",
@@ -259,6 +278,55 @@ def create_app(store: Store, topology_spec: str | None = None) -> FastAPI:
         out["routed"] = V.congestion_summary(*views)
         return out
 
+    def placement_of(jid: int, j: dict, topo: Topology, n: int, placement: str) -> V.Placement:
+        """Where the job's ranks ran on ``topo``: 'mapped' (its mapping), 'default' (r mod G), or
+        'auto' (the placement its record names, else the default)."""
+        mapping_used: Any = None
+        where = "default"
+        if placement == "mapped":
+            row = Q.mapping_for_job(store, jid, j)
+            if row is None:
+                raise HTTPException(404, f"no mapping for job {jid}: `rankmap tune -- <its command>` makes and stores one")
+            mapping_used, where = row["mapping"], f"mapping {row['id']}"
+        elif placement == "auto" and (j.get("meta") or {}).get("mapping") is not None:
+            mapping_used, where = j["meta"]["mapping"], f"job {jid} meta.mapping"
+        hosts = C.rank_hosts(store.ranks(jid), n) if mapping_used is None else None
+        return V.placement_for(topo, n, mapping_used, where, hosts)
+
+    def thresholds(bands: str | None) -> tuple[float, ...]:
+        try:
+            return U.parse_thresholds(bands)
+        except RankmapError as e:
+            raise HTTPException(400, str(e)) from None
+
+    @app.get("/api/jobs/{job}/utilisation")
+    def utilisation(job: str, spec: str | None = None, bands: str | None = None,
+                    placement: str = Query("auto", pattern="^(auto|default|mapped)$")) -> dict:
+        jid = job_id(job)
+        topo = topologies.get(spec)
+        j = store.job(jid)
+        n = store.world_size(jid)
+        p = placement_of(jid, j, topo, n, placement) if n else V.Placement([], None, "none (no ranks)")
+        return U.utilisation(store, j, topo, p, n, thresholds(bands))
+
+    @app.get("/api/jobs/{job}/cluster")
+    def cluster(job: str, spec: str | None = None, bands: str | None = None) -> dict:
+        jid = job_id(job)
+        topo = topologies.get(spec)
+        j = store.job(jid)
+        m = job_matrix(jid)
+        p = placement_of(jid, j, topo, m.shape[0], "auto")
+        secs = (j.get("elapsed_ns") or 0) / 1e9
+        if not secs:
+            t0 = U.job_zero_ns(store, j)
+            secs = max((time.time_ns() - t0) / 1e9, 1e-3) if t0 else 1.0
+        return {"job": jid, "topology": topo.name, **C.cluster_view(topo, m, p, secs, thresholds(bands))}
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> PlainTextResponse:
+        return PlainTextResponse(M.render(store), media_type="text/plain; version=0.0.4; charset=utf-8",
+                                 headers={"Cache-Control": "no-store"})
+
     @app.get("/api/topology")
     def topology(spec: str | None = None, job: str | None = None,
                  placement: str = Query("auto", pattern="^(auto|default|mapped)$"),
@@ -269,18 +337,7 @@ def create_app(store: Store, topology_spec: str | None = None) -> FastAPI:
             return out
         jid = job_id(job)
         m = job_matrix(jid, split_classes(klass))
-        n = m.shape[0]
-        j = store.job(jid)
-        mapping_used: Any = None
-        where = "default"
-        if placement == "mapped":
-            row = Q.mapping_for_job(store, jid, j)
-            if row is None:
-                raise HTTPException(404, f"no mapping for job {jid}: make one with `rankmap map {jid}`")
-            mapping_used, where = row["mapping"], f"mapping {row['id']}"
-        elif placement == "auto" and (j.get("meta") or {}).get("mapping") is not None:
-            mapping_used, where = j["meta"]["mapping"], f"job {jid} meta.mapping"
-        p = V.placement_for(topo, n, mapping_used, where)
+        p = placement_of(jid, store.job(jid), topo, m.shape[0], placement)
         out["job"] = jid
         out["load"] = view(topo, m, p)
         return out

@@ -12,6 +12,7 @@ links (the figures ``rankmap map`` reports).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,12 +97,39 @@ def layout(topo: Topology) -> dict[str, Any]:
         slot = width / len(ordered)
         for i, dev_id in enumerate(ordered):
             pos[dev_id] = (MARGIN + slot * (i + 0.5), MARGIN + ROW_H * ri)
+    arcs = arc_depths(topo, pos)
     return {
         "width": width + 2 * MARGIN,
-        "height": ROW_H * (len(rows) - 1) + 2 * MARGIN + 40,  # room below the last row for arcs
+        "height": ROW_H * (len(rows) - 1) + 2 * MARGIN + max(arcs.values(), default=0) + 24,
         "positions": {k: {"x": round(x, 1), "y": round(y, 1), "row": int((y - MARGIN) // ROW_H)}
                       for k, (x, y) in pos.items()},
+        "arcs": {str(i): d for i, d in arcs.items()},
     }
+
+
+ARC_BASE = 22   # px below the row of the shallowest arc
+ARC_STEP = 12   # px between nested arcs
+
+
+def arc_depths(topo: Topology, pos: dict[str, tuple[float, float]]) -> dict[int, int]:
+    """How far below its row each link between two devices of one row dips (an NVLink mesh).
+
+    Arcs are given lanes like intervals on a line: shortest first, each one lane deeper than any
+    placed arc its span overlaps. Two arcs whose spans overlap therefore never run at the same
+    depth, so no two are drawn on top of each other (they may cross, as the mesh does).
+    """
+    same_row = [(i, min(pos[l.a][0], pos[l.b][0]), max(pos[l.a][0], pos[l.b][0]))
+                for i, l in enumerate(topo.links) if l.a in pos and l.b in pos and pos[l.a][1] == pos[l.b][1]]
+    same_row.sort(key=lambda t: (t[2] - t[1], t[1]))
+    lanes: dict[int, int] = {}
+    placed: list[tuple[float, float, float, int]] = []  # (y, x0, x1, lane)
+    for i, x0, x1 in same_row:
+        y = pos[topo.links[i].a][1]
+        over = [ln for (yy, a, b, ln) in placed if yy == y and a < x1 and x0 < b]
+        lane = max(over, default=-1) + 1
+        lanes[i] = lane
+        placed.append((y, x0, x1, lane))
+    return {i: ARC_BASE + ARC_STEP * ln for i, ln in lanes.items()}
 
 
 def gpu_pairs(topo: Topology) -> dict[str, Any]:
@@ -137,11 +165,20 @@ class Placement:
     source: str = "default"  # 'default' (r mod G) or where the placement was read
 
 
-def default_placement(n: int, n_gpus: int) -> Placement:
-    """What a launcher does on its own: rank r on GPU r mod G."""
+def default_placement(n: int, n_gpus: int, hosts: list | None = None) -> Placement:
+    """What a launcher does on its own: rank r on GPU r mod G; on a job that ran on several hosts
+    (``hosts[r]``, as the ranks' records name them), the k-th rank of a host on its GPU k mod G."""
     if n_gpus <= 0:
         raise RankmapError("the topology has no GPU to place ranks on")
-    return Placement([r % n_gpus for r in range(n)], None, "default")
+    if not hosts or len({h for h in hosts if h}) < 2:
+        return Placement([r % n_gpus for r in range(n)], None, "default")
+    seen: dict[Any, int] = {}
+    gpu = []
+    for r in range(n):
+        h = hosts[r] if r < len(hosts) else None
+        gpu.append(seen.get(h, 0) % n_gpus)
+        seen[h] = seen.get(h, 0) + 1
+    return Placement(gpu, [hosts[r] if r < len(hosts) else None for r in range(n)], "default per host")
 
 
 def parse_placement(mapping: Any, n: int, where: str = "mapping") -> Placement:
@@ -183,14 +220,7 @@ def link_loads(topo: Topology, matrix: np.ndarray, placement: Placement) -> dict
     src, dst, b = src[on], dst[on], b[on]
     same = gpu[src] == gpu[dst]
     same_gpu, routed = int(b[same].sum()), int(b[~same].sum())
-    model = node_model(topo)
-    pos = np.zeros(max(gpus) + 1, dtype=np.int64)
-    for i, g in enumerate(model.gpus):
-        pos[g.index] = i
-    score = evaluate(Platform(model), Traffic.from_triples(n, src, dst, b), np.zeros(n, dtype=np.int64), pos[gpu])
-    loads = np.zeros((len(topo.links), 2), dtype=np.float64)  # [:,0] a->b, [:,1] b->a
-    for d, (link, direction) in enumerate(model.dlinks):
-        loads[link, direction] = score.loads[d]
+    loads = directed_loads(topo, n, src, dst, b, gpu)
     bw = np.array([l.bandwidth for l in topo.links], dtype=np.float64) * 1e9
     cong = loads / bw[:, None] if len(bw) else loads
     used = loads > 0
@@ -208,10 +238,37 @@ def link_loads(topo: Topology, matrix: np.ndarray, placement: Placement) -> dict
     }
 
 
-def placement_for(topo: Topology, n: int, mapping: Any | None, where: str) -> Placement:
-    """The mapping's placement when there is one, else the default r mod G."""
+_MODELS: "weakref.WeakKeyDictionary[Topology, Any]" = weakref.WeakKeyDictionary()
+
+
+def model_of(topo: Topology) -> Any:
+    """The placement layer's route incidence of ``topo``, built once per topology object."""
+    m = _MODELS.get(topo)
+    if m is None:
+        m = _MODELS[topo] = node_model(topo)
+    return m
+
+
+def directed_loads(topo: Topology, n: int, src: np.ndarray, dst: np.ndarray, b: np.ndarray,
+                   gpu: np.ndarray) -> np.ndarray:
+    """Bytes per link and direction, ``(links, 2)`` ([:,0] a->b), of pairs ``src -> dst`` (all on
+    this node) when rank r runs on GPU index ``gpu[r]``; routed by the cost model's incidence."""
+    model = model_of(topo)
+    gpus = {g.index for g in topo.gpus}
+    pos = np.zeros(max(gpus) + 1, dtype=np.int64)
+    for i, g in enumerate(model.gpus):
+        pos[g.index] = i
+    score = evaluate(Platform(model), Traffic.from_triples(n, src, dst, b), np.zeros(n, dtype=np.int64), pos[gpu])
+    loads = np.zeros((len(topo.links), 2), dtype=np.float64)
+    for d, (link, direction) in enumerate(model.dlinks):
+        loads[link, direction] = score.loads[d]
+    return loads
+
+
+def placement_for(topo: Topology, n: int, mapping: Any | None, where: str, hosts: list | None = None) -> Placement:
+    """The mapping's placement when there is one, else the default (per host, when ``hosts`` differ)."""
     if mapping is None:
-        return default_placement(n, len(topo.gpus))
+        return default_placement(n, len(topo.gpus), hosts)
     return parse_placement(mapping, n, where)
 
 

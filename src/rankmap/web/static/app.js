@@ -4,6 +4,7 @@
 
 const POLL_MS = 2000;
 const JOBS_POLL_MS = 5000;
+const PLAY_MS = 250;
 const CLASS_COLOURS = { p2p: "#2563eb", collective: "#f59e0b", rma: "#10b981", nccl: "#8b5cf6" };
 const MEM_COLOURS = { device: "#76b900", host: "#2563eb", managed: "#8b5cf6", unknown: "#9ca3af" };
 const KIND_STYLE = {
@@ -18,24 +19,56 @@ const KIND_STYLE = {
 const LINK_DASH = { nvlink: "", pcie: "6 4", cpu_interconnect: "2 4", network: "10 4 2 4" };
 const IDLE_LINK = "#c3cbd5";
 const HEAT = ["#fde68a", "#f59e0b", "#ea580c", "#b91c1c"];
+// INAM's bands: grey idle, light green, dark green, orange, red
+const BAND_COLOURS = ["#c3cbd5", "#86efac", "#16a34a", "#f97316", "#dc2626"];
+const DEFAULT_BANDS = [0.1, 25, 50, 75];
+const MAX_SCALE = 1.4;  // a small node is drawn at most this much larger than its layout
 const PLOT_CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
 const SVGNS = "http://www.w3.org/2000/svg";
+const TOKEN_KEY = "rankmap.token";
 
-const state = { info: null, jobId: null, jobTimer: null, jobsTimer: null, seq: 0, spec: null, running: false };
+const state = {
+  info: null, jobId: null, jobTimer: null, jobsTimer: null, seq: 0, spec: null, running: false, started: false,
+  util: null, utilMode: null, frame: 0, follow: true, playTimer: null, selectedLink: null,
+};
 
 // ------------------------------------------------------------------ helpers
 const $ = (id) => document.getElementById(id);
 
+// The token of a server reachable from other machines comes in the URL's #token= part (never sent
+// to the server); it is kept for this tab only and dropped from the address bar.
+function takeTokenFromHash() {
+  const m = location.hash.match(/(?:^#|&)token=([^&]*)/);
+  if (!m) return;
+  sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
+  let rest = location.hash.replace(/(^#|&)token=[^&]*/, "$1").replace(/^#&/, "#").replace(/&$/, "");
+  if (rest === "#") rest = "";
+  history.replaceState(null, "", location.pathname + location.search + rest);
+}
+
 async function api(path) {
-  const r = await fetch(path, { cache: "no-store" });
+  const headers = {};
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const r = await fetch(path, { cache: "no-store", headers });
   let body = null;
   try { body = await r.json(); } catch (e) { /* not JSON */ }
+  if (r.status === 401) showAuth(Boolean(token));
   if (!r.ok) {
     const err = new Error((body && body.detail) || `${r.status} ${r.statusText}`);
     err.status = r.status;
     throw err;
   }
   return body;
+}
+
+function showAuth(hadToken) {
+  const box = $("auth");
+  if (!box.hidden) return;
+  box.hidden = false;
+  $("auth-note").textContent = hadToken ? "The token given was not accepted." :
+    "This dashboard is reachable from other machines, so it needs the token that `rankmap serve` printed.";
+  $("auth-token").focus();
 }
 
 function fmtBytes(b) {
@@ -56,6 +89,7 @@ function fmtNs(ns) {
 }
 function fmtSeconds(s) { return s ? fmtNs(s * 1e9) : "0"; }
 function fmtPct(x) { return x === null || x === undefined ? "–" : `${(100 * x).toFixed(1)} %`; }
+function fmtUtil(u) { return u >= 10 ? `${u.toFixed(0)} %` : u >= 0.1 ? `${u.toFixed(1)} %` : u > 0 ? "< 0.1 %" : "0 %"; }
 function ago(iso) {
   if (!iso) return "";
   const s = (Date.now() - Date.parse(iso)) / 1000;
@@ -75,6 +109,12 @@ function svg(tag, attrs = {}) {
   for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
   return e;
 }
+function titled(node, text) {
+  const t = svg("title");
+  t.textContent = text;
+  node.append(t);
+  return node;
+}
 function statusPill(job) {
   if (job.exit_status === null || job.exit_status === undefined) return el("span", { class: "pill run" }, "running");
   if (job.exit_status === 0) return el("span", { class: "pill ok" }, "exit 0");
@@ -93,6 +133,17 @@ function plotLayout(extra) {
     paper_bgcolor: "#fff", plot_bgcolor: "#fff", legend: { orientation: "h", y: 1.12 },
   }, extra);
 }
+function bandsParam() {
+  const b = thresholds();
+  return b.join(",") === DEFAULT_BANDS.join(",") ? "" : `bands=${b.join(",")}`;
+}
+function thresholds() {
+  try {
+    const b = JSON.parse(localStorage.getItem("rankmap.bands") || "null");
+    if (Array.isArray(b) && b.length === 4) return b;
+  } catch (e) { /* ignore */ }
+  return DEFAULT_BANDS;
+}
 
 // ------------------------------------------------------------------ jobs
 async function loadJobs() {
@@ -108,9 +159,10 @@ async function loadJobs() {
     const line = el("div", { class: "job-line" });
     line.append(el("span", { class: "job-id" }, `#${j.id}`), statusPill(j));
     li.append(line, el("div", { class: "job-cmd", title: j.command }, j.command));
-    const ranks = j.world_size ?? j.ranks_reporting;
+    const ranks = j.world_size || j.ranks_reporting;
     li.append(el("div", { class: "job-meta" },
-      [ranks ? `${ranks} ranks` : null, fmtBytes(j.bytes), j.launcher, ago(j.created)].filter(Boolean).join(" · ")));
+      [ranks ? `${ranks} ranks` : null, j.launcher === "monitor" ? null : fmtBytes(j.bytes), j.launcher,
+        ago(j.created)].filter(Boolean).join(" · ")));
     li.addEventListener("click", () => selectJob(j.id));
     list.append(li);
   }
@@ -119,7 +171,12 @@ async function loadJobs() {
 }
 
 function selectJob(id) {
-  if (String(id) !== String(state.jobId)) history.replaceState(null, "", `#/job/${id}`);
+  if (location.hash !== `#/job/${id}`) history.replaceState(null, "", `#/job/${id}`);
+  if (Number(id) !== state.jobId) {
+    state.utilMode = null;
+    state.selectedLink = null;
+    stopPlaying();
+  }
   state.jobId = Number(id);
   state.running = false;
   for (const li of document.querySelectorAll("#job-list li"))
@@ -127,6 +184,11 @@ function selectJob(id) {
   $("no-job").hidden = true;
   $("job").hidden = false;
   refreshJob(true);
+}
+
+function jobFromHash() {
+  const m = location.hash.match(/^#\/job\/(\d+)/);
+  return m ? Number(m[1]) : null;
 }
 
 // ------------------------------------------------------------------ one job
@@ -148,30 +210,42 @@ async function refreshJob(first) {
   }
   if (seq !== state.seq) return;  // another job was picked meanwhile
   $("job-error").hidden = true;
+  const monitor = job.job.launcher === "monitor";
+  $("job").classList.toggle("monitor", monitor);
   renderHeader(job);
   const spec = encodeURIComponent(state.spec || "");
+  const sq = spec ? `spec=${spec}` : "";
+  const uq = [sq, bandsParam()].filter(Boolean).join("&");
+  const skip = Promise.resolve(null);
   const parts = await Promise.allSettled([
-    q(`/matrix?class=${encodeURIComponent(cls)}&what=${what}`),
-    q("/ops"), q("/timeline"), q("/links"),
+    monitor ? skip : q(`/matrix?class=${encodeURIComponent(cls)}&what=${what}`),
+    monitor ? skip : q("/ops"), monitor ? skip : q("/timeline"), q("/links"),
     api(`/api/topology?job=${id}${spec ? `&spec=${spec}` : ""}`),
-    q(`/mapping${spec ? `?spec=${spec}` : ""}`),
+    monitor ? skip : q(`/mapping${sq ? `?${sq}` : ""}`),
+    q(`/utilisation${uq ? `?${uq}` : ""}`),
+    monitor ? skip : q(`/cluster${uq ? `?${uq}` : ""}`),
   ]);
   if (seq !== state.seq) return;
-  const [matrix, ops, timeline, links, topo, mapping] = parts;
+  const [matrix, ops, timeline, links, topo, mapping, util, cluster] = parts;
   const guard = (fn, p, elId) => {
     try {
-      if (p.status === "fulfilled") fn(p.value);
+      if (p.status === "fulfilled") { if (p.value !== null) fn(p.value); }
       else showPlotError(elId, p.reason.message);
     } catch (e) { showPlotError(elId, String(e)); console.error(e); }
   };
-  guard((m) => renderMatrix(m, first), matrix, "heatmap");
-  guard(renderOps, ops, "ops");
-  guard(renderTimeline, timeline, "timeline");
+  if (!monitor) {
+    guard((m) => renderMatrix(m, first), matrix, "heatmap");
+    guard(renderOps, ops, "ops");
+    guard(renderTimeline, timeline, "timeline");
+    guard(renderMem, { status: "fulfilled", value: job }, "mem");
+    renderMapping(mapping);
+    renderCluster(cluster);
+  } else {
+    $("cluster-card").hidden = true;
+  }
   guard(renderLinks, links, "links");
-  guard(renderMem, { status: "fulfilled", value: job }, "mem");
-  renderTopology(topo);
-  renderMapping(mapping);
   state.running = job.running;
+  renderUtilisation(topo, util, job.running);
   if (job.running) state.jobTimer = setTimeout(() => refreshJob(false), POLL_MS);
 }
 
@@ -191,8 +265,10 @@ function kpi(k, v, hint) {
 
 function renderHeader(data) {
   const j = data.job, s = data.summary;
-  $("job-title").textContent = `Job #${j.id}`;
+  const mon = (j.meta || {}).monitor;
+  $("job-title").textContent = mon ? `Monitor session #${j.id}` : `Job #${j.id}`;
   $("job-command").textContent = j.command;
+  $("job-command").title = j.command;
   $("job-when").textContent = [`started ${j.created ? new Date(j.created).toLocaleString() : "?"}`,
     j.ended ? `ended ${new Date(j.ended).toLocaleString()}` : null, `launcher ${j.launcher}`,
     (j.hosts && j.hosts.length) ? `on ${j.hosts.join(", ")}` : null].filter(Boolean).join(" · ");
@@ -201,6 +277,16 @@ function renderHeader(data) {
   st.append(statusPill(j));
   const k = $("kpis");
   k.textContent = "";
+  if (mon) {
+    k.append(kpi("GPUs", String((mon.gpus || []).length), mon.host));
+    k.append(kpi("counters", mon.source === "gpm" ? "NVML GPM" : "NVML fields", `every ${mon.interval_ms} ms`));
+    k.append(kpi("elapsed", j.elapsed_ns ? fmtNs(j.elapsed_ns) : (data.running ? "running" : "–")));
+    if (mon.cost && mon.cost.per_gpu_sample_ms !== null && mon.cost.per_gpu_sample_ms !== undefined)
+      k.append(kpi("cost per GPU sample", `${(mon.cost.per_gpu_sample_ms * 1000).toFixed(0)} µs`,
+        mon.process_cpu_share !== null && mon.process_cpu_share !== undefined ? `${(100 * mon.process_cpu_share).toFixed(2)} % of a core` : ""));
+    $("job-problems").hidden = true;
+    return;
+  }
   k.append(kpi("ranks", `${s.ranks_reporting} / ${s.world_size}`, "reporting / world size"));
   k.append(kpi("bytes sent", fmtBytes(s.total_bytes), `${fmtCount(s.total_messages)} messages`));
   k.append(kpi("elapsed", j.elapsed_ns ? fmtNs(j.elapsed_ns) : (data.running ? "running" : "–")));
@@ -211,12 +297,14 @@ function renderHeader(data) {
   }
   const classes = Object.entries(s.bytes_by_class).sort((a, b) => b[1].bytes - a[1].bytes);
   if (classes.length) k.append(kpi("top class", classes[0][0], fmtBytes(classes[0][1].bytes)));
-  const pr = $("job-problems");
+  // problems are worth a banner; ranks that have not flushed their last record are not, while the job runs
   const probs = s.problems || [];
-  pr.hidden = probs.length === 0 && s.unfinished_ranks.length === 0;
-  pr.textContent = [probs.length ? `${probs.length} problem(s): ${probs.slice(0, 3).join("; ")}` : "",
+  const text = [probs.length ? `${probs.length} problem(s): ${probs.slice(0, 3).join("; ")}` : "",
     (!data.running && s.unfinished_ranks.length) ? `ranks without a final flush: ${s.unfinished_ranks.slice(0, 16).join(", ")}` : ""]
     .filter(Boolean).join(" — ");
+  const pr = $("job-problems");
+  pr.textContent = text;
+  pr.hidden = text === "";
   // keep the class choices of the heatmap in step with what the job has
   const sel = $("matrix-class"), have = new Set([...sel.options].map((o) => o.value));
   for (const c of Object.keys(s.bytes_by_class)) if (!have.has(c)) sel.append(el("option", { value: c }, c));
@@ -225,8 +313,11 @@ function renderHeader(data) {
 function renderMatrix(m) {
   const n = m.world_size, ranks = [...Array(n).keys()];
   const unit = m.what === "bytes" ? "B" : " msgs";
+  const top = m.matrix.reduce((a, row) => Math.max(a, ...row), 0);
+  $("heatmap-note").textContent = top ? "" : `no ${m.what} between ranks${m.classes === "all" ? "" : " in this class"}`;
   const trace = {
     type: "heatmap", z: m.matrix, x: ranks, y: ranks, xgap: n <= 64 ? 1 : 0, ygap: n <= 64 ? 1 : 0,
+    zmin: 0, zmax: Math.max(top, 1),  // an all-zero matrix is blank, not one solid colour
     colorscale: [[0, "#ffffff"], [1e-9, "#eef4fb"], [0.2, "#c6dbef"], [0.45, "#6baed6"], [0.75, "#2171b5"], [1, "#08306b"]],
     hovertemplate: `rank %{y} → rank %{x}<br>%{z:,}${unit}<extra></extra>`,
     colorbar: { title: { text: m.what, side: "right" }, thickness: 12 },
@@ -264,13 +355,19 @@ function renderTimeline(data) {
     ? `${data.bucket_ms} ms buckets${data.bucket_ms_assumed ? " (assumed)" : ""}` : "";
   if (!data.t_s.length) return showPlotError("timeline", "No timeline recorded.");
   const per = data.bucket_ms / 1000;
-  const traces = classes.map((c) => ({
-    type: "scatter", mode: "lines", stackgroup: "one", name: c, x: data.t_s,
-    y: data.series[c].map((b) => b / per / 1e9), line: { width: 0.5, color: CLASS_COLOURS[c] },
-    hovertemplate: `${c}: %{y:.3f} GB/s at %{x:.2f} s<extra></extra>`,
-  }));
+  // each bucket is a step from its start to its end, so even a job shorter than one bucket shows
+  const x = [...data.t_s, data.t_s[data.t_s.length - 1] + per];
+  const traces = classes.map((c) => {
+    const y = data.series[c].map((b) => b / per / 1e9);
+    return {
+      type: "scatter", mode: "lines", stackgroup: "one", name: c, x, y: [...y, y[y.length - 1]],
+      line: { width: 0.5, color: CLASS_COLOURS[c], shape: "hv" },
+      hovertemplate: `${c}: %{y:.3f} GB/s from %{x:.2f} s<extra></extra>`,
+    };
+  });
   Plotly.react("timeline", traces, plotLayout({
-    xaxis: { title: { text: "seconds since start" } }, yaxis: { title: { text: "GB/s sent" }, rangemode: "tozero" },
+    xaxis: { title: { text: "seconds since start" }, range: [x[0], x[x.length - 1]] },
+    yaxis: { title: { text: "GB/s sent" }, rangemode: "tozero" },
   }), PLOT_CONFIG);
 }
 
@@ -327,43 +424,37 @@ function ranksLabel(rs) {
   return rs.length > 4 ? `${shown} +${rs.length - 4}` : shown;
 }
 
-// Draw the topology into `box`; `load` (optional) colours links; `ref` is the congestion that maps
-// to the hottest colour, shared by views that are compared.
-function drawTopology(box, topo, load, ref) {
-  const t = topo.topology, lay = topo.layout, P = lay.positions;
+function linkName(l) {
+  return `${l.a} ↔ ${l.b}: ${l.kind}${l.count > 1 ? ` ×${l.count}` : ""}${l.generation ? ` gen ${l.generation}` : ""}, ${l.bandwidth} GB/s per direction`;
+}
+
+// Draw the topology into `box`. `paint(i, link)` says how link i looks: {stroke, width, opacity,
+// attrs, title}; `onGpu` maps GPU index -> ranks; `onClick(i)` (optional) is called on a link click.
+function drawTopology(box, topo, paint, onGpu, onClick) {
+  const t = topo.topology, lay = topo.layout, P = lay.positions, arcs = lay.arcs || {};
   const root = svg("svg", { viewBox: `0 0 ${lay.width} ${lay.height}`, class: "topology", role: "img",
-    "aria-label": `topology ${t.name}` });
+    "aria-label": `topology ${t.name}`, style: `max-width: ${Math.round(lay.width * MAX_SCALE)}px` });
   const linksG = svg("g", { class: "links" }), devG = svg("g", { class: "devices" });
   const devs = Object.fromEntries(t.devices.map((d) => [d.id, d]));
-  const loads = load ? load.links : null;
   t.links.forEach((l, i) => {
     const a = P[l.a], b = P[l.b];
-    const ld = loads ? loads[i] : null;
-    const bytes = ld ? ld.load_ab + ld.load_ba : 0;
-    const cong = ld ? Math.max(ld.congestion_ab, ld.congestion_ba) : 0;
-    const use = ref > 0 ? cong / ref : 0;
-    const colour = bytes > 0 ? heat(use) : IDLE_LINK;
     let d;
-    if (a.row === b.row) {  // links within a layer (GPU-GPU NVLink) arc below it
-      const mx = (a.x + b.x) / 2, dy = 26 + 0.16 * Math.abs(a.x - b.x);
-      d = `M${a.x},${a.y} Q${mx},${a.y + dy} ${b.x},${b.y}`;
+    if (a.row === b.row) {  // links within a layer (an NVLink mesh) dip below it, each at its own depth
+      const depth = (arcs[String(i)] || 26) / 0.75;  // a cubic with both handles at `depth` reaches 3/4 of it
+      d = `M${a.x},${a.y} C${a.x},${a.y + depth} ${b.x},${b.y + depth} ${b.x},${b.y}`;
     } else {
       d = `M${a.x},${a.y} L${b.x},${b.y}`;
     }
-    const p = svg("path", {
-      d, class: "link", "data-link": i, "data-kind": l.kind, "data-load": bytes, "data-use": use.toFixed(4),
-      stroke: colour, "stroke-width": (bytes > 0 ? 2.5 + 8 * use : 1.5).toFixed(2),
-      "stroke-dasharray": LINK_DASH[l.kind] || "", "stroke-opacity": bytes > 0 ? 0.95 : 0.8,
-    });
-    const name = `${l.a} ↔ ${l.b}: ${l.kind}${l.count > 1 ? ` ×${l.count}` : ""}${l.generation ? ` gen ${l.generation}` : ""}, ${l.bandwidth} GB/s per direction`;
-    const detail = ld ? `\n${l.a} → ${l.b}: ${fmtBytes(ld.load_ab)} (${fmtSeconds(ld.congestion_ab)})` +
-      `\n${l.b} → ${l.a}: ${fmtBytes(ld.load_ba)} (${fmtSeconds(ld.congestion_ba)})` : "";
-    const title = svg("title");
-    title.textContent = name + detail;
-    p.append(title);
+    const look = paint(i, l);
+    const p = svg("path", Object.assign({
+      d, class: "link", "data-link": i, "data-kind": l.kind, stroke: look.stroke,
+      "stroke-width": look.width.toFixed(2), "stroke-dasharray": LINK_DASH[l.kind] || "",
+      "stroke-opacity": look.opacity,
+    }, look.attrs || {}));
+    titled(p, `${linkName(l)}${look.title ? "\n" + look.title : ""}`);
+    if (onClick) p.addEventListener("click", () => onClick(i));
     linksG.append(p);
   });
-  const onGpu = load ? load.ranks_on_gpu || {} : {};
   for (const id of Object.keys(P)) {
     const dv = devs[id], pos = P[id], st = KIND_STYLE[dv.kind] || KIND_STYLE.node;
     const g = svg("g", { class: "device", "data-device": id, "data-kind": dv.kind, transform: `translate(${pos.x},${pos.y})` });
@@ -371,10 +462,8 @@ function drawTopology(box, topo, load, ref) {
     const tx = svg("text", { "text-anchor": "middle", y: 4 });
     tx.textContent = deviceLabel(dv);
     g.append(tx);
-    const title = svg("title");
-    title.textContent = `${id}: ${dv.name || dv.kind}` + Object.entries(dv.attrs || {}).map(([k, v]) => `\n${k}: ${v}`).join("");
-    g.append(title);
-    if (dv.kind === "gpu" && onGpu[String(dv.index)]) {
+    titled(g, `${id}: ${dv.name || dv.kind}` + Object.entries(dv.attrs || {}).map(([k, v]) => `\n${k}: ${v}`).join(""));
+    if (dv.kind === "gpu" && onGpu && onGpu[String(dv.index)]) {
       const r = svg("text", { class: "ranks", "text-anchor": "middle", y: -st.h / 2 - 5 });
       r.textContent = ranksLabel(onGpu[String(dv.index)]);
       g.append(r);
@@ -386,11 +475,31 @@ function drawTopology(box, topo, load, ref) {
   box.append(root);
 }
 
-function legend(box, ref) {
+// congestion relative to `ref` (the busiest link of the views compared): the mapping view
+function congestionPainter(load, ref) {
+  return (i) => {
+    const ld = load.links[i];
+    const bytes = ld.load_ab + ld.load_ba;
+    const cong = Math.max(ld.congestion_ab, ld.congestion_ba);
+    const use = ref > 0 ? cong / ref : 0;
+    return {
+      stroke: bytes > 0 ? heat(use) : IDLE_LINK, width: bytes > 0 ? 2.5 + 8 * use : 1.5, opacity: bytes > 0 ? 0.95 : 0.8,
+      attrs: { "data-load": bytes, "data-use": use.toFixed(4) },
+      title: `${ld.a} → ${ld.b}: ${fmtBytes(ld.load_ab)} (${fmtSeconds(ld.congestion_ab)})\n` +
+        `${ld.b} → ${ld.a}: ${fmtBytes(ld.load_ba)} (${fmtSeconds(ld.congestion_ba)})`,
+    };
+  };
+}
+
+function congestionLegend(box, ref) {
   box.textContent = "";
   const heatItem = el("span");
   heatItem.append("link use: 0", el("span", { class: "bar" }), `${fmtSeconds(ref)} (busiest link's bytes / bandwidth)`);
   box.append(heatItem);
+  kindLegend(box);
+}
+
+function kindLegend(box) {
   for (const [kind, dash] of Object.entries(LINK_DASH)) {
     const s = el("span");
     const sv = svg("svg", { width: 34, height: 10 });
@@ -411,24 +520,146 @@ function stats(box, v, extra) {
   if (extra) extra(add);
 }
 
-function renderTopology(p) {
+// ------------------------------------------------------------------ utilisation view
+function utilPainter(u, whole, frame) {
+  return (i) => {
+    const r = u.links[i];
+    if (!r || r.source === "none" || !r.util_ab) {
+      return { stroke: IDLE_LINK, width: 1.2, opacity: 0.5, attrs: { "data-source": "none", "data-band": "", "data-util": "" },
+        title: "no counter and no modelled traffic for this link" };
+    }
+    const ua = whole ? null : r.util_ab[frame], ub = whole ? null : r.util_ba[frame];
+    const util = whole ? r.avg_util : Math.max(ua, ub);
+    const band = whole ? r.avg_band : r.band[frame];
+    const gbps = (x) => (x / 100 * r.bandwidth).toFixed(2);
+    const src = r.source === "measured" ? `measured (${r.measured_as})` : "traffic model";
+    const detail = whole
+      ? `whole job: ${fmtBytes(r.bytes_ab)} ${r.a} → ${r.b}, ${fmtBytes(r.bytes_ba)} ${r.b} → ${r.a}; average ${fmtUtil(r.avg_util)}, peak ${fmtUtil(r.peak_util)}`
+      : `${r.a} → ${r.b}: ${gbps(ua)} GB/s (${fmtUtil(ua)})\n${r.b} → ${r.a}: ${gbps(ub)} GB/s (${fmtUtil(ub)})`;
+    return {
+      stroke: BAND_COLOURS[band], width: band ? 2.5 + 6 * Math.min(util, 100) / 100 : 1.5,
+      opacity: r.source === "measured" ? 1 : 0.8,
+      attrs: { "data-band": band, "data-util": util.toFixed(4), "data-source": r.source, "data-load": whole ? r.bytes_ab + r.bytes_ba : "" },
+      title: `${src}\n${detail}\nclick for its TX/RX over time`,
+    };
+  };
+}
+
+function bandLegend(box, u) {
+  box.textContent = "";
+  const t = u.thresholds;
+  const names = [`idle (< ${t[0]} %)`, `≤ ${t[1]} %`, `≤ ${t[2]} %`, `≤ ${t[3]} %`, `> ${t[3]} %`];
+  names.forEach((n, i) => {
+    const s = el("span", { class: "band", "data-band": i });
+    s.append(el("span", { class: "swatch", style: `background:${BAND_COLOURS[i]}` }), n);
+    box.append(s);
+  });
+  box.append(el("span", { class: "muted" }, "of the link's bandwidth, busier direction"));
+  kindLegend(box);
+}
+
+function renderUtilisation(topoP, utilP, running) {
   const view = $("topo-view");
-  if (p.status !== "fulfilled") {
+  if (topoP.status !== "fulfilled" || utilP.status !== "fulfilled") {
+    const why = topoP.status !== "fulfilled" ? topoP.reason.message : utilP.reason.message;
     view.textContent = "";
-    view.append(el("p", { class: "muted" }, p.reason.message));
-    $("topo-stats").textContent = "";
-    $("topo-legend").textContent = "";
-    $("topo-placement").textContent = "";
+    view.append(el("p", { class: "muted" }, why));
+    for (const id of ["topo-stats", "topo-legend", "topo-placement", "util-source"]) $(id).textContent = "";
+    $("util-controls").hidden = true;
     return;
   }
-  const t = p.value, load = t.load;
-  drawTopology(view, t, load, load.max_congestion);
-  legend($("topo-legend"), load.max_congestion);
-  stats($("topo-stats"), load);
-  const src = load.placement.source;
+  const t = topoP.value, u = utilP.value;
+  state.topo = t;
+  state.util = u;
+  if (state.utilMode === null) {  // a new job: a running one follows its newest frame
+    state.utilMode = running ? "time" : "whole";
+    state.follow = true;
+  }
+  if (state.utilMode === "time" && (state.follow || state.frame >= u.frames)) state.frame = u.frames - 1;
+  const load = t.load;
   $("topo-placement").textContent = `${t.topology.name} · placement: ` +
-    (src === "default" ? `default (rank r → GPU r mod ${t.pairs.gpus.length})` : src);
+    (load.placement.source === "default" ? `default (rank r → GPU r mod ${t.pairs.gpus.length})`
+      : load.placement.source === "default per host" ? `default on each host (its k-th rank → GPU k mod ${t.pairs.gpus.length}); every host's in-node traffic drawn on this node`
+      : load.placement.source);
+  const parts = [];
+  if (u.measured && u.measured.links) parts.push(`${u.measured.links} link(s) measured by ${u.measured.source} (${u.measured.kind === "gpm" ? "NVML GPM" : u.measured.kind === "fields" ? "NVML counters" : "NVML"})`);
+  if (u.model && u.model.links) parts.push(`${u.model.links} link(s) from the traffic model`);
+  $("util-source").textContent = parts.join(" · ") + (u.notes.length ? ` — ${u.notes.join("; ")}` : "");
+  const slider = $("util-slider");
+  slider.max = String(u.frames - 1);
+  slider.value = String(state.frame);
+  $("util-controls").hidden = false;
+  paintUtilisation();
+  stats($("topo-stats"), load);
+  bandLegend($("topo-legend"), u);
   renderPairs(t.pairs);
+}
+
+function paintUtilisation() {
+  const u = state.util, t = state.topo;
+  if (!u || !t) return;
+  const whole = state.utilMode === "whole";
+  for (const b of document.querySelectorAll("#util-mode button")) b.classList.toggle("on", b.dataset.mode === state.utilMode);
+  $("util-slider").disabled = whole;
+  $("util-play").disabled = whole;
+  const f = Math.min(state.frame, u.frames - 1);
+  $("util-time").textContent = whole
+    ? `whole job: ${u.duration_s.toFixed(2)} s, average use`
+    : `${u.t_s[f].toFixed(2)}–${(u.t_s[f] + u.frame_s).toFixed(2)} s of ${u.duration_s.toFixed(2)} s (frame ${f + 1}/${u.frames})`;
+  drawTopology($("topo-view"), t, utilPainter(u, whole, f), t.load.ranks_on_gpu || {}, (i) => selectLink(i));
+  renderLinkSeries();
+}
+
+function selectLink(i) {
+  state.selectedLink = i;
+  renderLinkSeries();
+}
+
+function renderLinkSeries() {
+  const box = $("link-series-box"), u = state.util;
+  const r = u && state.selectedLink !== null ? u.links[state.selectedLink] : null;
+  if (!r || !r.util_ab) { box.hidden = true; return; }
+  box.hidden = false;
+  $("link-series-title").textContent = `${r.a} ↔ ${r.b} (${r.kind}, ${r.bandwidth} GB/s per direction): ` +
+    (r.source === "measured" ? `measured, ${r.measured_as}` : "from the traffic model");
+  const x = u.t_s.map((t) => t + u.frame_s / 2);
+  const gb = (a) => a.map((v) => v / 100 * r.bandwidth);
+  const shapes = [{ type: "line", xref: "paper", x0: 0, x1: 1, y0: r.bandwidth, y1: r.bandwidth,
+    line: { dash: "dash", width: 1, color: "#94a3b8" } }];
+  if (state.utilMode === "time") {
+    const tt = u.t_s[Math.min(state.frame, u.frames - 1)] + u.frame_s / 2;
+    shapes.push({ type: "line", yref: "paper", y0: 0, y1: 1, x0: tt, x1: tt, line: { width: 1, color: "#0f172a" } });
+  }
+  Plotly.react("link-series", [
+    { type: "scatter", mode: "lines+markers", name: `${r.a} → ${r.b}`, x, y: gb(r.util_ab), line: { color: "#2563eb" },
+      hovertemplate: `${r.a} → ${r.b}: %{y:.2f} GB/s at %{x:.2f} s<extra></extra>` },
+    { type: "scatter", mode: "lines+markers", name: `${r.b} → ${r.a}`, x, y: gb(r.util_ba), line: { color: "#f97316", dash: "dot" },
+      hovertemplate: `${r.b} → ${r.a}: %{y:.2f} GB/s at %{x:.2f} s<extra></extra>` },
+  ], plotLayout({
+    shapes, margin: { l: 60, r: 20, t: 10, b: 45 }, xaxis: { title: { text: "seconds since the job's start" } },
+    yaxis: { title: { text: "GB/s" }, rangemode: "tozero", range: [0, r.bandwidth * 1.05] },
+  }), PLOT_CONFIG);
+}
+
+function stopPlaying() {
+  clearInterval(state.playTimer);
+  state.playTimer = null;
+  $("util-play").textContent = "▶ play";
+}
+
+function play() {
+  const u = state.util;
+  if (!u) return;
+  if (state.playTimer) return stopPlaying();
+  if (state.frame >= u.frames - 1) state.frame = 0;
+  state.follow = false;
+  $("util-play").textContent = "❚❚ pause";
+  state.playTimer = setInterval(() => {
+    if (state.frame >= state.util.frames - 1) { state.follow = true; return stopPlaying(); }
+    state.frame += 1;
+    $("util-slider").value = String(state.frame);
+    paintUtilisation();
+  }, PLAY_MS);
 }
 
 function renderPairs(pairs) {
@@ -448,12 +679,86 @@ function renderPairs(pairs) {
   box.append(tab);
 }
 
+// ------------------------------------------------------------------ multi-node view
+function renderCluster(p) {
+  const card = $("cluster-card");
+  if (p.status !== "fulfilled" || !p.value || !p.value.multi_node) { card.hidden = true; return; }
+  card.hidden = false;
+  const c = p.value, H = c.nodes.length;
+  const maxNics = Math.max(1, ...c.nodes.map((n) => n.nics.length));
+  const NW = Math.max(230, maxNics * 52 + 16), NH = 130, GAP = 40, TOP = 120;
+  const W = Math.max(H * (NW + GAP) + GAP, 400), HT = TOP + NH + 70 + 14 * H;
+  const root = svg("svg", { viewBox: `0 0 ${W} ${HT}`, class: "cluster", role: "img", "aria-label": "nodes and network",
+    style: `max-width: ${Math.round(W * MAX_SCALE)}px` });
+  const sw = { x: W / 2, y: 36 };
+  const links = svg("g"), boxes = svg("g"), arcs = svg("g");
+  const maxPair = Math.max(1, ...c.node_bytes.flat());
+  const nx = (u) => GAP + u * (NW + GAP);
+  c.nodes.forEach((n, u) => {
+    const x0 = nx(u);
+    const g = svg("g", { class: "node", "data-node": n.name, transform: `translate(${x0},${TOP})` });
+    g.append(svg("rect", { width: NW, height: NH, rx: 10, fill: "#f8fafc", stroke: "#334155", "stroke-width": 1.5 }));
+    const name = svg("text", { x: 10, y: NH - 10, class: "node-name" });
+    name.textContent = n.name;
+    g.append(name);
+    const gpus = Object.entries(n.gpus);
+    const per = Math.ceil(Math.sqrt(gpus.length * 2));
+    gpus.forEach(([gi, rs], k) => {
+      const gx = 10 + (k % per) * 34, gy = 44 + Math.floor(k / per) * 24;
+      const chip = svg("rect", { x: gx, y: gy, width: 30, height: 20, rx: 3, fill: rs.length ? "#ecf7e2" : "#fff", stroke: "#4d8f1c",
+        class: "node-gpu", "data-gpu": gi });
+      titled(chip, `GPU${gi}: ${rs.length ? "ranks " + rs.join(", ") : "no rank"}`);
+      g.append(chip);
+    });
+    titled(g, `${n.name}: ${n.ranks.length} ranks; busiest in-node link at ${fmtUtil(n.local_peak_util)} (whole job)`);
+    n.nics.forEach((nic, k) => {
+      const cx = x0 + (k + 1) * NW / (n.nics.length + 1);
+      const nb = svg("rect", { x: cx - 22 - x0, y: -9, width: 44, height: 18, rx: 4, fill: "#fce7f3", stroke: "#be185d", class: "node-nic" });
+      titled(nb, `${nic.name}: ${nic.bandwidth} GB/s per direction`);
+      g.append(nb);
+      const util = Math.max(nic.up_util, nic.down_util);
+      const line = svg("path", { d: `M${cx},${TOP - 9} L${sw.x},${sw.y + 15}`, class: "net-link", "data-node": n.name,
+        "data-nic": nic.id, "data-band": nic.band, "data-util": util.toFixed(4), stroke: BAND_COLOURS[nic.band],
+        "stroke-width": (nic.band ? 2.5 + 6 * Math.min(util, 100) / 100 : 1.5).toFixed(2), "stroke-dasharray": LINK_DASH.network });
+      titled(line, `${n.name} ${nic.name} ↔ network (model, whole job)\nto the network: ${fmtBytes(nic.up_bytes)} (${fmtUtil(nic.up_util)})` +
+        `\nfrom the network: ${fmtBytes(nic.down_bytes)} (${fmtUtil(nic.down_util)})`);
+      links.append(line);
+    });
+    boxes.append(g);
+  });
+  // off-node traffic: one arc per node pair under the boxes, as wide as its bytes
+  let lane = 0;
+  for (let a = 0; a < H; a++) for (let b = a + 1; b < H; b++) {
+    const ab = c.node_bytes[a][b], ba = c.node_bytes[b][a];
+    if (!ab && !ba) continue;
+    const xa = nx(a) + NW / 2, xb = nx(b) + NW / 2, y = TOP + NH, depth = 30 + 14 * lane++;
+    const arc = svg("path", { d: `M${xa},${y} C${xa},${y + depth / 0.75} ${xb},${y + depth / 0.75} ${xb},${y}`, class: "node-pair",
+      "data-a": c.nodes[a].name, "data-b": c.nodes[b].name, "data-bytes": ab + ba, fill: "none", stroke: "#6366f1",
+      "stroke-opacity": 0.8, "stroke-width": (1.5 + 7 * (ab + ba) / (2 * maxPair)).toFixed(2) });
+    titled(arc, `${c.nodes[a].name} → ${c.nodes[b].name}: ${fmtBytes(ab)}\n${c.nodes[b].name} → ${c.nodes[a].name}: ${fmtBytes(ba)}`);
+    arcs.append(arc);
+  }
+  const s = svg("g", { class: "switch", transform: `translate(${sw.x},${sw.y})` });
+  s.append(svg("rect", { x: -60, y: -15, width: 120, height: 30, rx: 6, fill: "#f1f5f9", stroke: "#334155" }));
+  const st = svg("text", { "text-anchor": "middle", y: 4 });
+  st.textContent = "network";
+  s.append(st);
+  titled(s, "one non-blocking switch (the model: only the NIC links can congest)");
+  root.append(links, arcs, boxes, s);
+  const view = $("cluster-view");
+  view.textContent = "";
+  view.append(root);
+  $("cluster-note").textContent = `${H} nodes, ${fmtBytes(c.off_node_bytes)} between nodes; NIC links coloured by use of their bandwidth ` +
+    `over the whole job (${c.duration_s.toFixed(2)} s), from the traffic model` + (c.unplaced_ranks.length ? `; ${c.unplaced_ranks.length} rank(s) of unknown host left out` : "");
+}
+
+// ------------------------------------------------------------------ mapping view
 function renderMapping(p) {
   const empty = $("mapping-empty"), views = $("mapping-views");
   $("mapping-legend").textContent = "";
   $("mapping-note").textContent = "";
   $("mapping-toggle").hidden = true;
-  if (p.status !== "fulfilled") { views.hidden = true; empty.textContent = p.reason.message; return; }
+  if (!p || p.status !== "fulfilled") { views.hidden = true; empty.textContent = p ? p.reason.message : ""; return; }
   const m = p.value;
   if (!m.mapping) { views.hidden = true; empty.textContent = m.message; return; }
   const st = m.stored;
@@ -477,25 +782,60 @@ function renderMapping(p) {
     at.append(" · ", el("span", { class: red > 0 ? "good" : "bad" },
       `max congestion ${red > 0 ? "−" : "+"}${fmtPct(Math.abs(red))}`));
   }
-  drawTopology($("before-view"), topo, m.before, ref);
-  drawTopology($("after-view"), topo, m.after, ref);
+  drawTopology($("before-view"), topo, congestionPainter(m.before, ref), m.before.ranks_on_gpu);
+  drawTopology($("after-view"), topo, congestionPainter(m.after, ref), m.after.ranks_on_gpu);
   stats($("before-stats"), m.before);
   stats($("after-stats"), m.after);
-  legend($("mapping-legend"), ref);
+  congestionLegend($("mapping-legend"), ref);
 }
 
 // ------------------------------------------------------------------ start
+function bandInputs() {
+  const b = thresholds();
+  document.querySelectorAll("#band-edges input").forEach((inp, i) => { inp.value = String(b[i]); });
+  $("band-edges").addEventListener("change", () => {
+    const vals = [...document.querySelectorAll("#band-edges input")].map((i) => Number(i.value));
+    const ok = vals.every((v, i) => Number.isFinite(v) && v >= 0 && (i === 0 || v > vals[i - 1]));
+    $("band-error").textContent = ok ? "" : "each edge must be larger than the one before";
+    if (!ok) return;
+    localStorage.setItem("rankmap.bands", JSON.stringify(vals));
+    if (state.jobId !== null) refreshJob(false);
+  });
+  $("band-reset").addEventListener("click", () => {
+    localStorage.removeItem("rankmap.bands");
+    document.querySelectorAll("#band-edges input").forEach((inp, i) => { inp.value = String(DEFAULT_BANDS[i]); });
+    $("band-error").textContent = "";
+    if (state.jobId !== null) refreshJob(false);
+  });
+}
+
 async function start() {
-  try { state.info = await api("/api/info"); } catch (e) { state.info = { topologies: [], store: "?" }; }
+  if (state.started) return;
+  try { state.info = await api("/api/info"); } catch (e) { if (e.status === 401) return; state.info = { topologies: [], store: "?" }; }
+  state.started = true;
   $("store").textContent = `store: ${state.info.store}`;
   const sel = $("topo-spec");
   const saved = localStorage.getItem("rankmap.topology");
   state.spec = state.info.topologies.includes(saved) ? saved : state.info.topology;
   for (const s of state.info.topologies) sel.append(el("option", { value: s }, s === state.info.topology ? `${s} (server default)` : s));
   sel.value = state.spec;
-  sel.addEventListener("change", () => {
-    state.spec = sel.value;
-    localStorage.setItem("rankmap.topology", sel.value);
+  await loadJobs();
+  const id = jobFromHash();
+  if (id !== null) selectJob(id);
+}
+
+function wire() {
+  takeTokenFromHash();
+  $("auth-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("auth-token").value.trim());
+    $("auth").hidden = true;
+    if (state.started) { loadJobs(); if (state.jobId !== null) refreshJob(false); } else start();
+  });
+  $("topo-spec").addEventListener("change", () => {
+    state.spec = $("topo-spec").value;
+    localStorage.setItem("rankmap.topology", state.spec);
+    state.selectedLink = null;
     if (state.jobId !== null) refreshJob(false);
   });
   for (const b of document.querySelectorAll("#mapping-toggle button")) {
@@ -506,11 +846,31 @@ async function start() {
       v.classList.toggle("only-after", b.dataset.show === "after");
     });
   }
+  for (const b of document.querySelectorAll("#util-mode button")) {
+    b.addEventListener("click", () => {
+      state.utilMode = b.dataset.mode;
+      if (b.dataset.mode === "whole") stopPlaying();
+      paintUtilisation();
+    });
+  }
+  $("util-slider").addEventListener("input", () => {
+    stopPlaying();
+    state.utilMode = "time";
+    state.frame = Number($("util-slider").value);
+    state.follow = state.util && state.frame >= state.util.frames - 1;  // at the end: keep following a live job
+    paintUtilisation();
+  });
+  $("util-play").addEventListener("click", play);
   $("matrix-class").addEventListener("change", () => refreshJob(false));
   $("matrix-what").addEventListener("change", () => refreshJob(false));
-  await loadJobs();
-  const m = location.hash.match(/^#\/job\/(\d+)/);
-  if (m) selectJob(Number(m[1]));
+  // #/job/N typed into the address bar (or history back/forward) opens that job without a reload
+  window.addEventListener("hashchange", () => {
+    takeTokenFromHash();
+    const id = jobFromHash();
+    if (id !== null && id !== state.jobId && state.started) selectJob(id);
+  });
+  bandInputs();
+  start();
 }
 
-document.addEventListener("DOMContentLoaded", start);
+document.addEventListener("DOMContentLoaded", wire);

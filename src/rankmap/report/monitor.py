@@ -1,0 +1,46 @@
+"""What ``rankmap monitor`` prints when its session ends: bytes per GPU, rates, and what sampling cost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from rankmap.report.summary import human_bytes
+
+
+def _b(v: int | None) -> str:
+    return "–" if v is None else human_bytes(v)
+
+
+def _rate(v: int | None, s: float) -> str:
+    return "–" if v is None or s <= 0 else f"{v / s / 1e9:.3f}"
+
+
+def print_monitor(res: Any, console: Console | None = None) -> None:
+    """``res`` is a :class:`rankmap.pipeline.monitor.MonitorResult`."""
+    con = console or Console(highlight=False)
+    t = Table(title=f"job {res.job_id}: {res.host}, {len(res.gpus)} GPUs, {res.source}, "
+                    f"every {res.interval_s * 1000:g} ms for {res.elapsed_s:.1f} s")
+    for col in ("GPU", "NVLink TX", "NVLink RX", "PCIe TX", "PCIe RX", "NVLink GB/s TX/RX", "PCIe GB/s TX/RX"):
+        t.add_column(col, justify="right")
+    for g in sorted(res.totals):
+        s = res.totals[g]
+        t.add_row(str(g), _b(s.nvlink_tx), _b(s.nvlink_rx), _b(s.pcie_tx), _b(s.pcie_rx),
+                  f"{_rate(s.nvlink_tx, res.elapsed_s)} / {_rate(s.nvlink_rx, res.elapsed_s)}",
+                  f"{_rate(s.pcie_tx, res.elapsed_s)} / {_rate(s.pcie_rx, res.elapsed_s)}")
+    con.print(t)
+    c = res.cost
+    per = c.get("per_gpu_sample_ms")
+    share = res.process_cpu_share
+    con.print(f"cost: {c['samples']} samples, {per:.3f} ms per GPU per sample (slowest {c['max_read_ms']:.3f} ms); "
+              f"rankmap used {share * 100:.2f} % of one core" if per is not None and share is not None
+              else f"cost: {c['samples']} samples")
+    for row in res.data_check or []:
+        parts = []
+        for d in ("tx", "rx"):
+            diff = row.get(f"diff_{d}")
+            parts.append(f"{d.upper()} {_b(row.get(f'sampled_{d}'))} vs {_b(row.get(f'data_{d}'))}"
+                         + (f" ({diff * 100:+.2f} %)" if diff is not None else ""))
+        con.print(f"GPU{row['gpu']} NVLink, GPM integral vs NVML DATA counters: " + "; ".join(parts))

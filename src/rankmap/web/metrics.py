@@ -1,0 +1,160 @@
+"""``GET /metrics``: rankmap's link counters and rank traffic in the Prometheus text format.
+
+Dashboards built for NVIDIA's dcgm-exporter work unchanged: the link rates carry its metric names
+and labels (``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``) and, like dcgm-exporter's
+``DCGM_FI_PROF_PCIE_TX_BYTES`` (declared a gauge in its ``dcp-metrics-included.csv``), they are
+rates in bytes per second, here over the sampler's last interval. Beside them, rankmap's own
+counters: ``rankmap_link_bytes_total`` (the cumulative bytes of the sampling session, for
+``rate()``), and ``rankmap_pair_bytes_total{job,src,dst,class}``, the bytes each rank sent each
+other rank, by traffic class.
+
+Which samples: for every host and GPU, the newest sample of any running sampler (a
+``rankmap monitor`` session, or a ``rankmap profile`` that samples), if it is recent; a GPU whose
+sampler stopped is left out rather than shown frozen. Which jobs: those running, and those that
+ended in the last ``RECENT_S`` seconds, so that a scrape still sees their final totals.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import sqlalchemy as sa
+
+from rankmap.store import Store
+from rankmap.store import schema as S
+from rankmap.web.utilisation import sampler_t0_ns
+
+RECENT_S = 600
+STALE_S = 10.0
+MAX_JOBS = 64
+
+RATES = (  # (metric, link, field, help)
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "nvlink", "tx_bytes",
+     "The rate of data transmitted over NVLink, in bytes per second (rankmap link sampler)."),
+    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "nvlink", "rx_bytes",
+     "The rate of data received over NVLink, in bytes per second (rankmap link sampler)."),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "pcie", "tx_bytes",
+     "The rate of data transmitted over the PCIe bus, in bytes per second (rankmap link sampler)."),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "pcie", "rx_bytes",
+     "The rate of data received over the PCIe bus, in bytes per second (rankmap link sampler)."),
+)
+
+
+def _esc(v: Any) -> str:
+    return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**kv: Any) -> str:
+    return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in kv.items()) + "}"
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() and abs(v) < 2**63 else repr(float(v))
+
+
+def _running_samplers(store: Store) -> list[dict]:
+    j = S.jobs
+    with store.engine.connect() as c:
+        ids = c.execute(sa.select(j.c.id).where(j.c.exit_status.is_(None)).order_by(j.c.id.desc())
+                        .limit(MAX_JOBS)).scalars().all()
+    return [store.job(i) for i in ids]
+
+
+def _last_two(store: Store, job_id: int) -> dict[tuple[int, str], list[dict]]:
+    """The two newest samples of every (GPU, link) of a job."""
+    t = S.link_samples
+    with store.engine.connect() as c:
+        top = c.execute(sa.select(sa.func.max(t.c.t_ns)).where(t.c.job == job_id)).scalar()
+        if top is None:
+            return {}
+        # two samples back of even the slowest sampler: an hour (the longest interval) is plenty
+        rows = c.execute(sa.select(t).where(t.c.job == job_id, t.c.t_ns >= top - 7_200 * 10**9)
+                         .order_by(t.c.t_ns.desc()).limit(4096)).mappings().all()
+    out: dict[tuple[int, str], list[dict]] = {}
+    for r in rows:
+        lst = out.setdefault((int(r["device"]), str(r["link"])), [])
+        if len(lst) < 2:
+            lst.append(dict(r))
+    return out
+
+
+def link_metrics(store: Store, now_ns: int | None = None) -> list[str]:
+    """The dcgm-exporter rate gauges and rankmap's cumulative link counters of running samplers."""
+    now_ns = now_ns or time.time_ns()
+    cands: dict[tuple[str, int], dict[int, tuple]] = {}  # (host, gpu) -> job id -> (prefer, job, gpu, links)
+    for job in _running_samplers(store):
+        t0 = sampler_t0_ns(job)
+        if t0 is None:
+            continue
+        meta = job.get("meta") or {}
+        info = meta.get("monitor") or meta.get("link_sampler") or {}
+        host = info.get("host") or (job.get("hosts") or ["unknown"])[0]
+        gpus = {int(g["index"]): g for g in info.get("gpus") or []}
+        interval = float(info.get("interval_ms") or 100) / 1000
+        for (dev, link), rows in _last_two(store, int(job["id"])).items():
+            wall = t0 + int(rows[0]["t_ns"])
+            if now_ns - wall > max(STALE_S, 5 * interval) * 1e9:
+                continue
+            # a monitor session is preferred, then the newest sample
+            c = cands.setdefault((host, dev), {}).setdefault(
+                int(job["id"]), [(job.get("launcher") == "monitor", wall), job, gpus.get(dev, {}), {}])
+            c[0] = max(c[0], (job.get("launcher") == "monitor", wall))
+            c[3][link] = rows
+    series = []
+    for (host, dev), by_job in sorted(cands.items()):
+        _, job, g, links = max(by_job.values(), key=lambda c: c[0])
+        labels = dict(gpu=dev, UUID=g.get("uuid", ""), device=f"nvidia{dev}", modelName=g.get("name", ""),
+                      Hostname=host)
+        series.append((labels, job, links))
+    lines: list[str] = []
+    for metric, link, field, help_ in RATES:
+        body = []
+        for labels, _job, by in series:
+            rows = by.get(link)
+            if not rows or len(rows) < 2 or rows[0][field] is None or rows[1][field] is None:
+                continue
+            dt = (int(rows[0]["t_ns"]) - int(rows[1]["t_ns"])) / 1e9
+            if dt <= 0:
+                continue
+            body.append(f"{metric}{_labels(**labels)} {_num(round((rows[0][field] - rows[1][field]) / dt, 3))}")
+        if body:
+            lines += [f"# HELP {metric} {help_}", f"# TYPE {metric} gauge", *body]
+    body = []
+    for labels, job, by in series:
+        for link, rows in sorted(by.items()):
+            for field, direction in (("tx_bytes", "tx"), ("rx_bytes", "rx")):
+                if rows[0][field] is not None:
+                    body.append(f"rankmap_link_bytes_total{_labels(**labels, link=link, direction=direction, job=job['id'])}"
+                                f" {int(rows[0][field])}")
+    if body:
+        lines += ["# HELP rankmap_link_bytes_total Bytes through the GPU's links since its sampling session started.",
+                  "# TYPE rankmap_link_bytes_total counter", *body]
+    return lines
+
+
+def pair_metrics(store: Store, now: datetime | None = None) -> list[str]:
+    """``rankmap_pair_bytes_total`` of running jobs and of jobs that ended in the last RECENT_S seconds."""
+    now = now or datetime.now(timezone.utc)
+    j, t = S.jobs, S.traffic
+    since = now - timedelta(seconds=RECENT_S)
+    with store.engine.connect() as c:
+        ids = c.execute(sa.select(j.c.id).where(sa.or_(j.c.exit_status.is_(None), j.c.ended >= since))
+                        .order_by(j.c.id.desc()).limit(MAX_JOBS)).scalars().all()
+        if not ids:
+            return []
+        rows = c.execute(sa.select(t.c.job, t.c.src, t.c.dst, t.c["class"], sa.func.sum(t.c.bytes))
+                         .where(t.c.job.in_(ids)).group_by(t.c.job, t.c.src, t.c.dst, t.c["class"])
+                         .order_by(t.c.job, t.c.src, t.c.dst, t.c["class"])).all()
+    if not rows:
+        return []
+    return ["# HELP rankmap_pair_bytes_total Bytes rank src sent to rank dst, by traffic class.",
+            "# TYPE rankmap_pair_bytes_total counter",
+            *(f"rankmap_pair_bytes_total{_labels(job=jid, src=s, dst=d, **{'class': k})} {int(b or 0)}"
+              for jid, s, d, k, b in rows)]
+
+
+def render(store: Store) -> str:
+    """The whole exposition, newline-terminated."""
+    return "\n".join(link_metrics(store) + pair_metrics(store)) + "\n"

@@ -1,0 +1,190 @@
+"""A stand-in for ``pynvml`` (nvidia-ml-py) with GPUs whose NVLink and PCIe traffic is scripted.
+
+The link sampler's NVML code runs against it on machines without a GPU, in two ways:
+
+* in-process: ``FakeNvml(config)`` is handed to ``open_source(nvml=...)``;
+* as the real module of a subprocess: put this folder first on ``PYTHONPATH`` and describe the
+  node in the environment variable ``RANKMAP_FAKE_NVML`` (the same config, as JSON), so that
+  ``rankmap monitor`` runs unchanged and imports this file as ``pynvml``.
+
+Each GPU has true cumulative byte counts (NVLink TX/RX, PCIe TX/RX) that grow at the configured
+rates from the moment the fake starts: ``rates`` is ``[[nvlink_tx, nvlink_rx, pcie_tx, pcie_rx], ...]``
+in bytes/s per GPU, ``start`` the counts at that moment (PCIe near 2**32 tests the wrap). It answers
+like the driver: NVLink DATA fields in KiB, PCIe field counters as 32-bit values, GPM snapshots
+stamped with the GPU's own clock (``jitter_ns`` off the host's), GPM rates in MiB/s between two
+snapshots. ``gpm: false`` makes GPM unsupported, ``gpm_pcie: false`` makes its PCIe metrics fail
+(as in some VMs), ``fields: false`` makes field reads fail, ``reset_at_s`` zeroes the NVLink
+counters once at that time (``nvidia-smi nvlink -r``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from types import SimpleNamespace
+
+NVML_SUCCESS = 0
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_VALUE_TYPE_UNSIGNED_LONG = 2
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_FI_DEV_PCIE_COUNT_TX_BYTES = 197
+NVML_FI_DEV_PCIE_COUNT_RX_BYTES = 198
+NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20
+NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21
+NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = 60
+NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 61
+NVML_GPM_METRICS_GET_VERSION = 1
+MIB = 1 << 20
+
+# metric id / field id -> index into [nvlink_tx, nvlink_rx, pcie_tx, pcie_rx]
+_GPM = {NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 0, NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 1,
+        NVML_GPM_METRIC_PCIE_TX_PER_SEC: 2, NVML_GPM_METRIC_PCIE_RX_PER_SEC: 3}
+_FIELDS = {NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: 0, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: 1,
+           NVML_FI_DEV_PCIE_COUNT_TX_BYTES: 2, NVML_FI_DEV_PCIE_COUNT_RX_BYTES: 3}
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int = NVML_ERROR_NOT_SUPPORTED) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+class c_nvmlGpmMetricsGet_t:
+    """The request/answer record of nvmlGpmMetricsGet (a ctypes struct in the real module)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1 = self.sample2 = None
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(210)]
+
+
+class FakeNvml:
+    NVMLError = NVMLError
+    c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t
+
+    def __init__(self, config: dict) -> None:
+        self.cfg = config
+        n = len(config.get("rates", []))
+        self.gpus = config.get("gpus") or [{"uuid": f"GPU-fake-{i:04d}", "name": "NVIDIA H200",
+                                            "bus": f"00000000:{6 + i:02X}:00.0"} for i in range(n)]
+        self.t0 = time.monotonic_ns()
+        self.rng = random.Random(config.get("seed", 1))
+        self.inits = 0
+        self.calls: dict[str, int] = {}
+        self.history: dict[int, list[list[int]]] = {}  # per GPU: the true counts at every read
+        for k, v in globals().items():  # the module's constants, as attributes of the instance too
+            if k.startswith("NVML_"):
+                setattr(self, k, v)
+
+    # ----------------------------------------------------------------- truth
+    def true_bytes(self, gpu: int, t_ns: int) -> list[int]:
+        """True cumulative bytes of a GPU at monotonic time t_ns (ints)."""
+        s = (t_ns - self.t0) / 1e9
+        rates = self.cfg["rates"][gpu]
+        start = (self.cfg.get("start") or [[0, 0, 0, 0]] * len(self.gpus))[gpu]
+        out = [int(start[k] + rates[k] * s) for k in range(4)]
+        reset = self.cfg.get("reset_at_s")
+        if reset is not None and s >= reset:  # NVLink counters zeroed at that moment
+            for k in (0, 1):
+                out[k] = int(rates[k] * (s - reset))
+        return out
+
+    def _count(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    # ----------------------------------------------------------------- basics
+    def nvmlInit(self) -> None:
+        if self.cfg.get("no_driver"):
+            raise NVMLError(9)
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:
+        self.inits -= 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return self.gpus[h]["uuid"]
+
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return self.gpus[h]["name"]
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(busId=self.gpus[h]["bus"].encode())
+
+    # ----------------------------------------------------------------- field values
+    def nvmlDeviceGetFieldValues(self, h: int, fields: list) -> list:
+        self._count("fields")
+        now = self.true_bytes(h, time.monotonic_ns())
+        self.history.setdefault(h, []).append(now)
+        out = []
+        for fid, _scope in fields:
+            k = _FIELDS[fid]
+            if not self.cfg.get("fields", True):
+                out.append(SimpleNamespace(nvmlReturn=NVML_ERROR_NOT_SUPPORTED, valueType=3,
+                                           value=SimpleNamespace(ullVal=0, uiVal=0)))
+            elif k < 2:   # NVLink DATA counters: KiB, 64-bit
+                out.append(SimpleNamespace(nvmlReturn=0, valueType=NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                                           value=SimpleNamespace(ullVal=now[k] // 1024)))
+            else:         # PCIe byte counters: 32-bit
+                out.append(SimpleNamespace(nvmlReturn=0, valueType=NVML_VALUE_TYPE_UNSIGNED_INT,
+                                           value=SimpleNamespace(uiVal=now[k] % (1 << 32))))
+        return out
+
+    # ----------------------------------------------------------------- GPM
+    def nvmlGpmQueryDeviceSupport(self, h: int) -> SimpleNamespace:
+        if self.cfg.get("gpm") is None:
+            raise NVMLError(13)  # an old driver: the function is not there
+        return SimpleNamespace(isSupportedDevice=int(bool(self.cfg["gpm"])))
+
+    def nvmlGpmSampleAlloc(self) -> SimpleNamespace:
+        return SimpleNamespace(gpu=None, t=None, counts=None, freed=False)
+
+    def nvmlGpmSampleFree(self, s: SimpleNamespace) -> None:
+        s.freed = True
+
+    def nvmlGpmSampleGet(self, h: int, s: SimpleNamespace) -> SimpleNamespace:
+        self._count("gpm_sample")
+        t = time.monotonic_ns()
+        jitter = int(self.cfg.get("jitter_ns", 0))
+        s.gpu, s.counts = h, self.true_bytes(h, t)
+        self.history.setdefault(h, []).append(list(s.counts))
+        s.t = t + (self.rng.randint(-jitter, jitter) if jitter else 0)  # the GPU's own timestamp
+        return s
+
+    def nvmlGpmMetricsGet(self, g: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
+        a, b = g.sample1, g.sample2
+        if a.freed or b.freed or a.gpu != b.gpu or a.t is None or b.t is None:
+            raise NVMLError(2)
+        dt = (b.t - a.t) / 1e9
+        for m in g.metrics[: g.numMetrics]:
+            k = _GPM[m.metricId]
+            if k >= 2 and not self.cfg.get("gpm_pcie", True):
+                m.nvmlReturn, m.value = NVML_ERROR_NOT_SUPPORTED, 0.0
+                continue
+            m.nvmlReturn = 0
+            m.value = (b.counts[k] - a.counts[k]) / dt / MIB if dt > 0 else 0.0
+        return g
+
+
+def _module_instance() -> FakeNvml | None:
+    cfg = os.environ.get("RANKMAP_FAKE_NVML")
+    return FakeNvml(json.loads(cfg)) if cfg else None
+
+
+_INSTANCE = _module_instance()
+if _INSTANCE is not None:  # used as the pynvml module of a subprocess: expose the instance's API
+    for _name in dir(_INSTANCE):
+        if _name.startswith("nvml"):
+            globals()[_name] = getattr(_INSTANCE, _name)

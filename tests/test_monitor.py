@@ -1,0 +1,136 @@
+"""``rankmap monitor``: a standalone sampling session into the store, against the fake NVML.
+
+In-process through ``run_monitor`` for exact checks, and as the real command in a subprocess whose
+``pynvml`` is the fake (``tests/fake_nvml`` first on ``PYTHONPATH``), stopped by ``--duration`` or
+by Ctrl-C as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_one_line_error, rankmap
+from rankmap.errors import RankmapError
+from rankmap.pipeline.monitor import parse_interval, run_monitor
+from rankmap.store import open_store
+from test_sampler import GB, fake
+
+FAKE_DIR = str(Path(__file__).with_name("fake_nvml"))
+RATES = [[100 * GB, 50 * GB, 2 * GB, 1 * GB], [50 * GB, 100 * GB, 0, 0]]
+
+
+def fake_env(**cfg) -> dict:
+    cfg.setdefault("rates", RATES)
+    cfg.setdefault("gpm", True)
+    return {"PYTHONPATH": os.pathsep.join([FAKE_DIR, os.environ.get("PYTHONPATH", "")]),
+            "RANKMAP_FAKE_NVML": json.dumps(cfg)}
+
+
+@pytest.mark.parametrize("text,want", [("100ms", 0.1), ("0.5s", 0.5), ("2 s", 2.0), ("250ms", 0.25),
+                                       ("10000us", 0.01)])
+def test_parse_interval(text, want):
+    assert parse_interval(text) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("text,msg", [("100", "give a unit"), ("fast ms", "not a number"),
+                                      ("1ms", "between 10ms and 1h"), ("2h", "give a unit")])
+def test_parse_interval_refuses(text, msg):
+    with pytest.raises(RankmapError, match=msg):
+        parse_interval(text)
+
+
+def test_session_is_a_job_with_samples_meta_and_a_data_check(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    nv = fake()
+    started = []
+    res = run_monitor(store, interval_s=0.01, duration_s=0.4, nvml=nv,
+                      on_start=lambda j, k, n: started.append((j, k, n)))
+    assert started == [(res.job_id, "gpm", 2)] and res.source == "gpm"
+    job = store.job(res.job_id)
+    assert job["launcher"] == "monitor" and job["exit_status"] == 0 and job["hosts"] == [res.host]
+    assert job["command"] == "rankmap monitor --interval 10ms"
+    m = job["meta"]["monitor"]
+    assert [g["uuid"] for g in m["gpus"]] == ["GPU-fake-0000", "GPU-fake-0001"]
+    assert m["source"] == "gpm" and m["interval_ms"] == 10 and m["t0_unix_ns"] > 0
+    assert m["cost"]["samples"] >= 20 and m["cost"]["reads"] == 2 * m["cost"]["samples"]
+    # every sample of every GPU is stored, cumulative, ending at the totals
+    rows = store.link_samples(res.job_id)
+    assert len(rows) == m["cost"]["samples"] * 4  # nvlink + pcie of both GPUs (PCIe at 0 B/s is still read)
+    last = {(r["device"], r["link"]): r for r in rows}
+    assert last[(0, "nvlink")]["tx_bytes"] == res.totals[0].nvlink_tx
+    assert last[(1, "nvlink")]["rx_bytes"] == res.totals[1].nvlink_rx
+    # about 0.4 s at 100 GB/s on GPU0 TX
+    assert res.totals[0].nvlink_tx == pytest.approx(100 * GB * res.elapsed_s, rel=0.1)
+    # the GPM integral against the DATA counters read just before and after: within 1 %
+    check = {row["gpu"]: row for row in res.data_check}
+    for g in (0, 1):
+        for d in ("tx", "rx"):
+            assert abs(check[g][f"diff_{d}"]) < 0.01, check[g]
+    assert m["data_check"] == res.data_check
+    assert nv.inits == 0
+
+
+def test_fields_session_has_no_data_check(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    res = run_monitor(store, interval_s=0.01, duration_s=0.1, nvml=fake(gpm=False))
+    assert res.source == "fields" and res.data_check is None
+    assert store.job(res.job_id)["meta"]["monitor"]["source"] == "fields"
+
+
+def test_stop_event_ends_the_session(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    stop = threading.Event()
+    threading.Timer(0.2, stop.set).start()
+    res = run_monitor(store, interval_s=0.02, nvml=fake(), stop=stop)
+    assert 0.15 < res.elapsed_s < 2 and store.job(res.job_id)["exit_status"] == 0
+
+
+def test_monitor_command_with_duration_prints_json(tmp_path):
+    db = f"sqlite:///{tmp_path / 'm.db'}"
+    p = rankmap("monitor", "--interval", "20ms", "--duration", "0.5s", "--db", db, "--json", env=fake_env(),
+                timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "monitoring 2 GPUs (gpm) every 20ms as job 1" in p.stderr
+    d = json.loads(p.stdout)
+    assert d["source"] == "gpm" and d["job_id"] == 1 and len(d["gpus"]) == 2
+    assert d["totals"]["0"]["nvlink_tx"] == pytest.approx(100 * GB * d["elapsed_s"], rel=0.15)
+    assert d["cost"]["per_gpu_sample_ms"] > 0 and 0 <= d["process_cpu_share"] < 1
+    assert len(open_store(db).link_samples(1)) == 4 * d["cost"]["samples"]
+
+
+def test_monitor_command_stops_cleanly_on_ctrl_c(tmp_path):
+    db = f"sqlite:///{tmp_path / 'm.db'}"
+    env = dict(os.environ, **fake_env(gpm=False))
+    p = subprocess.Popen([sys.executable, "-m", "rankmap", "monitor", "--interval", "50ms", "--db", db],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = p.stderr.readline()
+        assert "monitoring 2 GPUs (fields) every 50ms" in line, line
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert "Traceback" not in err and "NVLink TX" in out
+    job = open_store(db).job(1)
+    assert job["exit_status"] == 0 and job["meta"]["monitor"]["cost"]["samples"] >= 1
+
+
+@pytest.mark.parametrize("args,cfg,needles", [
+    (["--interval", "100"], {}, ["--interval '100'", "give a unit"]),
+    (["--source", "gpm"], {"gpm": False}, ["GPM is not supported on GPU 0"]),
+    ([], {"no_driver": True}, ["NVML is not available"]),
+    (["--duration", "0s"], {}, ["--duration '0s'", "between 10ms and 1h"]),
+])
+def test_monitor_command_errors_are_one_line(tmp_path, args, cfg, needles):
+    p = rankmap("monitor", "--db", f"sqlite:///{tmp_path / 'm.db'}", *args, env=fake_env(**cfg), timeout=60)
+    assert_one_line_error(p, *needles)

@@ -1,0 +1,347 @@
+"""The live dashboard's API: link utilisation in bands, /metrics, the multi-node view, and what
+makes the server safe to expose (token, Host check, headers). Exact values against known data."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+pytest.importorskip("fastapi", reason="the dashboard needs the web extra (fastapi)")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from rankmap.errors import RankmapError  # noqa: E402
+from rankmap.store import open_store  # noqa: E402
+from rankmap.store import schema as S  # noqa: E402
+from rankmap.topology import load  # noqa: E402
+from rankmap.web.app import create_app  # noqa: E402
+from rankmap.web.security import access_for  # noqa: E402
+from rankmap.web.utilisation import bands_of, measured_links, parse_thresholds  # noqa: E402
+from test_web_api import WebRecord, local_client  # noqa: E402
+
+H200 = "h200x2-nvswitch"
+NV_BW = 478.116e9            # bytes/s per direction of a GPU's NVLink bundle in that fixture
+FRAME = 0.1
+# GPU0's NVLink TX use per 100 ms frame, in percent: one per band (idle, low, medium, high, saturated)
+USE = [0.0, 10.0, 30.0, 60.0, 90.0, 22.0]
+NOW = time.time_ns()
+
+
+def cumulative(use: list[float], bw: float, frame: float) -> list[int]:
+    out, tot = [0], 0.0
+    for u in use:
+        tot += u / 100 * bw * frame
+        out.append(int(round(tot)))
+    return out
+
+
+def sampled_job(store, *, launcher="torchrun", t0=NOW - 5 * 10**9, ranks=2, host="nodeA") -> int:
+    """A 2-rank job whose sampler saw GPU0 send USE of its NVLink to GPU1, frame by frame."""
+    jid = store.create_job(["torchrun", "--nproc-per-node", str(ranks), "train.py"], launcher=launcher,
+                           world_size=ranks, hosts=[host],
+                           meta={"bucket_ms": 100, "link_sampler": {
+                               "source": "gpm", "interval_ms": 100, "t0_unix_ns": t0, "host": host,
+                               "gpus": [{"index": i, "uuid": f"GPU-{i}", "name": "NVIDIA H200", "pci_bus_id": ""}
+                                        for i in range(2)]}})
+    tx = cumulative(USE, NV_BW, FRAME)
+    rows = []
+    for k, v in enumerate(tx):
+        t = k * 100_000_000
+        rows.append(dict(t_ns=t, device=0, link="nvlink", tx_bytes=v, rx_bytes=0))
+        rows.append(dict(t_ns=t, device=1, link="nvlink", tx_bytes=0, rx_bytes=v))
+        rows.append(dict(t_ns=t, device=0, link="pcie", tx_bytes=k * 63_000_000, rx_bytes=0))  # 1 % of 63 GB/s
+    store.add_link_samples(jid, rows)
+    # the ranks' own view: 1 GB from rank 0 to 1 in bucket 2 (the model draws the links nothing measures)
+    store.ingest(jid, [WebRecord(world_rank=r, start_ns=t0, host=host, source="nccl",
+                                 traffic=[(1 - r, "nccl", "ncclSend", "device", "send", 10**9 if r == 0 else 0, 1)],
+                                 timeline=[(2, 1 - r, "nccl", 10**9)] if r == 0 else []) for r in range(ranks)])
+    return jid
+
+
+@pytest.fixture
+def store(tmp_path):
+    return open_store(f"sqlite:///{tmp_path / 'live.db'}")
+
+
+def link(d: dict, a: str, b: str) -> dict:
+    return next(l for l in d["links"] if {l["a"], l["b"]} == {a, b})
+
+
+# ----------------------------------------------------------------------------- utilisation
+def test_bands_and_thresholds():
+    assert bands_of(np.array([0, 0.05, 0.1, 25, 25.01, 50, 75, 75.5, 140]), (0.1, 25, 50, 75)).tolist() == \
+        [0, 0, 1, 1, 2, 2, 3, 4, 4]
+    assert parse_thresholds(None) == (0.1, 25.0, 50.0, 75.0)
+    assert parse_thresholds("1,10,20,90") == (1.0, 10.0, 20.0, 90.0)
+    for bad in ("25,50,75", "1,50,25,75", "a,b,c,d", "-1,2,3,4"):
+        with pytest.raises(RankmapError, match="bands"):
+            parse_thresholds(bad)
+
+
+def test_only_links_one_counter_covers_are_measured():
+    h = load(H200)
+    m = measured_links(h)
+    got = {(h.links[i].a, h.links[i].b): v for i, v in m.items()}
+    assert got == {("gpu0", "nvswitch0"): (0, "nvlink", True), ("gpu1", "nvswitch0"): (1, "nvlink", True),
+                   ("gpu0", "hb0"): (0, "pcie", True), ("gpu1", "hb0"): (1, "pcie", True)}
+    dgx1 = load("dgx1-v100")  # four NVLink bundles per GPU: no single one is measured; PCIe is
+    kinds = {v[1] for v in measured_links(dgx1).values()}
+    assert kinds == {"pcie"}
+
+
+def test_measured_links_coloured_by_percent_of_bandwidth(store):
+    jid = sampled_job(store)
+    c = local_client(create_app(store, H200))
+    d = c.get(f"/api/jobs/{jid}/utilisation").json()
+    assert d["frame_s"] == pytest.approx(FRAME) and d["frames"] == len(USE)
+    assert d["t_s"] == pytest.approx([k * FRAME for k in range(len(USE))])
+    assert d["measured"]["source"] == "the job's link sampler" and d["measured"]["kind"] == "gpm"
+    g0 = link(d, "gpu0", "nvswitch0")
+    assert g0["source"] == "measured" and g0["measured_as"] == "GPU0 nvlink TX/RX counters"
+    assert g0["util_ab"] == pytest.approx(USE, abs=1e-3)       # GPU0 -> switch: its TX
+    assert g0["util_ba"] == [0.0] * len(USE)
+    assert g0["band"] == [0, 1, 2, 3, 4, 1]
+    assert g0["peak_util"] == pytest.approx(90.0, abs=1e-3) and g0["peak_band"] == 4
+    assert g0["avg_util"] == pytest.approx(sum(USE) / len(USE), abs=1e-3) and g0["avg_band"] == 2
+    g1 = link(d, "gpu1", "nvswitch0")                           # GPU1's RX: switch -> GPU1
+    assert g1["util_ba"] == pytest.approx(USE, abs=1e-3) and g1["band"] == [0, 1, 2, 3, 4, 1]
+    pcie0 = link(d, "gpu0", "hb0")
+    assert pcie0["source"] == "measured" and pcie0["util_ab"] == pytest.approx([1.0] * len(USE), abs=1e-6)
+    # links no counter covers come from the model: the 1 GB of bucket 2 crosses no PCIe link here
+    up = link(d, "hb0", "cpu0")
+    assert up["source"] == "model" and up["band"] == [0] * len(USE)
+    # GPU1 has no PCIe samples: its PCIe link is drawn from the model too
+    assert link(d, "gpu1", "hb0")["source"] == "model"
+    assert d["model"]["links"] == 2 and d["measured"]["links"] == 3
+    # other thresholds, other bands
+    d2 = c.get(f"/api/jobs/{jid}/utilisation?bands=5,20,40,80").json()
+    assert link(d2, "gpu0", "nvswitch0")["band"] == [0, 1, 2, 3, 4, 2]
+    assert c.get(f"/api/jobs/{jid}/utilisation?bands=50,25").status_code == 400
+
+
+def test_model_only_job_is_drawn_from_its_timeline(store):
+    jid = sampled_job(store)
+    with store.engine.begin() as conn:
+        conn.execute(S.link_samples.delete().where(S.link_samples.c.job == jid))
+    d = local_client(create_app(store, H200)).get(f"/api/jobs/{jid}/utilisation").json()
+    assert d["measured"] is None and "no link counters" in d["notes"][0]
+    g0 = link(d, "gpu0", "nvswitch0")
+    assert g0["source"] == "model"
+    want = [0.0] * d["frames"]
+    want[2] = 10**9 / (NV_BW * FRAME) * 100      # 1 GB in the 100 ms of bucket 2
+    assert g0["util_ab"] == pytest.approx(want, abs=1e-3)
+    assert link(d, "gpu1", "nvswitch0")["util_ba"] == pytest.approx(want, abs=1e-3)
+
+
+def test_a_monitor_session_on_the_host_measures_a_job_without_sampler(store):
+    t0 = NOW - 60 * 10**9
+    mon = sampled_job(store, launcher="monitor", t0=t0, ranks=0)
+    with store.engine.begin() as conn:  # a session that started 60 s ago on nodeA
+        conn.execute(S.jobs.update().where(S.jobs.c.id == mon).values(
+            meta={"monitor": {"host": "nodeA", "source": "fields", "interval_ms": 100, "t0_unix_ns": t0,
+                              "gpus": []}}))
+    start = datetime.fromtimestamp(t0 / 1e9, timezone.utc)
+    job = store.create_job(["mpirun", "-np", "2", "./a"], world_size=2, hosts=["nodeA"])
+    with store.engine.begin() as conn:  # the job ran in the session's first 0.6 s
+        conn.execute(S.jobs.update().where(S.jobs.c.id == job).values(
+            created=start, ended=start + timedelta(seconds=0.6), exit_status=0, elapsed_ns=600_000_000))
+    d = local_client(create_app(store, H200)).get(f"/api/jobs/{job}/utilisation").json()
+    assert d["measured"]["source"] == f"monitor session {mon} on nodeA"
+    g0 = link(d, "gpu0", "nvswitch0")
+    assert g0["source"] == "measured" and g0["util_ab"][:len(USE)] == pytest.approx(USE, abs=1e-3)
+    other = store.create_job(["mpirun", "-np", "2", "./a"], world_size=2, hosts=["nodeB"])
+    assert local_client(create_app(store, H200)).get(f"/api/jobs/{other}/utilisation").json()["measured"] is None
+
+
+# ----------------------------------------------------------------------------- /metrics
+LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{((?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*)\} (-?[0-9.e+]+)$')
+
+
+def parse_metrics(text: str) -> tuple[dict[str, str], list[tuple[str, dict, float]]]:
+    """A strict reader of the exposition format: TYPE lines once per metric, samples after them."""
+    types: dict[str, str] = {}
+    samples = []
+    assert text.endswith("\n")
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert name not in types
+            types[name] = kind
+        elif line.startswith("# HELP "):
+            continue
+        else:
+            m = LINE.match(line)
+            assert m, line
+            assert m.group(1) in types, line
+            labels = dict(re.findall(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"', m.group(2)))
+            samples.append((m.group(1), labels, float(m.group(3))))
+    return types, samples
+
+
+def test_metrics_speak_dcgm_exporter(store):
+    jid = sampled_job(store, t0=time.time_ns() - 600_000_000)        # still running, newest sample fresh
+    stale = sampled_job(store, t0=time.time_ns() - 3600 * 10**9, host="nodeB")  # a sampler that died
+    r = local_client(create_app(store, H200)).get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    types, samples = parse_metrics(r.text)
+    for name in ("DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES", "DCGM_FI_PROF_PCIE_TX_BYTES",
+                 "DCGM_FI_PROF_PCIE_RX_BYTES"):
+        assert types[name] == "gauge"
+    assert types["rankmap_pair_bytes_total"] == "counter" and types["rankmap_link_bytes_total"] == "counter"
+    nv = {(s[1]["gpu"], s[0]): s for s in samples if s[0].startswith("DCGM_FI_PROF_NVLINK")}
+    tx0 = nv[("0", "DCGM_FI_PROF_NVLINK_TX_BYTES")]
+    assert tx0[1] == {"gpu": "0", "UUID": "GPU-0", "device": "nvidia0", "modelName": "NVIDIA H200",
+                      "Hostname": "nodeA"}
+    assert tx0[2] == pytest.approx(USE[-1] / 100 * NV_BW, rel=1e-6)  # bytes/s over the last interval
+    assert nv[("1", "DCGM_FI_PROF_NVLINK_RX_BYTES")][2] == pytest.approx(USE[-1] / 100 * NV_BW, rel=1e-6)
+    assert all(s[1]["Hostname"] != "nodeB" for s in samples if s[0].startswith("DCGM"))
+    total = [s for s in samples if s[0] == "rankmap_link_bytes_total" and s[1]["gpu"] == "0"
+             and s[1]["link"] == "nvlink" and s[1]["direction"] == "tx"]
+    assert len(total) == 1 and total[0][2] == cumulative(USE, NV_BW, FRAME)[-1] and total[0][1]["job"] == str(jid)
+    pairs = {(s[1]["job"], s[1]["src"], s[1]["dst"], s[1]["class"]): s[2] for s in samples
+             if s[0] == "rankmap_pair_bytes_total"}
+    assert pairs[(str(jid), "0", "1", "nccl")] == 10**9
+    assert {k[0] for k in pairs} == {str(jid), str(stale)}  # both running
+
+
+def test_metrics_keep_recent_jobs_only(store):
+    old = sampled_job(store)
+    recent = sampled_job(store)
+    store.finish_job(old, exit_status=0)
+    store.finish_job(recent, exit_status=0)
+    with store.engine.begin() as conn:
+        conn.execute(S.jobs.update().where(S.jobs.c.id == old).values(
+            ended=datetime.now(timezone.utc) - timedelta(hours=1)))
+    text = local_client(create_app(store, H200)).get("/metrics").text
+    assert f'job="{recent}"' in text and f'job="{old}"' not in text
+    assert "DCGM_FI_PROF" not in text   # no sampler is running
+
+
+def test_metrics_escape_label_values(store):
+    sampled_job(store, host='we"ird\\host\n')
+    _, samples = parse_metrics(local_client(create_app(store, H200)).get("/metrics").text)
+    assert any(s[1].get("Hostname") == 'we\\"ird\\\\host\\n' for s in samples)
+
+
+# ----------------------------------------------------------------------------- cluster
+def test_cluster_view_routes_off_node_bytes_through_the_nics(store):
+    n = 4
+    jid = store.create_job(["srun", "-n", "4", "./a"], world_size=n)
+    # ranks 0,1 on nodeA, 2,3 on nodeB; 0 -> 2 crosses the network, 0 -> 1 stays on nodeA
+    recs = [WebRecord(world_rank=0, host="nodeA", traffic=[(2, "p2p", "MPI_Send", "device", "send", 5 * 10**9, 1),
+                                                          (1, "p2p", "MPI_Send", "device", "send", 10**9, 1)]),
+            WebRecord(world_rank=1, host="nodeA", traffic=[]),
+            WebRecord(world_rank=2, host="nodeB", traffic=[]),
+            WebRecord(world_rank=3, host="nodeB", traffic=[])]
+    store.ingest(jid, recs)
+    store.finish_job(jid, exit_status=0, elapsed_ns=2 * 10**9)
+    d = local_client(create_app(store, "dgx-a100")).get(f"/api/jobs/{jid}/cluster").json()
+    assert d["multi_node"] is True and d["hosts"] == ["nodeA", "nodeB"] and d["source"] == "model"
+    assert d["node_bytes"] == [[0, 5 * 10**9], [0, 0]] and d["off_node_bytes"] == 5 * 10**9
+    a, b = d["nodes"]
+    assert a["ranks"] == [0, 1] and a["gpus"]["0"] == [0] and a["gpus"]["1"] == [1]
+    up = [x for x in a["nics"] if x["up_bytes"]]
+    down = [x for x in b["nics"] if x["down_bytes"]]
+    assert len(up) == 1 and up[0]["up_bytes"] == 5 * 10**9 and len(down) == 1 and down[0]["down_bytes"] == 5 * 10**9
+    bw = up[0]["bandwidth"]
+    assert up[0]["up_util"] == pytest.approx(5e9 / (bw * 1e9 * 2) * 100, abs=1e-3)
+    assert a["local_bytes"] > 0 and b["local_bytes"] > 0
+    one = store.create_job(["mpirun", "-np", "2", "./a"], world_size=2)
+    store.ingest(one, [WebRecord(world_rank=r, host="nodeA", traffic=[]) for r in range(2)])
+    assert local_client(create_app(store, "dgx-a100")).get(f"/api/jobs/{one}/cluster").json()["multi_node"] is False
+
+
+# ----------------------------------------------------------------------------- safe to expose
+def test_loopback_server_checks_host_and_sets_headers(store):
+    sampled_job(store)
+    c = local_client(create_app(store, H200))
+    for path in ("/", "/api/jobs", "/static/app.js", "/metrics"):
+        r = c.get(path)
+        assert r.status_code == 200, path
+        assert "default-src 'none'" in r.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+        assert r.headers["x-frame-options"] == "DENY" and r.headers["x-content-type-options"] == "nosniff"
+    for host in ("localhost:8000", "127.0.0.1", "[::1]:8000"):
+        assert c.get("/api/jobs", headers={"host": host}).status_code == 200, host
+    for host in ("evil.example", "evil.example:8000", "127.0.0.1.evil.example", "8.8.8.8"):
+        r = c.get("/api/jobs", headers={"host": host})
+        assert r.status_code == 400 and "Host" in r.json()["detail"], host
+    assert c.get("/api/docs").status_code == 404          # no Swagger UI from a CDN
+    assert c.get("/api/openapi.json").json()["info"]["title"] == "rankmap dashboard"
+
+
+def test_non_loopback_server_requires_its_token(store):
+    sampled_job(store)
+    with pytest.raises(RankmapError, match="needs a token"):
+        access_for("0.0.0.0", None)
+    app = create_app(store, H200, access_for("0.0.0.0", "s3cret-token"))
+    c = TestClient(app, base_url=f"http://{socket.gethostname()}:8000")
+    assert c.get("/").status_code == 200 and c.get("/static/app.js").status_code == 200  # no data in them
+    for path in ("/api/jobs", "/api/info", "/metrics", "/api/openapi.json"):
+        r = c.get(path)
+        assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer"), path
+        assert c.get(path, headers={"authorization": "Bearer wrong"}).status_code == 401
+        assert c.get(path, headers={"authorization": "Bearer s3cret-token"}).status_code == 200, path
+    assert c.get("/api/jobs", headers={"authorization": "Bearer s3cret-token", "host": "evil.example"}).status_code == 400
+    assert c.get("/api/jobs", headers={"authorization": "Bearer s3cret-token", "host": "127.0.0.1:8000"}).status_code == 200
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_off_loopback_prints_a_new_token(tmp_path):
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    open_store(url)
+    port = _free_port()
+    p = subprocess.Popen([sys.executable, "-m", "rankmap", "serve", "--db", url, "--host", "0.0.0.0", "--port",
+                          str(port), "--topology", H200], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=dict(os.environ))
+    try:
+        first, second = p.stdout.readline(), p.stdout.readline()
+        assert f":{port}/" in first, first + p.stderr.read()
+        m = re.search(r"#token=(\S+)", second)
+        assert m and "Authorization: Bearer " + m.group(1) in second, second
+        token = m.group(1)
+        base = f"http://127.0.0.1:{port}"
+
+        def get(path, **headers):
+            req = urllib.request.Request(base + path, headers=headers)
+            for _ in range(100):
+                try:
+                    with urllib.request.urlopen(req, timeout=5) as r:
+                        return r.status
+                except urllib.error.HTTPError as e:
+                    return e.code
+                except OSError:
+                    time.sleep(0.1)
+            raise AssertionError("server did not answer")
+
+        assert get("/api/jobs") == 401
+        assert get("/api/jobs", Authorization=f"Bearer {token}") == 200
+        assert get("/api/jobs", Authorization=f"Bearer {token}", Host="evil.example") == 400
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=20)
+
+
+def test_mapping_hint_names_commands_that_exist(store):
+    jid = sampled_job(store)
+    msg = local_client(create_app(store, H200)).get(f"/api/jobs/{jid}/mapping").json()["message"]
+    assert "rankmap tune -- " in msg and f"rankmap map --job {jid}" in msg
+    from rankmap.cli import build_parser
+    build_parser().parse_args(["map", "--job", str(jid)])  # the hinted command parses
+    build_parser().parse_args(["tune", "--", "torchrun", "x.py"])
