@@ -14,7 +14,8 @@ like the driver: NVLink DATA fields in KiB, PCIe field counters as 32-bit values
 stamped with the GPU's own clock (``jitter_ns`` off the host's), GPM rates in MiB/s between two
 snapshots. ``gpm: false`` makes GPM unsupported, ``gpm_pcie: false`` makes its PCIe metrics fail
 (as in some VMs), ``fields: false`` makes field reads fail, ``reset_at_s`` zeroes the NVLink
-counters once at that time (``nvidia-smi nvlink -r``).
+counters once at that time (``nvidia-smi nvlink -r``). With ``epoch_unix_ns`` the counts run from that
+wall-clock instant instead of the fake's own start, so several processes see the same counters.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ class FakeNvml:
         n = len(config.get("rates", []))
         self.gpus = config.get("gpus") or [{"uuid": f"GPU-fake-{i:04d}", "name": "NVIDIA H200",
                                             "bus": f"00000000:{6 + i:02X}:00.0"} for i in range(n)]
-        self.t0 = time.monotonic_ns()
+        self.epoch = config.get("epoch_unix_ns")
+        self.t0 = int(self.epoch) if self.epoch else time.monotonic_ns()
         self.rng = random.Random(config.get("seed", 1))
         self.inits = 0
         self.calls: dict[str, int] = {}
@@ -95,6 +97,10 @@ class FakeNvml:
             for k in (0, 1):
                 out[k] = int(rates[k] * (s - reset))
         return out
+
+    def now(self) -> int:
+        """The fake's clock: monotonic, or the wall clock when the counters share an epoch."""
+        return time.time_ns() if self.epoch else time.monotonic_ns()
 
     def _count(self, name: str) -> None:
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -126,7 +132,7 @@ class FakeNvml:
     # ----------------------------------------------------------------- field values
     def nvmlDeviceGetFieldValues(self, h: int, fields: list) -> list:
         self._count("fields")
-        now = self.true_bytes(h, time.monotonic_ns())
+        now = self.true_bytes(h, self.now())
         self.history.setdefault(h, []).append(now)
         out = []
         for fid, _scope in fields:
@@ -156,7 +162,7 @@ class FakeNvml:
 
     def nvmlGpmSampleGet(self, h: int, s: SimpleNamespace) -> SimpleNamespace:
         self._count("gpm_sample")
-        t = time.monotonic_ns()
+        t = self.now()
         jitter = int(self.cfg.get("jitter_ns", 0))
         s.gpu, s.counts = h, self.true_bytes(h, t)
         self.history.setdefault(h, []).append(list(s.counts))

@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# GPU validation of `rankmap monitor`, the profile's link sampler, /metrics and the utilisation view,
+# on a node with 2 NVLink-connected GPUs (written for 2x H200). About 60 s in all.
+# Run from the repository root:   bash gpu/monitor.sh        (log: $OUT/monitor.txt, default ./out-monitor)
+#
+#  1. bench/monitor_cost.py: NVML GPM against field-value reads, per GPU per sample, and the share of
+#     one core at 10 Hz with store writes (targets: <= 0.3 ms, < 1 %);
+#  2. `rankmap monitor --interval 100ms` in the background and `rankmap serve` on 127.0.0.1;
+#  3. NVML's NVLink DATA TX/RX counters of both GPUs read, then
+#     `rankmap profile -- torchrun --nproc_per_node=2 allreduce.py` (20 all-reduces of 1 GiB, NCCL),
+#     then the counters read again: the monitor's and the profile's NVLink bytes against them (2 %);
+#  4. /metrics scraped while the monitor still runs (dcgm-exporter names and labels, pair bytes);
+#  5. the job's utilisation view from the API: the GPU0<->GPU1 route (GPU <-> NVSwitch links)
+#     measured, with its peak use of the bandwidth and its band;
+#  6. the monitor stopped with Ctrl-C (SIGINT): its cost per GPU per sample and CPU share at 10 Hz,
+#     and its own check of the GPM integral against the DATA counters.
+# One PASS or FAIL line per check; the exit status is the number of FAILs (capped at 100).
+# DRY=1 runs the same flow on a machine without GPU (PYTHON=.venv/bin/python there): fake NVML
+# (tests/fake_nvml) with constant traffic, and a sleep instead of the torchrun job; the NVLink
+# comparisons with the DATA deltas are skipped then (the fake's traffic does not stop with the job).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+# NVLink SHARP / multicast stay off on these machines, for every job of this script
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CUDA_DEVICE_ORDER=PCI_BUS_ID           # CUDA device i == NVML device i
+export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+OUT=${OUT:-$ROOT/out-monitor}
+DRY=${DRY:-0}
+mkdir -p "$OUT"
+WORK=$(mktemp -d)
+export RANKMAP_HOME=$WORK/home
+DB="sqlite:///$WORK/rankmap.db"
+FAILS=0
+PIDS=()
+
+if [ "$DRY" = 1 ]; then
+  export PYTHONPATH="$ROOT/tests/fake_nvml:$PYTHONPATH"
+  now=$($PY -c 'import time; print(time.time_ns())')
+  # GPU0 sends 40 GB/s to GPU1 over NVLink, for every process alike (one epoch)
+  export RANKMAP_FAKE_NVML="{\"gpm\": true, \"epoch_unix_ns\": $now, \"rates\": [[40e9, 0, 1e8, 0], [0, 40e9, 0, 1e8]]}"
+fi
+
+check() {  # check EXIT_STATUS "what": PASS when the status is 0
+  if [ "$1" = 0 ]; then echo "PASS $2"; else echo "FAIL $2"; FAILS=$((FAILS + 1)); fi
+}
+
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+write_helpers() {
+  cat > "$WORK/nvml_data.py" <<'EOF'
+"""Print {gpu: [nvlink data tx bytes, rx bytes]} (all links, one field-value call per GPU) as JSON."""
+import json
+import pynvml as N
+N.nvmlInit()
+out = {}
+for i in range(N.nvmlDeviceGetCount()):
+    h = N.nvmlDeviceGetHandleByIndex(i)
+    vals = N.nvmlDeviceGetFieldValues(h, [(N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 0xFFFFFFFF),
+                                          (N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0xFFFFFFFF)])
+    out[i] = [int(v.value.ullVal) * 1024 if v.nvmlReturn == 0 else None for v in vals]  # KiB
+N.nvmlShutdown()
+print(json.dumps(out))
+EOF
+  cat > "$WORK/allreduce.py" <<'EOF'
+"""20 all-reduces of 1 GiB (fp32) between the ranks of a torchrun job, NCCL."""
+import os
+import torch
+import torch.distributed as dist
+dist.init_process_group("nccl")
+r = dist.get_rank()
+torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", r)))
+x = torch.ones(1 << 28, device="cuda")
+dist.all_reduce(x)
+torch.cuda.synchronize()
+for _ in range(20):
+    dist.all_reduce(x)
+torch.cuda.synchronize()
+dist.barrier()
+if r == 0:
+    print(f"allreduce: {dist.get_world_size()} ranks, 21 x {x.numel() * 4} bytes")
+dist.destroy_process_group()
+EOF
+  cat > "$WORK/compare.py" <<'EOF'
+"""The checks of steps 3-6. argv: store URL, monitor JSON, DATA before, DATA after, serve URL, metrics file."""
+import json
+import os
+import re
+import sys
+import urllib.request
+
+from rankmap.store import open_store
+
+db, mon_json, before_p, after_p, base, metrics_p = sys.argv[1:7]
+fails = 0
+
+
+def check(ok, what):
+    global fails
+    fails += not ok
+    print(("PASS " if ok else "FAIL ") + what, flush=True)
+
+
+def get(path):
+    with urllib.request.urlopen(base + path, timeout=30) as r:
+        return json.load(r)
+
+
+before = {int(k): v for k, v in json.load(open(before_p)).items()}
+after = {int(k): v for k, v in json.load(open(after_p)).items()}
+data = {g: [after[g][k] - before[g][k] if after[g][k] is not None and before[g][k] is not None else None
+            for k in (0, 1)] for g in before}
+print("NVML NVLink DATA deltas around the job: " + "; ".join(
+    f"GPU{g} tx {v[0]} rx {v[1]}" for g, v in sorted(data.items())))
+mon = json.load(open(mon_json))
+print(f"monitor: job {mon['job_id']}, source {mon['source']}, {mon['cost']['samples']} samples over {mon['elapsed_s']:.1f} s")
+check(mon["source"] == "gpm", f"the monitor sampled with NVML GPM (got {mon['source']})")
+
+
+dry = os.environ.get("DRY") == "1"
+
+
+def compare(name, totals):
+    if dry:  # the fake's traffic never stops, so windows of different length differ: nothing to compare
+        print(f"   SKIP {name} NVLink bytes vs NVML DATA deltas (DRY: the fake's traffic does not stop with the job)")
+        return
+    for g in sorted(data):
+        for k, d in enumerate(("tx", "rx")):
+            want, got = data[g][k], totals.get(g, [None, None])[k]
+            if not want:
+                print(f"   {name} GPU{g} NVLink {d}: NVML counted {want}, skipped")
+                continue
+            if got is None:
+                check(False, f"{name} GPU{g} NVLink {d}: no bytes sampled (NVML counted {want})")
+                continue
+            err = (got - want) / want
+            check(abs(err) <= 0.02, f"{name} GPU{g} NVLink {d}: {got} B vs NVML DATA {want} B ({err * 100:+.3f} %)")
+
+
+compare("monitor", {int(g): [t["nvlink_tx"], t["nvlink_rx"]] for g, t in mon["totals"].items()})
+for row in mon.get("data_check") or []:
+    print(f"   monitor's own check, GPU{row['gpu']}: GPM integral vs DATA counters over the same span: "
+          f"tx {row['diff_tx'] * 100 if row['diff_tx'] is not None else float('nan'):+.3f} %, "
+          f"rx {row['diff_rx'] * 100 if row['diff_rx'] is not None else float('nan'):+.3f} %")
+c = mon["cost"]
+check(c["per_gpu_sample_ms"] is not None and c["per_gpu_sample_ms"] <= 0.3,
+      f"monitor: {c['per_gpu_sample_ms']:.4f} ms per GPU per sample, slowest {c['max_read_ms']:.3f} ms (target <= 0.3 ms)")
+check(mon["process_cpu_share"] is not None and mon["process_cpu_share"] < 0.01,
+      f"monitor at 10 Hz: {mon['process_cpu_share'] * 100:.3f} % of one core (sampler thread "
+      f"{(c['cpu_share'] or 0) * 100:.3f} %), store writes included (target < 1 %)")
+
+st = open_store(db)
+jobs = [j for j in st.jobs(10) if j["launcher"] != "monitor"]
+job = jobs[0]
+jid = job["id"]
+print(f"profiled job {jid}: exit {job['exit_status']}, {job['command']}")
+check(job["exit_status"] == 0, f"the profiled job ended with exit 0 (got {job['exit_status']})")
+ls = (job.get("meta") or {}).get("link_sampler") or {}
+check(ls.get("source") == "gpm", f"the profile's own link sampler used NVML GPM (got {ls.get('source')})")
+last = {}
+for s in st.link_samples(jid):
+    if s["link"] == "nvlink":
+        last[int(s["device"])] = [s["tx_bytes"], s["rx_bytes"]]
+compare("profile sampler", last)
+if ls.get("cost"):
+    print(f"   profile sampler: {ls['cost']['per_gpu_sample_ms']:.4f} ms per GPU per sample, {ls['cost']['samples']} samples")
+
+# /metrics, scraped while the monitor ran
+text = open(metrics_p).read()
+names = {"DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES", "DCGM_FI_PROF_PCIE_TX_BYTES",
+         "DCGM_FI_PROF_PCIE_RX_BYTES"}
+pcie = any(t.get("pcie_tx") is not None for t in mon["totals"].values())
+for n in sorted(names):
+    lines = [l for l in text.splitlines() if l.startswith(n + "{")]
+    if "PCIE" in n and not pcie:
+        print(f"   SKIP /metrics {n}: the node's GPM offers no PCIe metrics (the monitor's PCIe totals are empty)")
+        continue
+    gpus = sorted({re.search(r'gpu="(\d+)"', l).group(1) for l in lines})
+    labelled = all('UUID="GPU-' in l and 'Hostname="' in l for l in lines)
+    check(len(gpus) == len(data) and labelled, f"/metrics {n}: GPUs {gpus}, UUID and Hostname labels on every line")
+    for l in lines:
+        print("   " + l)
+pair = sum(int(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(f'rankmap_pair_bytes_total{{job="{jid}"'))
+want = int(st.traffic_matrix(jid).sum())
+# the DRY job (a sleep) sends nothing between ranks
+check(("# TYPE rankmap_pair_bytes_total counter" in text or dry) and pair == want and (want > 0 or dry),
+      f"/metrics rankmap_pair_bytes_total of job {jid}: {pair} B (store: {want} B)")
+
+# the utilisation view of the job: the GPU0 <-> GPU1 route is GPU0 <-> NVSwitch <-> GPU1
+u = get(f"/api/jobs/{jid}/utilisation")
+print(f"utilisation of job {jid} on {u['topology']}: {u['frames']} frames of {u['frame_s']} s; "
+      f"measured: {u['measured']}; model: {u['model']}")
+route = [l for l in u["links"] if l["kind"] == "nvlink" and {l["a"], l["b"]} & {"gpu0", "gpu1"}]
+for l in route:
+    peak_gbps = l.get("peak_util", 0) / 100 * l["bandwidth"] if l.get("util_ab") else 0
+    print(f"   {l['a']} <-> {l['b']}: {l['source']}, {l.get('bytes_ab')} B a->b, {l.get('bytes_ba')} B b->a, "
+          f"peak {l.get('peak_util')} % ({peak_gbps:.1f} GB/s) band {l.get('peak_band')}, average {l.get('avg_util')} %")
+    check(l["source"] == "measured" and (l.get("peak_util") or 0) > 1,
+          f"link {l['a']}<->{l['b']} coloured from its measured counters ({l['source']}, peak {l.get('peak_util')} % "
+          f"of {l['bandwidth']} GB/s, band {l.get('peak_band')})")
+mon_u = get(f"/api/jobs/{mon['job_id']}/utilisation")
+check(sum(1 for l in mon_u["links"] if l["source"] == "measured") >= len(data),
+      f"the monitor session's own view measures {sum(1 for l in mon_u['links'] if l['source'] == 'measured')} links")
+sys.exit(min(fails, 100))
+EOF
+}
+
+wait_for() {  # wait_for SECONDS COMMAND...: poll until the command succeeds
+  local end=$((SECONDS + $1)); shift
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -ge $end ] && return 1
+    sleep 0.2
+  done
+}
+
+main() {
+  echo "== rankmap link monitor validation, $(date -u +%FT%TZ) on $(hostname)$([ "$DRY" = 1 ] && echo " (DRY: fake NVML)")"
+  [ "$DRY" = 1 ] || nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv,noheader | sed 's/^/   /'
+  write_helpers
+
+  echo "== 1. sampler cost: GPM vs field values"
+  timeout 40 $PY bench/monitor_cost.py --reads 200 --seconds 3
+  rc=$?
+  check $rc "bench/monitor_cost.py: every target met (exit $rc)"
+
+  echo "== 2. rankmap monitor and rankmap serve"
+  $PY -m rankmap monitor --interval 100ms --db "$DB" --json > "$WORK/mon.json" 2> "$WORK/mon.err" &
+  MON=$!; PIDS+=("$MON")
+  wait_for 30 grep -q "monitoring" "$WORK/mon.err"
+  check $? "rankmap monitor started: $(head -1 "$WORK/mon.err")"
+  PORT=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  TOPO=live
+  [ "$DRY" = 1 ] && TOPO=h200x2-nvswitch
+  $PY -m rankmap serve --db "$DB" --host 127.0.0.1 --port "$PORT" --topology $TOPO > "$WORK/serve.out" 2>&1 &
+  PIDS+=("$!")
+  BASE="http://127.0.0.1:$PORT"
+  wait_for 30 $PY -c "import urllib.request; urllib.request.urlopen('$BASE/api/info', timeout=2)"
+  check $? "rankmap serve answers on $BASE"
+
+  echo "== 3. NCCL job between the two GPUs, NVML DATA counters before and after"
+  timeout 20 $PY "$WORK/nvml_data.py" > "$WORK/before.json"
+  if [ "$DRY" = 1 ]; then
+    JOB=(timeout 60 $PY -m rankmap profile --db "$DB" --nccl off --no-summary --no-progress -- sleep 2)
+  else
+    JOB=(timeout 120 $PY -m rankmap profile --db "$DB" --no-summary --no-progress -- torchrun --nproc_per_node=2 "$WORK/allreduce.py")
+  fi
+  "${JOB[@]}" > "$WORK/job.out" 2>&1
+  rc=$?
+  tail -5 "$WORK/job.out" | sed 's/^/   /'
+  check $rc "rankmap profile of the NCCL job (exit $rc)"
+  sleep 0.5
+  timeout 20 $PY "$WORK/nvml_data.py" > "$WORK/after.json"
+
+  echo "== 4. /metrics while the monitor runs"
+  timeout 20 $PY -c "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen('$BASE/metrics', timeout=15).read().decode())" > "$OUT/metrics.txt"
+  check $? "/metrics scraped ($(wc -l < "$OUT/metrics.txt") lines, kept in metrics.txt)"
+
+  echo "== 5. monitor stopped with Ctrl-C"
+  kill -INT "$MON"
+  for _ in $(seq 100); do kill -0 "$MON" 2>/dev/null || break; sleep 0.1; done
+  wait "$MON"
+  rc=$?
+  check $rc "rankmap monitor ended cleanly on SIGINT (exit $rc)"
+
+  echo "== 6. NVLink bytes, costs, /metrics and the utilisation view"
+  timeout 60 $PY "$WORK/compare.py" "$DB" "$WORK/mon.json" "$WORK/before.json" "$WORK/after.json" "$BASE" "$OUT/metrics.txt"
+  rc=$?
+  check $rc "compare.py: every check passed (exit $rc)"
+  echo "== $(date -u +%T) done"
+}
+
+main 2>&1 | tee "$OUT/monitor.txt"
+exit $(( $(grep -c '^FAIL' "$OUT/monitor.txt") > 100 ? 100 : $(grep -c '^FAIL' "$OUT/monitor.txt") ))
