@@ -35,7 +35,6 @@ NV_BW = 478.116e9            # bytes/s per direction of a GPU's NVLink bundle in
 FRAME = 0.1
 # GPU0's NVLink TX use per 100 ms frame, in percent: one per band (idle, low, medium, high, saturated)
 USE = [0.0, 10.0, 30.0, 60.0, 90.0, 22.0]
-NOW = time.time_ns()
 
 
 def cumulative(use: list[float], bw: float, frame: float) -> list[int]:
@@ -46,8 +45,10 @@ def cumulative(use: list[float], bw: float, frame: float) -> list[int]:
     return out
 
 
-def sampled_job(store, *, launcher="torchrun", t0=NOW - 5 * 10**9, ranks=2, host="nodeA") -> int:
-    """A 2-rank job whose sampler saw GPU0 send USE of its NVLink to GPU1, frame by frame."""
+def sampled_job(store, *, launcher="torchrun", t0=None, ranks=2, host="nodeA") -> int:
+    """A 2-rank job whose sampler saw GPU0 send USE of its NVLink to GPU1, frame by frame (by
+    default it started a second ago, so /metrics still takes its sampler for a running one)."""
+    t0 = time.time_ns() - 10**9 if t0 is None else t0
     jid = store.create_job(["torchrun", "--nproc-per-node", str(ranks), "train.py"], launcher=launcher,
                            world_size=ranks, hosts=[host],
                            meta={"bucket_ms": 100, "link_sampler": {
@@ -145,7 +146,7 @@ def test_model_only_job_is_drawn_from_its_timeline(store):
 
 
 def test_a_monitor_session_on_the_host_measures_a_job_without_sampler(store):
-    t0 = NOW - 60 * 10**9
+    t0 = time.time_ns() - 60 * 10**9
     mon = sampled_job(store, launcher="monitor", t0=t0, ranks=0)
     with store.engine.begin() as conn:  # a session that started 60 s ago on nodeA
         conn.execute(S.jobs.update().where(S.jobs.c.id == mon).values(
