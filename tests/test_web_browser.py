@@ -188,6 +188,9 @@ def test_dashboard_renders_job_heatmap_and_topology(dashboard, browser_page, tmp
     assert all(d["stroke"] == IDLE_LINK for d in before if d["load"] == "0")
     assert "max congestion" in page.locator("#after-stats").inner_text()
     assert "optimal" in page.locator("#mapping-note").inner_text()
+    # MPI_T performance variables: this job recorded none, and the card says so
+    wait_js(page, "document.getElementById('pvar-empty').innerText.includes('MPI_T performance variables')")
+    assert page.locator("#pvar").is_hidden()
 
     shot = tmp_path / "dashboard.png"
     page.screenshot(path=str(shot), full_page=True)

@@ -346,3 +346,34 @@ def test_mapping_hint_names_commands_that_exist(store):
     from rankmap.cli import build_parser
     build_parser().parse_args(["map", "--job", str(jid)])  # the hinted command parses
     build_parser().parse_args(["tune", "--", "torchrun", "x.py"])
+
+
+# ----------------------------------------------------------------------------- MPI_T pvars
+def test_pvars_of_a_job_without_any_say_so(store):
+    jid = sampled_job(store)
+    c = local_client(create_app(store, H200))
+    d = c.get(f"/api/jobs/{jid}/pvars").json()
+    assert d["variables"] == [] and "MPI_T performance variables" in d["message"]
+    r = c.get(f"/api/jobs/{jid}/pvars?name=unexpected_recvs")
+    assert r.status_code == 404 and "unexpected_recvs" in r.json()["detail"]
+
+
+@pytest.mark.skipif("pvars" not in S.metadata.tables, reason="the store has no pvars table yet (MPI_T capture adds it)")
+def test_pvar_series_from_ingested_records(store):
+    from types import SimpleNamespace
+
+    jid = store.create_job(["mpirun", "-np", "2", "./a"], world_size=2)
+    var = SimpleNamespace(id=3, name="unexpected_recvq_length", cls="level", vtype="u64", bound=True, count=2)
+    recs = []
+    for r in range(2):
+        rec = WebRecord(world_rank=r, traffic=[])
+        rec.pvar_defs = {3: var}
+        rec.pvar_samples = [(3, 1_000_000_000, (r, 1)), (3, 2_000_000_000, (r + 4, 1))]
+        recs.append(rec)
+    store.ingest(jid, recs)
+    c = local_client(create_app(store, H200))
+    d = c.get(f"/api/jobs/{jid}/pvars").json()
+    assert d["available"] and [v["name"] for v in d["variables"]] == ["unexpected_recvq_length"]
+    s = c.get(f"/api/jobs/{jid}/pvars?name=unexpected_recvq_length").json()
+    assert [x["rank"] for x in s["series"]] == [0, 1]
+    assert s["series"][1]["t_s"] == [1.0, 2.0] and s["series"][1]["value"] == [2.0, 6.0]  # elements summed

@@ -17,6 +17,7 @@ Endpoints (all GET):
 ``/api/jobs/{job}/mapping``            stored mapping, link loads before and after
 ``/api/jobs/{job}/utilisation``        each drawn link's use of its bandwidth per time frame, in bands
 ``/api/jobs/{job}/cluster``            nodes, NICs and the traffic between nodes of a multi-node job
+``/api/jobs/{job}/pvars``              MPI_T performance variables (``name=``: one over time, per rank)
 ``/api/topology``                      topology + drawing + GPU pair routes (+ loads with ``job=``)
 ``/metrics``                           link counters (dcgm-exporter names) and pair bytes, Prometheus text
 
@@ -42,6 +43,7 @@ from rankmap.topology import Topology
 from rankmap.formats.topology_json import to_dict
 from rankmap.web import cluster as C
 from rankmap.web import metrics as M
+from rankmap.web import pvars as P
 from rankmap.web import queries as Q
 from rankmap.web import topoview as V
 from rankmap.web import utilisation as U
@@ -321,6 +323,16 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
             t0 = U.job_zero_ns(store, j)
             secs = max((time.time_ns() - t0) / 1e9, 1e-3) if t0 else 1.0
         return {"job": jid, "topology": topo.name, **C.cluster_view(topo, m, p, secs, thresholds(bands))}
+
+    @app.get("/api/jobs/{job}/pvars")
+    def pvars(job: str, name: str | None = None) -> dict:
+        jid = job_id(job)
+        out = P.variables(store, jid)
+        if name is not None:
+            if name not in {v["name"] for v in out["variables"]}:
+                raise HTTPException(404, f"job {jid} recorded no MPI_T performance variable {name!r}")
+            out.update(P.series(store, jid, name))
+        return {"job": jid, **out}
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> PlainTextResponse:

@@ -224,9 +224,10 @@ async function refreshJob(first) {
     monitor ? skip : q(`/mapping${sq ? `?${sq}` : ""}`),
     q(`/utilisation${uq ? `?${uq}` : ""}`),
     monitor ? skip : q(`/cluster${uq ? `?${uq}` : ""}`),
+    monitor ? skip : q("/pvars"),
   ]);
   if (seq !== state.seq) return;
-  const [matrix, ops, timeline, links, topo, mapping, util, cluster] = parts;
+  const [matrix, ops, timeline, links, topo, mapping, util, cluster, pvars] = parts;
   const guard = (fn, p, elId) => {
     try {
       if (p.status === "fulfilled") { if (p.value !== null) fn(p.value); }
@@ -240,6 +241,7 @@ async function refreshJob(first) {
     guard(renderMem, { status: "fulfilled", value: job }, "mem");
     renderMapping(mapping);
     renderCluster(cluster);
+    guard(renderPvars, pvars, "pvar");
   } else {
     $("cluster-card").hidden = true;
   }
@@ -679,6 +681,39 @@ function renderPairs(pairs) {
   box.append(tab);
 }
 
+// ------------------------------------------------------------------ MPI_T performance variables
+function renderPvars(data) {
+  const sel = $("pvar-name"), empty = $("pvar-empty");
+  const vars = data.variables || [];
+  empty.hidden = vars.length > 0;
+  empty.textContent = data.message || "";
+  sel.hidden = !vars.length;
+  $("pvar").hidden = !vars.length;
+  if (!vars.length) { $("pvar-note").textContent = ""; return; }
+  const keep = sel.value;
+  sel.textContent = "";
+  for (const v of vars) sel.append(el("option", { value: v.name }, `${v.name}${v.class ? ` (${v.class})` : ""}`));
+  sel.value = vars.some((v) => v.name === keep) ? keep : vars[0].name;
+  drawPvar();
+}
+
+async function drawPvar() {
+  const name = $("pvar-name").value, id = state.jobId;
+  if (!name) return;
+  let d;
+  try { d = await api(`/api/jobs/${id}/pvars?name=${encodeURIComponent(name)}`); }
+  catch (e) { return showPlotError("pvar", e.message); }
+  if (id !== state.jobId || name !== $("pvar-name").value) return;
+  const v = d.variables.find((x) => x.name === name) || {};
+  $("pvar-note").textContent = `${v.class || "variable"}, ${d.ranks} rank(s)` +
+    (d.ranks_shown < d.ranks ? `, the first ${d.ranks_shown} shown` : "") + "; read at every flush and at finalize";
+  Plotly.react("pvar", d.series.map((s) => ({
+    type: "scatter", mode: "lines+markers", name: `rank ${s.rank}`, x: s.t_s, y: s.value,
+    hovertemplate: `rank ${s.rank}: %{y:,} at %{x:.2f} s<extra></extra>`,
+  })), plotLayout({ margin: { l: 70, r: 20, t: 10, b: 45 }, legend: { orientation: "v", x: 1.02, y: 1 },
+    xaxis: { title: { text: "seconds since the rank's start" } }, yaxis: { title: { text: name } } }), PLOT_CONFIG);
+}
+
 // ------------------------------------------------------------------ multi-node view
 function renderCluster(p) {
   const card = $("cluster-card");
@@ -861,6 +896,7 @@ function wire() {
     paintUtilisation();
   });
   $("util-play").addEventListener("click", play);
+  $("pvar-name").addEventListener("change", drawPvar);
   $("matrix-class").addEventListener("change", () => refreshJob(false));
   $("matrix-what").addEventListener("change", () => refreshJob(false));
   // #/job/N typed into the address bar (or history back/forward) opens that job without a reload
