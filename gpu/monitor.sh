@@ -48,11 +48,11 @@ check() {  # check EXIT_STATUS "what": PASS when the status is 0
   if [ "$1" = 0 ]; then echo "PASS $2"; else echo "FAIL $2"; FAILS=$((FAILS + 1)); fi
 }
 
-cleanup() {
+cleanup() {  # the background monitor and server are main's children: main's own EXIT trap ends them
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
   rm -rf "$WORK"
 }
-trap cleanup EXIT
 
 write_helpers() {
   cat > "$WORK/nvml_data.py" <<'EOF'
@@ -221,6 +221,7 @@ wait_for() {  # wait_for SECONDS COMMAND...: poll until the command succeeds
 }
 
 main() {
+  trap cleanup EXIT   # main runs in the pipeline's subshell: the trap must be set here
   echo "== rankmap link monitor validation, $(date -u +%FT%TZ) on $(hostname)$([ "$DRY" = 1 ] && echo " (DRY: fake NVML)")"
   [ "$DRY" = 1 ] || nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv,noheader | sed 's/^/   /'
   write_helpers

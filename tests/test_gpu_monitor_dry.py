@@ -15,7 +15,9 @@ pytest.importorskip("uvicorn", reason="the dashboard needs the web extra (uvicor
 
 
 def test_monitor_script_dry_run(tmp_path):
-    env = dict(os.environ, DRY="1", PYTHON=sys.executable, OUT=str(tmp_path / "out"))
+    work = tmp_path / "tmp"
+    work.mkdir()
+    env = dict(os.environ, DRY="1", PYTHON=sys.executable, OUT=str(tmp_path / "out"), TMPDIR=str(work))
     p = subprocess.run(["bash", str(ROOT / "gpu" / "monitor.sh")], capture_output=True, text=True, env=env,
                        timeout=300, cwd=ROOT)
     log = (tmp_path / "out" / "monitor.txt").read_text()
@@ -26,3 +28,13 @@ def test_monitor_script_dry_run(tmp_path):
                  "SKIP monitor NVLink bytes"):
         assert want in log, (want, log)
     assert sorted(f.name for f in (tmp_path / "out").iterdir()) == ["metrics.txt", "monitor.txt"]
+    # nothing left behind: no monitor or server of the run still alive, its work folder gone
+    left = []
+    for proc in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{proc}/cmdline", "rb") as f:
+                if str(work).encode() in f.read():
+                    left.append(proc)
+        except OSError:
+            continue
+    assert left == [] and list(work.iterdir()) == []
