@@ -53,7 +53,8 @@ def _free_port() -> int:
 class _Server:
     """uvicorn in a thread of the test process, on 127.0.0.1 and a free port."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, page=None) -> None:
+        self.page = page  # a page that used this server leaves it first: a poll to a stopped server is an error
         self.port = _free_port()
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -68,6 +69,8 @@ class _Server:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.page is not None:
+            self.page.goto("about:blank")
         self.server.should_exit = True
         self.thread.join(10)
 
@@ -204,7 +207,7 @@ def test_link_colours_bands_slider_and_series_against_known_data(store_url, brow
     jid = sampled_job(store)
     store.finish_job(jid, exit_status=0, elapsed_ns=600_000_000)
     page, problems, outside = browser_page
-    with _Server(create_app(store, H200)) as srv:
+    with _Server(create_app(store, H200), page) as srv:
         util = srv.get(f"/api/jobs/{jid}/utilisation")
         g0 = next(l for l in util["links"] if (l["a"], l["b"]) == ("gpu0", "nvswitch0"))
         pcie_up = next(l for l in util["links"] if (l["a"], l["b"]) == ("hb0", "cpu0"))
@@ -282,7 +285,7 @@ def test_live_job_updates_without_false_banners(store_url, browser_page, tmp_pat
     env = dict(os.environ, RANKMAP_HOME=str(tmp_path / "home"),
                **fake_env(rates=[[10 * 10**9, 0, 10**8, 0], [0, 10 * 10**9, 0, 10**8]]))
     page, problems, outside = browser_page
-    with _Server(create_app(store, H200)) as srv:
+    with _Server(create_app(store, H200), page) as srv:
         page.goto(srv.url + "/")
         prof = subprocess.Popen([sys.executable, "-m", "rankmap", "profile", "--db", store_url, "--nccl", "off",
                                  "--flush-ms", "200", "--no-summary", "--", mpirun, "--allow-run-as-root",
@@ -332,7 +335,7 @@ def test_token_required_off_loopback(store_url, browser_page):
     ids = fill_store(store_url)
     token = "tok-" + "x" * 20
     page, problems, outside = browser_page
-    with _Server(create_app(store, TOPOLOGY, access_for("0.0.0.0", token))) as srv:
+    with _Server(create_app(store, TOPOLOGY, access_for("0.0.0.0", token)), page) as srv:
         # without the token: the page asks for it and shows nothing of the store
         fails = []
         page.on("response", lambda r: fails.append(r.status) if "/api/" in r.url else None)
@@ -377,7 +380,7 @@ def test_new_user_findings(store_url, browser_page, tmp_path):
                                    timeline=[(0, 1 - r, "p2p", 1000)]) for r in range(2)])
     store.finish_job(short, exit_status=0, elapsed_ns=30_000_000)
     page, problems, outside = browser_page
-    with _Server(create_app(store, H200)) as srv:
+    with _Server(create_app(store, H200), page) as srv:
         page.goto(srv.url + "/")
         page.locator("#job-list li").first.wait_for()
         # 1. #/job/N typed into the address bar opens the job without a reload
@@ -423,7 +426,7 @@ def test_new_user_findings(store_url, browser_page, tmp_path):
         page.screenshot(path=str(tmp_path / "findings.png"), full_page=True)
 
     # 8. the DGX-1's NVLink arcs: two arcs whose spans overlap never run at the same depth
-    with _Server(create_app(store, "dgx1-v100")) as srv:
+    with _Server(create_app(store, "dgx1-v100"), page) as srv:
         page.goto(f"{srv.url}/#/job/{ids['done']}")
         page.locator("#topo-view svg").wait_for(timeout=15_000)
         arcs = []
@@ -450,7 +453,7 @@ def test_monitor_session_page(store_url, browser_page):
                               "gpus": [{"index": 0, "uuid": "GPU-0", "name": "NVIDIA H200"}],
                               "cost": {"per_gpu_sample_ms": 0.05}, "process_cpu_share": 0.004}}))
     page, problems, outside = browser_page
-    with _Server(create_app(store, H200)) as srv:
+    with _Server(create_app(store, H200), page) as srv:
         page.goto(f"{srv.url}/#/job/{jid}")
         page.locator("#topo-view svg").wait_for(timeout=15_000)
         assert page.locator("#job-title").inner_text() == f"Monitor session #{jid}"
