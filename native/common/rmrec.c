@@ -30,6 +30,8 @@
 
 #define RMREC_ENUM_BT_(name, value, text) BT_##name = value,
 enum { RMREC_BLOCKS(RMREC_ENUM_BT_) };
+#define RMREC_SOURCE_NAME_(name, value, text) [value] = text,
+static const char *const source_name[] = { RMREC_SOURCES(RMREC_SOURCE_NAME_) };
 
 /* ---- rows (little-endian, packed; see docs/record-format.md) ------------------------- */
 
@@ -53,6 +55,8 @@ typedef struct { RMREC_ROW_FLUSH(FIELD_, ARRAY_) } row_flush_t;
 typedef struct { RMREC_ROW_STRING_ENTRY(FIELD_, ARRAY_) } row_string_entry_t;
 typedef struct { RMREC_ROW_META_ENTRY(FIELD_, ARRAY_) } row_meta_entry_t;
 typedef struct { RMREC_ROW_COMM_ENTRY(FIELD_, ARRAY_) } row_comm_entry_t;
+typedef struct { RMREC_ROW_CUDA_COPY(FIELD_, ARRAY_) } row_copy_t;
+typedef struct { RMREC_ROW_CUDA_KERNEL_ENTRY(FIELD_, ARRAY_) } row_kernel_t;
 #pragma pack(pop)
 /* The sizes docs/record-format.md promises. */
 _Static_assert(sizeof(row_header_t) == RMREC_HEADER_SIZE, "header");
@@ -63,10 +67,17 @@ _Static_assert(sizeof(row_optime_t) == 32, "optime row");
 _Static_assert(sizeof(row_timeline_t) == 24, "timeline row");
 _Static_assert(sizeof(row_flush_t) == 32, "flush row");
 _Static_assert(sizeof(row_comm_entry_t) == 16, "comm entry head");
+_Static_assert(sizeof(row_copy_t) == 48, "cuda copy row");
+_Static_assert(sizeof(row_kernel_t) == 32, "cuda kernel entry head (name bytes follow)");
 
 typedef struct { _Atomic uint64_t key, bytes, msgs; } slot_t;
 typedef struct { _Atomic uint64_t calls, ticks, bytes; } opstat_t;
 typedef struct pend { struct pend *next; uint32_t len; unsigned char data[]; } pend_t;
+/* CUDA activity, summed since the last flush: a copy (type 1: a/b = source/destination device,
+ * k = kind | src mem << 8 | dst mem << 16, v = count, bytes, ns) or a kernel (type 2: a = device,
+ * b = name id or -1 for the per-bucket total, v = count, ns).  Emptied by every flush. */
+typedef struct { uint8_t type; int64_t bucket; int32_t a, b; uint32_t k; uint64_t v[3]; } act_t;
+typedef struct { act_t *e; uint32_t cap, n; } acttab_t;
 
 struct rmrec {
   _Atomic int enabled, failed;
@@ -96,6 +107,12 @@ struct rmrec {
   int nring;
   _Atomic uint64_t *tl;
   uint64_t *tlshadow;                /* what was flushed of each timeline cell */
+  /* CUDA activity rows and kernel names (under actlock) */
+  pthread_mutex_t actlock;
+  acttab_t act;
+  int nnames;
+  char *name[RMREC_MAX_NAMES];
+  int name_next[RMREC_MAX_NAMES], name_head[2 * RMREC_MAX_NAMES];
   /* pending variable-size records (meta, comm), emitted at the next flush */
   pend_t *meta, *comm;
   /* flushing */
@@ -250,6 +267,7 @@ static void atfork_child(void) {
     c->fd = -1;
     pthread_mutex_init(&c->flock, NULL);
     pthread_mutex_init(&c->oplock, NULL);
+    pthread_mutex_init(&c->actlock, NULL);
     open_list[i] = NULL;
   }
   pthread_mutex_init(&open_lock, NULL);
@@ -335,12 +353,16 @@ static rmrec_t *open_impl(const char *dir, const char *source, int world_rank, i
   if (!c) { fprintf(stderr, "rankmap: capture disabled: out of memory\n"); return NULL; }
   c->fd = -1;
   c->failed = 0;
-  c->source = (source && strcmp(source, "nccl") == 0) ? RMREC_SRC_NCCL : RMREC_SRC_MPI;
+  c->source = RMREC_SRC_MPI;
+  for (int i = 0; i < (int)(sizeof source_name / sizeof *source_name); i++)
+    if (source && strcmp(source, source_name[i]) == 0) c->source = i;
   c->world_rank = world_rank;
   c->world_size = world_size > 0 ? world_size : 1;
   c->pid = getpid();
   pthread_mutex_init(&c->oplock, NULL);
   pthread_mutex_init(&c->flock, NULL);
+  pthread_mutex_init(&c->actlock, NULL);
+  for (int i = 0; i < 2 * RMREC_MAX_NAMES; i++) c->name_head[i] = -1;
   pthread_cond_init(&c->fcond, NULL);
   c->bucket_ns = env_u64("RANKMAP_BUCKET_MS", 100) * 1000000ull;
   c->flush_ns = env_u64("RANKMAP_FLUSH_MS", 1000) * 1000000ull;
@@ -381,7 +403,7 @@ static rmrec_t *open_impl(const char *dir, const char *source, int world_rank, i
       *s = ch;
     }
   }
-  const char *src_name = c->source == RMREC_SRC_NCCL ? "nccl" : "mpi";
+  const char *src_name = source_name[c->source];
   snprintf(c->path, sizeof c->path, "%s/rank-%d.%s.rmrec", dir, world_rank, src_name);
   if (!unique) {
     c->fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0666);
@@ -535,6 +557,124 @@ void rmrec_comm(rmrec_t *c, uint64_t id, const char *name, int size, const int *
   pend_push(c, &c->comm, &e, sizeof e, name, e.name_length, world_ranks, (uint32_t)size * 4);
 }
 
+/* ---- CUDA activity (not a hot path: called from the activity buffer thread) ---------------- */
+
+static int64_t bucket_of(const rmrec_t *c, uint64_t mono_ns) {
+  if (!mono_ns) return -1;
+  return mono_ns <= c->start_ns ? 0 : (int64_t)((mono_ns - c->start_ns) / c->bucket_ns);
+}
+static int act_same(const act_t *e, const act_t *q) {
+  return e->type == q->type && e->bucket == q->bucket && e->a == q->a && e->b == q->b && e->k == q->k;
+}
+static uint64_t act_hash(const act_t *q) {
+  return mix64(((uint64_t)q->bucket * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)(uint32_t)q->a << 32 | (uint32_t)q->b) ^
+               ((uint64_t)q->k << 8 | q->type));
+}
+/* Add q's values to its row (actlock held); the table doubles at half full.  0: out of memory. */
+static int act_add(rmrec_t *c, const act_t *q) {
+  acttab_t *t = &c->act;
+  if (2 * (t->n + 1) > t->cap) {
+    uint32_t cap = t->cap ? 2 * t->cap : 1024;
+    act_t *e = calloc(cap, sizeof *e);
+    if (!e) return 0;
+    for (uint32_t i = 0; i < t->cap; i++) {
+      if (!t->e[i].type) continue;
+      uint64_t j = act_hash(&t->e[i]) & (cap - 1);
+      while (e[j].type) j = (j + 1) & (cap - 1);
+      e[j] = t->e[i];
+    }
+    free(t->e);
+    t->e = e; t->cap = cap;
+  }
+  uint64_t j = act_hash(q) & (t->cap - 1);
+  while (t->e[j].type && !act_same(&t->e[j], q)) j = (j + 1) & (t->cap - 1);
+  if (!t->e[j].type) { t->e[j] = *q; memset(t->e[j].v, 0, sizeof t->e[j].v); t->n++; }
+  for (int i = 0; i < 3; i++) t->e[j].v[i] += q->v[i];
+  return 1;
+}
+
+void rmrec_copy(rmrec_t *c, uint64_t start_mono_ns, int kind, int src_mem, int dst_mem, int src_dev, int dst_dev,
+                uint64_t bytes, uint64_t count, uint64_t ns) {
+  if (!c || !atomic_load_explicit(&c->enabled, memory_order_relaxed)) return;
+  act_t q = { .type = 1, .bucket = bucket_of(c, start_mono_ns), .a = src_dev, .b = dst_dev,
+              .k = (uint32_t)(kind & 0xff) | (uint32_t)(src_mem & 0xff) << 8 | (uint32_t)(dst_mem & 0xff) << 16,
+              .v = { count, bytes, ns } };
+  pthread_mutex_lock(&c->actlock);
+  int ok = act_add(c, &q);
+  pthread_mutex_unlock(&c->actlock);
+  if (!ok) rmrec_fail(c, "out of memory for CUDA activity rows");
+}
+
+void rmrec_kernel(rmrec_t *c, uint64_t start_mono_ns, int dev, int name_id, uint64_t ns) {
+  if (!c || !atomic_load_explicit(&c->enabled, memory_order_relaxed)) return;
+  act_t per_name = { .type = 2, .bucket = -1, .a = dev, .b = name_id, .v = { 1, ns, 0 } };
+  act_t per_bucket = { .type = 2, .bucket = bucket_of(c, start_mono_ns), .a = dev, .b = -1, .v = { 1, ns, 0 } };
+  pthread_mutex_lock(&c->actlock);
+  int ok = act_add(c, &per_name) && (per_bucket.bucket < 0 || act_add(c, &per_bucket));
+  pthread_mutex_unlock(&c->actlock);
+  if (!ok) rmrec_fail(c, "out of memory for CUDA activity rows");
+}
+
+int rmrec_name(rmrec_t *c, const char *name) {
+  if (!c) return 0;
+  if (!name) name = "(unnamed)";
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 1099511628211ull;
+  int slot = (int)(h & (2 * RMREC_MAX_NAMES - 1)), id = -1;
+  pthread_mutex_lock(&c->actlock);
+  for (int i = c->name_head[slot]; i >= 0; i = c->name_next[i])
+    if (strcmp(c->name[i], name) == 0) { id = i; break; }
+  if (id < 0 && c->nnames < RMREC_MAX_NAMES - 1) {
+    char *d = strdup(name);
+    if (d) {
+      id = c->nnames++;
+      c->name[id] = d;
+      c->name_next[id] = c->name_head[slot];
+      c->name_head[slot] = id;
+    }
+  }
+  if (id < 0) {            /* full (or out of memory): the last id collects the rest */
+    id = RMREC_MAX_NAMES - 1;
+    if (!c->name[id]) c->name[id] = (char *)"(other kernels)";
+  }
+  pthread_mutex_unlock(&c->actlock);
+  return id;
+}
+
+/* Append the activity rows summed since the last flush, and empty the table. */
+static void flush_activity(rmrec_t *c, obuf_t *b) {
+  pthread_mutex_lock(&c->actlock);
+  acttab_t t = c->act;
+  c->act.n = 0;
+  if (t.n) { c->act.e = calloc(t.cap, sizeof *c->act.e); if (!c->act.e) c->act.cap = 0; }
+  pthread_mutex_unlock(&c->actlock);
+  if (!t.n) return;
+  for (int type = 1; type <= 2; type++) {
+    for (uint32_t i = 0; i < t.cap; i++) {
+      const act_t *e = &t.e[i];
+      if (e->type != type) continue;
+      if (type == 1) {
+        row_copy_t r = {0};
+        r.bucket = e->bucket; r.kind = (uint8_t)e->k; r.src_mem = (uint8_t)(e->k >> 8); r.dst_mem = (uint8_t)(e->k >> 16);
+        r.src_dev = e->a; r.dst_dev = e->b; r.count = e->v[0]; r.bytes = e->v[1]; r.ns = e->v[2];
+        blk_row(b, BT_CUDA_COPY, &r, sizeof r);
+      } else {
+        /* names are never freed or changed once set: reading one without the lock is safe */
+        const char *nm = e->b >= 0 && e->b < RMREC_MAX_NAMES && c->name[e->b] ? c->name[e->b] : "";
+        size_t nl = e->b >= 0 ? strnlen(nm, 4096) : 0;
+        unsigned char row[sizeof(row_kernel_t) + 4096];
+        row_kernel_t r = { .bucket = e->bucket, .device = e->a, .name_length = (uint32_t)nl, .count = e->v[0],
+                           .ns = e->v[1] };
+        memcpy(row, &r, sizeof r);
+        memcpy(row + sizeof r, nm, nl);
+        blk_row(b, BT_CUDA_KERNEL, row, sizeof r + nl);
+      }
+    }
+    blk_end(b);
+  }
+  free(t.e);
+}
+
 /* ---- flush --------------------------------------------------------------------------- */
 
 static void write_all(rmrec_t *c, const unsigned char *p, size_t n) {
@@ -640,6 +780,8 @@ static void flush_impl(rmrec_t *c, int final) {
     }
     blk_end(&b);
   }
+
+  flush_activity(c, &b);
 
   /* flush marker */
   row_flush_t f = {0};

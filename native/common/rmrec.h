@@ -1,7 +1,8 @@
 /*
  * rmrec.h -- rankmap record writer (one per-rank record file, see docs/record-format.md)
  *
- * Shared by the MPI shim (native/mpi) and the NCCL profiler plugin (native/nccl).
+ * Shared by the MPI shim (native/mpi), the NCCL profiler plugin (native/nccl) and the CUDA activity
+ * library (native/cuda).
  * No MPI, CUDA or NCCL dependency: plain C11 + pthreads.
  *
  * API for a capture source
@@ -33,6 +34,12 @@
  *   rmrec_close(c);                                 final flush with the finalize marker; c stays
  *                                                   valid (disabled) so racing threads are safe.
  *
+ * CUDA activity (source "cuda"; rows are summed under a lock: they come from the activity
+ * buffer thread, not from the application's hot path):
+ *   rmrec_copy(c, start_mono_ns, RMREC_COPY_H2D, src_mem, dst_mem, src_dev, dst_dev, bytes, n, ns);
+ *   int k = rmrec_name(c, "kernel name");  rmrec_kernel(c, start_mono_ns, dev, k, ns);
+ *       start_mono_ns: CLOCK_MONOTONIC ns of the activity's start (0: unknown, no timeline row).
+ *
  * Environment: RANKMAP_BUCKET_MS (timeline bucket, default 100), RANKMAP_FLUSH_MS (default 1000),
  * RANKMAP_TABLE_SLOTS (traffic hash-table slots, default 262144, power of two).
  * Counters are flushed as deltas; the reader (rankmap.formats.record) sums them.
@@ -56,15 +63,19 @@ extern "C" {
 
 /* Codes of the record format, from the one declaration in rmrec_layout.h:
  * classes RMREC_P2P, RMREC_COLL, RMREC_RMA, RMREC_NCCL (RMREC_NCLASS of them), memory kinds
- * RMREC_MEM_*, directions RMREC_SEND / RMREC_RECV, sources RMREC_SRC_*. */
+ * RMREC_MEM_*, directions RMREC_SEND / RMREC_RECV, sources RMREC_SRC_*, CUDA copy kinds
+ * RMREC_COPY_*. */
 #define RMREC_ENUM_PLAIN_(name, value, text) RMREC_##name = value,
 #define RMREC_ENUM_MEM_(name, value, text) RMREC_MEM_##name = value,
 #define RMREC_ENUM_SRC_(name, value, text) RMREC_SRC_##name = value,
+#define RMREC_ENUM_COPY_(name, value, text) RMREC_COPY_##name = value,
 #define RMREC_COUNT_(name, value, text) + 1
 enum { RMREC_CLASSES(RMREC_ENUM_PLAIN_) RMREC_NCLASS = 0 RMREC_CLASSES(RMREC_COUNT_) };
 enum { RMREC_MEMS(RMREC_ENUM_MEM_) };
 enum { RMREC_DIRECTIONS(RMREC_ENUM_PLAIN_) };
 enum { RMREC_SOURCES(RMREC_ENUM_SRC_) };
+enum { RMREC_COPY_KINDS(RMREC_ENUM_COPY_) };
+#define RMREC_MAX_NAMES 4096   /* kernel names per file; later ones are counted as "(other kernels)" */
 
 typedef struct rmrec rmrec_t;
 
@@ -92,6 +103,12 @@ void rmrec_timeline_at(rmrec_t *c, int peer, int klass, uint64_t bytes, uint64_t
 void rmrec_pre_flush(rmrec_t *c, void (*fn)(void *), void *arg);
 void rmrec_comm(rmrec_t *c, uint64_t id, const char *name, int size, const int *world_ranks);
 void rmrec_meta(rmrec_t *c, const char *key, const char *value);
+/* CUDA activity (above).  mem kinds are CUPTI's memory kinds (0 unknown, 1 pageable, 2 pinned,
+ * 3 device, 4 array, 5 managed, 6 device static, 7 managed static); a device is -1 for host. */
+void rmrec_copy(rmrec_t *c, uint64_t start_mono_ns, int kind, int src_mem, int dst_mem, int src_dev, int dst_dev,
+                uint64_t bytes, uint64_t count, uint64_t ns);
+int  rmrec_name(rmrec_t *c, const char *name);
+void rmrec_kernel(rmrec_t *c, uint64_t start_mono_ns, int dev, int name_id, uint64_t ns);
 void rmrec_flush(rmrec_t *c);
 void rmrec_close(rmrec_t *c);
 /* Disable capture with one stderr line (first call only); safe from any thread. */

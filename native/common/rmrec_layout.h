@@ -59,7 +59,9 @@
   X(TIMELINE, 5, "timeline") \
   X(COMM, 6, "comm") \
   X(META, 7, "meta") \
-  X(FLUSH, 8, "flush")
+  X(FLUSH, 8, "flush") \
+  X(CUDA_COPY, 12, "cuda_copy") \
+  X(CUDA_KERNEL, 13, "cuda_kernel")
 
 /* Rows of the fixed-size block types. */
 #define RMREC_ROW_TRAFFIC(F, A) \
@@ -99,6 +101,22 @@
   F(u32, final) \
   F(u32, pad)
 
+/* CUDA activity (source cuda), summed between two flushes: copies by timeline bucket of their
+ * start (-1: no timestamp), kind and ends; memory kinds are CUPTI's (CUDA_MEMS), devices CUDA
+ * ordinals of the process or -1 for host memory. */
+#define RMREC_ROW_CUDA_COPY(F, A) \
+  F(i64, bucket) \
+  F(u8, kind) \
+  F(u8, src_mem) \
+  F(u8, dst_mem) \
+  A(u8, pad, 1) \
+  F(i32, src_dev) \
+  F(i32, dst_dev) \
+  A(u8, pad2, 4) \
+  F(u64, count) \
+  F(u64, bytes) \
+  F(u64, ns)
+
 /* Heads of the entries of the variable-size block types; each is followed by its bytes. */
 #define RMREC_ROW_STRING_ENTRY(F, A) \
   F(u32, id) \
@@ -112,11 +130,20 @@
   F(u64, id) \
   F(u32, size) \
   F(u32, name_length)
+/* CUDA_KERNEL: followed by name_length bytes of kernel name. Bucket -1: the totals of one name on
+ * one device; bucket >= 0: every kernel that started in that bucket on that device (no name). */
+#define RMREC_ROW_CUDA_KERNEL_ENTRY(F, A) \
+  F(i64, bucket) \
+  F(i32, device) \
+  F(u32, name_length) \
+  F(u64, count) \
+  F(u64, ns)
 
 /* Codes: X(NAME, value, "name in the reader and the store") */
 #define RMREC_SOURCES(X) \
   X(MPI, 0, "mpi") \
-  X(NCCL, 1, "nccl")
+  X(NCCL, 1, "nccl") \
+  X(CUDA, 2, "cuda")
 
 #define RMREC_CLASSES(X) \
   X(P2P, 0, "p2p") \
@@ -133,5 +160,26 @@
 #define RMREC_DIRECTIONS(X) \
   X(SEND, 0, "send") \
   X(RECV, 1, "recv")
+
+/* What a CUDA copy moved; P2P: between two GPUs; memset: bytes set */
+#define RMREC_COPY_KINDS(X) \
+  X(OTHER, 0, "other") \
+  X(H2D, 1, "H2D") \
+  X(D2H, 2, "D2H") \
+  X(D2D, 3, "D2D") \
+  X(P2P, 4, "P2P") \
+  X(H2H, 5, "H2H") \
+  X(MEMSET, 6, "memset")
+
+/* CUPTI's memory kinds of a copy's two ends (CUpti_ActivityMemoryKind) */
+#define RMREC_CUDA_MEMS(X) \
+  X(UNKNOWN, 0, "unknown") \
+  X(PAGEABLE, 1, "pageable") \
+  X(PINNED, 2, "pinned") \
+  X(DEVICE, 3, "device") \
+  X(ARRAY, 4, "array") \
+  X(MANAGED, 5, "managed") \
+  X(DEVICE_STATIC, 6, "device static") \
+  X(MANAGED_STATIC, 7, "managed static")
 
 #endif

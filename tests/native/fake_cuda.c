@@ -45,3 +45,10 @@ int cuDeviceGetPCIBusId(char *s, int n, int d) {
   snprintf(s, (size_t)n, "0000:%02X:00.0", 0x18 + 16 * d);
   return 0;
 }
+/* Device identity as the CUDA activity library also asks for it: ordinals 0..7, "Fake GPU N". */
+int cuDeviceGet(int *dev, int ordinal) {
+  if (ordinal < 0 || ordinal > 7) return 101;   /* CUDA_ERROR_INVALID_DEVICE */
+  *dev = ordinal;
+  return 0;
+}
+int cuDeviceGetName(char *name, int len, int dev) { snprintf(name, (size_t)len, "Fake GPU %d", dev); return 0; }

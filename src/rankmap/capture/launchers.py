@@ -356,9 +356,15 @@ class Injection:
 
 
 def prepare(launcher: Launcher, *, run_dir: str | os.PathLike, shim: str | os.PathLike | None = None,
-            nccl_plugin: str | os.PathLike | None = None, bucket_ms: int = 100, flush_ms: int = 1000,
+            nccl_plugin: str | os.PathLike | None = None, cuda_lib: str | os.PathLike | None = None,
+            cupti: str | None = None, bucket_ms: int = 100, flush_ms: int = 1000,
             base_env: dict[str, str] | None = None) -> Injection:
-    """The launch command with capture injected the way ``launcher`` forwards environment."""
+    """The launch command with capture injected the way ``launcher`` forwards environment.
+
+    ``cuda_lib`` (the CUDA activity library) is loaded by the CUDA driver of every rank that
+    initialises CUDA (``CUDA_INJECTION64_PATH``); where the launcher process itself gets the
+    environment (torchrun), ``RANKMAP_CUDA_NEED_RANK`` keeps it out of a process with no rank.
+    """
     env: dict[str, str] = {"RANKMAP_RUN_DIR": str(Path(run_dir).resolve()),
                            "RANKMAP_BUCKET_MS": str(int(bucket_ms)), "RANKMAP_FLUSH_MS": str(int(flush_ms))}
     if shim is not None:
@@ -366,5 +372,11 @@ def prepare(launcher: Launcher, *, run_dir: str | os.PathLike, shim: str | os.Pa
     if nccl_plugin is not None:
         env["NCCL_PROFILER_PLUGIN"] = str(nccl_plugin)
         env.update(nccl_debug_env(run_dir, os.environ if base_env is None else base_env))
+    if cuda_lib is not None:
+        env["CUDA_INJECTION64_PATH"] = str(cuda_lib)
+        if cupti:
+            env["RANKMAP_CUPTI"] = cupti
+        if launcher.kind != "plain":
+            env["RANKMAP_CUDA_NEED_RANK"] = "1"
     argv, full_env = launcher.inject(env, base_env)
     return Injection(launcher, argv, full_env, env)

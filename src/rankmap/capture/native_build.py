@@ -10,13 +10,16 @@ first error line.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Callable
 
 from rankmap.errors import RankmapError
+from rankmap.native_sources import native_dir
 
 def cache_root() -> Path:
     """``$RANKMAP_CACHE`` or ``~/.cache/rankmap``."""
@@ -71,3 +74,53 @@ def compile_cached(out_dir: Path, lib_name: str, commands: Callable[[str], list[
         if os.path.exists(tmp):
             os.unlink(tmp)
     return lib
+
+
+#: Flags of the hooks that are plain C with no build dependency (the NCCL plugin, the CUDA library).
+C_HOOK_FLAGS = ["-std=gnu11", "-O2", "-g", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra",
+                "-Wno-unused-parameter"]
+C_HOOK_LIBS = ["-lpthread", "-ldl"]
+
+
+def compiler_identity(cc: str, what: str) -> tuple[str, str]:
+    """The compiler's resolved path and the first line of its ``--version`` (part of a cache key)."""
+    path = shutil.which(cc)
+    if path is None:
+        raise RankmapError(f"cannot build the {what}: compiler {cc!r} not found on PATH")
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+        first = (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else ""
+    except (OSError, subprocess.SubprocessError) as e:
+        raise RankmapError(f"cannot build the {what}: {cc} --version failed: {e}") from e
+    return path, first
+
+
+def c_hook_sources(folder: str, native: Path | None = None) -> tuple[list[Path], list[Path]]:
+    """The C files of ``native/<folder>`` plus the record writer, and every file hashed for the cache."""
+    native = native or native_dir()
+    c_files = sorted((native / folder).glob("*.c")) + [native / "common" / "rmrec.c"]
+    missing = [str(p) for p in c_files if not p.is_file()]
+    if missing or not (native / folder).is_dir():
+        raise RankmapError(f"{folder} hook sources missing: {', '.join(missing) or native / folder}")
+    hashed = sorted((native / folder).glob("*.[ch]")) + sorted((native / "common").glob("*.[ch]"))
+    return c_files, hashed
+
+
+def build_c_hook(folder: str, lib_name: str, what: str, cc: str = "cc") -> Path:
+    """Compile ``native/<folder>/*.c`` + the record writer into ``lib_name`` (cached) and return its path.
+
+    The cache folder ``<cache>/<folder>/<hash>`` is named by every source and header, the compiler's
+    path and ``--version`` line and the flags: editing a source or switching compilers rebuilds.
+    """
+    srcs, hashed = c_hook_sources(folder)
+    cc_path, cc_version = compiler_identity(cc, what)
+    h = hashlib.sha256()
+    for p in hashed:
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    h.update("\0".join([cc_path, cc_version, *C_HOOK_FLAGS, *C_HOOK_LIBS]).encode())
+    out_dir = cache_root() / folder / h.hexdigest()[:16]
+    return compile_cached(
+        out_dir, lib_name,
+        lambda tmp: [[cc_path, *C_HOOK_FLAGS, "-I", str(native_dir() / "common"), "-o", tmp, *map(str, srcs),
+                      *C_HOOK_LIBS]],
+        f"{what} with {cc} ({cc_path})")
