@@ -5,8 +5,8 @@
  * How it gets in: `rankmap profile` sets CUDA_INJECTION64_PATH to this library in the ranks, and
  * the CUDA driver loads it and calls InitializeInjection() inside the process's first cuInit. A
  * process that never initialises CUDA never loads it, so a job without CUDA is untouched. CUPTI
- * is opened with dlopen (the copy the process already has, else RANKMAP_CUPTI, else the default
- * search): nothing here links against CUDA or CUPTI.
+ * is opened with dlopen (the copy the process already has, else RANKMAP_CUPTI, else the dynamic
+ * linker's search when RANKMAP_CUPTI is unset): nothing here links against CUDA or CUPTI.
  *
  * What it costs the application: CUPTI timestamps each copy and kernel on the GPU and hands the
  * records over in buffers; parsing happens on CUPTI's buffer thread (and this library's own
@@ -125,6 +125,8 @@ static int copy_kind(uint8_t k) {
 }
 
 static int kernel_name_id(const char *p) {
+  static int unnamed = -1;
+  if (!p) return unnamed >= 0 ? unnamed : (unnamed = rmrec_name(g_rec, "(unnamed)"));
   uint64_t h = ((uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull) >> 51;   /* 13 bits */
   for (unsigned i = 0, j = (unsigned)h; i < 64; i++, j = (j + 1) & (NAME_SLOTS - 1)) {
     if (g_names[j].p == p) return g_names[j].id;
@@ -132,14 +134,14 @@ static int kernel_name_id(const char *p) {
       int id;
       char *d = NULL;
       int st = -1;
-      if (p && g_demangle && p[0] == '_' && p[1] == 'Z') d = g_demangle(p, NULL, NULL, &st);
-      id = rmrec_name(g_rec, st == 0 && d ? d : p ? p : "(unnamed)");
+      if (g_demangle && p[0] == '_' && p[1] == 'Z') d = g_demangle(p, NULL, NULL, &st);
+      id = rmrec_name(g_rec, st == 0 && d ? d : p);
       free(d);
       g_names[j].p = p; g_names[j].id = id;
       return id;
     }
   }
-  return rmrec_name(g_rec, p ? p : "(unnamed)");   /* a crowded neighbourhood: no cache */
+  return rmrec_name(g_rec, p);   /* a crowded neighbourhood: no cache */
 }
 
 static void one_record(const rm_cupti_activity_t *r) {
@@ -309,9 +311,9 @@ static void *open_cupti(void) {
   void *h = NULL;
   for (size_t i = 0; !h && i < sizeof sonames / sizeof *sonames; i++)   /* the process's own copy */
     h = dlopen(sonames[i], RTLD_NOW | RTLD_NOLOAD);
-  const char *env = getenv("RANKMAP_CUPTI");
+  const char *env = getenv("RANKMAP_CUPTI");   /* where rankmap found one: then only that one */
   if (!h && env && *env) h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-  for (size_t i = 0; !h && i < sizeof sonames / sizeof *sonames; i++)
+  for (size_t i = 0; !h && !(env && *env) && i < sizeof sonames / sizeof *sonames; i++)
     h = dlopen(sonames[i], RTLD_NOW | RTLD_LOCAL);
   struct link_map *lm = NULL;
   if (h && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name)

@@ -5,7 +5,8 @@
  *                                     then the scenario below, in two phases: after phase 1 it
  *                                     prints "phase1" and waits for a line on stdin (the test reads
  *                                     the record file live meanwhile), then phase 2, then exit(0).
- *   cuda_app INJECTION.so init        InitializeInjection() only, then exit(0).
+ *   cuda_app INJECTION.so init        InitializeInjection() only, print "enabled <n>" (activity kinds
+ *                                     the stand-in CUPTI has enabled; -1: not loaded), exit(0).
  *   cuda_app INJECTION.so fork        after the scenario's phase 1, fork: the child exits at once.
  *
  * Environment: FAKE_CUDA (path of the stand-in libcuda.so.1, loaded first, as the driver is),
@@ -52,9 +53,13 @@ int main(int argc, char **argv) {
   int (*init)(void) = (int (*)(void))dlsym(inj, "InitializeInjection");
   if (!init) { fprintf(stderr, "no InitializeInjection\n"); return 2; }
   if (init() != 1) { fprintf(stderr, "InitializeInjection did not return 1\n"); return 2; }
-  if (!strcmp(argv[2], "init")) return 0;
-
   if (!cupti && fake_cupti) cupti = dlopen(fake_cupti, RTLD_NOW | RTLD_NOLOAD);
+  if (!strcmp(argv[2], "init")) {           /* how many activity kinds were left enabled */
+    int (*count)(void) = cupti ? (int (*)(void))dlsym(cupti, "fake_cupti_enabled_count") : NULL;
+    printf("enabled %d\n", count ? count() : -1);
+    return 0;
+  }
+
   if (!cupti) { printf("cupti not loaded by the library\n"); return 0; }
   uint64_t (*now)(void) = (uint64_t (*)(void))dlsym(cupti, "fake_cupti_now");
   void (*cpy)(uint8_t, uint8_t, uint8_t, uint64_t, uint32_t, uint64_t, uint64_t, uint64_t) =

@@ -107,11 +107,15 @@ CLASSES = _codes("CLASSES")
 MEMS = _codes("MEMS")
 DIRECTIONS = _codes("DIRECTIONS")
 SOURCES = _codes("SOURCES")
+#: CUDA activity (source cuda): what a copy moved, and the CUPTI memory kinds of its two ends
+COPY_KINDS = _codes("COPY_KINDS")
+CUDA_MEMS = _codes("CUDA_MEMS")
 
 #: block type number by name (``BLOCK_TYPES["TRAFFIC"] == 2``)
 BLOCK_TYPES: dict[str, int] = {n: v for n, v, _ in _L.lists["BLOCKS"]}
 BT_STRINGS, BT_TRAFFIC, BT_HIST, BT_OPTIME, BT_TIMELINE, BT_COMM, BT_META, BT_FLUSH = (
     BLOCK_TYPES[n] for n in ("STRINGS", "TRAFFIC", "HIST", "OPTIME", "TIMELINE", "COMM", "META", "FLUSH"))
+BT_CUDA_COPY, BT_CUDA_KERNEL = BLOCK_TYPES["CUDA_COPY"], BLOCK_TYPES["CUDA_KERNEL"]
 
 _HEADER = _L.rows["HEADER"]
 _BLOCK = _L.rows["BLOCK"]
@@ -119,6 +123,7 @@ _FLUSH = _L.rows["FLUSH"]
 _STRING = _L.rows["STRING_ENTRY"]
 _META = _L.rows["META_ENTRY"]
 _COMM = _L.rows["COMM_ENTRY"]
+_KERNEL = _L.rows["CUDA_KERNEL_ENTRY"]
 #: dtype of the rows of every fixed-size block type, by type number (a BLOCK with a ROW list)
 ROW_TYPES: dict[int, np.dtype] = {v: _L.rows[n] for n, v in BLOCK_TYPES.items()
                                   if n in _L.rows and n != "FLUSH"}
@@ -149,6 +154,12 @@ class RankRecord:
     ``timeline`` rows are ``(bucket, peer, klass, bytes_sent)``, bucket = elapsed // bucket_ns.
     ``rows`` holds the raw rows of fixed-size block types this module does not sum itself, by
     type number (block types added to the layout later arrive here without reader changes).
+
+    CUDA activity (source ``cuda``): ``cuda_copies`` rows ``(kind, src_mem, dst_mem, src_dev, dst_dev,
+    count, bytes, ns)`` summed over time (kind in :data:`COPY_KINDS`, mems in :data:`CUDA_MEMS`,
+    devices CUDA ordinals of the process or -1 for host memory); ``cuda_kernels`` rows ``(device,
+    name, count, ns)``; ``cuda_timeline`` rows ``(bucket, what, count, bytes, ns)`` with what a copy
+    kind or ``kernel`` (kernels by the bucket of their start; bytes 0).
     """
 
     path: Path
@@ -169,6 +180,9 @@ class RankRecord:
     payload: dict[str, int] = field(default_factory=dict)
     timeline: list[tuple[int, int, str, int]] = field(default_factory=list)
     communicators: list[Communicator] = field(default_factory=list)
+    cuda_copies: list[tuple[str, str, str, int, int, int, int, int]] = field(default_factory=list)
+    cuda_kernels: list[tuple[int, str, int, int]] = field(default_factory=list)
+    cuda_timeline: list[tuple[int, str, int, int, int]] = field(default_factory=list)
     meta: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     blocks: int = 0
@@ -181,7 +195,7 @@ class RankRecord:
     def empty(self) -> bool:
         """Nothing to store: no counted rows, names, communicators or flushes."""
         return not (self.traffic or self.histogram or self.op_time or self.timeline or self.communicators
-                    or self.meta or self.flushes or self.rows)
+                    or self.meta or self.flushes or self.rows or self.cuda_copies or self.cuda_kernels)
 
 
 @dataclass(frozen=True)
@@ -419,6 +433,14 @@ class RecordReader:
                 name = _text(tail[:nl])
                 members = np.frombuffer(tail, dtype="<i4", count=int(e["size"]), offset=nl).tolist()
                 comms[(int(e["id"]), name)] = Communicator(int(e["id"]), name, members)
+        elif btype == BT_CUDA_KERNEL:
+            kernels = parts.setdefault(BT_CUDA_KERNEL, [])
+            for e, tail in _entries(payload, _KERNEL, lambda e: int(e["name_length"])):
+                if len(tail) < int(e["name_length"]):
+                    rec.problems.append(f"{self.path.name}: kernel entry in the block at offset {at} runs past "
+                                        f"the block; the rest of the block ignored")
+                    break
+                kernels.append((int(e["bucket"]), int(e["device"]), _text(tail), int(e["count"]), int(e["ns"])))
         elif btype == BT_FLUSH and length >= _FLUSH.itemsize:
             f = np.frombuffer(payload, dtype=_FLUSH, count=1)[0]
             self.flushes += 1
@@ -431,6 +453,7 @@ class RecordReader:
         return self.strings.get(int(i), f"op#{int(i)}")
 
     def _sum(self, rec: RankRecord, parts: dict[int, list[np.ndarray]]) -> None:
+        kernels = parts.pop(BT_CUDA_KERNEL, [])
         tables = {t: np.concatenate(p) for t, p in parts.items()}
         t = tables.pop(BT_TRAFFIC, None)
         if t is not None and len(t):
@@ -457,7 +480,32 @@ class RecordReader:
             (b, peer, kl), (by,) = _sum_rows(t, ["bucket", "peer", "klass"], ["bytes"])
             rec.timeline = [(x, p, _code(CLASSES, k, "class"), v)
                             for x, p, k, v in zip(b.tolist(), peer.tolist(), kl.tolist(), by.tolist())]
+        _sum_cuda(rec, tables.pop(BT_CUDA_COPY, None), kernels)
         rec.rows = tables
+
+
+def _sum_cuda(rec: RankRecord, copies: np.ndarray | None, kernels: list[tuple[int, int, str, int, int]]) -> None:
+    """CUDA copies summed over time per kind and ends, kernels per device and name, and both per bucket."""
+    tl: dict[tuple[int, str], list[int]] = {}
+    if copies is not None and len(copies):
+        (k, sm, dm, sd, dd), (c, by, ns) = _sum_rows(copies, ["kind", "src_mem", "dst_mem", "src_dev", "dst_dev"],
+                                                     ["count", "bytes", "ns"])
+        rec.cuda_copies = sorted(
+            (_code(COPY_KINDS, a, "kind"), _code(CUDA_MEMS, b, "mem"), _code(CUDA_MEMS, m, "mem"), x, y, n, v, t)
+            for a, b, m, x, y, n, v, t in zip(k.tolist(), sm.tolist(), dm.tolist(), sd.tolist(), dd.tolist(),
+                                              c.tolist(), by.tolist(), ns.tolist()))
+        timed = copies[copies["bucket"] >= 0]
+        if len(timed):
+            (b, k), (c, by, ns) = _sum_rows(timed, ["bucket", "kind"], ["count", "bytes", "ns"])
+            for x, a, n, v, t in zip(b.tolist(), k.tolist(), c.tolist(), by.tolist(), ns.tolist()):
+                tl[(x, _code(COPY_KINDS, a, "kind"))] = [n, v, t]
+    per_name: dict[tuple[int, str], list[int]] = {}
+    for bucket, dev, name, count, ns in kernels:
+        a = per_name.setdefault((dev, name), [0, 0]) if bucket < 0 else tl.setdefault((bucket, "kernel"), [0, 0, 0])
+        a[0] += count
+        a[-1] += ns
+    rec.cuda_kernels = sorted((d, n, c, ns) for (d, n), (c, ns) in per_name.items())
+    rec.cuda_timeline = sorted((b, w, *v) for (b, w), v in tl.items())
 
 
 def read(path: str | Path, live: bool = False) -> RankRecord:

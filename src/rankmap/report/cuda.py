@@ -1,0 +1,355 @@
+"""What the GPUs did, per job: the CUDA activity report (``rankmap show``, the profile summary, the
+JSON export and the dashboard card all use :func:`cuda_report`).
+
+From each rank's CUDA activity (copies by kind, kernels by name) and its MPI/NCCL operation times:
+
+* the per-job table: category (``CUDA_KERNEL``, ``MEMORY_OPER``, ``collectives``, ``point-to-point``,
+  ``one-sided``, ``other``), operation, average total time per process, min and max over the
+  processes, instances per process;
+* bytes by copy kind (H2D, D2H, D2D, P2P, memset), with the pageable share of host copies;
+* peer-to-peer copies by source and destination GPU;
+* POP efficiencies extended with device time (docs/pop-metrics.md): device load balance, device
+  communication efficiency (time the GPUs spend on kernels rather than on copies), device
+  parallel efficiency, and the share of the run the GPUs computed;
+* a plain verdict where the data support one: bytes staged through host memory that a
+  CUDA-aware MPI would not copy, a GPU-aware exchange, copy-bound GPUs.
+
+Bytes are decimal (GB = 1e9), times ns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+COPY_KINDS = ("other", "H2D", "D2H", "D2D", "P2P", "H2H", "memset")   # record codes 0..6
+#: CUPTI memory kinds, as the record keeps them (docs/record-format.md)
+MEMORY_KINDS = ("unknown", "pageable", "pinned", "device", "array", "managed", "device static", "managed static")
+TOP_KERNELS = 8
+#: the staging verdict needs at least this much matched host traffic, and this share of the MPI bytes
+STAGED_MIN_BYTES = 1_000_000
+STAGED_MIN_SHARE = 0.5
+
+_COLL_BASES = {"bcast", "reduce", "allreduce", "gather", "gatherv", "scatter", "scatterv", "allgather",
+               "allgatherv", "alltoall", "alltoallv", "alltoallw", "reduce_scatter", "reduce_scatter_block", "scan",
+               "exscan", "barrier", "neighbor_allgather", "neighbor_allgatherv", "neighbor_alltoall",
+               "neighbor_alltoallv", "neighbor_alltoallw"}
+_P2P_BASES = {"send", "bsend", "ssend", "rsend", "recv", "sendrecv", "sendrecv_replace", "start", "startall",
+              "request_free", "wait", "waitall", "waitany", "waitsome", "test", "testall", "testany", "testsome"}
+_RMA_BASES = {"put", "get", "accumulate", "get_accumulate", "fetch_and_op", "compare_and_swap", "rput", "rget",
+              "raccumulate", "rget_accumulate"}
+_NCCL_P2P = {"ncclSend", "ncclRecv", "ncclSendRecv"}
+
+
+def category(operation: str) -> str:
+    """The report's category of an MPI or NCCL operation name."""
+    if operation.startswith("nccl"):
+        if operation in _NCCL_P2P:
+            return "point-to-point"
+        return "other" if operation == "ncclOther" else "collectives"
+    if not operation.startswith("MPI_"):
+        return "other"
+    base = operation[4:].lower()
+    if base.endswith("_init"):
+        base = base[:-5]
+    if base in _RMA_BASES:
+        return "one-sided"
+    if base in _P2P_BASES or (base[:1] == "i" and base[1:] in _P2P_BASES):
+        return "point-to-point"
+    if base in _COLL_BASES or (base[:1] == "i" and base[1:] in _COLL_BASES):
+        return "collectives"
+    return "other"
+
+
+def short_kernel_name(name: str, width: int = 64) -> str:
+    """A demangled kernel name without its return type and parameter list, at most ``width`` characters."""
+    s = name.strip()
+    if s.startswith("void "):
+        s = s[5:]
+    depth = 0
+    for i, ch in enumerate(s):          # cut at the parameter list: the first '(' outside <...>
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(0, depth - 1)
+        elif ch == "(" and depth == 0 and i > 0:
+            s = s[:i]
+            break
+    return s if len(s) <= width else s[:width - 1] + "…"
+
+
+@dataclass
+class CudaInputs:
+    """What the report reads, as plain rows (from the store, or from record files).
+
+    copies: ``rank, kind, src_mem, dst_mem, src_dev, dst_dev, count, bytes, ns`` (kind a name of
+    :data:`COPY_KINDS`, mems names of :data:`MEMORY_KINDS`, devices ordinals or -1 for host);
+    kernels: ``rank, device, name, count, ns``; cuda_ranks: ``rank, activity, devices`` (ordinal ->
+    "PCI bus id and name"); op_stats: ``rank, source, operation, calls, ns``; traffic: ``src, dst,
+    source, mem, bytes`` (sent bytes); elapsed: rank -> ns; capture: what the profile driver said
+    about CUDA capture for the job ("on", or "off: why").
+    """
+
+    copies: list[Mapping[str, Any]] = field(default_factory=list)
+    kernels: list[Mapping[str, Any]] = field(default_factory=list)
+    cuda_ranks: list[Mapping[str, Any]] = field(default_factory=list)
+    op_stats: list[Mapping[str, Any]] = field(default_factory=list)
+    traffic: list[Mapping[str, Any]] = field(default_factory=list)
+    elapsed: dict[int, int] = field(default_factory=dict)
+    capture: str | None = None
+
+
+@dataclass
+class TableRow:
+    category: str
+    operation: str
+    avg_ns: float
+    min_ns: int
+    max_ns: int
+    instances: float          # calls (copies, launches) per process, averaged over the processes
+    bytes: float | None = None   # bytes per process, averaged (copies and MPI/NCCL payloads)
+
+
+@dataclass
+class CopyKind:
+    kind: str
+    count: int
+    bytes: int
+    ns: int
+    pageable_bytes: int       # bytes whose host end was pageable memory (H2D, D2H)
+
+    @property
+    def gbps(self) -> float | None:
+        return self.bytes / self.ns if self.ns else None
+
+
+@dataclass
+class PeerPair:
+    src: str
+    dst: str
+    count: int
+    bytes: int
+    ns: int
+
+
+@dataclass
+class DevicePop:
+    ranks: int
+    runtime_ns: int
+    avg_kernel_ns: float
+    max_kernel_ns: int
+    avg_copy_ns: float
+    load_balance: float
+    communication_efficiency: float
+    parallel_efficiency: float
+    compute_share: float      # avg kernel time / runtime
+
+
+@dataclass
+class CudaReport:
+    state: str                            # one line: on / off and why / no rank used CUDA
+    ranks: list[int]
+    table: list[TableRow]
+    copy_kinds: list[CopyKind]
+    peer_pairs: list[PeerPair]
+    pop: DevicePop | None
+    verdicts: list[str]
+    staged_share: float | None = None     # share of MPI bytes that went through host copies
+    staged_bytes: int = 0                 # D2H+H2D bytes matched with MPI host traffic
+    kernels_total: int = 0
+    devices: dict[str, str] = field(default_factory=dict)   # "rank r dev d" -> "bus name"
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        for ck, src in zip(d["copy_kinds"], self.copy_kinds):
+            ck["gbps"] = src.gbps
+        return d
+
+
+def _stats(per_rank: Mapping[int, float], ranks: Sequence[int]) -> tuple[float, int, int]:
+    vals = [float(per_rank.get(r, 0)) for r in ranks]
+    if not vals:
+        return 0.0, 0, 0
+    return sum(vals) / len(vals), int(min(vals)), int(max(vals))
+
+
+def _row(cat: str, op: str, ns: Mapping[int, float], calls: Mapping[int, float], ranks: Sequence[int],
+         by: Mapping[int, float] | None = None) -> TableRow:
+    avg, lo, hi = _stats(ns, ranks)
+    inst = sum(calls.get(r, 0) for r in ranks) / len(ranks) if ranks else 0.0
+    b = sum(by.get(r, 0) for r in ranks) / len(ranks) if by is not None and ranks else None
+    return TableRow(cat, op, avg, lo, hi, inst, b)
+
+
+def _state(inp: CudaInputs, on_ranks: list[int]) -> str:
+    if inp.capture and inp.capture.startswith("off"):
+        return f"CUDA activity: {inp.capture}"
+    off: dict[str, list[int]] = {}
+    for r in inp.cuda_ranks:
+        a = str(r.get("activity") or "")
+        if a and not a.startswith("on"):
+            off.setdefault(a, []).append(int(r["rank"]))
+    parts = []
+    if on_ranks:
+        parts.append(f"on for {len(on_ranks)} rank(s)")
+    for why, rs in sorted(off.items()):
+        parts.append(f"{why} (rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, sorted(rs)[:8]))})")
+    if not parts:
+        return "CUDA activity: none recorded (no rank initialised CUDA)" if inp.capture else \
+               "CUDA activity: not captured"
+    return "CUDA activity: " + "; ".join(parts)
+
+
+def cuda_report(inp: CudaInputs) -> CudaReport:
+    """The report of one job (see the module docstring)."""
+    on_ranks = sorted({int(r["rank"]) for r in inp.cuda_ranks if str(r.get("activity") or "").startswith("on")}
+                      | {int(c["rank"]) for c in inp.copies} | {int(k["rank"]) for k in inp.kernels})
+    devices: dict[tuple[int, int], str] = {}
+    for r in inp.cuda_ranks:
+        for d, label in (r.get("devices") or {}).items():
+            devices[(int(r["rank"]), int(d))] = str(label)
+
+    table: list[TableRow] = []
+    # kernels: all, then the heaviest names
+    k_ns: dict[int, float] = {}
+    k_n: dict[int, float] = {}
+    by_name: dict[str, tuple[dict[int, float], dict[int, float]]] = {}
+    for k in inp.kernels:
+        r = int(k["rank"])
+        k_ns[r] = k_ns.get(r, 0) + int(k["ns"])
+        k_n[r] = k_n.get(r, 0) + int(k["count"])
+        ns, n = by_name.setdefault(str(k["name"]), ({}, {}))
+        ns[r] = ns.get(r, 0) + int(k["ns"])
+        n[r] = n.get(r, 0) + int(k["count"])
+    if inp.kernels:
+        table.append(_row("CUDA_KERNEL", f"all kernels ({len(by_name)} names)", k_ns, k_n, on_ranks))
+        heavy = sorted(by_name.items(), key=lambda kv: (-sum(kv[1][0].values()), kv[0]))
+        for name, (ns, n) in heavy[:TOP_KERNELS]:
+            table.append(_row("CUDA_KERNEL", short_kernel_name(name), ns, n, on_ranks))
+        if len(heavy) > TOP_KERNELS:
+            rest_ns: dict[int, float] = {}
+            rest_n: dict[int, float] = {}
+            for _, (ns, n) in heavy[TOP_KERNELS:]:
+                for r, v in ns.items():
+                    rest_ns[r] = rest_ns.get(r, 0) + v
+                for r, v in n.items():
+                    rest_n[r] = rest_n.get(r, 0) + v
+            table.append(_row("CUDA_KERNEL", f"{len(heavy) - TOP_KERNELS} other kernels", rest_ns, rest_n, on_ranks))
+
+    # copies by kind
+    kinds: dict[str, CopyKind] = {}
+    per_kind: dict[str, tuple[dict[int, float], dict[int, float], dict[int, float]]] = {}
+    pairs: dict[tuple[str, str], PeerPair] = {}
+    c_ns: dict[int, float] = {}
+    d2h: dict[int, int] = {}
+    h2d: dict[int, int] = {}
+    for c in inp.copies:
+        r, kind = int(c["rank"]), str(c["kind"])
+        n, b, ns = int(c["count"]), int(c["bytes"]), int(c["ns"])
+        ck = kinds.setdefault(kind, CopyKind(kind, 0, 0, 0, 0))
+        ck.count += n
+        ck.bytes += b
+        ck.ns += ns
+        if (kind == "H2D" and c.get("src_mem") == "pageable") or (kind == "D2H" and c.get("dst_mem") == "pageable"):
+            ck.pageable_bytes += b
+        t_ns, t_n, t_b = per_kind.setdefault(kind, ({}, {}, {}))
+        t_ns[r] = t_ns.get(r, 0) + ns
+        t_n[r] = t_n.get(r, 0) + n
+        t_b[r] = t_b.get(r, 0) + b
+        c_ns[r] = c_ns.get(r, 0) + ns
+        if kind == "D2H":
+            d2h[r] = d2h.get(r, 0) + b
+        elif kind == "H2D":
+            h2d[r] = h2d.get(r, 0) + b
+        elif kind == "P2P":
+            sd, dd = int(c["src_dev"]), int(c["dst_dev"])
+            src = devices.get((r, sd)) or f"rank {r} device {sd}"
+            dst = devices.get((r, dd)) or f"rank {r} device {dd}"
+            p = pairs.setdefault((src, dst), PeerPair(src, dst, 0, 0, 0))
+            p.count += n
+            p.bytes += b
+            p.ns += ns
+    order = {k: i for i, k in enumerate(("D2D", "D2H", "H2D", "P2P", "memset", "H2H", "other"))}
+    for kind in sorted(per_kind, key=lambda k: order.get(k, 99)):
+        t_ns, t_n, t_b = per_kind[kind]
+        table.append(_row("MEMORY_OPER", kind, t_ns, t_n, on_ranks, t_b))
+
+    # MPI and NCCL operations
+    op_ranks: dict[str, set[int]] = {}
+    ops: dict[tuple[str, str], tuple[dict[int, float], dict[int, float]]] = {}
+    for o in inp.op_stats:
+        src, op, r = str(o["source"]), str(o["operation"]), int(o["rank"])
+        op_ranks.setdefault(src, set()).add(r)
+        if not int(o.get("calls") or 0):
+            continue
+        ns, n = ops.setdefault((src, op), ({}, {}))
+        ns[r] = ns.get(r, 0) + int(o["ns"])
+        n[r] = n.get(r, 0) + int(o["calls"])
+    cat_order = {"collectives": 0, "point-to-point": 1, "one-sided": 2, "other": 3}
+    op_rows = [_row(category(op), op, ns, n, sorted(op_ranks[src])) for (src, op), (ns, n) in ops.items()]
+    table += sorted(op_rows, key=lambda t: (cat_order[t.category], -t.avg_ns, t.operation))
+
+    # device POP
+    runtime = max(inp.elapsed.values()) if inp.elapsed else 0
+    pop = None
+    if on_ranks and runtime > 0 and (k_ns or c_ns):
+        ks = [k_ns.get(r, 0) for r in on_ranks]
+        busy = [k_ns.get(r, 0) + c_ns.get(r, 0) for r in on_ranks]
+        avg_k, max_k, max_b = sum(ks) / len(ks), max(ks), max(busy)
+        pop = DevicePop(len(on_ranks), runtime, avg_k, int(max_k), sum(c_ns.get(r, 0) for r in on_ranks) / len(on_ranks),
+                        avg_k / max_k if max_k else 1.0, max_k / max_b if max_b else 1.0,
+                        avg_k / max_b if max_b else 1.0, avg_k / runtime)
+
+    # verdicts
+    verdicts: list[str] = []
+    mpi_sent: dict[int, int] = {}
+    mpi_recv: dict[int, int] = {}
+    mpi_total = dev_total = all_total = 0
+    for t in inp.traffic:
+        b = int(t["bytes"])
+        all_total += 2 * b
+        if t.get("mem") == "device":
+            dev_total += 2 * b
+        if t.get("source") != "mpi":
+            continue
+        mpi_total += 2 * b
+        if t.get("mem") == "host":
+            mpi_sent[int(t["src"])] = mpi_sent.get(int(t["src"]), 0) + b
+            mpi_recv[int(t["dst"])] = mpi_recv.get(int(t["dst"]), 0) + b
+    staged = sum(min(mpi_sent.get(r, 0), d2h.get(r, 0)) + min(mpi_recv.get(r, 0), h2d.get(r, 0))
+                 for r in set(mpi_sent) | set(mpi_recv))
+    share = staged / mpi_total if mpi_total else None
+    from rankmap.report.summary import human_bytes
+    if share is not None and staged >= STAGED_MIN_BYTES and share >= STAGED_MIN_SHARE:
+        verdicts.append(f"{100 * share:.0f} % of MPI bytes were staged through host memory: {human_bytes(staged)} "
+                        f"of D2H+H2D copies that a CUDA-aware MPI would avoid")
+    elif all_total and dev_total / all_total >= 0.9:
+        host_copies = sum(d2h.values()) + sum(h2d.values())
+        verdicts.append(f"GPU-aware: {100 * dev_total / all_total:.0f} % of the bytes exchanged between ranks "
+                        f"left device memory directly; host copies moved {human_bytes(host_copies)} in all")
+    if pop and pop.avg_copy_ns > pop.avg_kernel_ns and pop.avg_copy_ns > 0.1 * runtime:
+        verdicts.append(f"the GPUs spent longer copying ({pop.avg_copy_ns / 1e9:.3g} s per GPU) than computing "
+                        f"({pop.avg_kernel_ns / 1e9:.3g} s)")
+    pageable = sum(k.pageable_bytes for k in kinds.values())
+    host_bytes = sum(k.bytes for k in kinds.values() if k.kind in ("H2D", "D2H"))
+    if host_bytes >= STAGED_MIN_BYTES and pageable >= 0.5 * host_bytes:
+        verdicts.append(f"{100 * pageable / host_bytes:.0f} % of the host<->device bytes used pageable host memory "
+                        f"(pinned buffers copy faster and can overlap)")
+
+    return CudaReport(
+        state=_state(inp, on_ranks), ranks=on_ranks, table=table,
+        copy_kinds=[kinds[k] for k in sorted(kinds, key=lambda k: order.get(k, 99))],
+        peer_pairs=sorted(pairs.values(), key=lambda p: (-p.bytes, p.src, p.dst)), pop=pop, verdicts=verdicts,
+        staged_share=share, staged_bytes=staged, kernels_total=int(sum(k_n.values())),
+        devices={f"rank {r} device {d}": v for (r, d), v in sorted(devices.items())})
+
+
+def inputs_from_rows(copies: Iterable[Mapping], kernels: Iterable[Mapping], cuda_ranks: Iterable[Mapping],
+                     op_stats: Iterable[Mapping], traffic: Iterable[Mapping], ranks: Iterable[Mapping],
+                     capture: str | None) -> CudaInputs:
+    """:class:`CudaInputs` from store rows (``ranks`` gives each rank's elapsed time, the longest source)."""
+    elapsed: dict[int, int] = {}
+    for r in ranks:
+        if r.get("elapsed_ns"):
+            elapsed[int(r["world_rank"])] = max(elapsed.get(int(r["world_rank"]), 0), int(r["elapsed_ns"]))
+    return CudaInputs(list(copies), list(kernels), list(cuda_ranks), list(op_stats), list(traffic), elapsed, capture)
