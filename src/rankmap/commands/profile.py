@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default ~/.rankmap/runs/<timestamp>-<id>)")
     p.add_argument("--nccl", choices=("auto", "on", "off"), default="auto",
                    help="inject the NCCL profiler plugin (auto: for torchrun, and for MPI jobs when it builds)")
+    p.add_argument("--cuda-activity", choices=("auto", "on", "off"), default="auto",
+                   help="record the GPUs' copies and kernels through CUPTI (auto: where this machine has a CUDA "
+                        "driver and a CUPTI; docs/cuda-activity.md has its measured cost)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--progress", action="store_true", help="show the progress line even when stderr is not a terminal")
     g.add_argument("--no-progress", action="store_true", help="never show the progress line")
@@ -46,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.db)
     res = profile_command(cmd, store=store, bucket_ms=args.bucket_ms, flush_ms=args.flush_ms, mpicc=args.mpicc,
                           progress=not args.no_progress, force_progress=args.progress, run_dir=args.run_dir,
-                          nccl=args.nccl, link_sampler=not args.no_link_sampler)
+                          nccl=args.nccl, link_sampler=not args.no_link_sampler, cuda=args.cuda_activity)
     if not args.no_summary:
         from rankmap.report.summary import print_summary
         print_summary(store, res.job_id)

@@ -278,6 +278,41 @@ def _capture_libraries(launcher: L.Launcher, argv: list[str], mpicc: str | None,
     return shim, mpicc_used, plugin
 
 
+def _cuda_library(mode: str) -> tuple[Path | None, str | None, str]:
+    """The CUDA activity library and CUPTI to inject, and the capture's state for the summary.
+
+    ``mode`` ``on`` requires them (a clear error otherwise); ``auto`` injects them when this machine
+    has a CUDA driver and a CUPTI, and otherwise says why not in one line; ``off`` never injects.
+    """
+    if mode == "off":
+        return None, None, "off (--cuda-activity off)"
+    if os.environ.get("CUDA_INJECTION64_PATH"):
+        why = f"CUDA_INJECTION64_PATH is already set ({os.environ['CUDA_INJECTION64_PATH']}): another tool injects into CUDA"
+        if mode == "on":
+            raise RankmapError(f"--cuda-activity on: {why}")
+        return None, None, f"off: {why}"
+    import ctypes.util
+    from rankmap.capture.cuda_build import build_library, find_cupti
+    if mode == "auto" and ctypes.util.find_library("cuda") is None:
+        return None, None, "off: no CUDA driver (libcuda) on this machine"
+    cupti = find_cupti()
+    if cupti is None:
+        if mode == "on":
+            raise RankmapError("--cuda-activity on: no CUPTI library found (install the CUDA toolkit's CUPTI, "
+                               "or set RANKMAP_CUPTI=/path/to/libcupti.so)")
+        return None, None, "off: no CUPTI library found (set RANKMAP_CUPTI to its path)"
+    try:
+        return build_library(), cupti, "on"
+    except RankmapError as e:
+        if mode == "on":
+            raise
+        return None, None, f"off: {e}"
+    except (OSError, subprocess.SubprocessError) as e:
+        if mode == "on":
+            raise RankmapError(f"building the CUDA activity library failed: {e}") from None
+        return None, None, f"off: building the CUDA activity library failed: {e}"
+
+
 def _start_link_sampler(interval_s: float, store: Any, job_id: int) -> Any:
     """NVLink/PCIe counters of the node's GPUs, streamed into the store while the job runs (GPM
     where the GPUs have it, else NVML field values); None where there is no NVML or no GPU."""
@@ -302,12 +337,13 @@ def _start_link_sampler(interval_s: float, store: Any, job_id: int) -> Any:
 def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 100, flush_ms: int = 1000,
                     mpicc: str | None = None, progress: bool = True, force_progress: bool = False,
                     run_dir: str | os.PathLike | None = None, nccl: str = "auto", link_sampler: bool = True,
-                    warn: Callable[[str], None] = _warn) -> ProfileResult:
+                    cuda: str = "auto", warn: Callable[[str], None] = _warn) -> ProfileResult:
     """Run ``argv`` with capture injected, stream its records into ``store``; returns the job's result.
 
     ``store`` is a :class:`rankmap.store.Store`, a database URL, or None for the default store.
     ``nccl`` is ``'auto'`` (the NCCL plugin for torchrun always, for other launchers when it can be
-    built), ``'on'`` (required) or ``'off'``. With ``link_sampler``, the GPUs' NVLink and PCIe byte
+    built), ``'on'`` (required) or ``'off'``; ``cuda`` likewise for the CUDA activity capture (auto: where
+    the machine has a CUDA driver and a CUPTI). With ``link_sampler``, the GPUs' NVLink and PCIe byte
     counters are sampled once per timeline bucket while the job runs (where NVML is available). The progress line shows when stderr is a terminal and
     ``progress`` is set, or always with ``force_progress``.
     """
@@ -317,23 +353,27 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
         raise RankmapError("--bucket-ms and --flush-ms must be positive")
     if nccl not in ("auto", "on", "off"):
         raise RankmapError(f"--nccl must be auto, on or off, not {nccl!r}")
+    if cuda not in ("auto", "on", "off"):
+        raise RankmapError(f"--cuda-activity must be auto, on or off, not {cuda!r}")
     argv = list(argv)
     launcher = L.recognise(argv)
     rd = make_run_dir(run_dir)        # before the slow part: an unwritable place fails at once
     try:
         shim, mpicc_used, plugin = _capture_libraries(launcher, argv, mpicc, nccl)
+        cuda_lib, cupti, cuda_state = _cuda_library(cuda)
         if not isinstance(store, Store):
             store = open_store(store)
     except BaseException:
         rd.remove_if_empty()
         raise
 
-    inj = L.prepare(launcher, run_dir=rd.path, shim=shim, nccl_plugin=plugin, bucket_ms=bucket_ms,
-                    flush_ms=flush_ms)
+    inj = L.prepare(launcher, run_dir=rd.path, shim=shim, nccl_plugin=plugin, cuda_lib=cuda_lib, cupti=cupti,
+                    bucket_ms=bucket_ms, flush_ms=flush_ms)
     key = command_key(argv)
     job_id = store.create_job(argv, launcher=launcher.kind, world_size=launcher.world_size, run_dir=rd.path,
                               key=key, meta={"injected": inj.injected, "mpicc": mpicc_used,
-                                             "bucket_ms": bucket_ms, "flush_ms": flush_ms})
+                                             "bucket_ms": bucket_ms, "flush_ms": flush_ms,
+                                             "cuda_activity": cuda_state})
     rd.write_job({"job_id": job_id, "store": store.url, "command": argv, "launched": inj.argv,
                   "launcher": launcher.kind, "world_size": launcher.world_size, "start": utc_now(),
                   "env": inj.injected, "mpicc": mpicc_used})

@@ -282,11 +282,12 @@ def cuda_report(inp: CudaInputs) -> CudaReport:
         op_ranks.setdefault(src, set()).add(r)
         if not int(o.get("calls") or 0):
             continue
-        ns, n = ops.setdefault((src, op), ({}, {}))
+        ns, n, pb = ops.setdefault((src, op), ({}, {}, {}))
         ns[r] = ns.get(r, 0) + int(o["ns"])
         n[r] = n.get(r, 0) + int(o["calls"])
+        pb[r] = pb.get(r, 0) + int(o.get("payload") or 0)
     cat_order = {"collectives": 0, "point-to-point": 1, "one-sided": 2, "other": 3}
-    op_rows = [_row(category(op), op, ns, n, sorted(op_ranks[src])) for (src, op), (ns, n) in ops.items()]
+    op_rows = [_row(category(op), op, ns, n, sorted(op_ranks[src]), pb) for (src, op), (ns, n, pb) in ops.items()]
     table += sorted(op_rows, key=lambda t: (cat_order[t.category], -t.avg_ns, t.operation))
 
     # device POP
@@ -332,7 +333,8 @@ def cuda_report(inp: CudaInputs) -> CudaReport:
                         f"({pop.avg_kernel_ns / 1e9:.3g} s)")
     pageable = sum(k.pageable_bytes for k in kinds.values())
     host_bytes = sum(k.bytes for k in kinds.values() if k.kind in ("H2D", "D2H"))
-    if host_bytes >= STAGED_MIN_BYTES and pageable >= 0.5 * host_bytes:
+    host_ns = sum(k.ns for k in kinds.values() if k.kind in ("H2D", "D2H")) / max(1, len(on_ranks))
+    if host_bytes >= STAGED_MIN_BYTES and pageable >= 0.5 * host_bytes and runtime and host_ns >= 0.05 * runtime:
         verdicts.append(f"{100 * pageable / host_bytes:.0f} % of the host<->device bytes used pageable host memory "
                         f"(pinned buffers copy faster and can overlap)")
 
@@ -353,3 +355,87 @@ def inputs_from_rows(copies: Iterable[Mapping], kernels: Iterable[Mapping], cuda
         if r.get("elapsed_ns"):
             elapsed[int(r["world_rank"])] = max(elapsed.get(int(r["world_rank"]), 0), int(r["elapsed_ns"]))
     return CudaInputs(list(copies), list(kernels), list(cuda_ranks), list(op_stats), list(traffic), elapsed, capture)
+
+
+def report_for_job(store: Any, job_id: int) -> CudaReport:
+    """:func:`cuda_report` of a stored job."""
+    job = store.job(job_id)
+    act = store.cuda_activity(job_id)
+    return cuda_report(inputs_from_rows(act["copies"], act["kernels"], act["ranks"], store.op_stats(job_id),
+                                        store.traffic(job_id, by_mem=True, by_source=True), store.ranks(job_id),
+                                        (job.get("meta") or {}).get("cuda_activity")))
+
+
+# ---- terminal rendering ------------------------------------------------------------------------
+
+def human_time(ns: float) -> str:
+    """ns -> '850 µs', '12.3 ms', '1.20 s'."""
+    ns = float(ns)
+    if ns < 1e3:
+        return f"{ns:.0f} ns"
+    if ns < 1e6:
+        return f"{ns / 1e3:.3g} µs"
+    if ns < 1e9:
+        return f"{ns / 1e6:.3g} ms"
+    return f"{ns / 1e9:.3g} s"
+
+
+def _fmt_count(x: float) -> str:
+    return f"{x:,.0f}" if x == int(x) else f"{x:,.1f}"
+
+
+def renderables(rep: CudaReport, *, full: bool = True) -> list[Any]:
+    """The report as rich renderables: the state line, then (when there is activity) the tables and the verdicts.
+
+    ``full=False`` (the profile summary) leaves out the MPI/NCCL rows of the table, which the
+    summary shows already, when there is no CUDA activity at all."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from rankmap.report.summary import human_bytes
+
+    out: list[Any] = [Text(rep.state, style="bold" if rep.ranks else "dim")]
+    if not rep.ranks and not full:
+        return out
+    t = Table()
+    for c, j in (("category", "left"), ("operation", "left"), ("avg total time", "right"), ("min", "right"),
+                 ("max", "right"), ("instances per process", "right"), ("bytes per process", "right")):
+        t.add_column(c, justify=j, no_wrap=c != "operation")
+    for r in rep.table:
+        t.add_row(r.category, r.operation, human_time(r.avg_ns), human_time(r.min_ns), human_time(r.max_ns),
+                  _fmt_count(r.instances), human_bytes(r.bytes) if r.bytes else "")
+    if rep.table:
+        out.append(Group(Text(f"per process, over {len(rep.ranks) or '?'} GPU rank(s): time, instances, bytes",
+                              style="bold"), t))
+    if rep.copy_kinds:
+        t = Table()
+        for c in ("copy kind", "copies", "bytes", "time", "GB/s", "pageable host"):
+            t.add_column(c, justify="left" if c == "copy kind" else "right")
+        for k in rep.copy_kinds:
+            t.add_row(k.kind, f"{k.count:,}", human_bytes(k.bytes), human_time(k.ns),
+                      f"{k.gbps:.1f}" if k.gbps else "-",
+                      f"{100 * k.pageable_bytes / k.bytes:.0f} %" if k.kind in ("H2D", "D2H") and k.bytes else "")
+        out.append(Group(Text("bytes by copy kind (all ranks)", style="bold"), t))
+    if rep.peer_pairs:
+        t = Table()
+        for c in ("source GPU", "destination GPU", "copies", "bytes", "GB/s"):
+            t.add_column(c, justify="right" if c in ("copies", "bytes", "GB/s") else "left")
+        for p in rep.peer_pairs:
+            t.add_row(p.src, p.dst, f"{p.count:,}", human_bytes(p.bytes), f"{p.bytes / p.ns:.1f}" if p.ns else "-")
+        out.append(Group(Text("peer-to-peer copies", style="bold"), t))
+    if rep.pop:
+        p = rep.pop
+        t = Table()
+        t.add_column("device metric")
+        t.add_column("value", justify="right")
+        t.add_row("device parallel efficiency", f"{100 * p.parallel_efficiency:.1f} %")
+        t.add_row("  device load balance", f"{100 * p.load_balance:.1f} %")
+        t.add_row("  device communication efficiency", f"{100 * p.communication_efficiency:.1f} %")
+        t.add_row("GPU compute share of the run", f"{100 * p.compute_share:.1f} %")
+        out.append(Group(Text(f"POP efficiency of the GPUs ({p.ranks} ranks, kernels {human_time(p.avg_kernel_ns)} and "
+                              f"copies {human_time(p.avg_copy_ns)} per GPU, runtime {human_time(p.runtime_ns)})",
+                              style="bold"), t))
+    if rep.verdicts:
+        out.append(Group(*[Text("verdict: " + v, style="bold yellow") for v in rep.verdicts]))
+    return out

@@ -18,4 +18,8 @@ def to_csv(store: Any, job_id: int, *, by_mem: bool = False) -> str:
 
 
 def to_json(store: Any, job_id: int) -> str:
-    return json.dumps(store.profile(job_id), indent=1, default=str) + "\n"
+    """The stored profile, plus the CUDA activity report (``cuda_report``: docs/cuda-activity.md)."""
+    from rankmap.report.cuda import report_for_job
+    data = store.profile(job_id)
+    data["cuda_report"] = report_for_job(store, job_id).as_dict()
+    return json.dumps(data, indent=1, default=str) + "\n"

@@ -83,8 +83,8 @@ def matrix_table(m: np.ndarray, title: str = "traffic matrix: bytes sent, row = 
     return Group(Text(title, style="bold"), t)
 
 
-def summary_renderables(store: Any, job_id: int) -> list[Any]:
-    """The summary's parts, top to bottom (rich renderables)."""
+def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[Any]:
+    """The summary's parts, top to bottom (rich renderables); ``cuda``: with the CUDA activity section."""
     job = store.job(job_id)
     ranks = store.ranks(job_id)
     traffic = store.traffic(job_id)
@@ -159,6 +159,10 @@ def summary_renderables(store: Any, job_id: int) -> list[Any]:
         out.append(Text("POP efficiency: no MPI ranks recorded (time in NCCL calls is asynchronous GPU work, "
                         "not communication time)", style="dim"))
 
+    if cuda:
+        from rankmap.report.cuda import renderables, report_for_job
+        out += renderables(report_for_job(store, job_id), full=False)
+
     problems = [p for r in ranks for p in (r.get("problems") or [])]
     if problems:
         out.append(Text(f"{len(problems)} record problem(s): see `rankmap export {job_id} --format json`",
@@ -178,9 +182,9 @@ class _table(Table):
         return Group(Text(self.heading, style="bold"), self)
 
 
-def print_summary(store: Any, job_id: int, console: Console | None = None) -> None:
+def print_summary(store: Any, job_id: int, console: Console | None = None, *, cuda: bool = True) -> None:
     console = console or Console()
-    console.print(Group(*[_spaced(r) for r in summary_renderables(store, job_id)]))
+    console.print(Group(*[_spaced(r) for r in summary_renderables(store, job_id, cuda=cuda)]))
 
 
 def _spaced(r: Any) -> Any:

@@ -235,7 +235,13 @@ class Store:
                         elapsed_ns=getattr(rec, "elapsed_ns", None), comm_ns=comm_ns,
                         finalized=bool(getattr(rec, "finalized", True)),
                         problems=list(getattr(rec, "problems", None) or []))
+        cuda = _cuda_rows(job_id, rank, rec) if source == "cuda" else {}
         with self.engine.begin() as c:
+            for table in cuda:
+                c.execute(table.delete().where(table.c.job == job_id, table.c.rank == rank))
+            for table, rows in cuda.items():
+                if rows:
+                    c.execute(table.insert(), rows)
             c.execute(S.ranks.delete().where(S.ranks.c.job == job_id, S.ranks.c.world_rank == rank,
                                              S.ranks.c.source == source))
             c.execute(S.traffic.delete().where(S.traffic.c.job == job_id, S.traffic.c.reporter == rank,
@@ -260,6 +266,18 @@ class Store:
                            (S.timeline, S.timeline.c.src)):
                 c.execute(t.delete().where(t.c.job == job_id, t.c.source == source, col.in_(ranks)))
 
+    def cuda_activity(self, job_id: int) -> dict[str, list[dict]]:
+        """The job's CUDA activity rows: ``copies``, ``kernels``, ``timeline`` and ``ranks``."""
+        out: dict[str, list[dict]] = {}
+        for key, t, order in (("copies", S.cuda_copies, ("rank", "kind", "src_dev", "dst_dev", "src_mem", "dst_mem")),
+                              ("kernels", S.cuda_kernels, ("rank", "device", "name")),
+                              ("timeline", S.cuda_timeline, ("bucket", "rank", "what")),
+                              ("ranks", S.cuda_ranks, ("rank",))):
+            with self.engine.connect() as c:
+                rows = c.execute(sa.select(t).where(t.c.job == job_id).order_by(*[t.c[k] for k in order])).mappings()
+                out[key] = [{k: v for k, v in r.items() if k != "job"} for r in rows]
+        return out
+
     def add_link_samples(self, job_id: int, samples: Iterable[dict]) -> None:
         """Link counter samples: dicts with t_ns, device, link, tx_bytes, rx_bytes."""
         rows = [dict(job=job_id, t_ns=int(s["t_ns"]), device=int(s["device"]), link=str(s["link"]),
@@ -275,10 +293,13 @@ class Store:
                              .order_by(S.ranks.c.world_rank, S.ranks.c.source)).mappings().all()
         return [{k: v for k, v in r.items() if k != "job"} for r in rows]
 
-    def traffic(self, job_id: int, classes: Sequence[str] | None = None, *, by_mem: bool = False) -> list[dict]:
-        """Pair traffic rows ``src, dst, class, operation[, mem], bytes, messages``, summed over sources."""
+    def traffic(self, job_id: int, classes: Sequence[str] | None = None, *, by_mem: bool = False,
+                by_source: bool = False) -> list[dict]:
+        """Pair traffic rows ``src, dst, class, operation[, mem][, source], bytes, messages``, summed over
+        capture sources unless ``by_source``."""
         t = S.traffic
-        keys = [t.c.src, t.c.dst, t.c["class"], t.c.operation] + ([t.c.mem] if by_mem else [])
+        keys = ([t.c.src, t.c.dst, t.c["class"], t.c.operation] + ([t.c.mem] if by_mem else [])
+                + ([t.c.source] if by_source else []))
         q = (sa.select(*keys, sa.func.sum(t.c.bytes).label("bytes"), sa.func.sum(t.c.messages).label("messages"))
              .where(t.c.job == job_id).group_by(*keys).order_by(*keys))
         if classes:
@@ -342,7 +363,7 @@ class Store:
             "job": self.job(job_id), "ranks": ranks,
             "traffic": self.traffic(job_id, by_mem=True), "op_stats": self.op_stats(job_id),
             "timeline": self.timeline(job_id), "link_samples": self.link_samples(job_id),
-            "problems": problems,
+            "cuda_activity": self.cuda_activity(job_id), "problems": problems,
         }
 
     # ------------------------------------------------------------ mappings
@@ -382,6 +403,23 @@ class Store:
         d = dict(row)
         d["created"] = _iso(d["created"])
         return d
+
+
+def _cuda_rows(job_id: int, rank: int, rec: Any) -> dict[sa.Table, list[dict]]:
+    """The CUDA activity tables' rows of one rank's cuda record."""
+    meta = dict(getattr(rec, "meta", None) or {})
+    devices = {k.rsplit(".", 1)[1]: v for k, v in meta.items() if k.startswith("cuda.device.")}
+    return {
+        S.cuda_copies: [dict(job=job_id, rank=rank, kind=k, src_mem=sm, dst_mem=dm, src_dev=int(sd), dst_dev=int(dd),
+                             count=int(n), bytes=int(b), ns=int(ns))
+                        for k, sm, dm, sd, dd, n, b, ns in rec.cuda_copies],
+        S.cuda_kernels: [dict(job=job_id, rank=rank, device=int(d), name=str(name), count=int(n), ns=int(ns))
+                         for d, name, n, ns in rec.cuda_kernels],
+        S.cuda_timeline: [dict(job=job_id, rank=rank, bucket=int(b), what=w, count=int(n), bytes=int(by), ns=int(ns))
+                          for b, w, n, by, ns in rec.cuda_timeline],
+        S.cuda_ranks: [dict(job=job_id, rank=rank, activity=meta.get("cuda.activity"), devices=devices,
+                            records=meta.get("cuda.records"))],
+    }
 
 
 def open_store(url: str | None = None) -> Store:

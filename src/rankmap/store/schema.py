@@ -105,6 +105,55 @@ link_samples = Table(
 )
 Index("ix_link_samples_job", link_samples.c.job, link_samples.c.t_ns)
 
+# CUDA activity (source 'cuda' record files): copies and kernels per rank, summed over the run, and
+# their timeline; the state of the capture and the names of the devices per rank.
+cuda_copies = Table(
+    "cuda_copies", metadata,
+    Column("job", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("rank", Integer, nullable=False),
+    Column("kind", String(16), nullable=False),       # H2D, D2H, D2D, P2P, H2H, memset, other
+    Column("src_mem", String(16), nullable=False),    # CUPTI memory kind: pageable, pinned, device, ...
+    Column("dst_mem", String(16), nullable=False),
+    Column("src_dev", Integer, nullable=False),       # CUDA ordinal in the rank's process, -1: host
+    Column("dst_dev", Integer, nullable=False),
+    Column("count", BigInteger, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("ns", BigInteger, nullable=False),         # summed durations
+)
+Index("ix_cuda_copies_job", cuda_copies.c.job, cuda_copies.c.rank)
+
+cuda_kernels = Table(
+    "cuda_kernels", metadata,
+    Column("job", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("rank", Integer, nullable=False),
+    Column("device", Integer, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("count", BigInteger, nullable=False),
+    Column("ns", BigInteger, nullable=False),
+)
+Index("ix_cuda_kernels_job", cuda_kernels.c.job, cuda_kernels.c.rank)
+
+cuda_timeline = Table(
+    "cuda_timeline", metadata,
+    Column("job", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("rank", Integer, nullable=False),
+    Column("bucket", Integer, nullable=False),
+    Column("what", String(16), nullable=False),       # a copy kind, or 'kernel'
+    Column("count", BigInteger, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("ns", BigInteger, nullable=False),
+)
+Index("ix_cuda_timeline_job", cuda_timeline.c.job, cuda_timeline.c.rank)
+
+cuda_ranks = Table(
+    "cuda_ranks", metadata,
+    Column("job", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("rank", Integer, primary_key=True),
+    Column("activity", Text),                         # 'on: ...', 'off: why', 'stopped: why'
+    Column("devices", JSON),                          # ordinal -> 'PCI bus id and name'
+    Column("records", Text),                          # what the library counted (records, dropped)
+)
+
 mappings = Table(
     "mappings", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),

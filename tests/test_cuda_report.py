@@ -1,0 +1,149 @@
+"""The CUDA activity report end to end: `rankmap profile` of a real Open MPI job whose GPU side is
+played by the stand-in CUPTI and libcuda (tests/native/staged_app.c), then the summary, `rankmap
+show`, the JSON export and the dashboard's API, with exact figures; and a job without CUDA, which
+must be unaffected but for one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, assert_one_line_error, rankmap
+
+NATIVE = ROOT / "tests" / "native"
+MPICC, MPIRUN = "mpicc.openmpi", "mpirun.openmpi"
+N, ITERS = 1_000_000, 5
+US = 1000
+
+
+@pytest.fixture(scope="module")
+def bins(tmp_path_factory) -> dict[str, Path]:
+    if not shutil.which(MPICC):
+        pytest.skip("Open MPI is not installed")
+    d = tmp_path_factory.mktemp("cudarep")
+    lib = d / "lib"
+    lib.mkdir()
+    cc = ["cc", "-std=gnu11", "-O1", "-Wall", "-Werror", "-shared", "-fPIC"]
+    subprocess.run([*cc, "-Wl,-soname,libcupti.so.13", "-o", str(lib / "libcupti.so.13"),
+                    str(NATIVE / "fake_cupti.c"), "-lpthread"], check=True)
+    subprocess.run([*cc, "-Wl,-soname,libcuda.so.1", "-o", str(lib / "libcuda.so.1"), str(NATIVE / "fake_cuda.c")],
+                   check=True)
+    subprocess.run([MPICC, "-O1", "-o", str(d / "staged_app"), str(NATIVE / "staged_app.c"), "-ldl"], check=True)
+    return {"lib": lib, "app": d / "staged_app"}
+
+
+@pytest.fixture
+def env(tmp_path, bins) -> dict:
+    return {"RANKMAP_HOME": str(tmp_path / "home"), "RANKMAP_DB": f"sqlite:///{tmp_path / 'rankmap.db'}",
+            "RANKMAP_CUPTI": str(bins["lib"] / "libcupti.so.13"), "LD_LIBRARY_PATH": str(bins["lib"]),
+            "RANKMAP_CACHE": str(tmp_path.parent / "cache")}
+
+
+def launch(bins: dict[str, Path], mode: str) -> list[str]:
+    return [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-x", "LD_LIBRARY_PATH", "-np", "2", str(bins["app"]),
+            mode, str(N), str(ITERS)]
+
+
+def profile(env: dict, *cmd: str, cuda: str = "on") -> tuple[subprocess.CompletedProcess, dict]:
+    p = rankmap("profile", "--no-progress", "--cuda-activity", cuda, "--", *cmd, env=env, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    e = rankmap("export", "latest", "--format", "json", env=env)
+    assert e.returncode == 0, e.stderr
+    return p, json.loads(e.stdout)
+
+
+def rows(report: dict, category: str) -> dict[str, dict]:
+    return {r["operation"]: r for r in report["table"] if r["category"] == category}
+
+
+def test_staged_exchange(bins, env):
+    p, data = profile(env, *launch(bins, "staged"))
+    rep = data["cuda_report"]
+    assert rep["state"] == "CUDA activity: on for 2 rank(s)" and rep["ranks"] == [0, 1]
+    kinds = {k["kind"]: k for k in rep["copy_kinds"]}
+    assert set(kinds) == {"D2H", "H2D"}
+    assert (kinds["D2H"]["count"], kinds["D2H"]["bytes"]) == (2 * (ITERS + 1), 2 * (ITERS + 1) * N)
+    assert (kinds["H2D"]["count"], kinds["H2D"]["bytes"]) == (2 * ITERS, 2 * ITERS * N)
+    assert kinds["H2D"]["pageable_bytes"] == kinds["H2D"]["bytes"] and kinds["H2D"]["ns"] == 2 * ITERS * 100 * US
+    mem = rows(rep, "MEMORY_OPER")
+    assert mem["D2H"]["instances"] == ITERS + 1 and mem["D2H"]["bytes"] == (ITERS + 1) * N
+    assert mem["D2H"]["avg_ns"] == mem["D2H"]["min_ns"] == mem["D2H"]["max_ns"] == (ITERS + 1) * 100 * US
+    assert mem["H2D"]["instances"] == ITERS
+    kern = rows(rep, "CUDA_KERNEL")
+    assert kern["all kernels (3 names)"]["instances"] == 1 + 2 * ITERS
+    assert kern["step"]["instances"] == ITERS and kern["fill"]["avg_ns"] == 50 * US
+    assert rows(rep, "point-to-point")["MPI_Sendrecv"]["instances"] == ITERS
+    assert rep["staged_share"] == 1.0 and rep["staged_bytes"] == 2 * 2 * ITERS * N
+    assert rep["verdicts"][0] == ("100 % of MPI bytes were staged through host memory: 20 MB of D2H+H2D copies "
+                                  "that a CUDA-aware MPI would avoid")
+    pop = rep["pop"]
+    assert pop["ranks"] == 2 and pop["load_balance"] == 1.0
+    assert pop["avg_kernel_ns"] == (1 + 2 * ITERS) * 50 * US
+    assert pop["avg_copy_ns"] == (2 * ITERS + 1) * 100 * US
+    # the stored rows and the timeline
+    act = data["cuda_activity"]
+    assert {r["rank"]: r["activity"].split(" ")[0] for r in act["ranks"]} == {0: "on:", 1: "on:"}
+    assert act["ranks"][0]["devices"] == {"0": "0000:10:00.0 Fake GPU 0"}
+    assert sum(t["bytes"] for t in act["timeline"] if t["what"] == "D2H") == 2 * (ITERS + 1) * N
+    assert sum(t["count"] for t in act["timeline"] if t["what"] == "kernel") == 2 * (1 + 2 * ITERS)
+    # the summary says it in words
+    assert "verdict: 100 % of MPI bytes were staged through host memory" in p.stdout
+    assert "CUDA_KERNEL" in p.stdout and "MEMORY_OPER" in p.stdout and "MPI_Sendrecv" in p.stdout
+    # rankmap show: the same report, as text and as data
+    s = rankmap("show", "latest", env=env)
+    assert s.returncode == 0 and "bytes by copy kind" in s.stdout and "verdict: 100 %" in s.stdout
+    j = rankmap("show", "latest", "--format", "json", env=env)
+    assert json.loads(j.stdout) == rep
+
+
+def test_gpu_aware_exchange(bins, env):
+    _, data = profile(env, *launch(bins, "aware"))
+    rep = data["cuda_report"]
+    kinds = {k["kind"]: k for k in rep["copy_kinds"]}
+    assert set(kinds) == {"D2H"} and kinds["D2H"]["count"] == 2
+    assert rep["staged_bytes"] == 0
+    assert rep["verdicts"] == ["GPU-aware: 100 % of the bytes exchanged between ranks left device memory directly; "
+                               "host copies moved 2 MB in all"]
+    assert {t["mem"] for t in data["traffic"]} == {"device"}
+
+
+def test_job_without_cuda_is_unaffected(bins, env, tmp_path):
+    """No CUDA in the job: the records and the summary are the same with and without CUDA capture,
+    but for one line saying so."""
+    ring = tmp_path / "ring"
+    subprocess.run([MPICC, "-O1", "-Wno-stringop-overflow", "-o", str(ring), str(ROOT / "examples" / "mpi" / "ring.c")],
+                   check=True)
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", str(ring), "1000", "3"]
+    plain = dict(env)
+    del plain["RANKMAP_CUPTI"], plain["LD_LIBRARY_PATH"]
+    p_off, off = profile(plain, *cmd, cuda="off")
+    p_auto, auto = profile(plain, *cmd, cuda="auto")
+    assert off["traffic"] == auto["traffic"]
+    strip = lambda ops: [{k: v for k, v in o.items() if k != "ns"} for o in ops]  # noqa: E731
+    assert strip(off["op_stats"]) == strip(auto["op_stats"])
+    assert auto["cuda_activity"] == {"copies": [], "kernels": [], "timeline": [], "ranks": []}
+    cuda_lines = lambda out: [l for l in out.splitlines() if "CUDA" in l or "CUPTI" in l]  # noqa: E731
+    assert cuda_lines(p_off.stdout) == ["CUDA activity: off (--cuda-activity off)"]
+    assert len(cuda_lines(p_auto.stdout)) == 1 and cuda_lines(p_auto.stdout)[0].startswith("CUDA activity: ")
+    injected = auto["job"]["meta"]["injected"]
+    if auto["job"]["meta"]["cuda_activity"].startswith("off"):
+        assert "CUDA_INJECTION64_PATH" not in injected
+
+
+def test_cuda_activity_on_without_cupti(bins, env, tmp_path):
+    e = dict(env, RANKMAP_CUPTI=str(tmp_path / "nowhere" / "libcupti.so.13"))
+    assert_one_line_error(rankmap("profile", "--cuda-activity", "on", "--", *launch(bins, "staged"), env=e),
+                          "--cuda-activity on: no CUPTI library found")
+    assert_one_line_error(rankmap("show", "7", env=env), "unknown job")
+
+
+def test_injection_already_set_elsewhere(bins, env):
+    e = dict(env, CUDA_INJECTION64_PATH="/opt/other/tool.so")
+    assert_one_line_error(rankmap("profile", "--cuda-activity", "on", "--", *launch(bins, "staged"), env=e),
+                          "CUDA_INJECTION64_PATH is already set")
