@@ -225,6 +225,13 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         out["bucket_ms_assumed"] = bucket_ms is None
         return {"job": jid, **out}
 
+    @app.get("/api/jobs/{job}/cuda")
+    def cuda(job: str) -> dict:
+        """The CUDA activity report (docs/cuda-activity.md): table, copy kinds, peer copies, POP, verdicts."""
+        from rankmap.report.cuda import report_for_job
+        jid = job_id(job)
+        return {"job": jid, **report_for_job(store, jid).as_dict()}
+
     @app.get("/api/jobs/{job}/links")
     def links(job: str) -> dict:
         jid = job_id(job)

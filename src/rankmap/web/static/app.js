@@ -219,7 +219,7 @@ async function refreshJob(first) {
   const skip = Promise.resolve(null);
   const parts = await Promise.allSettled([
     monitor ? skip : q(`/matrix?class=${encodeURIComponent(cls)}&what=${what}`),
-    monitor ? skip : q("/ops"), monitor ? skip : q("/timeline"), q("/links"),
+    monitor ? skip : q("/ops"), monitor ? skip : q("/timeline"), q("/links"), monitor ? skip : q("/cuda"),
     api(`/api/topology?job=${id}${spec ? `&spec=${spec}` : ""}`),
     monitor ? skip : q(`/mapping${sq ? `?${sq}` : ""}`),
     q(`/utilisation${uq ? `?${uq}` : ""}`),
@@ -227,7 +227,7 @@ async function refreshJob(first) {
     monitor ? skip : q("/pvars"),
   ]);
   if (seq !== state.seq) return;
-  const [matrix, ops, timeline, links, topo, mapping, util, cluster, pvars] = parts;
+  const [matrix, ops, timeline, links, cuda, topo, mapping, util, cluster, pvars] = parts;
   const guard = (fn, p, elId) => {
     try {
       if (p.status === "fulfilled") { if (p.value !== null) fn(p.value); }
@@ -246,6 +246,8 @@ async function refreshJob(first) {
     $("cluster-card").hidden = true;
   }
   guard(renderLinks, links, "links");
+  $("cuda-card").hidden = monitor;
+  if (!monitor) guard(renderCuda, cuda, "cuda-body");
   state.running = job.running;
   renderUtilisation(topo, util, job.running);
   if (job.running) state.jobTimer = setTimeout(() => refreshJob(false), POLL_MS);
@@ -384,6 +386,54 @@ function renderMem(job) {
     text: kinds.map((k) => `${fmtBytes(mem[k])} (${(100 * mem[k] / (total || 1)).toFixed(1)} %)`),
     textposition: "auto", hovertemplate: "%{y}: %{x:,} B<extra></extra>",
   }], plotLayout({ margin: { l: 80, r: 20, t: 10, b: 40 }, xaxis: { title: { text: "bytes sent from" }, tickformat: ".2s" } }), PLOT_CONFIG);
+}
+
+function cudaTable(cols, rows, nameCols = 2) {
+  const t = el("table", { class: "cuda" });
+  const h = el("tr");
+  cols.forEach((c) => h.appendChild(el("th", {}, c)));
+  t.appendChild(h);
+  rows.forEach((r) => {
+    const tr = el("tr");
+    r.forEach((v, i) => tr.appendChild(el("td", i < nameCols ? { class: "name" } : {}, v)));
+    t.appendChild(tr);
+  });
+  return t;
+}
+
+function renderCuda(rep) {
+  $("cuda-state").textContent = rep.state;
+  const verdicts = $("cuda-verdicts"), body = $("cuda-body");
+  verdicts.replaceChildren(...rep.verdicts.map((v) => el("p", { class: "verdict" }, v)));
+  body.replaceChildren();
+  if (!rep.table.length) {
+    body.appendChild(el("p", { class: "muted" }, "No GPU copies, kernels or MPI/NCCL operations recorded for this job."));
+    return;
+  }
+  body.appendChild(el("h4", {}, `Per process (${rep.ranks.length || "no"} GPU ranks): average, min and max over the processes`));
+  body.appendChild(cudaTable(["category", "operation", "avg total time", "min", "max", "instances per process", "bytes per process"],
+    rep.table.map((r) => [r.category, r.operation, fmtNs(r.avg_ns), fmtNs(r.min_ns), fmtNs(r.max_ns),
+      fmtCount(Math.round(r.instances * 10) / 10), r.bytes ? fmtBytes(r.bytes) : ""])));
+  if (rep.copy_kinds.length) {
+    body.appendChild(el("h4", {}, "Bytes by copy kind (all ranks)"));
+    body.appendChild(cudaTable(["copy kind", "copies", "bytes", "time", "GB/s", "pageable host"],
+      rep.copy_kinds.map((k) => [k.kind, fmtCount(k.count), fmtBytes(k.bytes), fmtNs(k.ns),
+        k.gbps ? k.gbps.toFixed(1) : "–",
+        (k.kind === "H2D" || k.kind === "D2H") && k.bytes ? `${Math.round(100 * k.pageable_bytes / k.bytes)} %` : ""]), 1));
+  }
+  if (rep.peer_pairs.length) {
+    body.appendChild(el("h4", {}, "Peer-to-peer copies"));
+    body.appendChild(cudaTable(["source GPU", "destination GPU", "copies", "bytes", "GB/s"],
+      rep.peer_pairs.map((p) => [p.src, p.dst, fmtCount(p.count), fmtBytes(p.bytes), p.ns ? (p.bytes / p.ns).toFixed(1) : "–"])));
+  }
+  if (rep.pop) {
+    const k = el("div", { class: "kpis" });
+    k.appendChild(kpi("device parallel efficiency", fmtPct(rep.pop.parallel_efficiency), "avg kernel time / max (kernels + copies)"));
+    k.appendChild(kpi("device load balance", fmtPct(rep.pop.load_balance), "avg / max kernel time over the GPUs"));
+    k.appendChild(kpi("device communication eff.", fmtPct(rep.pop.communication_efficiency), "max kernel time / max (kernels + copies)"));
+    k.appendChild(kpi("GPU compute share", fmtPct(rep.pop.compute_share), "avg kernel time / runtime"));
+    body.appendChild(k);
+  }
 }
 
 function renderLinks(data) {
