@@ -270,3 +270,35 @@ def test_layout_agrees_with_cupti_headers(tmp_path):
     r = subprocess.run(["cc", "-std=gnu11", "-Wall", "-Werror", f"-I{inc}", "-fsyntax-only",
                         str(NATIVE / "cupti_layout_check.c")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_launchers_inject_the_library(tmp_path):
+    """CUDA_INJECTION64_PATH goes to the ranks; a launcher that gets the environment itself (torchrun)
+    also gets RANKMAP_CUDA_NEED_RANK so that it records nothing of its own."""
+    from rankmap.capture import launchers as L
+    plain = L.prepare(L.Launcher("plain", ["./a"], "./a"), run_dir=tmp_path, cuda_lib="/x/librankmap_cuda.so",
+                      cupti="/y/libcupti.so.13", base_env={})
+    assert plain.injected["CUDA_INJECTION64_PATH"] == "/x/librankmap_cuda.so"
+    assert plain.injected["RANKMAP_CUPTI"] == "/y/libcupti.so.13" and "RANKMAP_CUDA_NEED_RANK" not in plain.injected
+    tr = L.prepare(L.Launcher("torchrun", ["torchrun", "t.py"], "torchrun"), run_dir=tmp_path,
+                   cuda_lib="/x/librankmap_cuda.so", base_env={})
+    assert tr.env["RANKMAP_CUDA_NEED_RANK"] == "1" and tr.env["CUDA_INJECTION64_PATH"] == "/x/librankmap_cuda.so"
+    om = L.prepare(L.Launcher("openmpi", ["mpirun", "-np", "2", "./a"], "mpirun"), run_dir=tmp_path,
+                   cuda_lib="/x/librankmap_cuda.so", base_env={})
+    assert "CUDA_INJECTION64_PATH=/x/librankmap_cuda.so" in om.argv and "CUDA_INJECTION64_PATH" not in om.env
+    none = L.prepare(L.Launcher("plain", ["./a"], "./a"), run_dir=tmp_path, base_env={})
+    assert "CUDA_INJECTION64_PATH" not in none.injected
+
+
+def test_cuda_examples_and_load_compile(tmp_path):
+    """examples/cuda and bench/cuda_load.cu build with nvcc (where a CUDA toolkit is installed)."""
+    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+    if nvcc is None or not shutil.which("mpicxx"):
+        pytest.skip("no nvcc or mpicxx here")
+    r = subprocess.run(["make", "-s", "-j2", "-C", str(ROOT / "examples" / "cuda"), f"OUT={tmp_path}", f"NVCC={nvcc}"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert all((tmp_path / n).is_file() for n in ("exchange_staged", "exchange_nccl", "peer_copy"))
+    r = subprocess.run([nvcc, "-O2", str(ROOT / "bench" / "cuda_load.cu"), "-o", str(tmp_path / "cuda_load")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr

@@ -17,6 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("job", metavar="JOB", help="job id, or 'latest'")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="json: the CUDA activity report as data (as in `rankmap export --format json`)")
+    p.add_argument("--gpu", action="store_true", help="only the GPU activity report (after the job's heading)")
     p.add_argument("--db", metavar="URL", help="store URL (default $RANKMAP_DB or the SQLite file in ~/.rankmap)")
     p.set_defaults(func=run)
 
@@ -32,7 +33,12 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(report_for_job(store, job_id).as_dict(), indent=1) + "\n")
         return 0
     from rich.console import Console, Group
+    from rich.text import Text
     console = Console()
-    print_summary(store, job_id, console, cuda=False)
-    console.print(Group(*renderables(report_for_job(store, job_id), full=True)))
+    if args.gpu:
+        job = store.job(job_id)
+        console.print(Text(f"rankmap job {job_id}  {job['command']}", style="bold"))
+    else:
+        print_summary(store, job_id, console, cuda=False)
+    console.print(Group(*[Group(r, Text("")) for r in renderables(report_for_job(store, job_id), full=True)]))
     return 0

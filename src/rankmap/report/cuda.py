@@ -389,9 +389,13 @@ def renderables(rep: CudaReport, *, full: bool = True) -> list[Any]:
 
     ``full=False`` (the profile summary) leaves out the MPI/NCCL rows of the table, which the
     summary shows already, when there is no CUDA activity at all."""
+    from rich import box
     from rich.console import Group
-    from rich.table import Table
+    from rich.table import Table as RichTable
     from rich.text import Text
+
+    def Table() -> RichTable:  # noqa: N802  (compact: the report is often read side by side)
+        return RichTable(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
 
     from rankmap.report.summary import human_bytes
 
@@ -400,8 +404,11 @@ def renderables(rep: CudaReport, *, full: bool = True) -> list[Any]:
         return out
     t = Table()
     for c, j in (("category", "left"), ("operation", "left"), ("avg total time", "right"), ("min", "right"),
-                 ("max", "right"), ("instances per process", "right"), ("bytes per process", "right")):
-        t.add_column(c, justify=j, no_wrap=c != "operation")
+                 ("max", "right"), ("instances/process", "right"), ("bytes/process", "right")):
+        if c == "operation":
+            t.add_column(c, justify=j, min_width=18, overflow="fold")
+        else:
+            t.add_column(c, justify=j, no_wrap=True)
     for r in rep.table:
         t.add_row(r.category, r.operation, human_time(r.avg_ns), human_time(r.min_ns), human_time(r.max_ns),
                   _fmt_count(r.instances), human_bytes(r.bytes) if r.bytes else "")
