@@ -147,3 +147,32 @@ def test_injection_already_set_elsewhere(bins, env):
     e = dict(env, CUDA_INJECTION64_PATH="/opt/other/tool.so")
     assert_one_line_error(rankmap("profile", "--cuda-activity", "on", "--", *launch(bins, "staged"), env=e),
                           "CUDA_INJECTION64_PATH is already set")
+
+
+def test_report_rules_on_rows():
+    """The verdicts' thresholds and the P2P naming, on rows as the store returns them."""
+    from rankmap.report.cuda import CudaInputs, category, cuda_report, short_kernel_name
+    dev = {"0": "0000:1B:00.0 NVIDIA H200", "1": "0000:2C:00.0 NVIDIA H200"}
+    copies = [dict(rank=0, kind="P2P", src_mem="device", dst_mem="device", src_dev=0, dst_dev=1, count=10,
+                   bytes=10 << 24, ns=3_000_000),
+              dict(rank=0, kind="H2D", src_mem="pageable", dst_mem="device", src_dev=-1, dst_dev=0, count=4,
+                   bytes=400_000_000, ns=400_000_000)]
+    kernels = [dict(rank=0, device=0, name="void gemm<float, 128>(float*, int)", count=5, ns=100_000_000)]
+    rep = cuda_report(CudaInputs(copies=copies, kernels=kernels, cuda_ranks=[dict(rank=0, activity="on: all",
+                                                                                   devices=dev)],
+                                 elapsed={0: 1_000_000_000}, capture="on"))
+    assert [(p.src, p.dst, p.count) for p in rep.peer_pairs] == [(dev["0"], dev["1"], 10)]
+    assert rep.verdicts == [
+        "the GPUs spent longer copying (0.403 s per GPU) than computing (0.1 s)",
+        "100 % of the host<->device bytes used pageable host memory (pinned buffers copy faster and can overlap)"]
+    assert rep.pop.compute_share == pytest.approx(0.1) and rep.pop.communication_efficiency == pytest.approx(0.1 / 0.503)
+    assert [r.operation for r in rep.table if r.category == "CUDA_KERNEL"] == ["all kernels (1 names)", "gemm<float, 128>"]
+    assert short_kernel_name("void a::b<c<d>, (e)3>(int, float)") == "a::b<c<d>, (e)3>"
+    assert (category("MPI_Ialltoallv"), category("MPI_Isend"), category("MPI_Rget"), category("ncclSend"),
+            category("MPI_Allreduce_init"), category("MPI_Init")) == (
+        "collectives", "point-to-point", "one-sided", "point-to-point", "collectives", "other")
+    # no capture at all, and a capture that was off in a rank
+    assert cuda_report(CudaInputs(capture="off: no CUDA driver (libcuda) on this machine")).state == \
+        "CUDA activity: off: no CUDA driver (libcuda) on this machine"
+    off = cuda_report(CudaInputs(cuda_ranks=[dict(rank=3, activity="off: cannot load libcupti")], capture="on"))
+    assert off.state == "CUDA activity: off: cannot load libcupti (rank 3)" and off.table == []

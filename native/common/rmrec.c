@@ -112,7 +112,7 @@ struct rmrec {
   acttab_t act;
   int nnames;
   char *name[RMREC_MAX_NAMES];
-  int name_next[RMREC_MAX_NAMES], name_head[2 * RMREC_MAX_NAMES];
+  int name_next[RMREC_MAX_NAMES], name_head[2 * RMREC_MAX_NAMES];   /* chains of id + 1; 0 ends */
   /* pending variable-size records (meta, comm), emitted at the next flush */
   pend_t *meta, *comm;
   /* flushing */
@@ -362,7 +362,6 @@ static rmrec_t *open_impl(const char *dir, const char *source, int world_rank, i
   pthread_mutex_init(&c->oplock, NULL);
   pthread_mutex_init(&c->flock, NULL);
   pthread_mutex_init(&c->actlock, NULL);
-  for (int i = 0; i < 2 * RMREC_MAX_NAMES; i++) c->name_head[i] = -1;
   pthread_cond_init(&c->fcond, NULL);
   c->bucket_ns = env_u64("RANKMAP_BUCKET_MS", 100) * 1000000ull;
   c->flush_ns = env_u64("RANKMAP_FLUSH_MS", 1000) * 1000000ull;
@@ -622,7 +621,7 @@ int rmrec_name(rmrec_t *c, const char *name) {
   for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 1099511628211ull;
   int slot = (int)(h & (2 * RMREC_MAX_NAMES - 1)), id = -1;
   pthread_mutex_lock(&c->actlock);
-  for (int i = c->name_head[slot]; i >= 0; i = c->name_next[i])
+  for (int i = c->name_head[slot] - 1; i >= 0; i = c->name_next[i] - 1)
     if (strcmp(c->name[i], name) == 0) { id = i; break; }
   if (id < 0 && c->nnames < RMREC_MAX_NAMES - 1) {
     char *d = strdup(name);
@@ -630,7 +629,7 @@ int rmrec_name(rmrec_t *c, const char *name) {
       id = c->nnames++;
       c->name[id] = d;
       c->name_next[id] = c->name_head[slot];
-      c->name_head[slot] = id;
+      c->name_head[slot] = id + 1;
     }
   }
   if (id < 0) {            /* full (or out of memory): the last id collects the rest */
