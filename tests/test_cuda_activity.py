@@ -83,8 +83,8 @@ def check_full(rec: records.RankRecord) -> None:
     assert rec.cuda_kernels == KERNELS
     assert rec.meta["cuda.records"] == ("copies=13 peer_copies=4 memsets=2 kernels=8 other=1 bad_buffers=0 "
                                         "dropped=0")
-    assert rec.meta["cuda.device.0"] == "0000:10:00.0 Fake GPU 0"
-    assert rec.meta["cuda.device.1"] == "0000:11:00.0 Fake GPU 1"
+    assert rec.meta["cuda.device.0"] == "0000:18:00.0 Fake GPU 0"
+    assert rec.meta["cuda.device.1"] == "0000:28:00.0 Fake GPU 1"
     # the timeline holds every copy and every timed kernel (one kernel came without timestamps)
     tl: dict[str, list[int]] = {}
     for _b, what, c, by, ns in rec.cuda_timeline:

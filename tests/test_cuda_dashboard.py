@@ -43,7 +43,7 @@ def test_gpu_activity_card(parts, browser_page, tmp_path):  # noqa: F811
         assert ops[("CUDA_KERNEL", "all kernels (3 names)")][5] == "8"
         assert ("collectives", "MPI_Allreduce") in ops and ("point-to-point", "MPI_Isend") in ops
         assert [k[0] for k in kinds] == ["D2D", "D2H", "H2D", "P2P", "memset"]
-        assert peers[0][:3] == ["0000:10:00.0 Fake GPU 0", "0000:11:00.0 Fake GPU 1", "6"]
+        assert peers[0][:3] == ["0000:18:00.0 Fake GPU 0", "0000:28:00.0 Fake GPU 1", "6"]
         assert "device parallel efficiency" in card.inner_text().lower()
         shot = tmp_path / "cuda-card.png"
         card.screenshot(path=str(shot))

@@ -89,7 +89,7 @@ def test_staged_exchange(bins, env):
     # the stored rows and the timeline
     act = data["cuda_activity"]
     assert {r["rank"]: r["activity"].split(" ")[0] for r in act["ranks"]} == {0: "on:", 1: "on:"}
-    assert act["ranks"][0]["devices"] == {"0": "0000:10:00.0 Fake GPU 0"}
+    assert act["ranks"][0]["devices"] == {"0": "0000:18:00.0 Fake GPU 0"}
     assert sum(t["bytes"] for t in act["timeline"] if t["what"] == "D2H") == 2 * (ITERS + 1) * N
     assert sum(t["count"] for t in act["timeline"] if t["what"] == "kernel") == 2 * (1 + 2 * ITERS)
     # the summary says it in words
