@@ -10,7 +10,7 @@ import pytest
 from test_cuda_activity import parts, run_app  # noqa: F401  (module fixture)
 from test_web_browser import _Server, browser_page  # noqa: F401  (fixture)
 from test_web_api import TOPOLOGY, record
-from rankmap.capture import records
+from rankmap.formats import record as records
 from rankmap.store import open_store
 from rankmap.web.app import create_app
 

@@ -274,9 +274,9 @@ def test_c_and_python_read_one_layout(tmp_path):
     assert seen["row"] == len(lay.rows) >= 10 and seen["field"] == sum(len(d.names) for d in lay.rows.values())
     assert seen["code"] == sum(len(v) for v in lay.lists.values()) and seen["number"] == len(lay.numbers)
     # and what the docs promise
-    assert [lay.rows[n].itemsize for n in ("HEADER", "BLOCK", "TRAFFIC", "HIST", "OPTIME", "TIMELINE", "FLUSH")] == \
-        [128, 16, 32, 16, 32, 24, 32]
-    assert records.CLASSES == ("p2p", "collective", "rma", "nccl") and records.SOURCES == ("mpi", "nccl")
+    assert [lay.rows[n].itemsize for n in ("HEADER", "BLOCK", "TRAFFIC", "HIST", "OPTIME", "TIMELINE", "FLUSH",
+                                           "CUDA_COPY", "CUDA_KERNEL_ENTRY")] == [128, 16, 32, 16, 32, 24, 32, 48, 32]
+    assert records.CLASSES == ("p2p", "collective", "rma", "nccl") and records.SOURCES == ("mpi", "nccl", "cuda")
 
 
 def test_reader_resumes_and_parses_only_new_blocks(good_file, tmp_path):

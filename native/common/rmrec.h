@@ -104,7 +104,7 @@ void rmrec_pre_flush(rmrec_t *c, void (*fn)(void *), void *arg);
 void rmrec_comm(rmrec_t *c, uint64_t id, const char *name, int size, const int *world_ranks);
 void rmrec_meta(rmrec_t *c, const char *key, const char *value);
 /* CUDA activity (above).  mem kinds are CUPTI's memory kinds (0 unknown, 1 pageable, 2 pinned,
- * 3 device, 4 array, 5 managed, 6 device static, 7 managed static); a device is -1 for host. */
+ * 3 device, 4 array, 5 managed, 6 device_static, 7 managed_static); a device is -1 for host. */
 void rmrec_copy(rmrec_t *c, uint64_t start_mono_ns, int kind, int src_mem, int dst_mem, int src_dev, int dst_dev,
                 uint64_t bytes, uint64_t count, uint64_t ns);
 int  rmrec_name(rmrec_t *c, const char *name);

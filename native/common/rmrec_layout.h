@@ -179,7 +179,7 @@
   X(DEVICE, 3, "device") \
   X(ARRAY, 4, "array") \
   X(MANAGED, 5, "managed") \
-  X(DEVICE_STATIC, 6, "device static") \
-  X(MANAGED_STATIC, 7, "managed static")
+  X(DEVICE_STATIC, 6, "device_static") \
+  X(MANAGED_STATIC, 7, "managed_static")
 
 #endif

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 COPY_KINDS = ("other", "H2D", "D2H", "D2D", "P2P", "H2H", "memset")   # record codes 0..6
 #: CUPTI memory kinds, as the record keeps them (docs/record-format.md)
-MEMORY_KINDS = ("unknown", "pageable", "pinned", "device", "array", "managed", "device static", "managed static")
+MEMORY_KINDS = ("unknown", "pageable", "pinned", "device", "array", "managed", "device_static", "managed_static")
 TOP_KERNELS = 8
 #: the staging verdict needs at least this much matched host traffic, and this share of the MPI bytes
 STAGED_MIN_BYTES = 1_000_000
