@@ -357,13 +357,17 @@ def inputs_from_rows(copies: Iterable[Mapping], kernels: Iterable[Mapping], cuda
     return CudaInputs(list(copies), list(kernels), list(cuda_ranks), list(op_stats), list(traffic), elapsed, capture)
 
 
-def report_for_job(store: Any, job_id: int) -> CudaReport:
-    """:func:`cuda_report` of a stored job."""
+def report_for_job(store: Any, job_id: int, *, gpu_only: bool = False) -> CudaReport:
+    """:func:`cuda_report` of a stored job. ``gpu_only``: a job without CUDA activity gets only its
+    state line (no MPI/NCCL rows: the dashboard shows those elsewhere), which costs two queries."""
     job = store.job(job_id)
     act = store.cuda_activity(job_id)
+    capture = (job.get("meta") or {}).get("cuda_activity")
+    if gpu_only and not (act["copies"] or act["kernels"]):
+        return cuda_report(CudaInputs(cuda_ranks=act["ranks"], capture=capture))
     return cuda_report(inputs_from_rows(act["copies"], act["kernels"], act["ranks"], store.op_stats(job_id),
                                         store.traffic(job_id, by_mem=True, by_source=True), store.ranks(job_id),
-                                        (job.get("meta") or {}).get("cuda_activity")))
+                                        capture))
 
 
 # ---- terminal rendering ------------------------------------------------------------------------

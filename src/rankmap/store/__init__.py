@@ -269,11 +269,11 @@ class Store:
     def cuda_activity(self, job_id: int) -> dict[str, list[dict]]:
         """The job's CUDA activity rows: ``copies``, ``kernels``, ``timeline`` and ``ranks``."""
         out: dict[str, list[dict]] = {}
-        for key, t, order in (("copies", S.cuda_copies, ("rank", "kind", "src_dev", "dst_dev", "src_mem", "dst_mem")),
-                              ("kernels", S.cuda_kernels, ("rank", "device", "name")),
-                              ("timeline", S.cuda_timeline, ("bucket", "rank", "what")),
-                              ("ranks", S.cuda_ranks, ("rank",))):
-            with self.engine.connect() as c:
+        with self.engine.connect() as c:
+            for key, t, order in (("copies", S.cuda_copies, ("rank", "kind", "src_dev", "dst_dev", "src_mem", "dst_mem")),
+                                  ("kernels", S.cuda_kernels, ("rank", "device", "name")),
+                                  ("timeline", S.cuda_timeline, ("bucket", "rank", "what")),
+                                  ("ranks", S.cuda_ranks, ("rank",))):
                 rows = c.execute(sa.select(t).where(t.c.job == job_id).order_by(*[t.c[k] for k in order])).mappings()
                 out[key] = [{k: v for k, v in r.items() if k != "job"} for r in rows]
         return out

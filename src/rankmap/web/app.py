@@ -230,7 +230,7 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         """The CUDA activity report (docs/cuda-activity.md): table, copy kinds, peer copies, POP, verdicts."""
         from rankmap.report.cuda import report_for_job
         jid = job_id(job)
-        return {"job": jid, **report_for_job(store, jid).as_dict()}
+        return {"job": jid, **report_for_job(store, jid, gpu_only=True).as_dict()}
 
     @app.get("/api/jobs/{job}/links")
     def links(job: str) -> dict:
