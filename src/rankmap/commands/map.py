@@ -8,6 +8,10 @@ import sys
 
 from rankmap.errors import RankmapError
 
+# rankmap.mapping.objective.OBJECTIVES, spelled out so that the CLI starts without numpy (a test
+# keeps the two equal)
+OBJECTIVE_CHOICES = ("max", "avg", "hop-bytes")
+
 
 def add_solver_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", default="live", metavar="live|FIXTURE|FILE",
@@ -16,7 +20,11 @@ def add_solver_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks-per-gpu", type=int, default=1, metavar="K", help="ranks that may share a GPU (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the heuristic search (default 0)")
     p.add_argument("--time-budget", type=float, default=10.0, metavar="S",
-                   help="seconds the solvers may use (default 10)")
+                   help="seconds the solvers may use (default 10); when it runs out the best placement "
+                        "found so far is returned with its gap to a lower bound")
+    p.add_argument("--objective", choices=OBJECTIVE_CHOICES, default="max",
+                   help="what to minimise: the busiest link's congestion (default), the average "
+                        "congestion over used links, or hop-bytes")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def solver_options(args: argparse.Namespace) -> dict:
     """The options of :func:`rankmap.pipeline.tune.place` that :func:`add_solver_args` parsed."""
     return dict(topology=args.topology, nodes=args.nodes, ranks_per_gpu=args.ranks_per_gpu, seed=args.seed,
-                time_budget=args.time_budget)
+                time_budget=args.time_budget, objective=args.objective)
 
 
 def run(args: argparse.Namespace) -> int:

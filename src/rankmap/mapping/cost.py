@@ -8,7 +8,9 @@ ranked by
 
 1. maximum congestion (the bound itself),
 2. total congestion, the sum over all directed links (equivalently: byte-seconds of link time used),
-3. hop-bytes.
+3. hop-bytes (bytes times directed links crossed: the loads summed over links).
+
+:mod:`rankmap.mapping.objective` names the other orders a user may ask for (``--objective``).
 
 The **average** congestion over used links (the figure NVTAGS reports) is computed and shown too, but
 it is not a ranking key: it drops when traffic is spread onto *more* links even if every byte then
@@ -106,17 +108,22 @@ class Traffic:
             np.add.at(H, (self.src, self.dst), self.host)
         return H
 
-    def symmetric_edges(self, scale: int = 1_000_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def symmetric_edges(self, scale: int = 1_000_000, peer_weight: float = 1.0,
+                        host_weight: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The undirected traffic graph as integer edge weights, for graph partitioners and mappers.
 
         Returns ``(u, v, w)`` with both directions of every edge, sorted by ``u`` then ``v``; ``w`` is
-        the bytes of both directions together, scaled so the heaviest edge weighs ``scale`` and none
+        the bytes of both directions together (peer-to-peer bytes times ``peer_weight`` plus
+        host-staged bytes times ``host_weight``), scaled so the heaviest edge weighs ``scale`` and none
         weighs less than 1 (METIS and Scotch take integer weights; ratios are kept to ~1/scale).
         """
         n = self.n
         key = np.concatenate([self.src * n + self.dst, self.dst * n + self.src])
         uniq, inv = np.unique(key, return_inverse=True)
-        w = np.bincount(inv, weights=np.concatenate([self.bytes, self.bytes]))
+        b = self.bytes * peer_weight
+        if self.host is not None:
+            b = (self.bytes - self.host) * peer_weight + self.host * host_weight
+        w = np.bincount(inv, weights=np.concatenate([b, b]))
         if len(w) == 0:
             return uniq, uniq, uniq
         wi = np.maximum(1, np.round(w / w.max() * scale)).astype(np.int64)
@@ -156,21 +163,6 @@ class Score:
         return self.max_congestion
 
 
-def better(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
-    """Lexicographic ``a < b`` on (max, total) with a relative tolerance for float noise."""
-    for x, y in zip(a[:2], b[:2]):
-        tol = REL_EPS * max(abs(x), abs(y), 1e-30)
-        if x < y - tol:
-            return True
-        if x > y + tol:
-            return False
-    return False
-
-
-def same(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
-    return not better(a, b) and not better(b, a)
-
-
 def evaluate(platform: Platform, traffic, node_of, gpu_of) -> Score:
     """Score a mapping given per-rank node and GPU position arrays."""
     tr = as_traffic(traffic)
@@ -183,7 +175,6 @@ def evaluate(platform: Platform, traffic, node_of, gpu_of) -> Score:
     un, vn, gs, gt = node_of[s], node_of[t], gpu_of[s], gpu_of[t]
     loads = np.zeros(platform.n_links)
     local = np.zeros((N, D))
-    hop_bytes = 0.0
     same_node = un == vn
     bp = b if tr.host is None else b - tr.host  # peer-routed part
     intra = same_node & (gs != gt)
@@ -193,7 +184,6 @@ def evaluate(platform: Platform, traffic, node_of, gpu_of) -> Score:
         key = (un[intra] * G + gs[intra]) * G + gt[intra]
         W = np.bincount(key, weights=bp[intra], minlength=N * G * G).reshape(N, G * G)
         local += W @ m.inc.reshape(G * G, D).astype(float)
-        hop_bytes += float((bp[intra] * m.hops[gs[intra], gt[intra]]).sum())
     if tr.host is not None:
         # host-staged in-node bytes: via the host, also between ranks that share a GPU
         hs = same_node & (tr.host > 0)
@@ -201,7 +191,6 @@ def evaluate(platform: Platform, traffic, node_of, gpu_of) -> Score:
             key = (un[hs] * G + gs[hs]) * G + gt[hs]
             W = np.bincount(key, weights=tr.host[hs], minlength=N * G * G).reshape(N, G * G)
             local += W @ m.hinc.reshape(G * G, D).astype(float)
-            hop_bytes += float((tr.host[hs] * m.hhops[gs[hs], gt[hs]]).sum())
     off = un != vn
     if off.any():
         bo = b[off]
@@ -215,17 +204,18 @@ def evaluate(platform: Platform, traffic, node_of, gpu_of) -> Score:
         net[0::2] = up
         net[1::2] = down
         loads[N * D:] = net
-        hop_bytes += float((bo * (m.ext_hops[gs[off]] + 2 + m.ext_hops[gt[off]])).sum())
     loads[: N * D] = local.reshape(-1)
-    return score_loads(platform.bw, loads, hop_bytes)
+    return score_loads(platform.bw, loads)
 
 
-def score_loads(bw: np.ndarray, loads: np.ndarray, hop_bytes: float = 0.0) -> Score:
+def score_loads(bw: np.ndarray, loads: np.ndarray) -> Score:
+    """The figures of a per-link load vector (bytes); hop-bytes is the loads summed, since every
+    directed link a byte crosses carries it once."""
     cong = loads / (bw * 1e9)
     used = loads > 0
     mx = float(cong.max()) if cong.size else 0.0
     avg = float(cong[used].mean()) if used.any() else 0.0
-    return Score(mx, avg, float(cong.sum()), float(hop_bytes), loads, cong)
+    return Score(mx, avg, float(cong.sum()), float(loads.sum()), loads, cong)
 
 
 def default_mapping(n: int, platform: Platform, ranks_per_gpu: int = 1) -> tuple[np.ndarray, np.ndarray]:

@@ -11,24 +11,36 @@ given the ranks already placed. That table makes the following cheap:
 * the **per-link bound**: each link gets at least ``sum_j min_h A[j, h, d]`` more, and for the links
   where that bites hardest the unplaced ranks must take distinct GPUs (an assignment problem, solved
   exactly), which is what makes a cut like a PCIe switch uplink count;
-* the bound on the total: the least total the unplaced ranks add on distinct free GPUs, plus the bytes
-  still to be exchanged among them times the cheapest route between free GPUs.
+* the bound on the **linear column** (the total congestion, or the hop-bytes): the least the unplaced
+  ranks add on distinct free GPUs, plus the bytes still to be exchanged among them times the cheapest
+  route between free GPUs;
+* for the ``avg`` objective (linear column / links used), an upper bound on the links a completion
+  can use: those already used plus every link on a route that touches a free GPU (all bytes still to
+  be placed have an end on one), so ``avg >= linear bound / that count``.
+
+The key ranked by is the objective's (:mod:`rankmap.mapping.objective`): (max, total), (hop-bytes,
+max) or (avg, max); each bound above bounds its component, so a subtree is cut when its bound tuple is
+not lexicographically better than the best mapping found so far, and a finished search proves the
+optimum for that objective.
 
 Host-staged bytes (``NodeProblem.Th``, routed GPU -> CPU -> GPU) enter ``A`` exactly like peer bytes,
-with their own route tensor, so the look-ahead and per-link bounds keep their proof: ``A[j, h]`` is
-still the exact congestion that the pairs of ``j`` with placed ranks add, every term is non-negative,
-and distinct ranks' terms are disjoint. In the total bound the pending bytes of each kind are
-multiplied by the cheapest route *of that kind* between distinct free GPUs.
+with their own route tensor, so the bounds keep their proof: ``A[j, h]`` is still the exact
+congestion that the pairs of ``j`` with placed ranks add, every term is non-negative, and distinct
+ranks' terms are disjoint. In the linear bound the pending bytes of each kind are multiplied by the
+cheapest route *of that kind* between distinct free GPUs.
 
-Links that can never be the busiest are dropped and the total is carried as one extra column, so the
-arrays stay small. A subtree is cut when its bound is not lexicographically better than the best
-mapping found so far (seeded by the heuristic). Symmetry: at every level only one GPU per orbit of the
-automorphisms that fix the GPUs already in use is tried (orbits cached per set of used GPUs). The
-search reports ``optimal`` only when it ran to completion.
+For the maximum, links that can never be the busiest are dropped and the linear column is carried
+as one extra column, so the arrays stay small. When at most ``tail`` ranks are left, every way of
+placing them is scored at once (one array operation instead of a subtree of Python calls); this is
+where most nodes of a search are (at most ``tail_rows`` ways, else the search goes on). Symmetry: at every level above the tail only one GPU per orbit of
+the automorphisms that fix the GPUs already in use is tried (orbits cached per set of used GPUs).
+The search reports ``optimal`` only when it ran to completion, and otherwise the bound at its root.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -41,6 +53,7 @@ except ImportError:  # pragma: no cover
 
 from rankmap.mapping.automorph import Symmetry
 from rankmap.mapping.cost import REL_EPS
+from rankmap.mapping.objective import better, projected_keys
 from rankmap.mapping.problem import NodeProblem
 
 
@@ -53,50 +66,6 @@ class NodeResult:
     nodes: int = 0
     seconds: float = 0.0
     info: dict = field(default_factory=dict)
-
-
-def _lt(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """a strictly better than b (lexicographic, relative tolerance)."""
-    for x, y in zip(a, b):
-        if x == y:
-            continue
-        if np.isinf(x) or np.isinf(y):
-            return x < y
-        tol = REL_EPS * max(abs(x), abs(y), 1e-30)
-        if x < y - tol:
-            return True
-        if x > y + tol:
-            return False
-    return False
-
-
-def undominated(cpb: np.ndarray | None, eo: np.ndarray, ei: np.ndarray, hcpb: np.ndarray | None = None) -> np.ndarray:
-    """Indices of directed links that can be the most congested one.
-
-    Link ``a`` is dominated by ``b`` when every GPU pair (and every off-node route, and every
-    host-staged route when ``hcpb`` is given) puts at least as much congestion per byte on ``b`` as on
-    ``a``: then ``b``'s congestion is never below ``a``'s, whatever the mapping. Of identical links one
-    is kept. ``cpb`` None: no byte takes a peer route."""
-    G = eo.shape[0]
-    rows = ([cpb.reshape(G * G, -1)] if cpb is not None else []) + [eo, ei] \
-        + ([hcpb.reshape(G * G, -1)] if hcpb is not None else [])
-    X = np.concatenate(rows, axis=0).T  # (D, rows)
-    used = X.any(axis=1)
-    idx = np.nonzero(used)[0]
-    X = X[idx]
-    le = (X[:, None, :] <= X[None, :, :] * (1 + 1e-12)).all(axis=2)  # le[a, b]: a <= b everywhere
-    keep = []
-    for a in range(len(idx)):
-        dominated = False
-        for b in np.nonzero(le[a])[0]:
-            if b == a:
-                continue
-            if not le[b, a] or b < a:  # strictly dominated, or a duplicate of an earlier link
-                dominated = True
-                break
-        if not dominated:
-            keep.append(idx[a])
-    return np.asarray(keep if keep else idx[:1], dtype=np.int64)
 
 
 def rank_order(p: NodeProblem) -> list[int]:
@@ -117,14 +86,30 @@ def rank_order(p: NodeProblem) -> list[int]:
     return order
 
 
+def _placements(free: int, k: int, K: int) -> int:
+    """How many ways ``k`` ranks can take ``free`` GPUs (distinct ones when K == 1; an upper bound
+    otherwise)."""
+    if K == 1:
+        return math.perm(free, k)
+    return free ** k
+
+
+def _best_row(prim: np.ndarray, sec: np.ndarray) -> int:
+    """Index of the lexicographically least (prim, sec), ties in prim within float tolerance."""
+    lo = float(prim.min())
+    near = np.nonzero(prim <= lo + REL_EPS * max(abs(lo), 1e-30))[0]
+    return int(near[np.argmin(sec[near])])
+
+
 def solve_exact(p: NodeProblem, *, time_budget: float = 10.0, upper: tuple[np.ndarray, tuple] | None = None,
                 sym: Symmetry | None = None, sym_depth: int = 64, lsa_links: int = 4,
-                dynamic: bool = True) -> NodeResult:
+                dynamic: bool = True, tail: int = 5, tail_rows: int = 256) -> NodeResult:
     t0 = time.perf_counter()
     m = p.model
     G, K, n = m.G, p.K, p.n
+    obj = p.objective
     if n == 0:
-        return NodeResult(np.zeros(0, dtype=np.int64), (0.0, 0.0), True, "exact", 0, 0.0)
+        return NodeResult(np.zeros(0, dtype=np.int64), (0.0, 0.0), True, "exact", 0, 0.0, {"bound": 0.0})
     order = rank_order(p)
     S = p.W + p.W.T
     active = [r for r in order if S[r].any() or p.eout[r] or p.ein[r]]
@@ -140,100 +125,176 @@ def solve_exact(p: NodeProblem, *, time_budget: float = 10.0, upper: tuple[np.nd
     best_g, best_key = np.asarray(upper[0]).copy(), tuple(upper[1])
     T = p.T
     Th = p.Th if p.has_host else np.zeros_like(T)
-    cpb = p.cpb
-    hcpb = p.hcpb if p.has_host else None
     offdiag = T[~np.eye(n, dtype=bool)] if n > 1 else np.zeros(1)
     hoff = Th[~np.eye(n, dtype=bool)] if n > 1 else np.zeros(1)
     if K == 1 and n == G and not p.has_ext and np.all(offdiag == offdiag[0]) and np.all(hoff == hoff[0]):
         # uniform all-to-all over every GPU: ranks are interchangeable, all assignments cost the same
-        return NodeResult(best_g, p.key(best_g), True, "exact (uniform traffic)", 1, time.perf_counter() - t0)
+        return NodeResult(best_g, p.key(best_g), True, "exact (uniform traffic)", 1, time.perf_counter() - t0,
+                          {"bound": p.key(best_g)[0]})
     if sym.symmetric and use_sym and K == 1:
         # every assignment of n == G ranks is a relabelling of any other: all cost the same
         return NodeResult(best_g, best_key, True, "exact (all GPUs equivalent)", 1,
-                          time.perf_counter() - t0, {"automorphisms": sym.order})
-    PC = cpb.sum(axis=2) + np.diag(np.full(G, np.inf))
-    PCh = hcpb.sum(axis=2) + np.diag(np.full(G, np.inf)) if hcpb is not None else None
-    A0 = p.unary()  # (n, G, D')
-    # Work in a smaller space: the links that can ever be the busiest (a link whose every route also
-    # crosses a link at least as congested is dropped) plus one last column carrying the total
-    # congestion, which is all the total needs (it is linear in the loads).
+                          time.perf_counter() - t0, {"automorphisms": sym.order, "bound": best_key[0]})
     eo, ei = p.ext
-    keep = undominated(cpb if p.has_peer else None, eo, ei, hcpb)
-    proj = np.zeros((cpb.shape[2], len(keep) + 1))
-    proj[keep, np.arange(len(keep))] = 1.0
-    proj[:, -1] = 1.0
-    cpb = cpb @ proj
-    A0 = A0 @ proj
+    # Work in a smaller space: the links the objective needs plus one last column carrying the linear
+    # part of the key (total congestion, or hop-bytes), which is linear in the loads.
+    proj = p.projection()
+    cpb = p.cpb @ proj
+    A0 = p.unary() @ proj
     cpbT = np.ascontiguousarray(cpb.transpose(1, 0, 2))  # cpbT[h] = cpb[:, h, :]
-    if hcpb is not None:
-        hcpb = hcpb @ proj
+    hcpb = hcpbT = None
+    if p.has_host:
+        hcpb = p.hcpb @ proj
         hcpbT = np.ascontiguousarray(hcpb.transpose(1, 0, 2))
     Dp = cpb.shape[2]
-    M = slice(0, Dp - 1)  # the link columns; column -1 is the total
+    M = slice(0, Dp - 1)  # the link columns; column -1 is the linear one
+    inf_diag = np.diag(np.full(G, np.inf))
+    PC = cpb[:, :, -1] + inf_diag
+    PCh = hcpb[:, :, -1] + inf_diag if hcpb is not None else None
+    touch = None
+    if obj == "avg":
+        # links a route touching GPU h may load (peer, host-staged, to/from its NIC)
+        pos = lambda x: x[..., M] > 0  # noqa: E731
+        touch = pos(cpb).any(axis=1) | pos(cpb).any(axis=0) | pos(eo @ proj) | pos(ei @ proj)
+        if hcpb is not None:
+            touch |= pos(hcpb).any(axis=1) | pos(hcpb).any(axis=0)
+    # per-byte route rows of every GPU pair, peer then host-staged, for the completions' one gather
+    pair_tab = cpb.reshape(G * G, Dp) if hcpb is None else np.concatenate([cpb.reshape(G * G, Dp),
+                                                                           hcpb.reshape(G * G, Dp)])
+    W2 = T != 0
+    Wh2 = Th != 0
     cap0 = np.full(G, K, dtype=np.int64)
     assign = -np.ones(n, dtype=np.int64)
-    state = {"nodes": 0, "best_g": best_g, "best_key": best_key, "timeout": False}
+    state = {"nodes": 0, "best_g": best_g, "best_key": best_key, "timeout": False, "root": None}
     deadline = t0 + time_budget
     depth_n = len(active)
     if linear_sum_assignment is None:
         lsa_links = 0
+    perm_cache: dict[tuple, np.ndarray] = {}
+
+    def keys(L: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return projected_keys(L, obj)
 
     def finish_idle(cap: np.ndarray) -> None:
         free = [h for h in range(G) for _ in range(cap[h])]
         for r, h in zip(idle, free):
             assign[r] = h
 
-    def rec(depth: int, loads: np.ndarray, A: np.ndarray, cap: np.ndarray, used: frozenset[int]) -> None:
-        state["nodes"] += 1
-        if state["nodes"] % 16 == 0 and time.perf_counter() > deadline:
-            state["timeout"] = True
-        if state["timeout"]:
-            return
-        if depth == depth_n:
-            key = (float(loads[M].max()) if Dp > 1 else 0.0, float(loads[-1]))
-            if _lt(key, state["best_key"]):
-                finish_idle(cap)
-                state["best_key"] = key
-                state["best_g"] = assign.copy()
-            return
-        rest = [j for j in active if assign[j] < 0]
-        free = np.nonzero(cap > 0)[0]
-        # bounds from the look-ahead table (all unplaced active ranks)
-        Ar = A[np.ix_(rest, free)] if len(rest) else None  # (U, F, D')
+    def record(L: np.ndarray, cap: np.ndarray) -> None:
+        prim, sec = keys(L[None])
+        key = (float(prim[0]), float(sec[0]))
+        if better(key, state["best_key"]):
+            finish_idle(cap)
+            state["best_key"] = key
+            state["best_g"] = assign.copy()
+
+    def completions(rest: list[int], cap: np.ndarray) -> np.ndarray:
+        """Every placement of ``rest`` on the GPUs with room left, as rows of GPU indices."""
+        free = tuple(int(h) for h in np.nonzero(cap > 0)[0])
+        ck = (free, len(rest), tuple(int(cap[h]) for h in free) if K > 1 else ())
+        if ck not in perm_cache:
+            if K == 1:
+                rows = list(itertools.permutations(free, len(rest)))
+            else:
+                rows = [c for c in itertools.product(free, repeat=len(rest))
+                        if all(c.count(h) <= cap[h] for h in set(c))]
+            perm_cache[ck] = np.asarray(rows, dtype=np.int64).reshape(-1, len(rest))
+        return perm_cache[ck]
+
+    def finish_tail(rest: list[int], loads: np.ndarray, A: np.ndarray, cap: np.ndarray) -> None:
+        P = completions(rest, cap)
+        k = len(rest)
+        ra = np.asarray(rest)
+        L = loads[None] + A.reshape(n * G, Dp)[ra[None, :] * G + P].sum(axis=1)
+        if k > 1:
+            # the bytes among the ranks being placed, every completion at once: one gather from the
+            # table of per-byte routes (peer, then host-staged), one weighted sum
+            ii, jj = np.nonzero(W2[np.ix_(ra, ra)] if hcpb is None else (W2[np.ix_(ra, ra)] + Wh2[np.ix_(ra, ra)]))
+            if len(ii):
+                w = T[ra[ii], ra[jj]]
+                idx = P[:, ii] * G + P[:, jj]
+                if hcpb is not None:
+                    w = np.concatenate([w, Th[ra[ii], ra[jj]]])
+                    idx = np.concatenate([idx, idx + G * G], axis=1)
+                L += np.matmul(w, pair_tab[idx])
+        prim, sec = keys(L)
+        b = _best_row(prim, sec)
+        key = (float(prim[b]), float(sec[b]))
+        if better(key, state["best_key"]):
+            for i, r in enumerate(rest):
+                assign[r] = P[b, i]
+            cap2 = cap.copy()
+            np.subtract.at(cap2, P[b], 1)
+            finish_idle(cap2)
+            state["best_key"] = key
+            state["best_g"] = assign.copy()
+            for r in rest:
+                assign[r] = -1
+
+    def bound(loads: np.ndarray, Ar: np.ndarray, rest: list[int], free: np.ndarray,
+              cheap: bool) -> tuple[tuple[float, float], np.ndarray]:
+        """Lower bound of the key over every completion, and the look-ahead maxima (U, F).
+        ``cheap``: skip the assignment-problem bounds (the caller enumerates every completion next)."""
+        lsa = 0 if cheap else lsa_links
         tot = loads[None, None, M] + Ar[:, :, M]
         mx = tot.max(axis=2)  # (U, F)
         lbmax = max(float(loads[M].max()), float(mx.min(axis=1).max()))
-        # per link: every unplaced rank adds at least its cheapest contribution to it; for the
-        # links where that bites hardest, the ranks must also take distinct GPUs (an assignment
-        # problem per link, solved exactly), which is what makes cuts like a switch uplink count
+        # per link: every unplaced rank adds at least its cheapest contribution to it
         per_link = loads[M] + Ar[:, :, M].min(axis=1).sum(axis=0)
         lbmax = max(lbmax, float(per_link.max()))
-        if lsa_links and len(rest) > 1 and K == 1 and lbmax <= state["best_key"][0] * (1 + REL_EPS):
+        if obj == "max" and lsa and len(rest) > 1 and K == 1 and lbmax <= state["best_key"][0] * (1 + REL_EPS):
+            # for the links where that bites hardest the ranks must also take distinct GPUs (an
+            # assignment problem per link, solved exactly): what makes cuts like a switch uplink count
             for d in np.argsort(-per_link)[:lsa_links]:
                 cost = Ar[:, :, d]
                 ri, ci = linear_sum_assignment(cost)
                 lbmax = max(lbmax, float(loads[d] + cost[ri, ci].sum()))
-        if K == 1 and len(rest) > 1 and lsa_links:
+        if K == 1 and len(rest) > 1 and lsa:
             cost = Ar[:, :, -1]
             ri, ci = linear_sum_assignment(cost)  # distinct GPUs for the unplaced ranks
             sums = cost[ri, ci].sum()
         else:
             sums = Ar[:, :, -1].min(axis=1).sum()
-        pend = T[np.ix_(rest, rest)].sum()
-        if pend and K == 1:
-            pc = PC[np.ix_(free, free)]
-            minpair = float(pc.min()) if pc.size else 0.0
-        else:
-            minpair = 0.0
-        lbsum = float(loads[-1]) + float(sums) + float(pend) * minpair
-        if PCh is not None and K == 1:
-            # host-staged bytes among unplaced ranks: at least the cheapest host route between two
-            # distinct free GPUs each (with K > 1 they might share a GPU: nothing is claimed)
-            pendh = Th[np.ix_(rest, rest)].sum()
-            if pendh:
-                pc = PCh[np.ix_(free, free)]
-                lbsum += float(pendh) * (float(pc.min()) if pc.size else 0.0)
-        if not _lt((lbmax, lbsum), state["best_key"]):
+        lbsum = float(loads[-1]) + float(sums)
+        if K == 1 and len(rest) > 1:
+            # bytes among unplaced ranks: at least the cheapest route of their kind between two
+            # distinct free GPUs (with K > 1 they might share a GPU: nothing is claimed)
+            ix = np.ix_(rest, rest)
+            ff = np.ix_(free, free)
+            pend = T[ix].sum()
+            if pend:
+                lbsum += float(pend) * float(PC[ff].min())
+            if PCh is not None:
+                pendh = Th[ix].sum()
+                if pendh:
+                    lbsum += float(pendh) * float(PCh[ff].min())
+        if obj == "max":
+            return (lbmax, lbsum), mx
+        if obj == "hop-bytes":
+            return (lbsum, lbmax), mx
+        most = int(np.count_nonzero((loads[M] > 0) | touch[free].any(axis=0)))
+        return (lbsum / max(most, 1), lbmax), mx
+
+    def rec(depth: int, loads: np.ndarray, A: np.ndarray, cap: np.ndarray, used: frozenset[int]) -> None:
+        state["nodes"] += 1
+        if time.perf_counter() > deadline:
+            state["timeout"] = True
+        if state["timeout"]:
+            return
+        if depth == depth_n:
+            record(loads, cap)
+            return
+        rest = [j for j in active if assign[j] < 0]
+        free = np.nonzero(cap > 0)[0]
+        Ar = A[rest][:, free]  # (U, F, D')
+        last = len(rest) <= tail and _placements(len(free), len(rest), K) <= tail_rows
+        lb, mx = bound(loads, Ar, rest, free, cheap=last and depth > 0)
+        if state["root"] is None:
+            state["root"] = lb[0]
+        if not better(lb, state["best_key"]):
+            return
+        if last:
+            finish_tail(rest, loads, A, cap)
             return
         # fail first: the rank whose cheapest placement is already the most congested goes next
         # (ties: the static order, heaviest and most connected first)
@@ -242,18 +303,18 @@ def solve_exact(p: NodeProblem, *, time_budget: float = 10.0, upper: tuple[np.nd
         if depth < sym_depth and use_sym:
             # one GPU per orbit of the stabiliser of the GPUs in use (GPUs holding K>1 ranks
             # remain in use, so their capacities are preserved by every such automorphism)
-            reps = [min(o) for o in sym.orbits(used)]
+            reps = {min(o) for o in sym.orbits(used)}
             if K > 1:
-                reps = sorted(set(reps) | {h for h in used if cap[h] > 0})
-            cands = np.array([h for h in free if h in set(reps)], dtype=np.int64)
+                reps |= {h for h in used if cap[h] > 0}
+            cands = np.array([h for h in free if h in reps], dtype=np.int64)
         ck = loads[None, :] + A[r, cands]
-        cmax = ck[:, M].max(axis=1)
-        csum = ck[:, -1]
-        for i in np.lexsort((csum, cmax)):
+        prim, sec = keys(ck)
+        monotone = obj != "avg"  # a child's own primary bounds its subtree's (not so for a ratio)
+        for i in np.lexsort((sec, prim)):
             h = int(cands[i])
-            if not _lt((float(cmax[i]), float(csum[i])), state["best_key"]):
-                # a child's own loads bound its subtree; children come in order of their maximum
-                if float(cmax[i]) > state["best_key"][0] * (1 + REL_EPS):
+            if monotone and not better((float(prim[i]), float(sec[i])), state["best_key"]):
+                # children come in order of their primary: none after this one can do better
+                if float(prim[i]) > state["best_key"][0] * (1 + REL_EPS):
                     break
                 continue
             assign[r] = h
@@ -274,6 +335,9 @@ def solve_exact(p: NodeProblem, *, time_budget: float = 10.0, upper: tuple[np.nd
     rec(0, np.zeros(Dp), A0, cap0, frozenset())
     dt = time.perf_counter() - t0
     ok = not state["timeout"]
-    return NodeResult(np.asarray(state["best_g"]), state["best_key"], ok, "exact branch-and-bound",
-                      state["nodes"], dt, {"automorphisms": sym.order if G <= 16 else None,
-                                           "symmetry_queries": sym.queries})
+    g = np.asarray(state["best_g"])
+    key = p.key(g)
+    root = state["root"] if state["root"] is not None else key[0]
+    return NodeResult(g, key, ok, "exact branch-and-bound", state["nodes"], dt,
+                      {"automorphisms": sym.order if G <= 16 else None, "symmetry_queries": sym.queries,
+                       "bound": key[0] if ok else min(root, key[0])})

@@ -7,7 +7,8 @@ swapping ``a`` and ``b`` are then ``loads - C[a, g_a] - C[b, g_b] + C[a, g_b] + 
 correction for the ``a``-``b`` traffic itself, so *every* swap is scored at once with a few array
 operations, and one swap updates ``C`` in ``O(n G D)``.
 
-Moves are chosen best-first by (max congestion, total congestion); a swapped pair is tabu for a few
+Moves are chosen best-first by the objective's key (:meth:`NodeProblem.key_of_loads`: max then
+total congestion by default); a swapped pair is tabu for a few
 iterations unless it beats the best mapping seen (aspiration). Restarts from random permutations,
 drawn from a generator seeded by ``seed``, diversify the search. The search is deterministic for a
 seed: it runs a fixed number of iterations, and the time budget only cuts it short on a machine too
@@ -20,7 +21,8 @@ import time
 
 import numpy as np
 
-from rankmap.mapping.exact import NodeResult, _lt
+from rankmap.mapping.exact import NodeResult
+from rankmap.mapping.objective import better, projected_keys
 from rankmap.mapping.problem import NodeProblem
 
 
@@ -36,15 +38,18 @@ class _State:
     def __init__(self, p: NodeProblem, slots_gpu: np.ndarray, perm: np.ndarray) -> None:
         n = p.n
         N = len(slots_gpu)
+        # loads are kept in the projected columns of the problem (links the key needs + linear column)
+        proj = p.projection()
         self.terms = []
         for Tk, ck in p.terms():
             T = np.zeros((N, N))
             T[:n, :n] = Tk
+            ck = ck @ proj
             diag = np.einsum("ggd->gd", ck)
             self.terms.append((T, ck, diag if diag.any() else None))
-        self.T, self.cpb = self.terms[0][0], self.terms[0][1]
-        U = np.zeros((N,) + p.unary().shape[1:])
-        U[:n] = p.unary()
+        unary = p.unary() @ proj
+        U = np.zeros((N,) + unary.shape[1:])
+        U[:n] = unary
         self.U = U
         self.g = slots_gpu[perm].astype(np.int64)  # GPU of each (padded) rank
         self.recompute()
@@ -104,8 +109,11 @@ class _State:
         return res
 
 
-def _key(loads: np.ndarray) -> tuple[float, float]:
-    return (float(loads.max()) if loads.size else 0.0, float(loads.sum()))
+def _swap_keys(p: NodeProblem, new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(primary, tie-break) of the objective for every swap's projected loads ``new`` (N, N, k+1)."""
+    # incremental sums leave float dust where a link lost all its bytes: that is not a used link
+    dust = 1e-12 * max(float(new[..., :-1].max(initial=0.0)), 1e-300)
+    return projected_keys(new, p.objective, dust)
 
 
 def solve_heuristic(p: NodeProblem, *, seed: int = 0, time_budget: float = 5.0, restarts: int = 8,
@@ -132,8 +140,8 @@ def solve_heuristic(p: NodeProblem, *, seed: int = 0, time_budget: float = 5.0, 
         else:
             perm = rng.permutation(N)
         st = _State(p, slots, perm)
-        cur_key = _key(st.loads)
-        if _lt(cur_key, best_key):
+        cur_key = p.key(st.g[:n])
+        if better(cur_key, best_key):
             best_key, best_g = cur_key, st.g[:n].copy()
         tabu = np.zeros((N, N), dtype=np.int64)
         for it in range(iters):
@@ -142,8 +150,7 @@ def solve_heuristic(p: NodeProblem, *, seed: int = 0, time_budget: float = 5.0, 
                 break
             new = st.all_swaps()
             evaluated += N * N
-            mx = new.max(axis=2)
-            sm = new.sum(axis=2)
+            mx, sm = _swap_keys(p, new)
             same_gpu = st.g[:, None] == st.g[None, :]
             mask = np.triu(np.ones((N, N), dtype=bool), 1) & ~same_gpu
             if n < N:
@@ -159,11 +166,13 @@ def solve_heuristic(p: NodeProblem, *, seed: int = 0, time_budget: float = 5.0, 
             a, b = np.unravel_index(int(pick), mx.shape)
             st.swap(int(a), int(b))
             tabu[a, b] = tabu[b, a] = it + tenure + int(rng.integers(0, 3))
-            cur_key = _key(st.loads)
-            if _lt(cur_key, best_key):
+            cur_key = (float(mx[a, b]), float(sm[a, b]))
+            if better(cur_key, best_key):
                 best_key, best_g = cur_key, st.g[:n].copy()
         if timed_out:
             break
+    # the incremental loads drift by float dust over many swaps: the key handed back is recomputed
+    best_key = p.key(best_g) if best_g is not None else best_key
     return NodeResult(best_g, best_key, False, "tabu swap search", evaluated, time.perf_counter() - t0,
                       {"restarts": restarts, "iterations": iters, "timed_out": timed_out})
 

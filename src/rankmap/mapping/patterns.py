@@ -41,6 +41,18 @@ def ring(n: int, nbytes: float = 1e8, bidirectional: bool = True) -> np.ndarray:
     return T
 
 
+def rings(n: int, count: int = 2, interleaved: bool = False, nbytes: float = 1e8) -> np.ndarray:
+    """``count`` independent bidirectional rings (several jobs' worth of traffic in one): over
+    consecutive blocks of ranks, or ``interleaved`` (ring ``k`` over ranks ``k, k + count, ...``,
+    which the default blocks cut)."""
+    T = np.zeros((n, n))
+    for k in range(count):
+        members = np.arange(k, n, count) if interleaved else np.array_split(np.arange(n), count)[k]
+        if len(members) > 1:
+            T[np.ix_(members, members)] += ring(len(members), nbytes)
+    return T
+
+
 def halo(n: int, ndims: int, nbytes: float = 1e8, dims: list[int] | None = None,
          weights: list[float] | None = None) -> np.ndarray:
     """Periodic nearest-neighbour exchange on an ``ndims``-D grid (row-major rank order).
@@ -90,6 +102,55 @@ def tree(n: int, nbytes: float = 1e8) -> np.ndarray:
     return T
 
 
+def master_worker(n: int, nbytes: float = 1e8, result_share: float = 0.25) -> np.ndarray:
+    """Rank 0 hands work to every other rank and collects a smaller result from each."""
+    T = np.zeros((n, n))
+    T[0, 1:] = nbytes
+    T[1:, 0] = nbytes * result_share
+    return T
+
+
+def butterfly(n: int, nbytes: float = 1e8, halving: bool = True) -> np.ndarray:
+    """Recursive doubling: at stage ``k`` rank ``r`` exchanges with ``r xor 2**k`` (partners past
+    ``n`` are skipped). With ``halving`` each stage sends half the previous (a reduce-scatter);
+    without it every stage sends the same (an allreduce by recursive doubling)."""
+    T = np.zeros((n, n))
+    k, size = 1, float(nbytes)
+    while k < n:
+        for r in range(n):
+            q = r ^ k
+            if q < n:
+                T[r, q] += size
+        k <<= 1
+        if halving:
+            size /= 2
+    return T
+
+
+def transpose(rows: list[int], nbytes: float = 1e8, columns: float = 0.0) -> np.ndarray:
+    """Pencil transpose: ranks in consecutive row groups of the given (possibly uneven) lengths, an
+    all-to-all inside every row (each rank sends ``nbytes`` in total, split evenly among its row);
+    ``columns`` > 0 adds the second transpose among ranks with the same position in their rows, each
+    sending ``columns`` bytes in total."""
+    n = int(sum(rows))
+    T = np.zeros((n, n))
+    column = np.zeros(n, dtype=np.int64)
+    start = 0
+    for length in rows:
+        members = np.arange(start, start + length)
+        column[members] = np.arange(length)
+        if length > 1:
+            T[np.ix_(members, members)] += nbytes / (length - 1)
+        start += length
+    if columns > 0:
+        for c in np.unique(column):
+            members = np.nonzero(column == c)[0]
+            if len(members) > 1:
+                T[np.ix_(members, members)] += columns / (len(members) - 1)
+    np.fill_diagonal(T, 0)
+    return T
+
+
 def suite(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     """The patterns placement is tested and benchmarked on."""
     return {
@@ -100,4 +161,47 @@ def suite(n: int, seed: int = 0) -> dict[str, np.ndarray]:
         "alltoall": alltoall(n),
         "random": random_sparse(n, 3, seed),
         "tree": tree(n),
+        "master-worker": master_worker(n),
+        # a 2-D halo on a grid of unequal sides with faces of very different sizes
+        "halo-uneven": halo(n, 2, dims=uneven_dims(n), weights=[1.0, 6.0]),
+        "butterfly": butterfly(n),
+        "transpose": transpose(uneven_rows(n), columns=2.5e7),
+        "random-dense": random_sparse(n, max(1, n // 2), seed + 1),
     }
+
+
+def two_node_suite() -> dict[str, np.ndarray]:
+    """Patterns of 12 to 16 ranks that put a two-node split to the test: pencil transposes whose rows
+    fit on one node only when the split is uneven, rings the default blocks keep or cut, butterflies
+    and a master-worker job."""
+    return {
+        "transpose 4+4+4": transpose([4, 4, 4]),
+        "transpose 5+4+3": transpose([5, 4, 3]),
+        "transpose 7+5": transpose([7, 5]),
+        "transpose 6+6+4, columns": transpose([6, 6, 4], columns=3e7),
+        "two rings 12": rings(12),
+        "two rings 16": rings(16),
+        "interleaved rings 16": rings(16, interleaved=True),
+        "butterfly 12": butterfly(12),
+        "butterfly 16": butterfly(16),
+        "butterfly 16, flat": butterfly(16, halving=False),
+        "master-worker 12": master_worker(12),
+    }
+
+
+def uneven_dims(n: int) -> list[int]:
+    """A two-factor grid as far from square as ``n`` allows (largest factor at most n/2): 8 -> 4x2."""
+    best = [n, 1]
+    for a in range(2, n):
+        if n % a == 0 and a <= n // 2:
+            best = [n // a, a]
+            break
+    return best
+
+
+def uneven_rows(n: int) -> list[int]:
+    """Rows of unequal length summing to ``n``: half the ranks, then the rest in two (8 -> 4, 2, 2)."""
+    if n < 3:
+        return [n]
+    rest = n - n // 2
+    return [n // 2, rest - rest // 2, rest // 2]

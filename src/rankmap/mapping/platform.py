@@ -49,23 +49,21 @@ class NodeModel:
     bw: np.ndarray  # (D,) GB/s per direction
     inc: np.ndarray  # (G, G, D) uint8
     cpb: np.ndarray  # (G, G, D) seconds per byte
-    hops: np.ndarray  # (G, G) int
     nic_of: list[int | None]  # NIC position (in ``nics``) chosen for each GPU
     nics: list[Device]
     nic_bw: np.ndarray  # (NICs,) network GB/s per direction
     ext_out_inc: np.ndarray  # (G, D) 0/1: directed links from GPU g to its NIC (off-node traffic out)
     ext_in_inc: np.ndarray  # (G, D) 0/1: directed links from GPU g's NIC to g (off-node traffic in)
-    ext_hops: np.ndarray  # (G,) hops GPU -> NIC
     notes: list[str] = field(default_factory=list)
     # host-staged routes (GPU -> local CPU -> [CPU interconnect] -> local CPU -> GPU), diagonal included
     hinc: np.ndarray | None = None  # (G, G, D) uint8 counts
-    hhops: np.ndarray | None = None  # (G, G) int
     host_notes: list[str] = field(default_factory=list)  # only relevant when host-staged bytes exist
+    # arrays the solvers derive from this model once and share among all its node problems
+    solver_cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.hinc is None:  # a model built without host routes: host-staged bytes follow peer routes
             self.hinc = self.inc.copy()
-            self.hhops = self.hops.copy()
 
     @property
     def G(self) -> int:
@@ -98,42 +96,42 @@ class NodeModel:
         """(G, G, D) seconds per byte that a host-staged byte from GPU g to GPU h puts on each link."""
         return self.hinc / (self.bw * 1e9) if self.D else self.hinc.astype(float)
 
-    @cached_property
-    def out_bw(self) -> np.ndarray:
-        """Sum of GB/s of the directed links leaving each GPU (a cut every byte it sends must cross)."""
-        return self._cut_bw(outgoing=True)
+    @property
+    def n_cols(self) -> int:
+        """Columns of a node problem: the D directed links, then up/down of every NIC's network link."""
+        return self.D + 2 * len(self.nic_bw)
 
     @cached_property
-    def in_bw(self) -> np.ndarray:
-        return self._cut_bw(outgoing=False)
+    def padded_cpb(self) -> np.ndarray:
+        """(G, G, n_cols) ``cpb`` with zero network columns (GPU pairs stay in the node)."""
+        out = np.zeros((self.G, self.G, self.n_cols))
+        out[:, :, : self.D] = self.cpb
+        return out
 
-    def _cut_bw(self, outgoing: bool) -> np.ndarray:
-        res = np.zeros(self.G)
+    @cached_property
+    def padded_hcpb(self) -> np.ndarray:
+        out = np.zeros((self.G, self.G, self.n_cols))
+        out[:, :, : self.D] = self.hcpb
+        return out
+
+    @cached_property
+    def padded_ext(self) -> tuple[np.ndarray, np.ndarray]:
+        """(G, n_cols) seconds per byte of off-node traffic leaving / entering at each GPU: its NIC
+        route, then its NIC's uplink (leaving) or downlink (entering)."""
+        eo = np.zeros((self.G, self.n_cols))
+        ei = np.zeros_like(eo)
+        eo[:, : self.D] = self.ext_out
+        ei[:, : self.D] = self.ext_in
         for g in range(self.G):
-            first = set()
-            for h in range(self.G):
-                if h == g:
-                    continue
-                route = self.inc[g, h] if outgoing else self.inc[h, g]
-                # the first (last) hop is the directed link adjacent to g that this route uses
-                for d in np.nonzero(route)[0]:
-                    i, direction = self.dlinks[d]
-                    l = self.topo.links[i]
-                    src = l.a if direction == 0 else l.b
-                    dst = l.b if direction == 0 else l.a
-                    if (outgoing and src == self.gpus[g].id) or (not outgoing and dst == self.gpus[g].id):
-                        first.add(d)
-            res[g] = sum(self.bw[d] for d in first) if first else np.inf
-        return res
+            k = self.nic_of[g] or 0
+            eo[g, self.D + 2 * k] = 1.0 / (self.nic_bw[k] * 1e9)
+            ei[g, self.D + 2 * k + 1] = 1.0 / (self.nic_bw[k] * 1e9)
+        return eo, ei
 
     @cached_property
-    def min_pair_cost(self) -> float:
-        """Least seconds-per-byte summed over a route between two different GPUs (a sum bound)."""
-        if self.G < 2:
-            return 0.0
-        s = self.cpb.sum(axis=2)
-        s = s + np.diag(np.full(self.G, np.inf))
-        return float(s.min())
+    def bw_bytes(self) -> np.ndarray:
+        """(n_cols,) bandwidth of every column in bytes/s: congestion x this = bytes on the link."""
+        return np.concatenate([self.bw, np.repeat(self.nic_bw, 2)]) * 1e9
 
 
 def node_model(topo: Topology) -> NodeModel:
@@ -175,23 +173,17 @@ def node_model(topo: Topology) -> NodeModel:
     D = len(dlinks)
     bw = np.array([topo.links[i].bandwidth for i, _ in dlinks], dtype=float)
     inc = np.zeros((G, G, D), dtype=np.uint8)
-    hops = np.zeros((G, G), dtype=np.int64)
     for (g, h), ds in routes.items():
         inc[g, h, ds] = 1
-        hops[g, h] = len(ds)
     cpb = inc / (bw * 1e9) if D else inc.astype(float)
     hinc = np.zeros((G, G, D), dtype=np.uint8)
-    hhops = np.zeros((G, G), dtype=np.int64)
     for (g, h), ds in host_routes.items():
         np.add.at(hinc[g, h], ds, 1)  # counts: a link crossed twice carries the bytes twice
-        hhops[g, h] = len(ds)
     ext_out = np.zeros((G, D))
     ext_in = np.zeros((G, D))
-    ext_hops = np.zeros(G, dtype=np.int64)
     for g, (out, back) in nic_routes.items():
         ext_out[g, out] = 1.0
         ext_in[g, back] = 1.0
-        ext_hops[g] = len(out)
     if nics:
         nic_bw = np.array([_nic_gbps(topo, n) for n in nics], dtype=float)
     else:
@@ -199,8 +191,8 @@ def node_model(topo: Topology) -> NodeModel:
         nic_of = [0] * G
         notes.append(f"topology {topo.name!r} lists no NIC: off-node traffic is modelled through one "
                      f"{DEFAULT_NIC_GBPS:g} GB/s network port per node with no in-node route")
-    return NodeModel(topo, gpus, dlinks, bw, inc, cpb, hops, nic_of, nics, nic_bw, ext_out, ext_in,
-                     ext_hops, notes, hinc, hhops, host_notes)
+    return NodeModel(topo, gpus, dlinks, bw, inc, cpb, nic_of, nics, nic_bw, ext_out, ext_in, notes, hinc,
+                     host_notes)
 
 
 def _host_routes(topo: Topology, gpus: list[Device], routes: dict[tuple[int, int], list[int]],

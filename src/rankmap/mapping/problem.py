@@ -11,16 +11,18 @@ The in-node traffic comes in two terms: ``T`` (peer-to-peer bytes, route ``cpb``
 mapping's loads are ``sum_ij T[i,j] cpb[g_i,g_j] + Th[i,j] hcpb[g_i,g_j]`` plus the off-node terms;
 :meth:`NodeProblem.terms` lists the in-node terms that carry bytes, so a problem without host-staged
 bytes is exactly the one-term problem it always was.
+
+``objective`` (:mod:`rankmap.mapping.objective`) says what the node solvers rank assignments by;
+:meth:`NodeProblem.key_of_loads` is the one place that turns a congestion vector into that key.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
-
 import numpy as np
 
 from rankmap.errors import RankmapError
+from rankmap.mapping.objective import check, key_of_congestion
 from rankmap.mapping.platform import NodeModel
 
 
@@ -32,8 +34,10 @@ class NodeProblem:
     ein: np.ndarray  # (n,) bytes received from off the node
     K: int = 1
     Th: np.ndarray | None = None  # (n, n) host-staged bytes (None: none)
+    objective: str = "max"
 
     def __post_init__(self) -> None:
+        check(self.objective)
         self.T = np.asarray(self.T, dtype=float).copy()
         np.fill_diagonal(self.T, 0.0)
         n = self.T.shape[0]
@@ -53,22 +57,15 @@ class NodeProblem:
     def n(self) -> int:
         return self.T.shape[0]
 
-    @cached_property
+    @property
     def cpb(self) -> np.ndarray:
         """(G, G, D') seconds per byte, network columns zero (GPU pairs stay in the node)."""
-        m = self.model
-        nn = len(m.nic_bw)
-        out = np.zeros((m.G, m.G, m.D + 2 * nn))
-        out[:, :, : m.D] = m.cpb
-        return out
+        return self.model.padded_cpb
 
-    @cached_property
+    @property
     def hcpb(self) -> np.ndarray:
         """(G, G, D') seconds per host-staged byte, network columns zero; the diagonal is not zero."""
-        m = self.model
-        out = np.zeros((m.G, m.G, m.D + 2 * len(m.nic_bw)))
-        out[:, :, : m.D] = m.hcpb
-        return out
+        return self.model.padded_hcpb
 
     @property
     def has_host(self) -> bool:
@@ -91,20 +88,10 @@ class NodeProblem:
         """(n, n) all in-node bytes, whatever the route (how strongly two ranks are tied)."""
         return self.T if self.Th is None else self.T + self.Th
 
-    @cached_property
+    @property
     def ext(self) -> tuple[np.ndarray, np.ndarray]:
         """(G, D') seconds per byte of off-node traffic leaving / entering at each GPU."""
-        m = self.model
-        nn = len(m.nic_bw)
-        eo = np.zeros((m.G, m.D + 2 * nn))
-        ei = np.zeros_like(eo)
-        eo[:, : m.D] = m.ext_out
-        ei[:, : m.D] = m.ext_in
-        for g in range(m.G):
-            k = m.nic_of[g] or 0
-            eo[g, m.D + 2 * k] = 1.0 / (m.nic_bw[k] * 1e9)
-            ei[g, m.D + 2 * k + 1] = 1.0 / (m.nic_bw[k] * 1e9)
-        return eo, ei
+        return self.model.padded_ext
 
     @property
     def has_ext(self) -> bool:
@@ -126,6 +113,69 @@ class NodeProblem:
         res += self.eout @ eo[g] + self.ein @ ei[g]
         return res
 
+    @property
+    def bw_bytes(self) -> np.ndarray:
+        """(D',) bandwidth of every column in bytes/s: congestion x this = bytes on the link."""
+        return self.model.bw_bytes
+
+    def projection(self) -> np.ndarray:
+        """(D', k + 1): the columns the solvers need, then one linear column.
+
+        For the maximum only links that can ever be the busiest are kept (:func:`undominated`); for the
+        average every link a route can use (it counts them). The last column is the linear part of
+        the key: the total congestion, or for hop-bytes congestion x bandwidth (bytes per link),
+        so ``loads @ projection`` carries everything the objective's key needs. Cached on the model
+        per objective and per kind of route the problem's bytes take."""
+        ck = ("projection", self.objective, self.has_peer, self.has_host)
+        cache = self.model.solver_cache
+        if ck not in cache:
+            eo, ei = self.ext
+            rows = route_rows(self.cpb if self.has_peer else None, eo, ei, self.hcpb if self.has_host else None)
+            if self.objective == "avg":
+                keep = np.nonzero(rows.any(axis=1))[0]
+            else:
+                keep = undominated(rows)
+            proj = np.zeros((self.cpb.shape[2], len(keep) + 1))
+            proj[keep, np.arange(len(keep))] = 1.0
+            proj[:, -1] = self.bw_bytes if self.objective == "hop-bytes" else 1.0
+            cache[ck] = proj
+        return cache[ck]
+
+    def key_of_loads(self, loads: np.ndarray) -> tuple[float, float]:
+        """The objective's (primary, tie-break) of a congestion vector over the D' columns."""
+        return key_of_congestion(loads, self.bw_bytes, self.objective)
+
     def key(self, gpu_of: np.ndarray) -> tuple[float, float]:
-        l = self.loads(gpu_of)
-        return (float(l.max()) if l.size else 0.0, float(l.sum()))
+        return self.key_of_loads(self.loads(gpu_of))
+
+
+def route_rows(cpb: np.ndarray | None, eo: np.ndarray, ei: np.ndarray, hcpb: np.ndarray | None) -> np.ndarray:
+    """(D', routes): seconds per byte every route puts on every column (``cpb`` None: no peer route)."""
+    G = eo.shape[0]
+    rows = ([cpb.reshape(G * G, -1)] if cpb is not None else []) + [eo, ei] \
+        + ([hcpb.reshape(G * G, -1)] if hcpb is not None else [])
+    return np.concatenate(rows, axis=0).T
+
+
+def undominated(X: np.ndarray) -> np.ndarray:
+    """Indices of the columns (rows of ``X``, from :func:`route_rows`) that can be the most congested.
+
+    Link ``a`` is dominated by ``b`` when every route puts at least as much congestion per byte on
+    ``b`` as on ``a``: then ``b``'s congestion is never below ``a``'s, whatever the mapping. Of
+    identical links one is kept."""
+    used = X.any(axis=1)
+    idx = np.nonzero(used)[0]
+    X = X[idx]
+    le = (X[:, None, :] <= X[None, :, :] * (1 + 1e-12)).all(axis=2)  # le[a, b]: a <= b everywhere
+    keep = []
+    for a in range(len(idx)):
+        dominated = False
+        for b in np.nonzero(le[a])[0]:
+            if b == a:
+                continue
+            if not le[b, a] or b < a:  # strictly dominated, or a duplicate of an earlier link
+                dominated = True
+                break
+        if not dominated:
+            keep.append(idx[a])
+    return np.asarray(keep if keep else idx[:1], dtype=np.int64)

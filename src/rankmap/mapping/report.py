@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from rankmap.formats.mapping_json import FORMAT, VERSION
+from rankmap.mapping.objective import DESCRIPTION
 from rankmap.mapping.solve import Placement
 
 
@@ -47,6 +48,9 @@ def to_json(pl: Placement, *, topology: str, ranks_per_gpu: int = 1, source: dic
         "improvement": {"max": _ratio(d.max_congestion, s.max_congestion),
                         "avg": _ratio(d.avg_congestion, s.avg_congestion)},
         "optimal": bool(pl.optimal), "solver": pl.solver, "seconds": round(pl.seconds, 4),
+        # what was minimised, a lower bound of its primary figure over all placements and the gap
+        "objective": pl.objective, "bound": pl.bound, "gap": round(pl.gap, 6),
+        "default_kept": bool(pl.default_kept), "notes": list(pl.notes),
         "info": {k: v for k, v in pl.info.items()},
         "links": links, "source": source or {},
         # bytes staged through host memory (mem = host in the profile, or the CSV's mem column) and
@@ -105,5 +109,15 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
     if len(doc["mapping"]) > show_mapping:
         m.caption = f"{len(doc['mapping']) - show_mapping} more ranks (--format json has all)"
     con.print(m)
-    how = "proven optimal" if doc["optimal"] else "not proven optimal"
+    obj = doc.get("objective", "max")
+    if doc["optimal"]:
+        how = "proven optimal"
+    else:
+        unit = "GB" if obj == "hop-bytes" else "ms"
+        scale = 1e-9 if obj == "hop-bytes" else 1e3
+        how = (f"not proven optimal; lower bound {doc['bound'] * scale:.3f} {unit}, "
+               f"at most {100 * doc['gap']:.1f} % above it")
+    con.print(f"objective: {DESCRIPTION.get(obj, obj)}")
     con.print(f"solver: {doc['solver']} ({how}), {doc['seconds']:.3f} s")
+    for note in doc.get("notes", []):
+        con.print(f"note: {note}")

@@ -1,35 +1,51 @@
 """Placement entry point: ranks -> (node, GPU, CPUs, NIC) for one node or many.
 
-One node: the tabu heuristic first (a good upper bound in milliseconds), then branch and bound from it
-when the node has at most ``exact_max_gpus`` GPUs; ``optimal`` is true only when the search finished.
+One node: branch and bound (seeded by the tabu heuristic on nodes above 8 GPUs) when the node has
+at most ``exact_max_gpus`` GPUs, the heuristic alone above that; ``optimal`` is true only when the
+search finished, and it proves the optimum of the chosen objective (:mod:`rankmap.mapping.objective`).
 
-Several nodes: ranks are split into nodes by graph partitioning (METIS through pymetis, edge weight =
-bytes exchanged in both directions), then rebalanced to an exact number of ranks per node; each node is
-then solved on its own, with the bytes its ranks exchange with other nodes charged to the route from
-their GPU to its NIC and to that NIC's network links. Finally :mod:`rankmap.mapping.refine` swaps
-ranks between nodes where off-node traffic makes the busiest link. The node split is a heuristic, so a
-multi-node mapping is never reported as proven optimal (each node's share may be, and ``info`` says
-how many).
+Several nodes (:mod:`rankmap.mapping.split`, :mod:`rankmap.mapping.cluster`,
+:mod:`rankmap.mapping.refine`), within ``time_budget``:
 
-Host-staged bytes (``Traffic.host``) are routed GPU -> host -> GPU inside a node and, like all other
-off-node bytes, through the NIC across nodes; the node split weighs all bytes alike.
+1. candidate node splits (the default blocks, METIS balanced, METIS packed onto as few nodes as
+   possible, METIS with any sizes that fit), each node of each placed by the node solver, and the
+   best kept (30 % of the budget). Above ``SMALL_RANKS`` ranks the splits are first scored with their
+   ranks on GPUs in rank order and only the best is placed node by node; nodes there was no time
+   for keep rank order;
+2. bottleneck refinement: ranks moved or swapped between nodes where that relieves the busiest links,
+   each trial kept only if the whole placement gets better (up to 85 %);
+3. polish: nodes not yet proven optimal for their ranks are solved again exactly, busiest first
+   (up to 93 %).
+
+In every case the answer is compared with the default placement (what the launcher does) and the
+default is kept, with a note saying so, when nothing better was found: a placement is never worse
+than doing nothing. The result carries a lower bound valid for every placement
+(:mod:`rankmap.mapping.bounds`) and the gap to it. A multi-node placement is never reported as proven
+optimal (the node split is a heuristic); ``info.nodes_proven_optimal`` says how many nodes' shares are.
+
+Host-staged bytes (``Traffic.host``) are routed GPU -> host -> GPU inside a node and through the NICs
+across nodes; the node split weighs them by what keeping them in a node saves, which is less than for
+peer-to-peer bytes (:func:`rankmap.mapping.split.edge_weights`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from rankmap.errors import RankmapError
-from rankmap.mapping.automorph import Symmetry
+from rankmap.mapping import split
+from rankmap.mapping.bounds import lower_bound
+from rankmap.mapping.cluster import Cluster
 from rankmap.mapping.cost import Score, Traffic, as_traffic, default_mapping, evaluate
-from rankmap.mapping.exact import _lt, solve_exact
-from rankmap.mapping.heuristic import solve_heuristic
+from rankmap.mapping.objective import better, check, gap, score_key
 from rankmap.mapping.platform import Platform, gpu_cpus, gpu_numa
-from rankmap.mapping.problem import NodeProblem
+from rankmap.mapping.refine import refine
+
+#: a cluster this small gets thorough (exact) node solves everywhere, also in refinement trials
+SMALL_RANKS = 128
 
 
 @dataclass
@@ -45,6 +61,19 @@ class Placement:
     info: dict = field(default_factory=dict)
     # how much of the traffic was host-staged, and how much of that the model routed via the host
     staging: dict = field(default_factory=dict)
+    objective: str = "max"
+    bound: float = 0.0  # lower bound of the objective's primary figure over all placements
+    default_kept: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def value(self) -> float:
+        """The objective's primary figure of this placement."""
+        return score_key(self.score, self.objective)[0]
+
+    @property
+    def gap(self) -> float:
+        return 0.0 if self.optimal else gap(self.value, self.bound)
 
     def rank_entry(self, r: int) -> dict:
         m = self.platform.node
@@ -73,77 +102,125 @@ def check_fit(n: int, platform: Platform, ranks_per_gpu: int) -> None:
 
 
 def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0, time_budget: float = 10.0,
-          exact_max_gpus: int = 16) -> Placement:
+          exact_max_gpus: int = 16, objective: str = "max") -> Placement:
     t0 = time.perf_counter()
+    check(objective)
+    if time_budget <= 0:
+        raise RankmapError(f"the time budget must be positive, got {time_budget}")
     tr = as_traffic(traffic)
     n = tr.n
-    check_fit(n, platform, ranks_per_gpu)
-    d_node, d_gpu = default_mapping(n, platform, ranks_per_gpu)
+    K = ranks_per_gpu
+    check_fit(n, platform, K)
+    d_node, d_gpu = default_mapping(n, platform, K)
     default = evaluate(platform, tr, d_node, d_gpu)
+    cl = Cluster(platform, tr, K, objective, seed=seed, exact_max_gpus=exact_max_gpus)
     if platform.nodes == 1:
-        node_of = np.zeros(n, dtype=np.int64)
-        parts = [np.arange(n)]
-        info: dict = {}
+        info, node_bound = _one_node(cl, t0 + 0.95 * time_budget)
     else:
-        node_of = partition(tr, platform.nodes, platform.G * ranks_per_gpu, seed=seed)
-        parts = [np.nonzero(node_of == u)[0] for u in range(platform.nodes)]
-        info = {"partition": "METIS (pymetis), rebalanced"}
-    gpu_of = np.zeros(n, dtype=np.int64)
-    # across nodes, 30 % of the budget is kept for refining the node split against the busiest link
-    deadline = t0 + time_budget * (0.65 if platform.nodes > 1 else 1.0)
-    proven = 0
-    solvers = set()
-    cache: dict[bytes, np.ndarray] = {}
-    sym_cache: dict[tuple[bool, bool, bool], Symmetry] = {}
-    T = tr.dense() if n <= 1024 else None
-    H = tr.dense_host() if (T is not None and tr.host is not None) else None
-    work = []
-    for u, ranks in enumerate(parts):
-        if len(ranks):
-            sub, subh, eout, ein = _node_traffic(tr, T, H, ranks, node_of, u)
-            raw = sub.tobytes() + eout.tobytes() + ein.tobytes() + (subh.tobytes() if subh is not None else b"")
-            work.append((ranks, (sub, subh), eout, ein, hashlib.sha1(raw).digest()))
-    distinct = len({w[4] for w in work})
-    for ranks, sub, eout, ein, key in work:
-        if key in cache:
-            gpu_of[ranks] = cache[key][0]
-            proven += int(cache[key][1])
-            continue
-        left = max(deadline - time.perf_counter(), 0.0)
-        # nodes with the same sub-problem are solved once, so the budget is shared among distinct
-        # ones; a margin for the work around the solvers keeps the total in budget
-        share = 0.8 * left / max(1, distinct - len(cache))
-        res, ok, name = _solve_node(platform, sub, eout, ein, ranks_per_gpu, seed, share, exact_max_gpus, sym_cache)
-        solvers.add(name)
-        proven += int(ok)
-        cache[key] = (res, ok)
-        gpu_of[ranks] = res
+        info, node_bound = _many_nodes(cl, t0, time_budget)
+    node_of, gpu_of = cl.node_of, cl.gpu_of
     score = evaluate(platform, tr, node_of, gpu_of)
-    if platform.nodes > 1:
-        from rankmap.mapping.refine import refine
-
-        def resolve(ranks: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-            u = int(nodes[ranks[0]])
-            sub, subh, eout, ein = _node_traffic(tr, T, H, ranks, nodes, u)
-            g, _, _ = _solve_node(platform, (sub, subh), eout, ein, ranks_per_gpu, seed, 0.02, exact_max_gpus,
-                                  sym_cache)
-            return g
-
-        node_of, gpu_of, score, swaps = refine(platform, tr, node_of, gpu_of, score, resolve,
-                                               t0 + 0.95 * time_budget)
-        info["refinement_swaps"] = swaps
-    if _lt(default.key[:2], score.key[:2]) and platform.nodes == 1:
-        # never hand back something worse than the default (only possible if a search was cut short)
-        node_of, gpu_of, score = d_node, d_gpu, default
-    busy = sum(1 for p in parts if len(p))
+    busy = int(np.count_nonzero(np.bincount(node_of, minlength=platform.nodes)))
+    proven = int(cl.proven[np.bincount(node_of, minlength=platform.nodes) > 0].sum())
     optimal = platform.nodes == 1 and proven == busy
     info.update({"nodes_proven_optimal": proven, "nodes_used": busy})
-    solver = " + ".join(sorted(solvers)) or "trivial"
-    if platform.nodes > 1:
-        solver = "METIS partition + " + solver
+    notes: list[str] = []
+    kept = False
+    if not better(score_key(score, objective), score_key(default, objective)):
+        # nothing better than what the launcher does: keep it (same figures at worst, fewer moves)
+        kept = True
+        node_of, gpu_of, score = d_node, d_gpu, default
+        notes.append("the default placement is kept: it is already optimal" if optimal else
+                     "the default placement is kept: no placement found is better")
+    bound = lower_bound(platform, tr, K, objective)
+    if node_bound is not None:
+        bound = max(bound, node_bound)
+    value = score_key(score, objective)[0]
+    if optimal:
+        bound = value
+    bound = min(bound, value)
+    solvers = " + ".join(sorted(cl.solvers)) or "trivial"
+    solver = solvers if platform.nodes == 1 else f"node split ({info.get('split', '?')}) + {solvers}"
     staging = staging_summary(platform, tr, node_of)
-    return Placement(platform, node_of, gpu_of, score, default, optimal, solver, time.perf_counter() - t0, info,
-                     staging)
+    return Placement(platform, np.asarray(node_of), np.asarray(gpu_of), score, default, optimal, solver,
+                     time.perf_counter() - t0, info, staging, objective, bound, kept, notes)
+
+
+def _one_node(cl: Cluster, deadline: float) -> tuple[dict, float | None]:
+    cl.set_split(np.zeros(cl.tr.n, dtype=np.int64))
+    p = cl.problem(0, np.arange(cl.tr.n))
+    g, ok, name, bound = cl.solve(p, max(deadline - time.perf_counter(), 0.01), thorough=True,
+                                  start=cl.gpu_of.copy())
+    cl.solvers.add(name)
+    cl.assign_node(0, np.arange(cl.tr.n), p, g, ok)
+    return {}, bound
+
+
+def _many_nodes(cl: Cluster, t0: float, budget: float) -> tuple[dict, None]:
+    small = cl.tr.n <= SMALL_RANKS
+    cands = split.candidates(cl.tr, cl.pf, cl.K, seed=cl.seed, objective=cl.objective)
+    phase1 = t0 + 0.3 * budget
+    tried = []
+    cache: dict = {}
+    scored = []
+    for name, parts in cands:
+        cl.set_split(parts)
+        scored.append((name, cl.snapshot(), cl.key()))
+        tried.append({"split": name, "key_in_rank_order": [float(x) for x in scored[-1][2]]})
+    if not small:
+        # a large job: every split is scored with its ranks on GPUs in rank order, and only the most
+        # promising one is placed node by node (the default's own figures are known anyway)
+        best = min(range(len(scored)), key=lambda i: _sort_key(scored[i][2]))
+        scored = [scored[best]]
+    best = None
+    for i, (name, snap, _) in enumerate(scored):
+        cl.restore(snap)
+        end = time.perf_counter() + (phase1 - time.perf_counter()) / (len(scored) - i)
+        solved = _solve_nodes(cl, end, small, cache)
+        key = cl.key()
+        next(t for t in tried if t["split"] == name).update(key=[float(x) for x in key], nodes_solved=solved)
+        if best is None or better(key, best[2]):
+            best = (name, cl.snapshot(), key)
+    name, snap, _ = best
+    cl.restore(snap)
+    node_budget = 0.05 if small else 0.01
+    moves = refine(cl, t0 + 0.85 * budget, thorough=small, node_budget=node_budget)
+    _polish(cl, t0 + 0.93 * budget)
+    return {"split": name, "splits_tried": tried, "refinement_moves": moves}, None
+
+
+def _sort_key(key: tuple[float, float]) -> tuple[float, float]:
+    return (round(key[0], 12), key[1])
+
+
+def _solve_nodes(cl: Cluster, end: float, thorough: bool, cache: dict) -> int:
+    """Place every node's ranks, busiest nodes first, until ``end``; returns how many were solved."""
+    order = np.argsort(-cl.loads.max(axis=1), kind="stable")
+    todo = [int(u) for u in order if np.any(cl.node_of == u)]
+    done = 0
+    for i, u in enumerate(todo):
+        left = end - time.perf_counter()
+        if left <= 0:
+            break
+        share = left / (len(todo) - i)
+        cl.place_node(u, share, thorough=thorough or share >= 0.05, cache=cache)
+        done += 1
+    return done
+
+
+def _polish(cl: Cluster, end: float) -> None:
+    """Solve nodes not proven optimal again, exactly, busiest first, while the whole gets no worse."""
+    order = np.argsort(-cl.loads.max(axis=1), kind="stable")
+    todo = [int(u) for u in order if not cl.proven[u] and np.any(cl.node_of == u)]
+    for i, u in enumerate(todo):
+        left = end - time.perf_counter()
+        if left <= 0.005:
+            break
+        before = cl.key()
+        snap = cl.snapshot()
+        cl.place_node(u, min(left / (len(todo) - i) * 2, left, 1.0), thorough=True)
+        if better(before, cl.key()):
+            cl.restore(snap)
 
 
 def staging_summary(platform: Platform, tr: Traffic, node_of: np.ndarray) -> dict:
@@ -162,113 +239,3 @@ def staging_summary(platform: Platform, tr: Traffic, node_of: np.ndarray) -> dic
     if host > 0 and platform.node.host_notes:
         res["notes"] = list(platform.node.host_notes)
     return res
-
-
-def _node_traffic(tr: Traffic, T: np.ndarray | None, H: np.ndarray | None, ranks: np.ndarray,
-                  node_of: np.ndarray, u: int):
-    """In-node bytes of node ``u``'s ranks (all, and the host-staged part or None), and per rank the
-    bytes sent to and received from other nodes."""
-    if T is not None:
-        sub = T[np.ix_(ranks, ranks)]
-        subh = H[np.ix_(ranks, ranks)] if H is not None else None
-        off = node_of != u
-        eout = T[np.ix_(ranks, np.nonzero(off)[0])].sum(axis=1)
-        ein = T[np.ix_(np.nonzero(off)[0], ranks)].sum(axis=0)
-        return sub, subh, eout, ein
-    pos = -np.ones(tr.n, dtype=np.int64)
-    pos[ranks] = np.arange(len(ranks))
-    k = len(ranks)
-    sub = np.zeros((k, k))
-    s_in, d_in = pos[tr.src] >= 0, pos[tr.dst] >= 0
-    both = s_in & d_in
-    np.add.at(sub, (pos[tr.src[both]], pos[tr.dst[both]]), tr.bytes[both])
-    subh = None
-    if tr.host is not None:
-        subh = np.zeros((k, k))
-        np.add.at(subh, (pos[tr.src[both]], pos[tr.dst[both]]), tr.host[both])
-    eout = np.bincount(pos[tr.src[s_in & ~d_in]], weights=tr.bytes[s_in & ~d_in], minlength=k)
-    ein = np.bincount(pos[tr.dst[d_in & ~s_in]], weights=tr.bytes[d_in & ~s_in], minlength=k)
-    return sub, subh, eout, ein
-
-
-def _solve_node(platform: Platform, sub, eout, ein, K, seed, budget, exact_max_gpus, sym_cache):
-    """``sub`` is (all in-node bytes, their host-staged part or None)."""
-    m = platform.node
-    tot, host = sub
-    if host is not None and host.any():
-        p = NodeProblem(m, tot - host, eout, ein, K, Th=host)
-    else:
-        p = NodeProblem(m, tot, eout, ein, K)
-    quick = p.n <= 1
-    if quick:
-        return np.zeros(p.n, dtype=np.int64), True, "trivial"
-    has_ext = p.has_ext
-    sk = (has_ext, p.has_host, p.has_peer)
-    if m.G <= exact_max_gpus:
-        if sk not in sym_cache:
-            sym_cache[sk] = Symmetry(m, with_nics=has_ext, with_host=p.has_host, with_peer=p.has_peer)
-        if sym_cache[sk].symmetric and K == 1:
-            # all GPUs alike: branch and bound answers at once, no heuristic needed
-            e = solve_exact(p, time_budget=max(budget, 0.01), sym=sym_cache[sk])
-            return e.gpu_of, e.optimal, "exact branch-and-bound"
-    # where branch and bound follows, the heuristic only seeds its upper bound: two restarts do
-    restarts = 2 if (m.G <= exact_max_gpus or platform.nodes > 1) else 8
-    h = solve_heuristic(p, seed=seed, time_budget=max(budget * 0.3, 0.01), restarts=restarts)
-    if m.G > exact_max_gpus:
-        return h.gpu_of, False, h.solver
-    e = solve_exact(p, time_budget=max(budget * 0.7, 0.01), upper=(h.gpu_of, h.key), sym=sym_cache[sk])
-    return e.gpu_of, e.optimal, "exact branch-and-bound" if e.optimal else "exact branch-and-bound (cut short)"
-
-
-def partition(tr: Traffic, nodes: int, per_node: int, *, seed: int = 0) -> np.ndarray:
-    """Ranks -> nodes: METIS on the symmetrised traffic graph, then an exact balance fix-up."""
-    import pymetis
-
-    n = tr.n
-    sizes = np.full(nodes, n // nodes)
-    sizes[: n % nodes] += 1
-    if sizes.max() > per_node:
-        raise RankmapError(f"{n} ranks do not fit on {nodes} nodes of {per_node} slots")
-    us, ud, wi = tr.symmetric_edges()
-    if len(wi) == 0:
-        return np.repeat(np.arange(nodes), sizes)[:n]
-    xadj = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(xadj, us + 1, 1)
-    xadj = np.cumsum(xadj)
-    opts = pymetis.Options(seed=seed, ufactor=1)
-    adjacency = pymetis.CSRAdjacency(adj_starts=xadj, adjacent=ud)
-    _, parts = pymetis.part_graph(nodes, adjacency, eweights=wi, options=opts)
-    parts = np.asarray(parts, dtype=np.int64)
-    return _rebalance(parts, sizes, xadj, ud, wi)
-
-
-def _rebalance(parts: np.ndarray, sizes: np.ndarray, xadj, adj, w) -> np.ndarray:
-    """Move ranks from over-full to under-full nodes, each time the rank that loses least cut weight."""
-    nodes = len(sizes)
-    count = np.bincount(parts, minlength=nodes)
-    # give the larger targets to the parts METIS made larger, so fewer ranks move
-    order_parts = np.argsort(-count, kind="stable")
-    target = np.empty(nodes, dtype=np.int64)
-    target[order_parts] = np.sort(sizes)[::-1]
-    for p in np.nonzero(count > target)[0]:
-        while count[p] > target[p]:
-            under = set(np.nonzero(count < target)[0].tolist())
-            fallback = min(under)
-            best = None
-            for r in np.nonzero(parts == p)[0]:
-                nb = adj[xadj[r]:xadj[r + 1]]
-                ww = w[xadj[r]:xadj[r + 1]]
-                own = ww[parts[nb] == p].sum()
-                conn: dict[int, float] = {}
-                for q, x in zip(parts[nb].tolist(), ww.tolist()):
-                    if q in under:
-                        conn[q] = conn.get(q, 0) + x
-                q = max(conn, key=lambda k: (conn[k], -k)) if conn else fallback
-                gain = conn.get(q, 0) - own
-                if best is None or gain > best[0]:
-                    best = (gain, r, q)
-            _, r, q = best
-            count[p] -= 1
-            parts[r] = q
-            count[q] += 1
-    return parts

@@ -13,7 +13,7 @@ from rankmap.errors import RankmapError
 
 
 def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1, seed: int = 0,
-          time_budget: float = 10.0, source: dict | None = None) -> dict:
+          time_budget: float = 10.0, objective: str = "max", source: dict | None = None) -> dict:
     """The mapping JSON of the best placement of ``traffic`` on ``nodes`` x ``topology``."""
     from rankmap.mapping.inputs import load_topology
     from rankmap.mapping.platform import Platform, node_model
@@ -26,7 +26,8 @@ def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1
         raise RankmapError(f"--time-budget must be positive, got {time_budget}")
     topo = load_topology(topology)
     platform = Platform(node_model(topo), nodes)
-    pl = solve(platform, traffic, ranks_per_gpu=ranks_per_gpu, seed=seed, time_budget=time_budget)
+    pl = solve(platform, traffic, ranks_per_gpu=ranks_per_gpu, seed=seed, time_budget=time_budget,
+               objective=objective)
     return to_json(pl, topology=topo.name, ranks_per_gpu=ranks_per_gpu, source=source)
 
 

@@ -1,0 +1,165 @@
+"""Ranks -> nodes: the candidate node splits a multi-node placement starts from.
+
+No single split is right for every job. Balancing ranks over the nodes spreads NIC load, but can cut
+a group that fits on one node: 12 ranks in three rows of 4 that talk only within their row fit as
+8 + 4 on two 8-GPU nodes with no byte crossing the network, while any 6 + 6 split cuts a row. So
+several splits are built, each one is placed (node by node) and scored with the real cost model,
+and the best is kept:
+
+* ``default``: blocks of G x K ranks per node, what launchers do; always a candidate, so a placement
+  that keeps it can only be as good as the default or better;
+* ``METIS balanced``: METIS on the traffic graph, then an exact balance fix-up
+  (``ceil(n/N)`` or ``floor(n/N)`` ranks per node);
+* ``METIS packed``: as few nodes as the ranks need, each filled to its G x K slots (the default's
+  sizes, with METIS choosing who goes where);
+* ``METIS free``: any sizes that fit the slots (METIS's imbalance tolerance opened up to the
+  capacity), where METIS decides how uneven to be.
+
+Edge weights say what keeping a pair on one node saves, per kind of byte, the way the bytes travel
+(:func:`edge_weights`): a peer-to-peer byte kept in a node takes an NVLink or PCIe route instead of
+GPU -> NIC -> network -> NIC -> GPU, a host-staged byte kept in a node still goes up to the host and
+down again, so it saves less. Weighing both alike (as bytes) would keep host-staged pairs together
+that save little, and leave the PCIe links they share as the bottleneck.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rankmap.errors import RankmapError
+from rankmap.mapping.cost import Traffic
+from rankmap.mapping.platform import NodeModel, Platform
+
+
+def edge_weights(m: NodeModel, objective: str = "max") -> tuple[float, float]:
+    """(per peer-to-peer byte, per host-staged byte) saving of keeping a pair on one node.
+
+    Costs are summed along routes, per byte: congestion (1 / bandwidth) for the congestion
+    objectives, one per link for hop-bytes; averaged over the node's GPUs and GPU pairs. The saving
+    is the off-node route's cost less the in-node route's, never below 5 % of the off-node cost (a pair
+    kept together never costs more than sending it over the network and back in this model)."""
+    G = m.G
+    nn = len(m.nic_bw)
+    if objective == "hop-bytes":
+        c, c_net = np.ones(m.D), np.ones(nn)
+    else:
+        c, c_net = 1.0 / (m.bw * 1e9), 1.0 / (m.nic_bw * 1e9)
+    nic = np.asarray([k if k is not None else 0 for k in m.nic_of])
+    off = float((m.ext_out_inc @ c).mean() + (m.ext_in_inc @ c).mean() + 2 * c_net[nic].mean())
+    pairs = ~np.eye(G, dtype=bool)
+    if G > 1:
+        peer = float((m.inc.astype(float) @ c)[pairs].mean())
+        host = float((m.hinc.astype(float) @ c)[pairs].mean())
+    else:
+        peer, host = 0.0, float((m.hinc.astype(float) @ c).mean())
+    floor = 0.05 * off
+    return max(off - peer, floor), max(off - host, floor)
+
+
+def candidates(tr: Traffic, pf: Platform, K: int, *, seed: int = 0,
+               objective: str = "max") -> list[tuple[str, np.ndarray]]:
+    """Distinct node splits to try, the default first; each names its method."""
+    n, N = tr.n, pf.nodes
+    cap = pf.G * K
+    if n > N * cap:
+        raise RankmapError(f"{n} ranks do not fit on {N} nodes of {cap} slots")
+    out: list[tuple[str, np.ndarray]] = [("default", np.arange(n) // cap)]
+    wp, wh = edge_weights(pf.node, objective)
+    us, ud, wi = tr.symmetric_edges(peer_weight=wp, host_weight=wh)
+    if len(wi):
+        xadj = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(xadj, us + 1, 1)
+        xadj = np.cumsum(xadj)
+        g = (xadj, ud, wi)
+        balanced = np.full(N, n // N)
+        balanced[: n % N] += 1
+        out.append(("METIS balanced", _metis(g, n, balanced, exact=True, seed=seed)))
+        used = -(-n // cap)
+        packed = np.zeros(N, dtype=np.int64)
+        packed[:used] = cap
+        packed[used - 1] = n - cap * (used - 1)
+        if not np.array_equal(np.sort(packed), np.sort(balanced)):
+            out.append(("METIS packed", _metis(g, n, packed, exact=True, seed=seed)))
+        if N * cap > n:
+            out.append(("METIS free", _metis(g, n, np.full(N, cap), exact=False, seed=seed)))
+    seen: set[bytes] = set()
+    res = []
+    for name, parts in out:
+        c = canonical(parts)
+        if c.tobytes() not in seen:
+            seen.add(c.tobytes())
+            res.append((name, c))
+    return res
+
+
+def canonical(parts: np.ndarray) -> np.ndarray:
+    """Nodes renumbered by their lowest rank (all nodes are alike, so the labels carry nothing)."""
+    parts = np.asarray(parts, dtype=np.int64)
+    _, first = np.unique(parts, return_index=True)
+    order = np.argsort(first, kind="stable")
+    labels = np.unique(parts)[order]
+    rename = np.empty(int(parts.max()) + 1, dtype=np.int64)
+    rename[labels] = np.arange(len(labels))
+    return rename[parts]
+
+
+def _metis(g, n: int, sizes: np.ndarray, *, exact: bool, seed: int) -> np.ndarray:
+    """METIS into ``len(sizes)`` parts aiming at ``sizes`` (exactly, or as maxima), then fixed up."""
+    import pymetis
+
+    xadj, adj, w = g
+    sizes = np.asarray(sizes, dtype=np.int64)
+    live = np.nonzero(sizes > 0)[0]
+    nparts = len(live)
+    if nparts == 1:
+        return np.full(n, live[0], dtype=np.int64)
+    if exact:
+        tp = [float(sizes[u]) / n for u in live]
+        opts = pymetis.Options(seed=seed, ufactor=1)
+    else:
+        tp = [1.0 / nparts] * nparts
+        # METIS's tolerance: the largest part may reach (1 + ufactor/1000) x the mean
+        slack = int(1000 * (sizes[live].max() * nparts / n - 1))
+        opts = pymetis.Options(seed=seed, ufactor=max(1, slack))
+    tp[-1] = max(0.0, 1.0 - sum(tp[:-1]))  # METIS wants them to sum to at most 1
+    adjacency = pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adj)
+    _, parts = pymetis.part_graph(nparts, adjacency, eweights=w, tpwgts=tp, options=opts)
+    parts = live[np.asarray(parts, dtype=np.int64)]
+    return rebalance(parts, sizes, xadj, adj, w, exact=exact)
+
+
+def rebalance(parts: np.ndarray, sizes: np.ndarray, xadj, adj, w, *, exact: bool = True) -> np.ndarray:
+    """Move ranks until every node holds ``sizes`` ranks (``exact``) or at most that many, each time
+    the rank of an over-full node that loses least cut weight, to the under-full node it is most
+    tied to."""
+    parts = parts.copy()
+    nodes = len(sizes)
+    count = np.bincount(parts, minlength=nodes)
+    target = np.asarray(sizes, dtype=np.int64).copy()
+    if exact:
+        # give the larger targets to the parts METIS made larger, so fewer ranks move
+        order_parts = np.argsort(-count, kind="stable")
+        target = np.empty(nodes, dtype=np.int64)
+        target[order_parts] = np.sort(sizes)[::-1]
+    for p in np.nonzero(count > target)[0]:
+        while count[p] > target[p]:
+            under = set(np.nonzero(count < target)[0].tolist())
+            fallback = min(under)
+            best = None
+            for r in np.nonzero(parts == p)[0]:
+                nb = adj[xadj[r]:xadj[r + 1]]
+                ww = w[xadj[r]:xadj[r + 1]]
+                own = ww[parts[nb] == p].sum()
+                conn: dict[int, float] = {}
+                for q, x in zip(parts[nb].tolist(), ww.tolist()):
+                    if q in under:
+                        conn[q] = conn.get(q, 0) + x
+                q = max(conn, key=lambda k: (conn[k], -k)) if conn else fallback
+                gain = conn.get(q, 0) - own
+                if best is None or gain > best[0]:
+                    best = (gain, r, q)
+            _, r, q = best
+            count[p] -= 1
+            parts[r] = q
+            count[q] += 1
+    return parts
