@@ -81,3 +81,55 @@ def test_demo_synthetic(tmp_path):
     p = rankmap("demo", "--synthetic", "--no-simulate", env=env, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "synthetic" in p.stdout and "proven optimal" in p.stdout
+
+
+def test_platform_xml_routes_host_staged_pairs_via_the_host():
+    """A GPU pair whose ranks exchange mostly host memory gets the host-staged route (up to the CPU,
+    across the CPU interconnect, down), a GPU with itself the route up and back; others keep theirs."""
+    from rankmap.mapping.cost import Traffic
+
+    m = node_model(fixtures.get("dgx1-v100"))
+    pf = Platform(m)
+    T = np.zeros((4, 4))
+    H = np.zeros((4, 4))
+    T[0, 1] = H[0, 1] = 100  # rank 0 on GPU 0 -> rank 1 on GPU 5: host memory
+    T[2, 3] = 100            # GPU 1 -> GPU 2: device memory
+    T[0, 2] = H[0, 2] = 100  # GPU 0 -> GPU 1 ... and rank 3 shares GPU 0 with rank 0
+    T[3, 0] = H[3, 0] = 100
+    tr = Traffic.from_dense(T, H)
+    node_of, gpu_of = np.zeros(4, dtype=np.int64), np.array([0, 5, 1, 0])
+    staged = simgrid.staged_pairs(pf, tr, node_of, gpu_of)
+    assert staged[0, 0, 5] and staged[0, 0, 1] and staged[0, 0, 0] and not staged[0, 1, 2]
+    root = ET.fromstring(simgrid.platform_xml(pf, staged).split("\n", 2)[2])
+    routes = {(r.get("src"), r.get("dst")): r for r in root.find("zone").findall("route")}
+
+    def links(a: str, b: str) -> list[str]:
+        return [c.get("id") for c in routes[a, b].findall("link_ctn")]
+
+    kind = {f"n0L{i}": l.kind.value for i, l in enumerate(m.topo.links)}
+    assert "cpu_interconnect" in {kind.get(x) for x in links("n0g0", "n0g5")}
+    assert "nvlink" not in {kind.get(x) for x in links("n0g0", "n0g1")}
+    assert len(links("n0g0", "n0g1")) == m.hinc[0, 1].sum()
+    assert {kind.get(x) for x in links("n0g0", "n0g0")} == {"pcie"}  # up and back down
+    assert len(links("n0g1", "n0g2")) == len(m.topo.route("gpu1", "gpu2").hops)  # device memory: NVLink
+    # without a host-staged part nothing changes
+    assert simgrid.staged_pairs(pf, Traffic.from_dense(T), node_of, gpu_of) is None
+
+
+@pytest.mark.skipif(not simgrid.available() or simgrid.examples_dir() is None,
+                    reason="SimGrid or the MPI examples are missing")
+def test_simgrid_host_staged_ring_is_slower_than_over_nvlink(tmp_path):
+    """The ring example sends host memory: routed via the host it cannot use the NVLink ring."""
+    from rankmap.mapping.cost import Traffic, evaluate
+
+    pf = Platform(node_model(fixtures.get("dgx1-v100")))
+    T = patterns.ring(8, nbytes=4e6 * 2, bidirectional=False)
+    pl = place(pf, T)  # the all-NVLink ring
+    exe = simgrid.build_example("ring", tmp_path / "b")
+    prog = [str(exe), "4000000", "2"]
+    peer = simgrid.simulate(prog, pf, pl.node_of, pl.gpu_of, tmp_path / "w", tag="peer")
+    host = simgrid.simulate(prog, pf, pl.node_of, pl.gpu_of, tmp_path / "w", tag="host",
+                            traffic=Traffic.from_dense(T, T))
+    model_peer = evaluate(pf, Traffic.from_dense(T), pl.node_of, pl.gpu_of).max_congestion
+    model_host = evaluate(pf, Traffic.from_dense(T, T), pl.node_of, pl.gpu_of).max_congestion
+    assert model_host > model_peer and host > peer

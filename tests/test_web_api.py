@@ -212,16 +212,24 @@ def test_links_rates(web):
     assert client.get(f"/api/jobs/{ids['running']}/links").json()["series"] == []
 
 
+def host_route(topo, a: str, b: str) -> list:
+    """Hops of a host-staged byte from GPU a to GPU b: up to a's CPU, across to b's, down to b."""
+    ca, cb = topo.local_cpu(a).id, topo.local_cpu(b).id
+    across = topo.route(ca, cb).hops if ca != cb else []
+    return list(topo.route(a, ca).hops) + list(across) + list(topo.route(cb, b).hops)
+
+
 def routed_loads(placement: list[int]) -> np.ndarray:
-    """Directed link loads computed here from the model's routes, independently of the app."""
+    """Directed link loads computed here from the topology's routes, independently of the app: the
+    ring (device memory) GPU to GPU, the collective share (host memory) via the host."""
     topo = load(TOPOLOGY)
-    T = expected_matrix()
     loads = np.zeros((len(topo.links), 2), dtype=np.int64)
     for s in range(N):
-        for d in range(N):
-            if T[s, d] and placement[s] != placement[d]:
-                for h in topo.route(f"gpu{placement[s]}", f"gpu{placement[d]}").hops:
-                    loads[h.link, 0 if topo.links[h.link].a == h.src else 1] += T[s, d]
+        for d, nbytes, via_host in (((s + 1) % N, RING_BYTES, False), ((s + N // 2) % N, ALLRED_BYTES, True)):
+            a, b = f"gpu{placement[s]}", f"gpu{placement[d]}"
+            hops = host_route(topo, a, b) if via_host else (topo.route(a, b).hops if a != b else [])
+            for h in hops:
+                loads[h.link, 0 if topo.links[h.link].a == h.src else 1] += nbytes
     return loads
 
 
@@ -279,10 +287,11 @@ def test_mapping_before_after(web):
     mb, ma = d["before"]["max_congestion"], d["after"]["max_congestion"]
     assert d["routed"]["max_before"] == mb and d["routed"]["max_after"] == ma
     assert d["routed"]["max_reduction"] == pytest.approx(1 - ma / mb)
-    # on a DGX-1 the default placement sends the ring's 3->4 and 7->0 over PCIe and QPI;
-    # the mapped one keeps every pair on NVLink: the busiest link is a 25 GB/s NVLink at 1 MB
-    assert mb == pytest.approx(1_000_000 / 15.75e9)
-    assert ma == pytest.approx(1_000_000 / 25e9)
+    bw = np.array([l.bandwidth for l in load(TOPOLOGY).links]) * 1e9
+    assert mb == pytest.approx((routed_loads(list(range(N))) / bw[:, None]).max())
+    assert ma == pytest.approx((routed_loads(MAPPED) / bw[:, None]).max())
+    # the collective share is sent from host memory: it goes up to the CPUs, never over NVLink
+    assert d["after"]["host_staged_bytes"] == N * ALLRED_BYTES
     # the running job has no mapping of its own nor of its command: a message, not an error
     r = client.get(f"/api/jobs/{ids['running']}/mapping")
     assert r.status_code == 200 and r.json()["mapping"] is None and "rankmap map" in r.json()["message"]
@@ -450,3 +459,36 @@ def test_link_loads_count_same_gpu_and_other_node_pairs_apart():
     assert np.array_equal(got, want)
     bw = np.array([l.bandwidth for l in topo.links]) * 1e9
     assert d["max_congestion"] == pytest.approx((want / bw[:, None]).max())
+
+
+def test_link_loads_route_host_staged_bytes_via_the_host():
+    """Host-staged bytes go up to the host and down again, as the placement cost model routes them:
+    between two ranks on one GPU too, and never over NVLink."""
+    from rankmap.mapping.cost import Traffic, evaluate
+    from rankmap.mapping.platform import Platform, node_model
+    from rankmap.topology import fixtures
+    from rankmap.web.topoview import Placement, link_loads
+
+    topo = fixtures.get("dgx1-v100")
+    T = np.zeros((4, 4))
+    H = np.zeros((4, 4))
+    T[0, 1] = H[0, 1] = 1000   # same GPU, host memory: up to cpu0 and back down
+    T[1, 2] = 3000             # GPU 0 -> GPU 1, device memory: the NVLink
+    T[2, 3] = H[2, 3] = 500    # GPU 1 -> GPU 5, host memory: across the CPU interconnect
+    pl = Placement([0, 0, 1, 5], None, "test")
+    d = link_loads(topo, T, pl, H)
+    assert (d["same_gpu_bytes"], d["routed_bytes"], d["host_staged_bytes"]) == (0, 4500, 1500)
+    m = node_model(topo)
+    want = evaluate(Platform(m), Traffic.from_dense(T, H), np.zeros(4, dtype=np.int64), np.array([0, 0, 1, 5]))
+    got = {(l["link"], 0): l["load_ab"] for l in d["links"]} | {(l["link"], 1): l["load_ba"] for l in d["links"]}
+    for dl, (link, direction) in enumerate(m.dlinks):
+        assert got[link, direction] == want.loads[dl]
+    kinds = {}
+    for l in d["links"]:
+        k = topo.links[l["link"]].kind.value
+        kinds[k] = kinds.get(k, 0) + l["load_ab"] + l["load_ba"]
+    assert kinds["nvlink"] == 3000  # only the device-memory pair is on NVLink
+    assert kinds["cpu_interconnect"] == 500
+    # the same matrix read as all peer-to-peer bytes: nothing crosses the CPU interconnect
+    peer = link_loads(topo, T, pl)
+    assert peer["same_gpu_bytes"] == 1000 and peer["host_staged_bytes"] == 0

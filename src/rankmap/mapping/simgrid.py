@@ -10,6 +10,14 @@ pair an explicit route made of the *same* directed hops the topology routes. The
 placement is nothing but the order of the hostfile (line ``i`` = the host of rank ``i``).
 Computation is not simulated (``smpi/simulate-computation:no``): the simulated time is the time the
 program spends communicating.
+
+Host-staged bytes travel the way the cost model routes them: a GPU pair whose ranks exchange host
+memory (an MPI without CUDA support: device -> host, MPI over host memory, host -> device) gets the
+host-staged route of :mod:`rankmap.mapping.platform` (up to the sender's CPU, across the CPU
+interconnect if the receiver's GPU hangs off another socket, down to the receiver), and two ranks on
+one GPU that exchange host memory go up to the host and back instead of staying on the GPU. SimGrid
+routes per pair of hosts, not per message, so the route of a GPU pair follows the kind of byte that
+dominates between the ranks placed there; the platform is therefore written per placement.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from rankmap.errors import RankmapError
+from rankmap.mapping.cost import Traffic
 from rankmap.mapping.platform import Platform
 
 LATENCY_US = {"nvlink": 0.7, "pcie": 1.0, "cpu_interconnect": 0.5, "network": 1.5}
@@ -35,8 +44,24 @@ def host(u: int, g: int) -> str:
     return f"n{u}g{g}"
 
 
-def platform_xml(pf: Platform) -> str:
-    """The SimGrid (platform version 4.1) description of ``pf``."""
+def staged_pairs(pf: Platform, traffic: Traffic | None, node_of, gpu_of) -> np.ndarray | None:
+    """(nodes, G, G) bool: which in-node GPU pairs (a GPU with itself included) carry mostly
+    host-staged bytes under this placement, or None when no byte is host-staged."""
+    if traffic is None or traffic.host is None:
+        return None
+    node_of, gpu_of = np.asarray(node_of), np.asarray(gpu_of)
+    G = pf.G
+    s, d = traffic.src, traffic.dst
+    same = node_of[s] == node_of[d]
+    key = (node_of[s] * G + gpu_of[s]) * G + gpu_of[d]
+    host = np.bincount(key[same], weights=traffic.host[same], minlength=pf.nodes * G * G)
+    total = np.bincount(key[same], weights=traffic.bytes[same], minlength=pf.nodes * G * G)
+    return (host > 0.5 * total).reshape(pf.nodes, G, G) & (total > 0).reshape(pf.nodes, G, G)
+
+
+def platform_xml(pf: Platform, staged: np.ndarray | None = None) -> str:
+    """The SimGrid (platform version 4.1) description of ``pf``; ``staged`` (from
+    :func:`staged_pairs`) says which in-node GPU pairs take the host-staged route."""
     m = pf.node
     topo = m.topo
     out = ["<?xml version='1.0'?>", '<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">',
@@ -63,11 +88,20 @@ def platform_xml(pf: Platform) -> str:
         return f'<link_ctn id="n{u}L{i}" direction="{"UP" if direction == 0 else "DOWN"}"/>'
 
     local = {(g, h): [int(d) for d in np.nonzero(m.inc[g, h])[0]] for g in range(m.G) for h in range(m.G) if g != h}
+    # host-staged routes, a link as often as the route crosses it (the diagonal too: up and back down)
+    via_host = {(g, h): [int(d) for d in np.repeat(np.arange(m.D), m.hinc[g, h])]
+                for g in range(m.G) for h in range(m.G)}
     ext_out = [[int(d) for d in np.nonzero(m.ext_out_inc[g])[0]] for g in range(m.G)]
     ext_in = [[int(d) for d in np.nonzero(m.ext_in_inc[g])[0]] for g in range(m.G)]
+
+    def by_host(u: int, g: int, h: int) -> bool:
+        return staged is not None and bool(staged[u, g, h]) and bool(via_host[g, h])
+
     for u in range(pf.nodes):
         for g in range(m.G):
-            out.append(f'    <route src="{host(u, g)}" dst="{host(u, g)}"><link_ctn id="lo{u}g{g}"/></route>')
+            hops = ("".join(ctn(u, d) for d in via_host[g, g]) if by_host(u, g, g)
+                    else f'<link_ctn id="lo{u}g{g}"/>')
+            out.append(f'    <route src="{host(u, g)}" dst="{host(u, g)}">{hops}</route>')
     for u in range(pf.nodes):
         for v in range(pf.nodes):
             for g in range(m.G):
@@ -75,7 +109,7 @@ def platform_xml(pf: Platform) -> str:
                     if u == v:
                         if g == h:
                             continue
-                        hops = "".join(ctn(u, d) for d in local[g, h])
+                        hops = "".join(ctn(u, d) for d in (via_host[g, h] if by_host(u, g, h) else local[g, h]))
                     else:
                         ku, kv = m.nic_of[g] or 0, m.nic_of[h] or 0
                         hops = ("".join(ctn(u, d) for d in ext_out[g])
@@ -112,16 +146,18 @@ _SIMTIME = re.compile(r"Simulated time:\s*([0-9.eE+-]+)\s*seconds")
 
 
 def simulate(program: list[str], pf: Platform, node_of, gpu_of, workdir: str | Path,
-             timeout: float = 600, tag: str = "run") -> float:
-    """Simulated seconds of ``program`` (an smpicc binary and its arguments) placed as given."""
+             timeout: float = 600, tag: str = "run", traffic: Traffic | None = None) -> float:
+    """Simulated seconds of ``program`` (an smpicc binary and its arguments) placed as given.
+
+    ``traffic`` (the program's profile, with its host-staged part) decides which GPU pairs take the
+    host-staged route; without it every byte takes the GPU-to-GPU route."""
     smpirun = shutil.which("smpirun")
     if not smpirun:
         raise RankmapError("smpirun not found: install SimGrid (Debian: simgrid) to simulate")
     wd = Path(workdir)
     wd.mkdir(parents=True, exist_ok=True)
-    xml = wd / "platform.xml"
-    if not xml.exists():
-        xml.write_text(platform_xml(pf))
+    xml = wd / f"platform-{tag}.xml"
+    xml.write_text(platform_xml(pf, staged_pairs(pf, traffic, node_of, gpu_of)))
     hf = wd / f"hosts-{tag}.txt"
     hf.write_text("\n".join(hostfile_lines(node_of, gpu_of)) + "\n")
     n = len(node_of)
@@ -139,14 +175,13 @@ def simulate(program: list[str], pf: Platform, node_of, gpu_of, workdir: str | P
     return float(m.group(1))
 
 
-def judge(program: list[str], pf: Platform, default: tuple, tuned: tuple, workdir: str | Path) -> dict:
-    """Simulated time of the default and the tuned placement, and their ratio."""
+def judge(program: list[str], pf: Platform, default: tuple, tuned: tuple, workdir: str | Path,
+          traffic: Traffic | None = None) -> dict:
+    """Simulated time of the default and the tuned placement, and their ratio (``traffic``: as for
+    :func:`simulate`)."""
     wd = Path(workdir)
-    if wd.exists():
-        for f in wd.glob("platform.xml"):
-            f.unlink()
-    t_def = simulate(program, pf, *default, wd, tag="default")
-    t_tun = simulate(program, pf, *tuned, wd, tag="tuned")
+    t_def = simulate(program, pf, *default, wd, tag="default", traffic=traffic)
+    t_tun = simulate(program, pf, *tuned, wd, tag="tuned", traffic=traffic)
     return {"default_s": t_def, "tuned_s": t_tun, "speedup": (t_def / t_tun) if t_tun > 0 else None,
             "program": [Path(program[0]).name, *program[1:]]}
 

@@ -39,17 +39,23 @@ def write_csv(path: str | Path, T: np.ndarray, klass: str = "p2p", operation: st
     Path(path).write_text(text)
 
 
-def job_traffic(store, jid: int) -> Traffic:
-    """A stored job's traffic, with the bytes whose send buffer was in host memory as the host part
-    (device, managed and unknown buffers are routed peer-to-peer)."""
+def job_matrices(store, jid: int, classes=None) -> tuple[np.ndarray, np.ndarray | None]:
+    """A stored job's bytes as (all, host-staged part or None): the bytes whose send buffer was in
+    host memory are the host part (device, managed and unknown buffers are routed peer-to-peer).
+    ``classes`` keeps only those traffic classes."""
     n = store.world_size(jid)
     T = np.zeros((n, n))
     H = np.zeros((n, n))
-    for r in store.traffic(jid, by_mem=True):
+    for r in store.traffic(jid, classes or None, by_mem=True):
         T[r["src"], r["dst"]] += r["bytes"]
         if r["mem"] == "host":
             H[r["src"], r["dst"]] += r["bytes"]
-    return Traffic.from_dense(T, H if H.any() else None)
+    return T, (H if H.any() else None)
+
+
+def job_traffic(store, jid: int) -> Traffic:
+    """A stored job's traffic with its host-staged part (:func:`job_matrices`)."""
+    return Traffic.from_dense(*job_matrices(store, jid))
 
 
 def from_job(store, spec: str) -> tuple[Traffic, dict]:

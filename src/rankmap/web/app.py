@@ -38,6 +38,7 @@ from fastapi.staticfiles import StaticFiles
 
 from rankmap import __version__
 from rankmap.errors import RankmapError
+from rankmap.mapping.traffic import job_matrices
 from rankmap.store import Store
 from rankmap.topology import Topology
 from rankmap.formats.topology_json import to_dict
@@ -237,8 +238,8 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         jid = job_id(job)
         return {"job": jid, "series": Q.link_series(store.link_samples(jid))}
 
-    def view(topo: Topology, m: np.ndarray, placement: V.Placement) -> dict:
-        v = V.link_loads(topo, m, placement)
+    def view(topo: Topology, m: np.ndarray, placement: V.Placement, host: np.ndarray | None) -> dict:
+        v = V.link_loads(topo, m, placement, host)
         v["ranks_on_gpu"] = {str(g): rs for g, rs in V.ranks_on_gpus(placement, m.shape[0]).items()}
         return v
 
@@ -271,7 +272,7 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         if topo is None:
             out["topology_error"] = "; ".join(dict.fromkeys(errors))
             return out
-        m = job_matrix(jid)
+        m, host = job_matrices(store, jid)
         n = m.shape[0]
         out["topology"] = topo.name
         out["drawing"] = {"topology": to_dict(topo), "layout": V.layout(topo)}
@@ -279,7 +280,7 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         try:  # a mapping made for another node or size is shown with its stored figures only
             before = V.placement_for(topo, n, before_map, "mapping.before")
             after = V.parse_placement(row["mapping"], n, f"mapping {row['id']}")
-            views = view(topo, m, before), view(topo, m, after)
+            views = view(topo, m, before, host), view(topo, m, after, host)
         except RankmapError as e:
             out["mapping_error"] = str(e)
             return out
@@ -355,10 +356,10 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         if job is None:
             return out
         jid = job_id(job)
-        m = job_matrix(jid, split_classes(klass))
+        m, host = job_matrices(store, jid, split_classes(klass))
         p = placement_of(jid, store.job(jid), topo, m.shape[0], placement)
         out["job"] = jid
-        out["load"] = view(topo, m, p)
+        out["load"] = view(topo, m, p, host)
         return out
 
     return app

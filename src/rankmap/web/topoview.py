@@ -3,9 +3,10 @@
 The drawing is computed here rather than in the browser so that it is one tested function:
 the page only scales the coordinates and colours the links by the numbers given.
 
-Loads follow the one routing rule of rankmap: every rank pair's bytes travel along
-``Topology.route(gpu_a, gpu_b).hops``; a hop adds the bytes to its link in the hop's
-direction. **Congestion** of a directed link is load / (bandwidth x 1e9) seconds, and a
+Loads follow the one routing rule of rankmap, the placement cost model's: peer-to-peer bytes travel
+along ``Topology.route(gpu_a, gpu_b).hops``, host-staged bytes (sent from host memory) up to the
+sender's CPU, across the CPU interconnect if need be and down to the receiver, also between two ranks
+on one GPU; a hop adds the bytes to its link in the hop's direction. **Congestion** of a directed link is load / (bandwidth x 1e9) seconds, and a
 placement is summed up by the maximum and the average congestion over the used directed
 links (the figures ``rankmap map`` reports).
 """
@@ -189,11 +190,13 @@ def parse_placement(mapping: Any, n: int, where: str = "mapping") -> Placement:
 
 
 # ------------------------------------------------------------------------------ loads
-def link_loads(topo: Topology, matrix: np.ndarray, placement: Placement) -> dict[str, Any]:
+def link_loads(topo: Topology, matrix: np.ndarray, placement: Placement,
+               host: np.ndarray | None = None) -> dict[str, Any]:
     """Bytes on every directed link when ``matrix`` (bytes, rank x rank) runs on ``placement``.
 
-    Pairs on the same GPU cross no link; pairs the placement puts on different nodes leave
-    this node's drawing (their bytes are counted in ``off_node_bytes``).
+    ``host`` (same shape, part of ``matrix``) are the host-staged bytes, routed via the host.
+    Peer-to-peer pairs on the same GPU cross no link; pairs the placement puts on different nodes
+    leave this node's drawing (their bytes are counted in ``off_node_bytes``).
     """
     gpus = {g.index: g.id for g in topo.gpus}
     T = np.asarray(matrix)
@@ -208,8 +211,9 @@ def link_loads(topo: Topology, matrix: np.ndarray, placement: Placement) -> dict
     # tool). The drawing shows one node, so every pair that shares a node is drawn on it.
     src, dst = np.nonzero(T)
     b = T[src, dst].astype(np.float64)
+    hb = np.asarray(host)[src, dst].astype(np.float64) if host is not None else np.zeros_like(b)
     keep = (src != dst) & (b > 0)
-    src, dst, b = src[keep], dst[keep], b[keep]
+    src, dst, b, hb = src[keep], dst[keep], b[keep], hb[keep]
     gpu = np.asarray(placement.gpu[:n], dtype=np.int64)
     if placement.node:
         node = np.asarray(placement.node[:n])
@@ -217,10 +221,12 @@ def link_loads(topo: Topology, matrix: np.ndarray, placement: Placement) -> dict
     else:
         on = np.ones(len(b), dtype=bool)
     off_node = int(b[~on].sum())
-    src, dst, b = src[on], dst[on], b[on]
+    src, dst, b, hb = src[on], dst[on], b[on], hb[on]
     same = gpu[src] == gpu[dst]
-    same_gpu, routed = int(b[same].sum()), int(b[~same].sum())
-    loads = directed_loads(topo, n, src, dst, b, gpu)
+    # peer bytes between ranks on one GPU stay on it; host-staged ones go up to the host and back
+    same_gpu = int((b - hb)[same].sum())
+    routed = int(b.sum()) - same_gpu
+    loads = directed_loads(topo, n, src, dst, b, gpu, hb)
     bw = np.array([l.bandwidth for l in topo.links], dtype=np.float64) * 1e9
     cong = loads / bw[:, None] if len(bw) else loads
     used = loads > 0
@@ -235,6 +241,7 @@ def link_loads(topo: Topology, matrix: np.ndarray, placement: Placement) -> dict
         "max_congestion": float(cong.max()) if used.any() else 0.0,
         "avg_congestion": float(cong[used].mean()) if used.any() else 0.0,
         "routed_bytes": routed, "same_gpu_bytes": same_gpu, "off_node_bytes": off_node,
+        "host_staged_bytes": int(hb.sum()),
     }
 
 
@@ -250,15 +257,17 @@ def model_of(topo: Topology) -> Any:
 
 
 def directed_loads(topo: Topology, n: int, src: np.ndarray, dst: np.ndarray, b: np.ndarray,
-                   gpu: np.ndarray) -> np.ndarray:
+                   gpu: np.ndarray, host: np.ndarray | None = None) -> np.ndarray:
     """Bytes per link and direction, ``(links, 2)`` ([:,0] a->b), of pairs ``src -> dst`` (all on
-    this node) when rank r runs on GPU index ``gpu[r]``; routed by the cost model's incidence."""
+    this node) when rank r runs on GPU index ``gpu[r]``; routed by the cost model's incidence.
+    ``host`` (per pair, part of ``b``): the host-staged bytes, routed via the host."""
     model = model_of(topo)
     gpus = {g.index for g in topo.gpus}
     pos = np.zeros(max(gpus) + 1, dtype=np.int64)
     for i, g in enumerate(model.gpus):
         pos[g.index] = i
-    score = evaluate(Platform(model), Traffic.from_triples(n, src, dst, b), np.zeros(n, dtype=np.int64), pos[gpu])
+    hb = host if host is not None and np.any(host) else None
+    score = evaluate(Platform(model), Traffic.from_triples(n, src, dst, b, hb), np.zeros(n, dtype=np.int64), pos[gpu])
     loads = np.zeros((len(topo.links), 2), dtype=np.float64)
     for d, (link, direction) in enumerate(model.dlinks):
         loads[link, direction] = score.loads[d]
