@@ -474,11 +474,14 @@ def main() -> None:
     import argparse
 
     ap = argparse.ArgumentParser(description="placement benchmarks (markdown tables)")
-    ap.add_argument("sections", nargs="*", choices=SECTIONS + ("all",), metavar="SECTION",
+    ap.add_argument("sections", nargs="*", metavar="SECTION",
                     help=f"any of {', '.join(SECTIONS)}, or all (default: budget twonode)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per 8-GPU solve, worst reported (default 3)")
     args = ap.parse_args()
     what = args.sections or ["budget", "twonode"]
+    for w in what:
+        if w not in SECTIONS + ("all",):
+            ap.error(f"unknown section {w!r}: choose from {', '.join(SECTIONS)}, all")
     if "all" in what:
         what = list(SECTIONS)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
