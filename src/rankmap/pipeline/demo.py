@@ -74,10 +74,12 @@ def profile_real(args, store, cache: Path, con) -> tuple[Traffic, int, list[str]
     res = profile_command(cmd, store=store, progress=False)
     if res.exit_status != 0:
         raise RankmapError(f"the halo4d run failed (exit status {res.exit_status})")
-    T = np.asarray(store.traffic_matrix(res.job_id), dtype=float)
-    if not T.any():
+    from rankmap.mapping.traffic import job_traffic
+
+    traffic = job_traffic(store, res.job_id)  # with its host-staged part: routed as it travels
+    if traffic.total == 0:
         raise RankmapError("the profile recorded no traffic")
-    return Traffic.from_dense(T), res.job_id, cmd
+    return traffic, res.job_id, cmd
 
 
 def store_synthetic(store, T: np.ndarray, args) -> int:
@@ -124,7 +126,7 @@ def run_demo(args, con) -> bool:
             synthetic = True
     if synthetic:
         T = synthetic_halo(args.ranks, args.face, args.iters)
-        traffic = Traffic.from_dense(T)
+        traffic = Traffic.from_dense(T, T)  # halo4d sends host memory, as the stored rows say
         job_id = store_synthetic(store, T, args)
         con.print(f"synthetic 4-D halo ({'x'.join(map(str, halo_dims(args.ranks)))}) stored as job {job_id}")
     topo = pick_topology(args.topology, con)
@@ -139,7 +141,8 @@ def run_demo(args, con) -> bool:
                 exe = simgrid.build_example("halo4d", cache / "smpi")
                 dims = "x".join(str(x) for x in halo_dims(traffic.n))
                 j = simgrid.judge([str(exe), dims, str(args.face), str(args.iters)], pf,
-                                  default_mapping(traffic.n, pf), (pl.node_of, pl.gpu_of), cache / "smpi" / topo.name)
+                                  default_mapping(traffic.n, pf), (pl.node_of, pl.gpu_of), cache / "smpi" / topo.name,
+                                  traffic=traffic)
                 doc["simgrid"] = j
                 con.print(f"SimGrid (smpirun) simulated communication time of halo4d on {topo.name}: "
                           f"default {j['default_s'] * 1e3:.3f} ms -> rankmap {j['tuned_s'] * 1e3:.3f} ms "
