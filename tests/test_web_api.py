@@ -492,3 +492,28 @@ def test_link_loads_route_host_staged_bytes_via_the_host():
     # the same matrix read as all peer-to-peer bytes: nothing crosses the CPU interconnect
     peer = link_loads(topo, T, pl)
     assert peer["same_gpu_bytes"] == 1000 and peer["host_staged_bytes"] == 0
+
+
+def test_cluster_view_routes_host_staged_bytes_via_the_host(tmp_path):
+    """The multi-node view routes a host-memory pair inside a node up to the CPU and down again."""
+    from rankmap.topology import fixtures
+
+    store = open_store(f"sqlite:///{tmp_path / 'c.db'}")
+    views = {}
+    for mem in ("device", "host"):
+        jid = store.create_job(["srun", "-n", "4", "./a"], world_size=4)
+        recs = [WebRecord(world_rank=0, host="nodeA", traffic=[(1, "p2p", "MPI_Send", mem, "send", 10**9, 1),
+                                                              (2, "p2p", "MPI_Send", "device", "send", 10**9, 1)]),
+                WebRecord(world_rank=1, host="nodeA", traffic=[]), WebRecord(world_rank=2, host="nodeB", traffic=[]),
+                WebRecord(world_rank=3, host="nodeB", traffic=[])]
+        store.ingest(jid, recs)
+        store.finish_job(jid, exit_status=0, elapsed_ns=10**9)
+        views[mem] = local_client(create_app(store, "dgx1-v100")).get(f"/api/jobs/{jid}/cluster").json()
+    topo = fixtures.get("dgx1-v100")
+    up = len(topo.route("gpu0", topo.local_cpu("gpu0").id).hops)
+    down = len(topo.route(topo.local_cpu("gpu1").id, "gpu1").hops)
+    nv = len(topo.route("gpu0", "gpu1").hops)
+    # node A's links carry the off-node bytes to the NIC either way; the pair adds its route
+    extra = views["host"]["nodes"][0]["local_bytes"] - views["device"]["nodes"][0]["local_bytes"]
+    assert extra == (up + down - nv) * 10**9
+    assert views["host"]["off_node_bytes"] == views["device"]["off_node_bytes"] == 10**9

@@ -324,13 +324,13 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         jid = job_id(job)
         topo = topologies.get(spec)
         j = store.job(jid)
-        m = job_matrix(jid)
+        m, host = job_matrices(store, jid)
         p = placement_of(jid, j, topo, m.shape[0], "auto")
         secs = (j.get("elapsed_ns") or 0) / 1e9
         if not secs:
             t0 = U.job_zero_ns(store, j)
             secs = max((time.time_ns() - t0) / 1e9, 1e-3) if t0 else 1.0
-        return {"job": jid, "topology": topo.name, **C.cluster_view(topo, m, p, secs, thresholds(bands))}
+        return {"job": jid, "topology": topo.name, **C.cluster_view(topo, m, p, secs, thresholds(bands), host)}
 
     @app.get("/api/jobs/{job}/pvars")
     def pvars(job: str, name: str | None = None) -> dict:

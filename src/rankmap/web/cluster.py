@@ -32,8 +32,9 @@ def rank_hosts(ranks: list[dict], n: int) -> list[str | None]:
 
 
 def cluster_view(topo: Topology, matrix: np.ndarray, placement: V.Placement, duration_s: float,
-                 thresholds: tuple[float, ...]) -> dict[str, Any]:
-    """Nodes, NIC up/down loads and utilisation, and bytes between nodes, of a multi-host job."""
+                 thresholds: tuple[float, ...], host: np.ndarray | None = None) -> dict[str, Any]:
+    """Nodes, NIC up/down loads and utilisation, and bytes between nodes, of a multi-host job
+    (``host``: the host-staged part of ``matrix``, routed via the host inside a node)."""
     n = matrix.shape[0]
     hosts = [str(h) if h is not None else None for h in (placement.node or [None] * n)][:n]
     names = sorted({h for h in hosts if h})
@@ -52,8 +53,9 @@ def cluster_view(topo: Topology, matrix: np.ndarray, placement: V.Placement, dur
     keep = (src != dst) & known[src] & known[dst]
     src, dst = src[keep], dst[keep]
     b = T[src, dst]
+    hb = np.asarray(host, dtype=np.float64)[src, dst] if host is not None else None
     platform = Platform(model, len(names))
-    score = evaluate(platform, Traffic.from_triples(n, src, dst, b), node_of.clip(0), gpu_pos)
+    score = evaluate(platform, Traffic.from_triples(n, src, dst, b, hb), node_of.clip(0), gpu_pos)
     secs = max(duration_s, 1e-9)
     D = model.D
     nodes = []
