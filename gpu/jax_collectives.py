@@ -36,7 +36,10 @@ def main() -> None:
     n = len(devs)
     mesh = Mesh(devs, ("x",))
     per = args.mib * (1 << 20) // 4                      # float32 elements per GPU
-    x = jax.device_put(jnp.ones((n * per,), jnp.float32), jax.sharding.NamedSharding(mesh, P("x")))
+    # Each GPU makes its own shard: building the array on GPU 0 and sharding it afterwards would copy
+    # half of it over NVLink outside NCCL, and the NVLink check would see bytes no collective sent.
+    shard = jax.sharding.NamedSharding(mesh, P("x"))
+    x = jax.jit(lambda: jnp.ones((n * per,), jnp.float32), out_shardings=shard)()
 
     def sm(f, out):
         return jax.jit(shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=out))

@@ -13,7 +13,9 @@
 #     bytes exact, NVLink within 0.1 %;
 #  3. a PyTorch job whose all-reduces are captured into a CUDA graph and replayed
 #     (gpu/torch_graphs.py, torchrun): the captured calls are counted and the summary says that NCCL
-#     does not report replays; NVLink = profile + replays x the graph's bytes, within 0.1 %;
+#     does not report replays; NVLink = profile + (replays - 1) x the graph's bytes, within 0.1 %
+#     (capture records the calls without running them, and the profile counts each once); the same
+#     job once more with --cuda-activity on (CUPTI beside the NCCL plugin) must end cleanly;
 #  4. small-op cost: all_reduce_perf -g 2 8 B .. 4 MiB, plain vs plugin vs plugin with no events
 #     (RANKMAP_NCCL_EVENTS=none: NCCL's own cost of a loaded profiler), BENCH_ROUNDS (default 6)
 #     interleaved runs per mode; targets <= 1 us per operation below 1 MiB, <= 1 % from 1 MiB.
@@ -64,7 +66,8 @@ profile() {
   local extra=(); while [ "$1" != "--" ]; do extra+=("$1"); shift; done; shift
   local run="$WORK/run-$name"
   "${CHECK[@]}" nvml "$WORK/$name-before.json" || { echo '{}' > "$WORK/$name-before.json"; fail "$name: NVML read"; }
-  timeout 90 "$PY" -m rankmap profile --db "$DB" --nccl on --no-summary --no-progress --no-link-sampler \
+  # shellcheck disable=SC2086  # PFLAGS: extra profile options of one case, split on purpose
+  timeout 90 "$PY" -m rankmap profile --db "$DB" --nccl on --no-summary --no-progress --no-link-sampler ${PFLAGS:-} \
     --run-dir "$run" -- "$@" > "$WORK/$name.log" 2>&1
   local rc=$?
   "${CHECK[@]}" nvml "$WORK/$name-after.json" || { echo '{}' > "$WORK/$name-after.json"; fail "$name: NVML read"; }
@@ -111,6 +114,10 @@ REPLAYS=10
 profile graphs graphs "$WORK/graphs-expect.json" --replays $REPLAYS -- \
   "$PY" -m torch.distributed.run --standalone --nproc_per_node=2 gpu/torch_graphs.py \
   --expect "$WORK/graphs-expect.json" --replays $REPLAYS
+# the same job with CUDA activity recorded (CUPTI in the process beside the NCCL plugin): it must end
+PFLAGS="--cuda-activity on" profile graphs-cupti none "" -- \
+  "$PY" -m torch.distributed.run --standalone --nproc_per_node=2 gpu/torch_graphs.py \
+  --expect "$WORK/graphs-cupti-expect.json" --replays $REPLAYS
 
 # ---- 4. small-op cost: plain / plugin / plugin with no events, interleaved ----
 if [ -n "$NT" ] && [ -x "$NT/all_reduce_perf" ]; then

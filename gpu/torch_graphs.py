@@ -10,8 +10,10 @@ capture; the NVLink counters see every replay. Rank 0 writes what the profile mu
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -24,6 +26,8 @@ def main() -> None:
     a.add_argument("--ops", type=int, default=2)
     a.add_argument("--replays", type=int, default=10)
     args = a.parse_args()
+    # A hang (say in teardown) prints every thread's stack before the caller's timeout kills it.
+    faulthandler.dump_traceback_later(45, exit=True, file=sys.stderr)
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
@@ -47,7 +51,13 @@ def main() -> None:
         with open(args.expect, "w") as fh:
             json.dump({"calls": [{"func": "AllReduce", "bytes": b, "calls": 1 + args.ops}],
                        "captured_calls": args.ops, "replays": args.replays}, fh)
+    # The graph holds work on the communicator: free it before the communicator is destroyed.
+    del g
+    torch.cuda.synchronize()
+    print(f"rank {dist.get_rank()}: replays done, destroying the process group", flush=True)
     dist.destroy_process_group()
+    print(f"rank {local}: process group destroyed", flush=True)
+    faulthandler.cancel_dump_traceback_later()
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
 The logs under tests/data/nccl/ are excerpts of output that users of three kinds of machines posted
 publicly (each file names its source): an NVLink mesh (4x V100 with NVLink between every pair), GPUs
-behind PCIe switches in two nodes joined by InfiniBand, and an 8x H100 NVSwitch node. The expected
-pairs below are worked out by hand from the rings and trees those logs print.
+behind PCIe switches in two nodes joined by InfiniBand, and an 8x H100 NVSwitch node; and one whole
+log recorded by rankmap's own GPU validation (NCCL 2.28.9, nccl-tests ``all_reduce_perf -g 2`` on two
+H200 behind NVSwitch). The expected pairs below are worked out by hand from the rings and trees those
+logs print.
 """
 
 from __future__ import annotations
@@ -94,3 +96,21 @@ def test_nvswitch_ring_not_in_rank_order() -> None:
     # NVLS (through the switch) has no pair structure: the ring volume spread, labelled a model
     nv = nccl_model.pairs(profile(8, [row("AllReduce", 8000, "NVLS", channels=24)], g))
     assert nv.rows[(0, 1, "ncclAllReduce", "model")] == [2000, 1] and len(nv.rows) == 56
+
+
+def test_nvswitch_two_h200_recorded_log() -> None:
+    """The whole INIT/GRAPH log of a real run: 24 rings 0 -> 1 and 24 trees, half rooted at each GPU."""
+    g = graph_of("nvswitch-2xh200.log")
+    assert g.nranks == 2 and g.complete_rings() == list(range(24)) and g.complete_trees() == list(range(24))
+    assert set(map(tuple, g.rings.values())) == {(0, 1)}
+    roots = {ch: next(r for r, p in g.parent[ch].items() if p == -1) for ch in range(24)}
+    assert [ch for ch, r in roots.items() if r == 1] == [*range(6, 12), *range(18, 24)]
+    # What the GPU run measured on NVLink: 14 all-reduces each of 32, 64 and 128 MiB put 3288334336
+    # bytes on the wire in each direction (NVML's counters agreed within 0.006 %)
+    sizes = [32 << 20, 64 << 20, 128 << 20]
+    p = profile(2, [row("AllReduce", s, channels=24, calls=14) for s in sizes], g)
+    assert np.array_equal(nccl_model.pair_matrix(p)[0], matrix(2, {0: {1: 3288334336}, 1: {0: 3288334336}}))
+    # as trees: each channel reduces up and broadcasts down its two-GPU tree, the same bytes each way
+    t = nccl_model.pair_matrix(profile(2, [row("AllReduce", 24 << 20, "TREE", channels=24)], g))[0]
+    assert np.array_equal(t, matrix(2, {0: {1: 24 << 20}, 1: {0: 24 << 20}}))
+    assert {k[3] for k in nccl_model.pairs(p).rows} == {"mirror"}

@@ -579,15 +579,17 @@ def test_gpu_shapes_script_checks(plugin: Path, harness: Path, fake_libcuda: Pat
     for needle in ("PASS jax: both GPUs recorded as ranks 0 and 1", "PASS jax rank 1: ncclAllReduce 4000 bytes x 2",
                    "PASS jax 0->1 (GPU TX)", "PASS jax: pair rows agree from both ends"):
         assert needle in p.stdout, p.stdout
-    # the graph check: one call captured per rank (AllReduce 8192 B, LL128), 3 replays the profile cannot see
+    # the graph check: one call captured per rank (AllReduce 8192 B, LL128) and replayed 3 times. Capture
+    # runs nothing and the profile counts the call once, so the wire carries 2 replays' worth more.
     per_replay = 8192 * 128 / 120
-    (tmp_path / "a2.json").write_text(json.dumps(after(3 * per_replay, 3 * per_replay)))
     (tmp_path / "g.json").write_text(json.dumps({"calls": [{"func": "AllReduce", "bytes": 8192, "calls": 1}],
                                                  "captured_calls": 1}))
-    p = subprocess.run(check + ["capture", str(run_dir), str(tmp_path / "b.json"), str(tmp_path / "a2.json"), "graphs",
-                                str(tmp_path / "g.json"), "--replays", "3"], capture_output=True, text=True, env=env,
-                       timeout=120)
-    assert p.returncode == 0, p.stdout + p.stderr
+    for replays_on_wire, rc in ((2, 0), (3, 4)):          # 3 more would mean capture itself sent the bytes
+        (tmp_path / "a2.json").write_text(json.dumps(after(replays_on_wire * per_replay, replays_on_wire * per_replay)))
+        p = subprocess.run(check + ["capture", str(run_dir), str(tmp_path / "b.json"), str(tmp_path / "a2.json"),
+                                    "graphs", str(tmp_path / "g.json"), "--replays", "3"], capture_output=True,
+                           text=True, env=env, timeout=120)
+        assert p.returncode == rc, p.stdout + p.stderr
     assert "PASS graphs: calls captured into the CUDA graph counted per rank {0: 1, 1: 1}" in p.stdout
     # the small-op table: the plugin adds 0.5 us below 1 MiB (0.3 of it NCCL's) and 2 % from 1 MiB
     head = "#       size    count   type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
