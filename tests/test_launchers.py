@@ -196,6 +196,22 @@ def test_prepare_sets_run_dir_and_buckets(fakebin, tmp_path):
     assert not any(k.startswith("NCCL") for k in L.prepare(lau, run_dir=tmp_path, base_env={}).injected)
 
 
+def test_prepare_turns_on_open_mpi_monitoring(fakebin, tmp_path):
+    """Open MPI jobs get its monitoring PML (the library source of collective pairs), unless the
+    user set it or asked for another source; other launchers do not."""
+    ompi, hydra = rec(["mpirun", "-np", "2", "./a"], fakebin), rec(["mpiexec", "-n", "2", "./a"], fakebin)
+    inj = L.prepare(ompi, run_dir=tmp_path, shim="/s.so", base_env={})
+    assert inj.injected["OMPI_MCA_pml_monitoring_enable"] == "2"
+    assert "OMPI_MCA_pml_monitoring_enable=2" in inj.argv
+    assert "OMPI_MCA_pml_monitoring_enable" not in L.prepare(hydra, run_dir=tmp_path, shim="/s.so", base_env={}).injected
+    mine = L.prepare(ompi, run_dir=tmp_path, shim="/s.so", base_env={"OMPI_MCA_pml_monitoring_enable": "1"})
+    assert "OMPI_MCA_pml_monitoring_enable" not in mine.injected
+    mirror = L.prepare(ompi, run_dir=tmp_path, shim="/s.so", base_env={"RANKMAP_COLLECTIVES": "mirror"})
+    assert "OMPI_MCA_pml_monitoring_enable" not in mirror.injected
+    assert mirror.injected["RANKMAP_COLLECTIVES"] == "mirror"          # reaches the ranks through -x
+    assert "OMPI_MCA_pml_monitoring_enable" not in L.prepare(ompi, run_dir=tmp_path, base_env={}).injected
+
+
 def test_mpicc_choice(tmp_path):
     d = tmp_path / "opt" / "bin"
     d.mkdir(parents=True)

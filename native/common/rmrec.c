@@ -36,14 +36,8 @@ static const char *const source_name[] = { RMREC_SOURCES(RMREC_SOURCE_NAME_) };
 /* ---- rows (little-endian, packed; see docs/record-format.md) ------------------------- */
 
 /* The structs are expanded from rmrec_layout.h, the declaration the Python reader parses too. */
-typedef uint8_t rmrec_u8;
-typedef uint16_t rmrec_u16;
-typedef uint32_t rmrec_u32;
-typedef uint64_t rmrec_u64;
-typedef int32_t rmrec_i32;
-typedef int64_t rmrec_i64;
-#define FIELD_(type, name) rmrec_##type name;
-#define ARRAY_(type, name, count) rmrec_##type name[count];
+#define FIELD_ RMREC_FIELD_
+#define ARRAY_ RMREC_ARRAY_
 #pragma pack(push, 1)
 typedef struct { RMREC_ROW_HEADER(FIELD_, ARRAY_) } row_header_t;
 typedef struct { RMREC_ROW_BLOCK(FIELD_, ARRAY_) } row_block_t;
@@ -118,6 +112,10 @@ struct rmrec {
   /* flushing */
   pthread_mutex_t flock;
   pthread_cond_t fcond;
+  /* the source's flush hook and, while it runs, the flush's output buffer */
+  void (*hook)(rmrec_t *, void *, int);
+  void *hook_arg;
+  struct obuf *out;
   pthread_t thread;
   int thread_started, stop, closed;
   void (*pre_flush)(void *);          /* rmrec_pre_flush: run by the flush thread before each flush */
@@ -284,7 +282,7 @@ static void fork_init(void) {
 
 /* ---- output buffer with block framing ------------------------------------------------ */
 
-typedef struct { unsigned char *p; size_t len, cap, blk; int type, oom; } obuf_t;
+typedef struct obuf { unsigned char *p; size_t len, cap, blk; int type, oom; } obuf_t;
 
 static void ob_reserve(obuf_t *b, size_t n) {
   if (b->oom || b->len + n <= b->cap) return;
@@ -471,8 +469,15 @@ void rmrec_timeline_at(rmrec_t *c, int peer, int klass, uint64_t bytes, uint64_t
 
 void rmrec_traffic_at(rmrec_t *c, int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs,
                       uint64_t ticks) {
+  rmrec_traffic_from(c, peer, klass, op, mem, dir, bytes, msgs, ticks, RMREC_ORIGIN_CALL);
+}
+
+/* key: bit 63 set (never 0), bits 56-57 origin, 24-55 peer, 8-23 op, 4-7 class, 1-3 mem, 0 dir */
+void rmrec_traffic_from(rmrec_t *c, int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs,
+                        uint64_t ticks, int origin) {
   if (!c || !atomic_load_explicit(&c->enabled, memory_order_relaxed)) return;
-  uint64_t key = (1ull << 63) | ((uint64_t)(uint32_t)peer << 24) | ((uint64_t)(op & 0xffff) << 8) |
+  uint64_t key = (1ull << 63) | ((uint64_t)(origin & 3) << 56) | ((uint64_t)(uint32_t)peer << 24) |
+                 ((uint64_t)(op & 0xffff) << 8) |
                  ((uint64_t)(klass & 0xf) << 4) | ((uint64_t)(mem & 0x7) << 1) | (uint64_t)(dir & 1);
   uint64_t i = mix64(key) & c->tmask;
   for (unsigned probe = 0; probe < 4096; probe++, i = (i + 1) & c->tmask) {
@@ -724,6 +729,7 @@ static void flush_impl(rmrec_t *c, int final) {
     r.klass = (uint8_t)((key >> 4) & 0xf);
     r.mem = (uint8_t)((key >> 1) & 0x7);
     r.dir = (uint8_t)(key & 1);
+    r.origin = (uint8_t)((key >> 56) & 3);
     r.bytes = db; r.msgs = dm;
     blk_row(&b, BT_TRAFFIC, &r, sizeof r);
   }
@@ -782,6 +788,14 @@ static void flush_impl(rmrec_t *c, int final) {
 
   flush_activity(c, &b);
 
+  /* the source's own blocks */
+  if (c->hook) {
+    c->out = &b;
+    c->hook(c, c->hook_arg, final);
+    c->out = NULL;
+    blk_end(&b);
+  }
+
   /* flush marker */
   row_flush_t f = {0};
   f.seq = ++c->seq;
@@ -796,6 +810,26 @@ static void flush_impl(rmrec_t *c, int final) {
   else write_all(c, b.p, b.len);
   free(b.p);
 }
+
+void rmrec_on_flush(rmrec_t *c, void (*fn)(rmrec_t *, void *, int), void *arg) {
+  if (!c) return;
+  pthread_mutex_lock(&c->flock);
+  c->hook = fn;
+  c->hook_arg = arg;
+  pthread_mutex_unlock(&c->flock);
+}
+
+void rmrec_put(rmrec_t *c, int type, const void *row, uint32_t len) {
+  if (!c || !c->out) return;          /* only inside a flush hook */
+  blk_row(c->out, type, row, len);
+}
+
+int64_t rmrec_bucket(rmrec_t *c, uint64_t ticks) {
+  if (!c) return 0;
+  return (int64_t)ticks_to_bucket(c, ticks - c->tick0);
+}
+
+int64_t rmrec_elapsed_ns(rmrec_t *c) { return c ? (int64_t)(rmrec_now_ns() - c->start_ns) : 0; }
 
 void rmrec_flush(rmrec_t *c) {
   if (!c) return;

@@ -18,7 +18,8 @@
  *   rmrec_traffic(c, peer, RMREC_NCCL, op, RMREC_MEM_DEVICE, RMREC_SEND, bytes, msgs);
  *       Hot path, lock-free (atomic adds into a preallocated hash table), any thread.
  *       peer is a WORLD rank.  Sends also feed the timeline (bytes per peer per bucket).
- *       rmrec_traffic_at(..., ticks) takes an rmrec_ticks() value the caller already has.
+ *       rmrec_traffic_at(..., ticks) takes an rmrec_ticks() value the caller already has;
+ *       rmrec_traffic_from(..., ticks, origin) also says where the peer attribution came from.
  *   uint64_t t0 = rmrec_ticks();  ...  rmrec_call(c, op, payload_bytes, rmrec_ticks() - t0);
  *       One call of an operation: calls += 1, time += ticks, payload += bytes, and the
  *       power-of-two size histogram of op gets payload_bytes.  Hot path, lock-free.
@@ -76,6 +77,23 @@ enum { RMREC_DIRECTIONS(RMREC_ENUM_PLAIN_) };
 enum { RMREC_SOURCES(RMREC_ENUM_SRC_) };
 enum { RMREC_COPY_KINDS(RMREC_ENUM_COPY_) };
 #define RMREC_MAX_NAMES 4096   /* kernel names per file; later ones are counted as "(other kernels)" */
+/* where a traffic row's peer attribution comes from: RMREC_ORIGIN_CALL / _LIBRARY / _MIRROR / _MODEL */
+#define RMREC_ENUM_ORIGIN_(name, value, text) RMREC_ORIGIN_##name = value,
+enum { RMREC_ORIGINS(RMREC_ENUM_ORIGIN_) };
+/* block types a source may append from its flush hook (rmrec_on_flush / rmrec_put) */
+#define RMREC_ENUM_BTYPE_(name, value, text) RMREC_BT_##name = value,
+enum { RMREC_BLOCKS(RMREC_ENUM_BTYPE_) };
+/* The packed row structs of rmrec_layout.h, for a source that writes its own block types:
+ *   typedef struct { RMREC_ROW_COLLFACT_CALLS(RMREC_FIELD_, RMREC_ARRAY_) } my_row_t;
+ * inside #pragma pack(push, 1). */
+typedef uint8_t rmrec_u8;
+typedef uint16_t rmrec_u16;
+typedef uint32_t rmrec_u32;
+typedef uint64_t rmrec_u64;
+typedef int32_t rmrec_i32;
+typedef int64_t rmrec_i64;
+#define RMREC_FIELD_(type, name) rmrec_##type name;
+#define RMREC_ARRAY_(type, name, count) rmrec_##type name[count];
 
 typedef struct rmrec rmrec_t;
 
@@ -95,7 +113,21 @@ void rmrec_traffic(rmrec_t *c, int peer, int klass, int op, int mem, int dir,
 /* Same, with the caller's rmrec_ticks() reading for the timeline (saves a clock read). */
 void rmrec_traffic_at(rmrec_t *c, int peer, int klass, int op, int mem, int dir,
                       uint64_t bytes, uint64_t msgs, uint64_t ticks);
+/* Same, with an explicit origin (RMREC_ORIGIN_*); rmrec_traffic* record RMREC_ORIGIN_CALL. */
+void rmrec_traffic_from(rmrec_t *c, int peer, int klass, int op, int mem, int dir,
+                        uint64_t bytes, uint64_t msgs, uint64_t ticks, int origin);
 void rmrec_call(rmrec_t *c, int op, uint64_t payload_bytes, uint64_t ticks);
+/* Timeline bucket of an rmrec_ticks() reading (the index TIMELINE rows use). */
+int64_t rmrec_bucket(rmrec_t *c, uint64_t ticks);
+/* Nanoseconds since rmrec_open (the FLUSH rows' elapsed clock). */
+int64_t rmrec_elapsed_ns(rmrec_t *c);
+/* A flush hook: called inside every flush (periodic ones from the flush thread) and the last one
+ * (final = 1, from the thread calling rmrec_close), after the writer's own blocks and before the
+ * FLUSH marker.  Inside it, rmrec_put appends one entry to a block of the given type (blocks split
+ * at about 1 MiB), so a source writes its own block types with the same framing and checksums.
+ * One hook per writer. */
+void rmrec_on_flush(rmrec_t *c, void (*fn)(rmrec_t *c, void *arg, int final), void *arg);
+void rmrec_put(rmrec_t *c, int type, const void *row, uint32_t len);
 /* Only the timeline: bytes into the bucket of ticks for (peer, klass), no traffic row. */
 void rmrec_timeline_at(rmrec_t *c, int peer, int klass, uint64_t bytes, uint64_t ticks);
 /* fn(arg) runs on the flush thread before each periodic flush (outside the writer's locks), so a

@@ -60,6 +60,8 @@
   X(COMM, 6, "comm") \
   X(META, 7, "meta") \
   X(FLUSH, 8, "flush") \
+  X(COLLFACTS, 9, "collfacts") \
+  X(PVARS, 10, "pvars") \
   X(CUDA_COPY, 12, "cuda_copy") \
   X(CUDA_KERNEL, 13, "cuda_kernel")
 
@@ -70,7 +72,8 @@
   F(u8, klass) \
   F(u8, mem) \
   F(u8, dir) \
-  A(u8, pad, 7) \
+  F(u8, origin) \
+  A(u8, pad, 6) \
   F(u64, bytes) \
   F(u64, msgs)
 
@@ -139,6 +142,56 @@
   F(u64, count) \
   F(u64, ns)
 
+/* COLLFACTS (MPI collective-call facts) holds two kinds of entries, told apart by their first byte.
+ * Kind 1, a signature, written once: one collective call's arguments as the library decides with;
+ * followed by nvec x i64 per-rank bytes (v/w collectives). */
+#define RMREC_ROW_COLLFACT_SIG(F, A) \
+  F(u8, kind) \
+  F(u8, mem) \
+  F(u8, flags) \
+  F(u8, pad0) \
+  F(u32, sig) \
+  F(u64, comm) \
+  F(i32, size) \
+  F(i32, rank) \
+  F(i32, root) \
+  F(u16, op) \
+  F(u16, pad1) \
+  F(i64, scount) \
+  F(i32, ssize) \
+  F(i32, rsize) \
+  F(i64, rcount) \
+  F(u32, nvec) \
+  F(u32, pad2)
+/* Kind 2: calls of a signature in one timeline bucket (a delta, like all counters). */
+#define RMREC_ROW_COLLFACT_CALLS(F, A) \
+  F(u8, kind) \
+  A(u8, pad, 3) \
+  F(u32, sig) \
+  F(i64, bucket) \
+  F(u64, calls)
+
+/* PVARS (MPI_T performance variables): kind 1, a variable, written once, followed by name_length
+ * bytes of its name; kind 2, a sample, followed by count x 8-byte values (vtype: 0 u64, 1 i64,
+ * 2 f64). */
+#define RMREC_ROW_PVAR_DEF(F, A) \
+  F(u8, kind) \
+  F(u8, cls) \
+  F(u8, vtype) \
+  F(u8, bound) \
+  F(u32, id) \
+  F(u32, count) \
+  F(u16, name_length) \
+  F(u16, pad)
+#define RMREC_ROW_PVAR_SAMPLE(F, A) \
+  F(u8, kind) \
+  F(u8, vtype) \
+  F(u16, pad0) \
+  F(u32, id) \
+  F(i64, t_ns) \
+  F(u32, count) \
+  F(u32, pad1)
+
 /* Codes: X(NAME, value, "name in the reader and the store") */
 #define RMREC_SOURCES(X) \
   X(MPI, 0, "mpi") \
@@ -181,5 +234,26 @@
   X(MANAGED, 5, "managed") \
   X(DEVICE_STATIC, 6, "device_static") \
   X(MANAGED_STATIC, 7, "managed_static")
+
+/* Where a traffic row's peer comes from: counted at the call, the library's own accounting, a
+ * mirror of the library's algorithm choice, a model (docs/collective-models.md). */
+#define RMREC_ORIGINS(X) \
+  X(CALL, 0, "call") \
+  X(LIBRARY, 1, "library") \
+  X(MIRROR, 2, "mirror") \
+  X(MODEL, 3, "model")
+
+/* MPI_T performance variable classes (MPI_T_PVAR_CLASS_*, as Open MPI and MPICH number them) */
+#define RMREC_PVAR_CLASSES(X) \
+  X(STATE, 0, "state") \
+  X(LEVEL, 1, "level") \
+  X(SIZE, 2, "size") \
+  X(PERCENTAGE, 3, "percentage") \
+  X(HIGHWATERMARK, 4, "highwatermark") \
+  X(LOWWATERMARK, 5, "lowwatermark") \
+  X(COUNTER, 6, "counter") \
+  X(AGGREGATE, 7, "aggregate") \
+  X(TIMER, 8, "timer") \
+  X(GENERIC, 9, "generic")
 
 #endif

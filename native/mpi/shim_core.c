@@ -1,6 +1,6 @@
 /*
- * shim_core.c -- state, rank translation, request tracking, memory kind and the collective
- * traffic models of the rankmap PMPI shim.  Models: docs/collective-models.md.
+ * shim_core.c -- state, rank translation, memory kind and the accounting helpers of the rankmap
+ * PMPI shim.  Collective pair traffic: shim_coll.c and docs/collective-models.md.
  */
 #define _GNU_SOURCE
 #include "shim_core.h"
@@ -23,12 +23,6 @@ static const char *op_names[] = {
   RM_OPS(RM_NAME)
 #undef RM_NAME
 };
-
-#define MODEL_DESC "rankmap-1: bcast/reduce/gather/scatter binomial tree; gatherv/scatterv linear; " \
-  "allreduce recursive doubling below 65536 bytes (or count < size) else ring; allgather recursive " \
-  "doubling below 65536 total bytes on a power-of-two size else ring; allgatherv ring; alltoall(v/w) " \
-  "pairwise exchange; reduce_scatter(_block) ring; scan/exscan recursive doubling; barrier " \
-  "dissemination; neighbour collectives direct"
 
 /* ---- handle -> translation tables (communicators, windows) ---------------------------- */
 
@@ -129,7 +123,10 @@ rm_xl_t *rm_comm_xl(MPI_Comm comm) {
   xt_put(&comm_tab, key, x);
   comm_last.key = key; comm_last.gen = gen; comm_last.x = x;
   if (comm_kv != MPI_KEYVAL_INVALID) PMPI_Comm_set_attr(comm, comm_kv, x);
-  if (!inter) rmrec_comm(rm_R, atomic_fetch_add(&comm_seq, 1), "", x->size, x->w);
+  if (!inter) {
+    x->id = atomic_fetch_add(&comm_seq, 1);
+    rmrec_comm(rm_R, x->id, "", x->size, x->w);
+  }
   return x;
 }
 
@@ -242,6 +239,7 @@ void rm_setup(void) {
   int len = 0, ver = 0, sub = 0;
   PMPI_Get_library_version(lib, &len);
   lib[len > 0 && len <= MPI_MAX_LIBRARY_VERSION_STRING ? len : 0] = 0;
+  rmrec_meta(rm_R, "mpi_library_full", lib);   /* MPICH: device and configure line too */
   char *nl = strchr(lib, '\n');
   if (nl) *nl = 0;
   rmrec_meta(rm_R, "mpi_library", lib);
@@ -249,7 +247,6 @@ void rm_setup(void) {
   char v[32];
   snprintf(v, sizeof v, "%d.%d", ver, sub);
   rmrec_meta(rm_R, "mpi_version", v);
-  rmrec_meta(rm_R, "collective_model", MODEL_DESC);
   rmrec_meta(rm_R, "shim", "rankmap-mpi 1");
   int *ident = malloc(sizeof(int) * (size_t)rm_wsize);
   if (ident) {
@@ -269,28 +266,35 @@ void rm_setup(void) {
   rmrec_single_writer(rm_R, rm_single);
   rmrec_meta(rm_R, "shim.counters", rm_single ? "single-writer (MPI thread level below MULTIPLE)"
                                               : "atomic (MPI_THREAD_MULTIPLE)");
+  rm_mpit_setup();
+  rm_coll_setup();
   rm_on = 1;
 }
 
 void rm_teardown(void) {
   if (!rm_on) return;
   rm_on = 0;
-  rmrec_close(rm_R);
+  rmrec_close(rm_R);          /* the final flush samples the pvars once more */
+  rm_mpit_teardown();
 }
 
 /* ---- emitting rows ------------------------------------------------------------------------- */
 
 void rm_emit(int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs) {
+  rm_emit_from(peer, klass, op, mem, dir, bytes, msgs, RMREC_ORIGIN_CALL);
+}
+
+void rm_emit_from(int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs, int origin) {
   if (peer < 0) return;
   rm_rowset_t *rs = rm_rs;
-  if (!rs) { rmrec_traffic_at(rm_R, peer, klass, op, mem, dir, bytes, msgs, rm_tick); return; }
+  if (!rs) { rmrec_traffic_from(rm_R, peer, klass, op, mem, dir, bytes, msgs, rm_tick, origin); return; }
   if (rs->n == rs->cap) {
     int cap = rs->cap ? 2 * rs->cap : 8;
     rm_row_t *r = realloc(rs->rows, sizeof *r * (size_t)cap);
     if (!r) return;
     rs->rows = r; rs->cap = cap;
   }
-  rs->rows[rs->n++] = (rm_row_t){peer, klass, op, mem, dir, bytes};
+  rs->rows[rs->n++] = (rm_row_t){peer, klass, op, mem, dir, origin, bytes};
 }
 
 rm_rowset_t *rm_rowset_new(int start_op) {
@@ -302,8 +306,9 @@ rm_rowset_t *rm_rowset_new(int start_op) {
 void rm_replay(const rm_rowset_t *rs) {
   for (int i = 0; i < rs->n; i++) {
     const rm_row_t *r = &rs->rows[i];
-    rmrec_traffic_at(rm_R, r->peer, r->klass, r->op, r->mem, r->dir, r->bytes, 1, rm_tick);
+    rmrec_traffic_from(rm_R, r->peer, r->klass, r->op, r->mem, r->dir, r->bytes, 1, rm_tick, r->origin);
   }
+  if (rs->sig) rm_coll_count(rs->sig - 1);
 }
 
 /* ---- point-to-point ------------------------------------------------------------------------ */
@@ -332,275 +337,164 @@ uint64_t rm_p2p_expect(int op, const void *buf, MPI_Count count, MPI_Datatype t,
   return n;
 }
 
-/* ---- collective models (docs/collective-models.md) ------------------------------------------- */
+/* ---- collectives: facts per call (shim_coll.c applies them) ------------------------------------ */
 
-#define SMALL_BYTES 65536u
-
-static inline void edge(rm_xl_t *x, int op, int mem, int dir, int peer, uint64_t bytes) {
-  rm_emit(rm_world(x, peer), RMREC_COLL, op, mem, dir, bytes, 1);
-}
-static inline int lowbit(int v) { return v & -v; }
 /* intra-communicator of at least 2 ranks, else no pair traffic */
 static rm_xl_t *coll_xl(MPI_Comm comm) {
   rm_xl_t *x = rm_comm_xl(comm);
   return (x && !x->inter && x->size > 1) ? x : NULL;
 }
-
-/* binomial tree rooted at root; per_rank(child) bytes on each edge toward the leaves
- * (dir_down: parent sends), or the reverse (reduce/gather: child sends). block>0: gather/scatter,
- * edge bytes = block * ranks in the child's subtree. */
-static void binomial(rm_xl_t *x, int op, int mem, int root, uint64_t n, int toward_root, int subtree) {
-  int p = x->size, vr = (x->me - root + p) % p;
-  int mask = 1;
-  while (mask < p) {
-    if (vr & mask) {   /* parent is vr - mask */
-      int parent = (vr - mask + root) % p;
-      uint64_t b = subtree ? n * (uint64_t)(mask < p - vr ? mask : p - vr) : n;
-      edge(x, op, mem, toward_root ? RMREC_SEND : RMREC_RECV, parent, b);
-      break;
-    }
-    mask <<= 1;
-  }
-  for (mask >>= 1; mask > 0; mask >>= 1)
-    if (vr + mask < p) {
-      int child = (vr + mask + root) % p;
-      uint64_t b = subtree ? n * (uint64_t)(mask < p - (vr + mask) ? mask : p - (vr + mask)) : n;
-      edge(x, op, mem, toward_root ? RMREC_RECV : RMREC_SEND, child, b);
-    }
-}
+static inline int my_rank(MPI_Comm comm) { rm_xl_t *x = rm_comm_xl(comm); return x ? x->me : 0; }
+static inline int inplace(const void *b) { return b == MPI_IN_PLACE ? RM_FACT_INPLACE : 0; }
 
 uint64_t rm_acc_bcast(int op, const void *buf, MPI_Count count, MPI_Datatype t, int root, MPI_Comm comm) {
-  uint64_t n = rm_tsz(t, count);
-  rm_xl_t *x = coll_xl(comm);
-  if (x && n) binomial(x, op, rm_mem(buf), root, n, 0, 0);
-  return n;
+  rm_coll_fact(op, coll_xl(comm), rm_mem(buf), root, count, t, count, t, 0, NULL, 0);
+  return rm_tsz(t, count);
 }
 
 uint64_t rm_acc_reduce(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, int root, MPI_Comm comm) {
-  uint64_t n = rm_tsz(t, count);
-  rm_xl_t *x = coll_xl(comm);
-  if (x && n) binomial(x, op, rm_mem(sbuf), root, n, 1, 0);
-  return n;
-}
-
-static void recursive_doubling(rm_xl_t *x, int op, int mem, uint64_t n) {
-  int p = x->size, me = x->me, p2 = 1;
-  while (p2 * 2 <= p) p2 *= 2;
-  if (me >= p2) {                           /* extra rank: hand data to me - p2, get result back */
-    edge(x, op, mem, RMREC_SEND, me - p2, n);
-    edge(x, op, mem, RMREC_RECV, me - p2, n);
-    return;
-  }
-  if (me + p2 < p) {
-    edge(x, op, mem, RMREC_RECV, me + p2, n);
-    edge(x, op, mem, RMREC_SEND, me + p2, n);
-  }
-  for (int mask = 1; mask < p2; mask <<= 1) {
-    edge(x, op, mem, RMREC_SEND, me ^ mask, n);
-    edge(x, op, mem, RMREC_RECV, me ^ mask, n);
-  }
-}
-
-/* ring reduce-scatter + allgather over p chunks of the element range */
-static uint64_t ring_chunk(MPI_Count count, int p, int i, uint64_t esz) {
-  return esz * (uint64_t)(count / p + (i < count % p ? 1 : 0));
-}
-static uint64_t ring_allreduce_sent(int r, MPI_Count count, int p, uint64_t esz) {
-  uint64_t total = esz * (uint64_t)count;
-  return (total - ring_chunk(count, p, (r + 1) % p, esz)) + (total - ring_chunk(count, p, (r + 2) % p, esz));
+  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), root, count, t, count, t, inplace(sbuf), NULL, 0);
+  return rm_tsz(t, count);
 }
 
 uint64_t rm_acc_allreduce(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm) {
-  uint64_t n = rm_tsz(t, count);
-  rm_xl_t *x = coll_xl(comm);
-  if (!x || !n) return n;
-  int mem = rm_mem(sbuf), p = x->size, me = x->me;
-  if (n < SMALL_BYTES || count < p) { recursive_doubling(x, op, mem, n); return n; }
-  uint64_t esz = n / (uint64_t)count;
-  rm_emit(rm_world(x, (me + 1) % p), RMREC_COLL, op, mem, RMREC_SEND, ring_allreduce_sent(me, count, p, esz), 2 * (uint64_t)(p - 1));
-  rm_emit(rm_world(x, (me - 1 + p) % p), RMREC_COLL, op, mem, RMREC_RECV,
-          ring_allreduce_sent((me - 1 + p) % p, count, p, esz), 2 * (uint64_t)(p - 1));
-  return n;
+  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, count, t, count, t, 0, NULL, 0);
+  return rm_tsz(t, count);
 }
 
 uint64_t rm_acc_gather(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt,
                        int root, MPI_Comm comm) {
-  rm_xl_t *x = coll_xl(comm);
-  rm_xl_t *any = rm_comm_xl(comm);
-  int me = any ? any->me : 0;
-  uint64_t n = (me == root) ? rm_tsz(rt, rcount) : rm_tsz(st, scount);
-  if (x && n) binomial(x, op, rm_mem(sbuf), root, n, 1, 1);
-  return n;
+  int me = my_rank(comm);
+  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), root, scount, sbuf == MPI_IN_PLACE ? rt : st, rcount, rt,
+               inplace(sbuf), NULL, 0);
+  return me == root ? rm_tsz(rt, rcount) : rm_tsz(st, scount);
 }
 
 uint64_t rm_acc_scatter(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt,
                         int root, MPI_Comm comm) {
-  rm_xl_t *x = coll_xl(comm);
-  rm_xl_t *any = rm_comm_xl(comm);
-  int me = any ? any->me : 0;
-  uint64_t n = (me == root) ? rm_tsz(st, scount) : rm_tsz(rt, rcount);
-  if (x && n) binomial(x, op, rm_mem(sbuf), root, n, 0, 1);
-  return n;
+  int me = my_rank(comm);
+  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), root, scount, st, rcount, rt, 0, NULL, 0);
+  return me == root ? rm_tsz(st, scount) : rm_tsz(rt, rcount);
 }
+
+/* per-peer bytes of a counts array (v/w collectives), on the stack for small communicators */
+#define VEC_STACK 256
+static int64_t *vec_of(int64_t *stack, int n) {
+  return n <= VEC_STACK ? stack : malloc(sizeof(int64_t) * (size_t)n);
+}
+static void vec_done(int64_t *v, int64_t *stack) { if (v != stack) free(v); }
 
 uint64_t rm_acc_gatherv(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, rm_cv_t rcounts,
                         MPI_Datatype rt, int root, MPI_Comm comm) {
   rm_xl_t *x = coll_xl(comm);
-  if (!x) return rm_tsz(st, scount);
-  int mem = rm_mem(sbuf);
-  if (x->me != root) {
-    uint64_t n = rm_tsz(st, scount);
-    if (n) edge(x, op, mem, RMREC_SEND, root, n);
-    return n;
+  if (!x || x->me != root) {                  /* a non-root only knows its own block */
+    rm_coll_fact(op, x, rm_mem(sbuf), root, scount, st, scount, st, 0, NULL, 0);
+    return rm_tsz(st, scount);
   }
-  uint64_t own = rm_tsz(rt, rm_cv(rcounts, root));
-  for (int i = 0; i < x->size; i++)
-    if (i != root && rm_cv(rcounts, i) > 0) edge(x, op, mem, RMREC_RECV, i, rm_tsz(rt, rm_cv(rcounts, i)));
-  return own;
+  int64_t vs[VEC_STACK], *v = vec_of(vs, x->size);
+  if (v) for (int i = 0; i < x->size; i++) v[i] = (int64_t)rm_tsz(rt, rm_cv(rcounts, i));
+  rm_coll_fact(op, x, rm_mem(sbuf), root, scount, st, rm_cv(rcounts, root), rt, inplace(sbuf), v, v ? x->size : 0);
+  vec_done(v, vs);
+  return rm_tsz(rt, rm_cv(rcounts, root));
 }
 
 uint64_t rm_acc_scatterv(int op, const void *sbuf, rm_cv_t scounts, MPI_Datatype st, MPI_Count rcount,
                          MPI_Datatype rt, int root, MPI_Comm comm) {
   rm_xl_t *x = coll_xl(comm);
-  if (!x) return rm_tsz(rt, rcount);
-  int mem = rm_mem(sbuf);
-  if (x->me != root) {
-    uint64_t n = rm_tsz(rt, rcount);
-    if (n) edge(x, op, mem, RMREC_RECV, root, n);
-    return n;
+  if (!x || x->me != root) {
+    rm_coll_fact(op, x, rm_mem(sbuf), root, rcount, rt, rcount, rt, 0, NULL, 0);
+    return rm_tsz(rt, rcount);
   }
-  for (int i = 0; i < x->size; i++)
-    if (i != root && rm_cv(scounts, i) > 0) edge(x, op, mem, RMREC_SEND, i, rm_tsz(st, rm_cv(scounts, i)));
+  int64_t vs[VEC_STACK], *v = vec_of(vs, x->size);
+  if (v) for (int i = 0; i < x->size; i++) v[i] = (int64_t)rm_tsz(st, rm_cv(scounts, i));
+  rm_coll_fact(op, x, rm_mem(sbuf), root, rm_cv(scounts, root), st, rcount, rt, 0, v, v ? x->size : 0);
+  vec_done(v, vs);
   return rm_tsz(st, rm_cv(scounts, root));
 }
 
 uint64_t rm_acc_allgather(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype rt, MPI_Comm comm) {
-  uint64_t n = rm_tsz(rt, rcount);
-  rm_xl_t *x = coll_xl(comm);
-  if (!x || !n) return n;
-  int p = x->size, me = x->me, mem = rm_mem(sbuf);
-  if ((p & (p - 1)) == 0 && n * (uint64_t)p < SMALL_BYTES) {
-    for (int mask = 1; mask < p; mask <<= 1) {
-      edge(x, op, mem, RMREC_SEND, me ^ mask, n * (uint64_t)mask);
-      edge(x, op, mem, RMREC_RECV, me ^ mask, n * (uint64_t)mask);
-    }
-    return n;
-  }
-  rm_emit(rm_world(x, (me + 1) % p), RMREC_COLL, op, mem, RMREC_SEND, n * (uint64_t)(p - 1), (uint64_t)(p - 1));
-  rm_emit(rm_world(x, (me - 1 + p) % p), RMREC_COLL, op, mem, RMREC_RECV, n * (uint64_t)(p - 1), (uint64_t)(p - 1));
-  return n;
+  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, rcount, rt, rcount, rt, 0, NULL, 0);
+  return rm_tsz(rt, rcount);
 }
 
 uint64_t rm_acc_allgatherv(int op, const void *sbuf, rm_cv_t rcounts, MPI_Datatype rt, MPI_Comm comm) {
-  rm_xl_t *x = coll_xl(comm);
-  rm_xl_t *any = rm_comm_xl(comm);
+  rm_xl_t *x = coll_xl(comm), *any = rm_comm_xl(comm);
   uint64_t own = any ? rm_tsz(rt, rm_cv(rcounts, any->me < any->size ? any->me : 0)) : 0;
-  if (!x) return own;
-  int p = x->size, me = x->me, mem = rm_mem(sbuf);
-  uint64_t total = 0;
-  for (int i = 0; i < p; i++) total += rm_tsz(rt, rm_cv(rcounts, i));
-  /* ring: rank r forwards every block except block (r+1) mod p */
-  uint64_t out = total - rm_tsz(rt, rm_cv(rcounts, (me + 1) % p));
-  uint64_t in = total - rm_tsz(rt, rm_cv(rcounts, me));
-  rm_emit(rm_world(x, (me + 1) % p), RMREC_COLL, op, mem, RMREC_SEND, out, (uint64_t)(p - 1));
-  rm_emit(rm_world(x, (me - 1 + p) % p), RMREC_COLL, op, mem, RMREC_RECV, in, (uint64_t)(p - 1));
+  if (!x) { rm_coll_fact(op, NULL, 0, 0, 0, rt, 0, rt, 0, NULL, 0); return own; }
+  int64_t vs[VEC_STACK], *v = vec_of(vs, x->size);
+  if (v) for (int i = 0; i < x->size; i++) v[i] = (int64_t)rm_tsz(rt, rm_cv(rcounts, i));
+  MPI_Count mine = rm_cv(rcounts, x->me);
+  rm_coll_fact(op, x, rm_mem(sbuf), 0, mine, rt, mine, rt, 0, v, v ? x->size : 0);
+  vec_done(v, vs);
   return own;
 }
 
 uint64_t rm_acc_alltoall(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype rt, MPI_Comm comm) {
-  uint64_t n = rm_tsz(rt, rcount);
-  rm_xl_t *x = coll_xl(comm);
-  if (!x) return n;
-  int mem = rm_mem(sbuf);
-  if (n)
-    for (int i = 0; i < x->size; i++)
-      if (i != x->me) { edge(x, op, mem, RMREC_SEND, i, n); edge(x, op, mem, RMREC_RECV, i, n); }
-  return n * (uint64_t)x->size;
+  rm_xl_t *x = rm_comm_xl(comm);
+  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, rcount, rt, rcount, rt, 0, NULL, 0);
+  return rm_tsz(rt, rcount) * (uint64_t)(x ? x->size : 1);
+}
+
+/* alltoallv/w: vec = bytes sent to each peer, then bytes received from each peer */
+static uint64_t a2av(int op, const void *sbuf, rm_cv_t scounts, const MPI_Datatype *sts, MPI_Datatype st,
+                     rm_cv_t rcounts, const MPI_Datatype *rts, MPI_Datatype rt, MPI_Comm comm) {
+  rm_xl_t *x = rm_comm_xl(comm);
+  if (!x || x->inter) { rm_coll_fact(op, NULL, 0, 0, 0, rt, 0, rt, 0, NULL, 0); return 0; }
+  int p = x->size, in = sbuf == MPI_IN_PLACE;
+  int64_t vs[VEC_STACK], *v = vec_of(vs, 2 * p);
+  uint64_t total = 0;
+  for (int i = 0; i < p; i++) {
+    MPI_Datatype ti = in ? (rts ? rts[i] : rt) : (sts ? sts[i] : st);
+    uint64_t s = rm_tsz(ti, in ? rm_cv(rcounts, i) : rm_cv(scounts, i));
+    total += s;
+    if (v) { v[i] = (int64_t)s; v[p + i] = (int64_t)rm_tsz(rts ? rts[i] : rt, rm_cv(rcounts, i)); }
+  }
+  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, 0, rt, 0, rt, in, v, v ? 2 * p : 0);
+  vec_done(v, vs);
+  return total;
 }
 
 uint64_t rm_acc_alltoallv(int op, const void *sbuf, rm_cv_t scounts, MPI_Datatype st, rm_cv_t rcounts,
                           MPI_Datatype rt, MPI_Comm comm) {
-  rm_xl_t *x = rm_comm_xl(comm);
-  if (!x || x->inter) return 0;
-  int inplace = (sbuf == MPI_IN_PLACE);
-  rm_cv_t sc = inplace ? rcounts : scounts;
-  MPI_Datatype stt = inplace ? rt : st;
-  int mem = rm_mem(sbuf);
-  uint64_t total = 0;
-  for (int i = 0; i < x->size; i++) {
-    uint64_t s = rm_tsz(stt, rm_cv(sc, i)), r = rm_tsz(rt, rm_cv(rcounts, i));
-    total += s;
-    if (i == x->me) continue;
-    if (s) edge(x, op, mem, RMREC_SEND, i, s);
-    if (r) edge(x, op, mem, RMREC_RECV, i, r);
-  }
-  return total;
+  return a2av(op, sbuf, scounts, NULL, st, rcounts, NULL, rt, comm);
 }
 
 uint64_t rm_acc_alltoallw(int op, const void *sbuf, rm_cv_t scounts, const MPI_Datatype *sts,
                           rm_cv_t rcounts, const MPI_Datatype *rts, MPI_Comm comm) {
-  rm_xl_t *x = rm_comm_xl(comm);
-  if (!x || x->inter) return 0;
-  int inplace = (sbuf == MPI_IN_PLACE);
-  int mem = rm_mem(sbuf);
-  uint64_t total = 0;
-  for (int i = 0; i < x->size; i++) {
-    uint64_t s = inplace ? rm_tsz(rts[i], rm_cv(rcounts, i)) : rm_tsz(sts[i], rm_cv(scounts, i));
-    uint64_t r = rm_tsz(rts[i], rm_cv(rcounts, i));
-    total += s;
-    if (i == x->me) continue;
-    if (s) edge(x, op, mem, RMREC_SEND, i, s);
-    if (r) edge(x, op, mem, RMREC_RECV, i, r);
-  }
-  return total;
+  return a2av(op, sbuf, scounts, sts, MPI_DATATYPE_NULL, rcounts, rts, MPI_DATATYPE_NULL, comm);
 }
 
 uint64_t rm_acc_reduce_scatter(int op, const void *sbuf, rm_cv_t rcounts, MPI_Datatype t, MPI_Comm comm) {
   rm_xl_t *x = rm_comm_xl(comm);
-  if (!x || x->inter) return 0;
-  int p = x->size, me = x->me, mem = rm_mem(sbuf);
+  if (!x || x->inter) { rm_coll_fact(op, NULL, 0, 0, 0, t, 0, t, 0, NULL, 0); return 0; }
+  int p = x->size;
+  int64_t vs[VEC_STACK], *v = vec_of(vs, p);
   uint64_t total = 0;
-  for (int i = 0; i < p; i++) total += rm_tsz(t, rm_cv(rcounts, i));
-  if (p > 1) {  /* ring: rank r sends partial sums of every block except its own */
-    rm_emit(rm_world(x, (me + 1) % p), RMREC_COLL, op, mem, RMREC_SEND, total - rm_tsz(t, rm_cv(rcounts, me)), (uint64_t)(p - 1));
-    int prev = (me - 1 + p) % p;
-    rm_emit(rm_world(x, prev), RMREC_COLL, op, mem, RMREC_RECV, total - rm_tsz(t, rm_cv(rcounts, prev)), (uint64_t)(p - 1));
+  for (int i = 0; i < p; i++) {
+    uint64_t b = rm_tsz(t, rm_cv(rcounts, i));
+    total += b;
+    if (v) v[i] = (int64_t)b;
   }
+  MPI_Count mine = rm_cv(rcounts, x->me);
+  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, mine, t, mine, t, inplace(sbuf), v, v ? p : 0);
+  vec_done(v, vs);
   return total;
 }
 
 uint64_t rm_acc_reduce_scatter_block(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype t, MPI_Comm comm) {
   rm_xl_t *x = rm_comm_xl(comm);
-  if (!x || x->inter) return 0;
-  int p = x->size, me = x->me, mem = rm_mem(sbuf);
-  uint64_t n = rm_tsz(t, rcount);
-  if (p > 1 && n) {
-    rm_emit(rm_world(x, (me + 1) % p), RMREC_COLL, op, mem, RMREC_SEND, n * (uint64_t)(p - 1), (uint64_t)(p - 1));
-    rm_emit(rm_world(x, (me - 1 + p) % p), RMREC_COLL, op, mem, RMREC_RECV, n * (uint64_t)(p - 1), (uint64_t)(p - 1));
-  }
-  return n * (uint64_t)p;
+  if (!x || x->inter) { rm_coll_fact(op, NULL, 0, 0, 0, t, 0, t, 0, NULL, 0); return 0; }
+  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, rcount, t, rcount, t, inplace(sbuf), NULL, 0);
+  return rm_tsz(t, rcount) * (uint64_t)x->size;
 }
 
 uint64_t rm_acc_scan(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm) {
-  uint64_t n = rm_tsz(t, count);
-  rm_xl_t *x = coll_xl(comm);
-  if (!x || !n) return n;
-  int mem = rm_mem(sbuf);
-  for (int mask = 1; mask < x->size; mask <<= 1) {
-    int partner = x->me ^ mask;
-    if (partner < x->size) { edge(x, op, mem, RMREC_SEND, partner, n); edge(x, op, mem, RMREC_RECV, partner, n); }
-  }
-  return n;
+  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, count, t, count, t, inplace(sbuf), NULL, 0);
+  return rm_tsz(t, count);
 }
 
 uint64_t rm_acc_barrier(int op, MPI_Comm comm) {
-  rm_xl_t *x = coll_xl(comm);
-  if (!x) return 0;
-  int p = x->size, me = x->me;
-  for (int mask = 1; mask < p; mask <<= 1) {
-    edge(x, op, RMREC_MEM_UNKNOWN, RMREC_SEND, (me + mask) % p, 0);
-    edge(x, op, RMREC_MEM_UNKNOWN, RMREC_RECV, (me - mask + p) % p, 0);
-  }
+  rm_coll_fact(op, coll_xl(comm), RMREC_MEM_UNKNOWN, 0, 0, MPI_BYTE, 0, MPI_BYTE, 0, NULL, 0);
   return 0;
 }
 
@@ -643,24 +537,32 @@ static int neighbors(MPI_Comm comm, int *nin, int **in, int *nout, int **out) {
   return -1;
 }
 
+/* neighbour collectives: every library sends each block straight to its neighbour, so their rows
+ * are written here, as a mirror of that one algorithm */
+static inline void edge(rm_xl_t *x, int op, int mem, int dir, int peer, uint64_t bytes) {
+  rm_emit_from(rm_world(x, peer), RMREC_COLL, op, mem, dir, bytes, 1, RMREC_ORIGIN_MIRROR);
+}
+
 uint64_t rm_acc_neighbor(int op, int kind, const void *sbuf, MPI_Count scount, rm_cv_t scounts, MPI_Datatype st,
                          const MPI_Datatype *sts, MPI_Count rcount, rm_cv_t rcounts, MPI_Datatype rt,
                          const MPI_Datatype *rts, MPI_Comm comm) {
   rm_xl_t *x = rm_comm_xl(comm);
   int nin, nout, *in, *out;
+  rm_coll_fact(op, NULL, rm_mem(sbuf), 0, 0, MPI_BYTE, 0, MPI_BYTE, 0, NULL, 0);   /* attribution only */
   if (!x || neighbors(comm, &nin, &in, &nout, &out) != 0) return 0;
+  int direct = !rm_lib_on;     /* the library reports its own messages: no rows of ours */
   int mem = rm_mem(sbuf);
   uint64_t total = 0;
   for (int i = 0; i < nout; i++) {
     uint64_t s = kind <= 1 ? rm_tsz(st, scount) : kind == 2 ? rm_tsz(st, scount)
                : kind == 3 ? rm_tsz(st, rm_cv(scounts, i)) : rm_tsz(sts[i], rm_cv(scounts, i));
     total += s;
-    if (out[i] >= 0 && s) edge(x, op, mem, RMREC_SEND, out[i], s);
+    if (direct && out[i] >= 0 && s) edge(x, op, mem, RMREC_SEND, out[i], s);
   }
   for (int i = 0; i < nin; i++) {
     uint64_t r = kind == 0 || kind == 2 ? rm_tsz(rt, rcount) : kind == 4 ? rm_tsz(rts[i], rm_cv(rcounts, i))
                : rm_tsz(rt, rm_cv(rcounts, i));
-    if (in[i] >= 0 && r) edge(x, op, mem, RMREC_RECV, in[i], r);
+    if (direct && in[i] >= 0 && r) edge(x, op, mem, RMREC_RECV, in[i], r);
   }
   if (out != in) free(out);
   free(in);

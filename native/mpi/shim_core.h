@@ -34,9 +34,11 @@ enum {
  * Per thread, in one block (one TLS base for all three):
  *   in_f: inside a Fortran wrapper that already counted; C wrappers then pass through;
  *   rs: row set being filled (persistent requests), see rm_emit;
- *   tick: rmrec_ticks() at entry of the current wrapper (the timeline's time of its rows). */
+ *   tick: rmrec_ticks() at entry of the current wrapper (the timeline's time of its rows);
+ *   coll, coll_mem: the collective in progress on this thread (operation id + 1, 0 for none) and
+ *   its buffer's memory kind: what the library's own messages are attributed to (shim_coll.c). */
 typedef struct rm_rowset rm_rowset_t;
-typedef struct { int in_f; rm_rowset_t *rs; uint64_t tick; } rm_tls_t;
+typedef struct { int in_f; rm_rowset_t *rs; uint64_t tick; int coll, coll_mem; } rm_tls_t;
 extern RM_TLS rm_tls_t rm_t;
 #define rm_in_f (rm_t.in_f)
 #define rm_rs (rm_t.rs)
@@ -45,9 +47,10 @@ extern rmrec_t *rm_R;
 extern int rm_on, rm_single;
 extern int rm_wrank, rm_wsize;
 #define RM_CAPTURE (__builtin_expect(rm_on, 1) && !rm_in_f)
-/* a wrapper's clock: RM_T0 at entry (also the timeline time of its rows), RM_DONE at exit */
+/* a wrapper's clock: RM_T0 at entry (also the timeline time of its rows), RM_DONE at exit (the
+ * collective in progress, if any, is over then) */
 #define RM_T0 uint64_t t0_ = rm_tick = rmrec_ticks()
-#define RM_DONE(op, n) rmrec_call(rm_R, op, (n), rmrec_ticks() - t0_)
+#define RM_DONE(op, n) do { rm_t.coll = 0; rmrec_call(rm_R, op, (n), rmrec_ticks() - t0_); } while (0)
 
 /* Count arrays of the v/w collectives: int in MPI_Alltoallv, MPI_Count in MPI_Alltoallv_c.
  * RM_CV(a) makes the view from either; rm_cv(v, i) reads element i. */
@@ -69,8 +72,9 @@ static inline uint64_t rm_hkey(const void *h, size_t n) {
 }
 static inline uint64_t rm_hmix(uint64_t k) { k ^= k >> 31; k *= 0x9e3779b97f4a7c15ull; return k ^ (k >> 29); }
 
-/* rank translation of one communicator (or window): world rank of each (remote) rank */
-typedef struct { int size, me, inter; int *w; } rm_xl_t;
+/* rank translation of one communicator (or window): world rank of each (remote) rank, and the
+ * communicator's id in the record's COMM blocks (0 = MPI_COMM_WORLD) */
+typedef struct { int size, me, inter; int *w; uint64_t id; } rm_xl_t;
 rm_xl_t *rm_comm_xl(MPI_Comm comm);
 rm_xl_t *rm_win_xl(MPI_Win win);
 static inline int rm_world(const rm_xl_t *x, int r) {
@@ -103,10 +107,11 @@ static inline uint64_t rm_tsz(MPI_Datatype t, MPI_Count count) {
 }
 
 /* Rows are either recorded at once, or (while rm_rs is set, for persistent requests) stored
- * in a row set that MPI_Start replays. */
-typedef struct { int peer, klass, op, mem, dir; uint64_t bytes; } rm_row_t;
-struct rm_rowset { int n, cap; int start_op; uint64_t payload; rm_row_t *rows; };
+ * in a row set that MPI_Start replays; a persistent collective keeps its signature (sig + 1). */
+typedef struct { int peer, klass, op, mem, dir, origin; uint64_t bytes; } rm_row_t;
+struct rm_rowset { int n, cap; int start_op; uint64_t payload; rm_row_t *rows; int sig; };
 void rm_emit(int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs);
+void rm_emit_from(int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs, int origin);
 void rm_replay(const rm_rowset_t *rs);
 rm_rowset_t *rm_rowset_new(int start_op);
 uint64_t rm_start_one(MPI_Request r);   /* counts a persistent send/collective at MPI_Start */
@@ -142,6 +147,26 @@ void rm_multi_end(rm_multi_t *m);
 /* matched probes: MPI_Message -> communicator until MPI_Mrecv/MPI_Imrecv takes it */
 void rm_msg_put(MPI_Message msg, MPI_Comm comm);
 rm_xl_t *rm_msg_take(MPI_Message msg);
+
+/* ---- collectives: what the library did (shim_coll.c) --------------------------------------------
+ * Each collective call records its FACTS (communicator, operation, counts and type sizes, root,
+ * flags), aggregated by signature per timeline bucket into COLLFACTS blocks; the pair traffic is
+ * derived from them at ingest by a mirror of the library's algorithm choice (or a model).  Under
+ * Open MPI with its monitoring PML, the library's own per-message accounting is captured instead
+ * (rm_lib_on): every message it sends for a collective becomes a row of origin "library". */
+enum { RM_FACT_INPLACE = 1, RM_FACT_COMMUTE = 2, RM_FACT_COMMUTE_KNOWN = 4, RM_FACT_LIBRARY = 8 };
+extern int rm_lib_on;
+void rm_coll_setup(void);                 /* after the writer is open: library hook, flush hook */
+/* One call's facts; x = NULL (self or inter-communicator): the call is attributed, no facts.
+ * vec: nvec per-peer byte counts (v/w collectives), or NULL. */
+void rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
+                  int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec);
+void rm_coll_count(int sig);              /* one more call of a stored signature (MPI_Start) */
+
+/* MPI_T (shim_mpit.c): control variables as META, performance variables sampled per flush */
+void rm_mpit_setup(void);
+void rm_mpit_sample(rmrec_t *c, int final);   /* from the flush hook */
+void rm_mpit_teardown(void);
 
 /* accounting: each returns the logical payload in bytes */
 uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm);

@@ -345,6 +345,22 @@ def nccl_debug_env(run_dir: str | os.PathLike, base_env: dict[str, str] | os._En
             "NCCL_DEBUG_FILE": str(Path(run_dir).resolve() / "nccl-debug.%h.%p.log")}
 
 
+def collectives_env(launcher: Launcher, base_env: dict[str, str] | os._Environ) -> dict[str, str]:
+    """The library source of collective pair traffic (docs/collective-models.md).
+
+    Open MPI jobs get its monitoring PML (``pml_monitoring_enable``), whose per-message accounting
+    the shim takes collective pairs from, unless the user set that parameter themselves or
+    ``RANKMAP_COLLECTIVES`` asks for the mirror or the model; ``RANKMAP_COLLECTIVES`` itself is
+    passed to the ranks (Open MPI's mpirun forwards only what it is told to).
+    """
+    want = base_env.get("RANKMAP_COLLECTIVES", "")
+    env = {"RANKMAP_COLLECTIVES": want} if want else {}
+    if launcher.kind == "openmpi" and want in ("", "auto", "library") \
+            and "OMPI_MCA_pml_monitoring_enable" not in base_env:
+        env["OMPI_MCA_pml_monitoring_enable"] = "2"
+    return env
+
+
 @dataclass
 class Injection:
     """What :func:`prepare` decided: the command to run and what it carries."""
@@ -369,6 +385,7 @@ def prepare(launcher: Launcher, *, run_dir: str | os.PathLike, shim: str | os.Pa
                            "RANKMAP_BUCKET_MS": str(int(bucket_ms)), "RANKMAP_FLUSH_MS": str(int(flush_ms))}
     if shim is not None:
         env["LD_PRELOAD"] = str(shim)
+        env.update(collectives_env(launcher, os.environ if base_env is None else base_env))
     if nccl_plugin is not None:
         env["NCCL_PROFILER_PLUGIN"] = str(nccl_plugin)
         env.update(nccl_debug_env(run_dir, os.environ if base_env is None else base_env))

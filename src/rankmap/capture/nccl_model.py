@@ -38,12 +38,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
 from rankmap.capture import nccl_graph
 from rankmap.formats import record as rec_mod
+from rankmap.formats.record import TrafficRow
 from rankmap.errors import RankmapError
 
 WIRE_FACTOR = {"LL": 2.0, "LL128": 128.0 / 120.0, "SIMPLE": 1.0}
@@ -105,19 +105,6 @@ class NcclProfile:
     @property
     def world_size(self) -> int:
         return max(self.ranks, default=-1) + 1
-
-
-class PairRow(NamedTuple):
-    """A traffic row of the record-reader shape, plus where its bytes come from."""
-
-    peer: int
-    klass: str
-    operation: str
-    mem: str
-    direction: str
-    bytes: int
-    messages: int
-    label: str
 
 
 _OPS_KEY = re.compile(r"^nccl\.ops\.([0-9a-f]{16})\.(-?\d+)$")
@@ -429,17 +416,17 @@ def ingest_records(profile: NcclProfile) -> list:
     """One record per NCCL file, re-ranked and carrying the model's pair rows, for the store.
 
     Each record keeps its calls, payload and histograms; its world rank becomes the global rank;
-    its traffic becomes the pair rows (:class:`PairRow`, send rows of the sender and receive rows
+    its traffic becomes the pair rows (:class:`TrafficRow`, send rows of the sender and receive rows
     of the receiver, with their ``label``); its timeline (the payload of each 100 ms bucket) is
     spread over its destinations in proportion to the bytes it sent each. Notes (ranks derived
     from a communicator, calls captured into CUDA graphs, unattributed bytes) join its problems.
     """
     p = pairs(profile)
     n = profile.world_size
-    by_rank: dict[int, list[PairRow]] = {}
+    by_rank: dict[int, list[TrafficRow]] = {}
     for (s, d, op, label), (b, calls) in sorted(p.rows.items()):
-        by_rank.setdefault(s, []).append(PairRow(d, "nccl", op, "device", "send", b, calls, label))
-        by_rank.setdefault(d, []).append(PairRow(s, "nccl", op, "device", "recv", b, calls, label))
+        by_rank.setdefault(s, []).append(TrafficRow(d, "nccl", op, "device", "send", b, calls, label))
+        by_rank.setdefault(d, []).append(TrafficRow(s, "nccl", op, "device", "recv", b, calls, label))
     captured = captured_calls(profile)
     out = []
     for i, rec in enumerate(profile.records):

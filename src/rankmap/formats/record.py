@@ -23,7 +23,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -110,11 +110,15 @@ SOURCES = _codes("SOURCES")
 #: CUDA activity (source cuda): what a copy moved, and the CUPTI memory kinds of its two ends
 COPY_KINDS = _codes("COPY_KINDS")
 CUDA_MEMS = _codes("CUDA_MEMS")
+#: MPI: where a traffic row's peer attribution comes from; MPI_T performance variable classes
+ORIGINS = _codes("ORIGINS")
+PVAR_CLASSES = _codes("PVAR_CLASSES")
 
 #: block type number by name (``BLOCK_TYPES["TRAFFIC"] == 2``)
 BLOCK_TYPES: dict[str, int] = {n: v for n, v, _ in _L.lists["BLOCKS"]}
 BT_STRINGS, BT_TRAFFIC, BT_HIST, BT_OPTIME, BT_TIMELINE, BT_COMM, BT_META, BT_FLUSH = (
     BLOCK_TYPES[n] for n in ("STRINGS", "TRAFFIC", "HIST", "OPTIME", "TIMELINE", "COMM", "META", "FLUSH"))
+BT_COLLFACTS, BT_PVARS = BLOCK_TYPES["COLLFACTS"], BLOCK_TYPES["PVARS"]
 BT_CUDA_COPY, BT_CUDA_KERNEL = BLOCK_TYPES["CUDA_COPY"], BLOCK_TYPES["CUDA_KERNEL"]
 
 _HEADER = _L.rows["HEADER"]
@@ -124,6 +128,10 @@ _STRING = _L.rows["STRING_ENTRY"]
 _META = _L.rows["META_ENTRY"]
 _COMM = _L.rows["COMM_ENTRY"]
 _KERNEL = _L.rows["CUDA_KERNEL_ENTRY"]
+_FACT_SIG = _L.rows["COLLFACT_SIG"]
+_FACT_CALLS = _L.rows["COLLFACT_CALLS"]
+_PVAR_DEF = _L.rows["PVAR_DEF"]
+_PVAR_SAMPLE = _L.rows["PVAR_SAMPLE"]
 #: dtype of the rows of every fixed-size block type, by type number (a BLOCK with a ROW list)
 ROW_TYPES: dict[int, np.dtype] = {v: _L.rows[n] for n, v in BLOCK_TYPES.items()
                                   if n in _L.rows and n != "FLUSH"}
@@ -131,6 +139,60 @@ _CRC_AT = _HEADER.fields["crc"][1]
 
 
 # ------------------------------------------------------------------------------ what a file holds
+class TrafficRow(NamedTuple):
+    """One traffic row: ``label`` says where the peer attribution comes from -- ``call`` (counted
+    by the hook at the call), ``library`` (the MPI library's own accounting), ``mirror`` (the
+    library's algorithm choice followed), ``model`` (a fixed algorithm; also every collective row
+    of files written before rows carried their origin)."""
+
+    peer: int
+    klass: str
+    operation: str
+    mem: str
+    direction: str
+    bytes: int
+    messages: int
+    label: str
+
+
+@dataclass(frozen=True)
+class CollFact:
+    """One collective signature a rank recorded (COLLFACTS): the arguments the MPI library decides
+    with. Counts are elements, ``ssize``/``rsize`` bytes per element, ``vec`` per-rank bytes of the
+    v/w collectives; ``comm`` names a communicator of the record's COMM blocks."""
+
+    sig: int
+    operation: str
+    comm: int
+    size: int
+    rank: int
+    root: int
+    scount: int
+    ssize: int
+    rcount: int
+    rsize: int
+    flags: int
+    mem: str
+    vec: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PvarDef:
+    """An MPI_T performance variable the rank sampled: its class (:data:`PVAR_CLASSES`), value type
+    (``u64``, ``i64``, ``f64``), bound to a communicator (MPI_COMM_WORLD) or not, values per sample."""
+
+    id: int
+    name: str
+    cls: str
+    vtype: str
+    bound: bool
+    count: int
+
+
+_VTYPES = ("u64", "i64", "f64")
+_VDTYPES = {0: "<u8", 1: "<i8", 2: "<f8"}
+
+
 @dataclass
 class Communicator:
     """A communicator seen by the rank: id (source-specific), name, members' world ranks."""
@@ -147,8 +209,13 @@ class RankRecord:
     From :func:`read`, the whole file (totals); from :meth:`RecordReader.poll`, only the blocks
     that poll parsed (a delta: add it to what came before).
 
-    traffic rows are ``(peer, klass, operation, mem, direction, bytes, messages)`` with peer a
-    world rank, klass in :data:`CLASSES`, mem in :data:`MEMS`, direction in :data:`DIRECTIONS`.
+    traffic rows are :class:`TrafficRow` ``(peer, klass, operation, mem, direction, bytes, messages,
+    label)`` with peer a world rank, klass in :data:`CLASSES`, mem in :data:`MEMS`, direction in
+    :data:`DIRECTIONS`, label in :data:`ORIGINS`.
+    ``coll_facts`` are the collective signatures known so far (every poll carries all of them) and
+    ``coll_calls`` ``(signature, timeline bucket, calls)`` the calls counted in these blocks;
+    ``pvar_defs`` the MPI_T performance variables known so far and ``pvar_samples``
+    ``(variable id, ns since the rank's start, values)`` the samples in these blocks.
     ``histogram[op][k]`` counts calls whose payload fell in bin k (0: 0 bytes; k >= 1:
     2**(k-1) <= bytes < 2**k).  ``op_time[op] = (calls, ns)``; ``payload[op]`` the logical bytes.
     ``timeline`` rows are ``(bucket, peer, klass, bytes_sent)``, bucket = elapsed // bucket_ns.
@@ -174,7 +241,7 @@ class RankRecord:
     elapsed_ns: int = 0
     finalized: bool = False
     flushes: int = 0
-    traffic: list[tuple[int, str, str, str, str, int, int]] = field(default_factory=list)
+    traffic: list[TrafficRow] = field(default_factory=list)
     histogram: dict[str, list[int]] = field(default_factory=dict)
     op_time: dict[str, tuple[int, int]] = field(default_factory=dict)
     payload: dict[str, int] = field(default_factory=dict)
@@ -187,6 +254,10 @@ class RankRecord:
     problems: list[str] = field(default_factory=list)
     blocks: int = 0
     rows: dict[int, np.ndarray] = field(default_factory=dict)
+    coll_facts: list[CollFact] = field(default_factory=list)
+    coll_calls: list[tuple[int, int, int]] = field(default_factory=list)
+    pvar_defs: dict[int, PvarDef] = field(default_factory=dict)
+    pvar_samples: list[tuple[int, int, tuple]] = field(default_factory=list)
 
     @property
     def bytes_sent(self) -> int:
@@ -195,7 +266,8 @@ class RankRecord:
     def empty(self) -> bool:
         """Nothing to store: no counted rows, names, communicators or flushes."""
         return not (self.traffic or self.histogram or self.op_time or self.timeline or self.communicators
-                    or self.meta or self.flushes or self.rows or self.cuda_copies or self.cuda_kernels)
+                    or self.meta or self.flushes or self.rows or self.cuda_copies or self.cuda_kernels
+                    or self.coll_calls or self.pvar_samples)
 
 
 @dataclass(frozen=True)
@@ -321,6 +393,8 @@ class RecordReader:
         self.used_before = 0
         self.size = 0
         self.pending = False
+        self.facts: dict[int, CollFact] = {}
+        self.pvars: dict[int, PvarDef] = {}
         if state:
             self.offset = int(state["offset"])
             self.strings = {int(k): v for k, v in state.get("strings", {}).items()}
@@ -328,13 +402,17 @@ class RecordReader:
             self.elapsed_ns, self.finalized = int(state.get("elapsed_ns", 0)), bool(state.get("finalized"))
             self.bad_at, self.bad_why = state.get("bad_at"), state.get("bad_why", "")
             self.used_before = int(state.get("used_before", 0))
+            self.facts = {int(f["sig"]): CollFact(**{**f, "vec": tuple(f["vec"])}) for f in state.get("facts", [])}
+            self.pvars = {int(v["id"]): PvarDef(**v) for v in state.get("pvars", [])}
 
     def state(self) -> dict[str, Any]:
         """What a later reader of the same file needs to go on from here (JSON-able)."""
         return {"offset": self.offset, "strings": {str(k): v for k, v in self.strings.items()},
                 "blocks": self.blocks, "flushes": self.flushes, "elapsed_ns": self.elapsed_ns,
                 "finalized": self.finalized, "bad_at": self.bad_at, "bad_why": self.bad_why,
-                "used_before": self.used_before}
+                "used_before": self.used_before,
+                "facts": [{**f.__dict__, "vec": list(f.vec)} for f in self.facts.values()],
+                "pvars": [dict(v.__dict__) for v in self.pvars.values()]}
 
     def _record(self, h: Header) -> RankRecord:
         return RankRecord(path=self.path, version=h.version, source=h.source, world_rank=h.world_rank,
@@ -408,6 +486,8 @@ class RecordReader:
         rec.communicators = list(comms.values())
         rec.elapsed_ns, rec.finalized = self.elapsed_ns, self.finalized
         self._sum(rec, parts)
+        rec.coll_facts = list(self.facts.values())
+        rec.pvar_defs = dict(self.pvars)
         return rec
 
     def _block(self, rec: RankRecord, btype: int, payload: memoryview, at: int,
@@ -441,6 +521,10 @@ class RecordReader:
                                         f"the block; the rest of the block ignored")
                     break
                 kernels.append((int(e["bucket"]), int(e["device"]), _text(tail), int(e["count"]), int(e["ns"])))
+        elif btype == BT_COLLFACTS:
+            self._collfacts(rec, payload, at)
+        elif btype == BT_PVARS:
+            self._pvars(rec, payload, at)
         elif btype == BT_FLUSH and length >= _FLUSH.itemsize:
             f = np.frombuffer(payload, dtype=_FLUSH, count=1)[0]
             self.flushes += 1
@@ -448,6 +532,64 @@ class RecordReader:
             self.elapsed_ns = max(self.elapsed_ns, int(f["elapsed_ns"]))
             self.finalized = self.finalized or bool(f["final"])
         # unknown block types are skipped (forward compatible within a version)
+
+    def _collfacts(self, rec: RankRecord, payload: memoryview, at: int) -> None:
+        """Signatures (kind 1, then nvec x i64) and calls per bucket (kind 2), in any order."""
+        p, calls = 0, {}
+        while p < len(payload):
+            kind = payload[p]
+            if kind == 1 and p + _FACT_SIG.itemsize <= len(payload):
+                e = np.frombuffer(payload, dtype=_FACT_SIG, count=1, offset=p)[0]
+                nvec = int(e["nvec"])
+                p += _FACT_SIG.itemsize
+                if p + 8 * nvec > len(payload):
+                    break
+                vec = tuple(np.frombuffer(payload, dtype="<i8", count=nvec, offset=p).tolist())
+                p += 8 * nvec
+                self.facts[int(e["sig"])] = CollFact(
+                    int(e["sig"]), self._opname(int(e["op"])), int(e["comm"]), int(e["size"]), int(e["rank"]),
+                    int(e["root"]), int(e["scount"]), int(e["ssize"]), int(e["rcount"]), int(e["rsize"]),
+                    int(e["flags"]), _code(MEMS, int(e["mem"]), "mem"), vec)
+            elif kind == 2 and p + _FACT_CALLS.itemsize <= len(payload):
+                e = np.frombuffer(payload, dtype=_FACT_CALLS, count=1, offset=p)[0]
+                key = (int(e["sig"]), int(e["bucket"]))
+                calls[key] = calls.get(key, 0) + int(e["calls"])
+                p += _FACT_CALLS.itemsize
+            else:
+                break
+        if p < len(payload):
+            rec.problems.append(f"{self.path.name}: collective facts block at offset {at} ends in a broken "
+                                f"entry at byte {p}; the entries before it used")
+        rec.coll_calls += [(s, b, n) for (s, b), n in calls.items()]
+
+    def _pvars(self, rec: RankRecord, payload: memoryview, at: int) -> None:
+        """Variables (kind 1, then the name) and samples (kind 2, then count x 8 bytes)."""
+        p = 0
+        while p < len(payload):
+            kind = payload[p]
+            if kind == 1 and p + _PVAR_DEF.itemsize <= len(payload):
+                e = np.frombuffer(payload, dtype=_PVAR_DEF, count=1, offset=p)[0]
+                p += _PVAR_DEF.itemsize
+                nl = int(e["name_length"])
+                name = _text(payload[p:p + nl])
+                p += nl
+                self.pvars[int(e["id"])] = PvarDef(int(e["id"]), name, _code(PVAR_CLASSES, int(e["cls"]), "class"),
+                                                   _code(_VTYPES, int(e["vtype"]), "vtype"), bool(e["bound"]),
+                                                   int(e["count"]))
+            elif kind == 2 and p + _PVAR_SAMPLE.itemsize <= len(payload):
+                e = np.frombuffer(payload, dtype=_PVAR_SAMPLE, count=1, offset=p)[0]
+                p += _PVAR_SAMPLE.itemsize
+                n, vt = int(e["count"]), int(e["vtype"])
+                if p + 8 * n > len(payload):
+                    break
+                vals = np.frombuffer(payload, dtype=_VDTYPES.get(vt, "<u8"), count=n, offset=p).tolist()
+                p += 8 * n
+                rec.pvar_samples.append((int(e["id"]), int(e["t_ns"]), tuple(vals)))
+            else:
+                break
+        if p < len(payload):
+            rec.problems.append(f"{self.path.name}: pvar block at offset {at} ends in a broken entry at "
+                                f"byte {p}; the entries before it used")
 
     def _opname(self, i: int) -> str:
         return self.strings.get(int(i), f"op#{int(i)}")
@@ -457,12 +599,13 @@ class RecordReader:
         tables = {t: np.concatenate(p) for t, p in parts.items()}
         t = tables.pop(BT_TRAFFIC, None)
         if t is not None and len(t):
-            (peer, op, kl, mem, d), (by, ms) = _sum_rows(t, ["peer", "op", "klass", "mem", "dir"], ["bytes", "msgs"])
+            (peer, op, kl, mem, d, og), (by, ms) = _sum_rows(t, ["peer", "op", "klass", "mem", "dir", "origin"],
+                                                             ["bytes", "msgs"])
             rec.traffic = sorted(
-                (p, _code(CLASSES, k, "class"), self._opname(o), _code(MEMS, m, "mem"),
-                 _code(DIRECTIONS, x, "dir"), b, n)
-                for p, o, k, m, x, b, n in zip(peer.tolist(), op.tolist(), kl.tolist(), mem.tolist(),
-                                               d.tolist(), by.tolist(), ms.tolist()))
+                TrafficRow(p, _code(CLASSES, k, "class"), self._opname(o), _code(MEMS, m, "mem"),
+                           _code(DIRECTIONS, x, "dir"), b, n, _label(k, g))
+                for p, o, k, m, x, g, b, n in zip(peer.tolist(), op.tolist(), kl.tolist(), mem.tolist(),
+                                                  d.tolist(), og.tolist(), by.tolist(), ms.tolist()))
         t = tables.pop(BT_OPTIME, None)
         if t is not None and len(t):
             (op,), (calls, ns, by) = _sum_rows(t, ["op"], ["calls", "ns", "bytes"])
@@ -508,6 +651,17 @@ def _sum_cuda(rec: RankRecord, copies: np.ndarray | None, kernels: list[tuple[in
     rec.cuda_timeline = sorted((b, w, *v) for (b, w), v in tl.items())
 
 
+_COLL = CLASSES.index("collective")
+
+
+def _label(klass: int, origin: int) -> str:
+    """A row's label: its origin, except that collective rows counted "at the call" are the model
+    of files written before rows carried an origin."""
+    if klass == _COLL and origin == 0:
+        return "model"
+    return _code(ORIGINS, origin, "origin")
+
+
 def read(path: str | Path, live: bool = False) -> RankRecord:
     """Read and validate one whole record file: the sums of all its intact flushes.
 
@@ -520,6 +674,14 @@ def read(path: str | Path, live: bool = False) -> RankRecord:
         raise RankmapError(f"{reader.path}: truncated header at offset 0 (need {HEADER_SIZE} bytes)")
     rec.problems += reader.problems(live)
     return rec
+
+
+def read_header(path: str | Path) -> Header:
+    """Only the header of a record file (who wrote it, on which host): cheap enough to call on
+    every file of a run before reading any of them."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        return _parse_header(path, f.read(HEADER_SIZE))
 
 
 def read_dir(rundir: str | Path, source: str | None = None, live: bool = False) -> list[RankRecord]:

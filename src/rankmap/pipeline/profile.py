@@ -116,10 +116,12 @@ class _Streamer(threading.Thread):
         NCCL files are ingested together (:meth:`_poll_nccl`): their global ranks and pair traffic
         come from joining all of them.
         """
+        from rankmap.capture import collectives
         from rankmap.formats import record as records
         problems: list[str] = []
         with self.lock:
             nccl_changed = False
+            node_of = collectives.node_index(collectives.run_hosts(self.run_dir.path))
             for path in self.run_dir.record_files():
                 try:
                     st = path.stat()
@@ -137,6 +139,7 @@ class _Streamer(threading.Thread):
                     if final:
                         problems.append(str(e))
                     continue  # mid-write header while streaming: next poll
+                collectives.apply(rec, node_of)      # the collective pairs of the recorded facts
                 self.store.ingest(self.job_id, [rec])
                 self.seen[path] = sig
                 self.sent[path] = sum(r[5] for r in rec.traffic if r[4] == "send")

@@ -1,0 +1,103 @@
+"""Collective pair traffic against Open MPI's own monitoring: per-pair L1 of each source.
+
+One job per (ranks, size) runs ``examples/mpi/coll_mix`` (allreduce, allgather, bcast, reduce,
+reduce_scatter_block, alltoall, gather, scatter at one size) under Open MPI with its monitoring
+PML and the rankmap MPI shim. The monitoring's dump (application and internal bytes per pair) is
+the reference; from the same run's record files come the three sources:
+
+* ``library`` -- the rows the shim took from the monitoring PML's per-message callback;
+* ``mirror``  -- the pairs derived from the recorded call facts by the coll/tuned mirror;
+* ``model``   -- the pairs of the fixed per-collective model (what rankmap did before).
+
+L1 = sum over pairs |source - monitoring| / monitoring bytes. Prints a markdown table (the one in
+docs/collective-models.md).
+
+    python bench/collective_pairs.py                           # 3, 4, 5, 8 ranks; 8 B .. 16 MiB
+    python bench/collective_pairs.py --ranks 4 --sizes 8,65536
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from rankmap.capture import collectives
+from rankmap.capture.shim_build import build_shim
+from rankmap.formats import record as records
+
+ROOT = Path(__file__).resolve().parents[1]
+RANKS = [3, 4, 5, 8]
+SIZES = [8, 64, 1024, 8192, 65536, 98760, 1048576, 16777216]
+ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+       "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def monitoring(prefix: Path, p: int) -> np.ndarray:
+    """Bytes per pair, application (E) and library-internal (I) lines of the monitoring dump."""
+    m = np.zeros((p, p), dtype=np.int64)
+    for r in range(p):
+        for line in Path(f"{prefix}.{r}.prof").read_text().splitlines():
+            f = line.split("\t")
+            if f[0] in ("E", "I"):
+                m[int(f[1]), int(f[2])] += int(f[3].split()[0])
+    return m
+
+
+def one(shim: Path, exe: Path, p: int, size: int, tmp: Path) -> dict[str, float]:
+    mon, run = tmp / f"mon-{p}-{size}", tmp / f"run-{p}-{size}"
+    mon.mkdir()
+    cmd = ["mpirun.openmpi", "-np", str(p), "--mca", "pml_monitoring_enable", "2",
+           "--mca", "pml_monitoring_enable_output", "3", "--mca", "pml_monitoring_filename", str(mon / "prof"),
+           "-x", f"LD_PRELOAD={shim}", "-x", f"RANKMAP_RUN_DIR={run}", str(exe), str(size)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, **ENV))
+    if r.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed: {r.stderr.strip()[-500:]}")
+    want = monitoring(mon / "prof", p)
+    out = {"bytes": float(want.sum())}
+    for source in ("library", "mirror", "model"):
+        recs = records.read_dir(run, source="mpi")
+        node_of = collectives.node_index({x.world_rank: x.host for x in recs})
+        for rec in recs:
+            collectives.apply(rec, node_of, None if source == "library" else source)
+        got = records.traffic_matrix(recs, world_size=p)
+        out[source] = float(np.abs(got - want).sum() / want.sum())
+    return out
+
+
+def main(argv: list[str]) -> None:
+    if not shutil.which("mpirun.openmpi") or "pml: monitoring" not in subprocess.run(
+            ["ompi_info"], capture_output=True, text=True).stdout:
+        raise SystemExit("needs Open MPI with its monitoring components (mpirun.openmpi, ompi_info)")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", default=",".join(map(str, RANKS)), help="comma-separated rank counts")
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated sizes, bytes (multiples of 8)")
+    args = ap.parse_args(argv)
+    ranks, sizes = [int(x) for x in args.ranks.split(",")], [int(x) for x in args.sizes.split(",")]
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        os.environ.setdefault("RANKMAP_CACHE", str(tmp / "cache"))
+        shim = build_shim("mpicc.openmpi")
+        subprocess.run(["make", "-s", "-C", str(ROOT / "examples" / "mpi"), "MPICC=mpicc.openmpi",
+                        "MPIF90=false", f"OUT={tmp}", f"{tmp}/coll_mix"], check=True, capture_output=True)
+        ver = subprocess.run(["ompi_info", "--version"], capture_output=True, text=True).stdout.splitlines()
+        print(f"{ver[0] if ver else 'Open MPI'}, {platform.node()}, {os.cpu_count()} CPUs; "
+              f"coll_mix (8 collectives at one size per job)\n")
+        print("| ranks | size (B) | bytes (monitoring) | L1 library | L1 mirror | L1 model |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for p in ranks:
+            for s in sizes:
+                o = one(shim, tmp / "coll_mix", p, s, tmp)
+                print(f"| {p} | {s} | {int(o['bytes'])} | {o['library']:.2%} | {o['mirror']:.2%} | {o['model']:.2%} |",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

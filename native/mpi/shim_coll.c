@@ -1,0 +1,266 @@
+/*
+ * shim_coll.c -- what the MPI library did with each collective call.
+ *
+ * A PMPI layer sees the arguments of a collective, not the messages the library exchanges to
+ * carry it out.  Two sources fill that gap (docs/collective-models.md):
+ *
+ *  library  Open MPI's monitoring PML records every message it sends through
+ *           mca_common_monitoring_record_pml(world rank, bytes, tag), an exported entry point of
+ *           libmca_common_monitoring (as in Open MPI 4.1).  The shim defines
+ *           that symbol too: being preloaded, its definition is the one the monitoring PML binds
+ *           to, so each message passes through here (and on to the real one, so the library's own
+ *           dumps stay intact).  Each message sent inside a collective call, and each message
+ *           with a negative tag (the library's internal traffic) outside one, becomes a TRAFFIC
+ *           row of origin "library", attributed to the collective in progress on the thread.
+ *           (The monitoring's MPI_T variables pml_monitoring_messages_* would say the same, but
+ *           Open MPI 4.1 deregisters them when MPI_Init closes the unused PML components, so
+ *           they cannot be read after MPI_Init.)
+ *  facts    every collective call adds one to its signature (communicator, operation, counts and
+ *           type sizes, root, flags) in the current timeline bucket; COLLFACTS blocks carry them,
+ *           and the reader applies a mirror of the library's algorithm selection (or a model) to
+ *           derive the pair rows.  With the library source on, the facts are flagged as measured
+ *           and no pair rows are derived from them.
+ */
+#define _GNU_SOURCE
+#include "shim_core.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int rm_lib_on;
+
+/* ---- facts table -------------------------------------------------------------------------------- */
+
+#define SIG_SLOTS (1u << 16)      /* distinct signatures kept; more are counted as lost */
+#define SIG_RING 8                /* buckets per signature between two flushes (else merged) */
+
+/* COLLFACTS entries, from the one layout declaration (rmrec_layout.h, docs/record-format.md) */
+#pragma pack(push, 1)
+typedef struct { RMREC_ROW_COLLFACT_SIG(RMREC_FIELD_, RMREC_ARRAY_) } fact_sig_t;
+typedef struct { RMREC_ROW_COLLFACT_CALLS(RMREC_FIELD_, RMREC_ARRAY_) } fact_calls_t;
+#pragma pack(pop)
+_Static_assert(sizeof(fact_sig_t) == 64, "fact signature");
+_Static_assert(sizeof(fact_calls_t) == 24, "fact calls");
+
+typedef struct {
+  uint64_t hash;
+  fact_sig_t def;
+  int64_t *vec;
+  int written, n;
+  int64_t bucket[SIG_RING];
+  uint64_t calls[SIG_RING];
+} sig_t;
+
+static sig_t *sigs;               /* SIG_SLOTS, allocated at setup (pages touched lazily) */
+static uint32_t *sig_order;       /* slot of signature i, in creation order */
+static uint32_t nsig;
+static uint64_t lost_calls;
+static pthread_mutex_t sig_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  while (n--) { h ^= *b++; h *= 0x100000001b3ull; }
+  return h;
+}
+
+static int type_size(MPI_Datatype t) {
+  if (t == MPI_DATATYPE_NULL) return 0;
+  return (int)rm_tsz(t, 1);
+}
+
+/* count one call of signature slot i in bucket b (sig_lock held) */
+static void sig_add(sig_t *e, int64_t b, uint64_t calls) {
+  if (e->n && e->bucket[e->n - 1] == b) { e->calls[e->n - 1] += calls; return; }
+  if (e->n < SIG_RING) { e->bucket[e->n] = b; e->calls[e->n] = calls; e->n++; return; }
+  e->calls[SIG_RING - 1] += calls;        /* more buckets than the ring holds: merged into the last */
+}
+
+static int sig_find(const fact_sig_t *d, const int64_t *vec, int nvec) {
+  uint64_t h = fnv(0xcbf29ce484222325ull, d, sizeof *d);
+  if (nvec) h = fnv(h, vec, sizeof(int64_t) * (size_t)nvec);
+  h |= 1;
+  for (uint32_t i = (uint32_t)(h ^ (h >> 29)) & (SIG_SLOTS - 1), k = 0; k < SIG_SLOTS; k++, i = (i + 1) & (SIG_SLOTS - 1)) {
+    sig_t *e = &sigs[i];
+    if (e->hash == 0) {
+      if (nsig >= SIG_SLOTS * 3 / 4) return -1;
+      int64_t *v = NULL;
+      if (nvec) {
+        v = malloc(sizeof(int64_t) * (size_t)nvec);
+        if (!v) return -1;
+        memcpy(v, vec, sizeof(int64_t) * (size_t)nvec);
+      }
+      e->hash = h; e->def = *d; e->vec = v; e->def.sig = nsig;
+      sig_order[nsig++] = i;
+      return (int)i;
+    }
+    if (e->hash == h && memcmp(&e->def.mem, &d->mem, offsetof(fact_sig_t, sig) - 1) == 0 &&
+        memcmp(&e->def.comm, &d->comm, sizeof *d - offsetof(fact_sig_t, comm)) == 0 &&
+        (!nvec || memcmp(e->vec, vec, sizeof(int64_t) * (size_t)nvec) == 0))
+      return (int)i;
+  }
+  return -1;
+}
+
+void rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
+                  int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec) {
+  rm_t.coll = op + 1;                      /* the library's messages from now on belong to op */
+  rm_t.coll_mem = mem;
+  if (!x || !sigs) return;
+  fact_sig_t d;
+  memset(&d, 0, sizeof d);
+  d.kind = 1; d.mem = (uint8_t)mem;
+  d.flags = (uint8_t)(flags | (rm_lib_on ? RM_FACT_LIBRARY : 0));
+  d.comm = x->id; d.size = x->size; d.rank = x->me; d.root = root;
+  d.op = (uint16_t)op;
+  d.scount = scount; d.ssize = type_size(st);
+  d.rcount = rcount; d.rsize = type_size(rt);
+  d.nvec = (uint32_t)(nvec > 0 ? nvec : 0);
+  pthread_mutex_lock(&sig_lock);
+  int i = sig_find(&d, vec, nvec > 0 ? nvec : 0);
+  if (i < 0) lost_calls++;
+  else if (rm_rs) rm_rs->sig = i + 1;      /* persistent: counted at each MPI_Start */
+  else sig_add(&sigs[i], rmrec_bucket(rm_R, rm_tick), 1);
+  pthread_mutex_unlock(&sig_lock);
+}
+
+void rm_coll_count(int slot) {
+  if (!sigs || slot < 0 || slot >= (int)SIG_SLOTS) return;
+  pthread_mutex_lock(&sig_lock);
+  rm_t.coll = sigs[slot].def.op + 1;
+  rm_t.coll_mem = sigs[slot].def.mem;
+  sig_add(&sigs[slot], rmrec_bucket(rm_R, rm_tick), 1);
+  pthread_mutex_unlock(&sig_lock);
+}
+
+static void facts_flush(rmrec_t *c, int final) {
+  pthread_mutex_lock(&sig_lock);
+  for (uint32_t k = 0; k < nsig; k++) {
+    sig_t *e = &sigs[sig_order[k]];
+    if (!e->written) {
+      size_t n = sizeof e->def + sizeof(int64_t) * e->def.nvec;
+      unsigned char *buf = malloc(n);
+      if (!buf) continue;
+      memcpy(buf, &e->def, sizeof e->def);
+      if (e->def.nvec) memcpy(buf + sizeof e->def, e->vec, sizeof(int64_t) * e->def.nvec);
+      rmrec_put(c, RMREC_BT_COLLFACTS, buf, (uint32_t)n);
+      free(buf);
+      e->written = 1;
+    }
+    for (int j = 0; j < e->n; j++) {
+      fact_calls_t r = {0};
+      r.kind = 2; r.sig = e->def.sig; r.bucket = e->bucket[j]; r.calls = e->calls[j];
+      rmrec_put(c, RMREC_BT_COLLFACTS, &r, sizeof r);
+    }
+    e->n = 0;
+  }
+  uint64_t lost = lost_calls;
+  pthread_mutex_unlock(&sig_lock);
+  if (final && lost) {
+    char v[96];
+    snprintf(v, sizeof v, "%llu collective calls without facts: more than %u distinct signatures",
+             (unsigned long long)lost, SIG_SLOTS * 3 / 4);
+    rmrec_meta(c, "warning.collective_facts", v);
+  }
+}
+
+/* ---- library source: Open MPI's monitoring PML ----------------------------------------------- */
+
+static void (*real_record_pml)(int, size_t, int);
+static int internal_op = -1;              /* "MPI internal": library messages outside any collective */
+
+/* nonblocking collectives progress inside later calls: their schedule's tag, learnt from the
+ * messages sent inside the starting call, names the operation afterwards */
+#define NB_TAGS 256
+static _Atomic int64_t nb_tag_op[NB_TAGS];    /* (tag << 16) | op, 0 = empty */
+#define TAG_NONBLOCKING_BASE (-27)             /* Open MPI coll_tags.h: blocking tags are -10..-26 */
+
+static int find_monitoring(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  const char **found = data;
+  if (strstr(info->dlpi_name, "libmca_common_monitoring")) { found[0] = info->dlpi_name; }
+  if (strstr(info->dlpi_name, "mca_pml_monitoring")) { found[1] = info->dlpi_name; }
+  return 0;
+}
+
+void mca_common_monitoring_record_pml(int world_rank, size_t data_size, int tag);
+
+/* the real record function of the loaded monitoring library, or NULL */
+static void *resolve_real(const char **pml) {
+  const char *found[2] = {NULL, NULL};
+  dl_iterate_phdr(find_monitoring, found);
+  if (pml) *pml = found[1];
+  void *h = found[0] ? dlopen(found[0], RTLD_NOLOAD | RTLD_LAZY) : NULL;
+  void *f = h ? dlsym(h, "mca_common_monitoring_record_pml") : NULL;
+  return f == (void *)mca_common_monitoring_record_pml ? NULL : f;
+}
+
+/* The symbol the monitoring PML calls for each message it sends (see the top of this file).
+ * Messages sent before the shim's setup (inside MPI_Init) are only passed on. */
+__attribute__((visibility("default")))
+void mca_common_monitoring_record_pml(int world_rank, size_t data_size, int tag) {
+  if (!real_record_pml) real_record_pml = (void (*)(int, size_t, int))resolve_real(NULL);
+  if (real_record_pml) real_record_pml(world_rank, data_size, tag);
+  if (!rm_lib_on || !rm_on || world_rank < 0) return;
+  int op = rm_t.coll - 1, mem = rm_t.coll_mem;
+  /* Inside a collective every message of this thread is the collective's, whatever its tag: the
+   * monitoring records persistent sends (alltoall's basic linear algorithm starts them) with tag 1.
+   * Outside, a tag >= 0 is the application's own point-to-point, which the shim counts itself. */
+  if (op < 0 && tag >= 0) return;
+  if (tag <= TAG_NONBLOCKING_BASE) {
+    _Atomic int64_t *slot = &nb_tag_op[(unsigned)(-tag) % NB_TAGS];
+    if (op >= 0) atomic_store_explicit(slot, ((int64_t)tag << 16) | op, memory_order_relaxed);
+    else {
+      int64_t v = atomic_load_explicit(slot, memory_order_relaxed);
+      if (v && (v >> 16) == tag) op = (int)(v & 0xffff);
+      mem = RMREC_MEM_UNKNOWN;
+    }
+  }
+  if (op < 0) { op = internal_op; mem = RMREC_MEM_UNKNOWN; }
+  rmrec_traffic_from(rm_R, world_rank, RMREC_COLL, op, mem, RMREC_SEND, (uint64_t)data_size, 1,
+                     rmrec_ticks(), RMREC_ORIGIN_LIBRARY);
+}
+
+/* The library source is on when the monitoring PML is interposed (pml_monitoring_enable != 0: its
+ * component stays loaded after MPI_Init) and RANKMAP_COLLECTIVES does not ask for another source. */
+static void lib_setup(void) {
+  const char *pml = NULL;
+  void *f = resolve_real(&pml);
+  if (!f || !pml) return;
+  real_record_pml = (void (*)(int, size_t, int))f;
+  const char *want = getenv("RANKMAP_COLLECTIVES");
+  if (want && *want && strcmp(want, "auto") != 0 && strcmp(want, "library") != 0) {
+    rmrec_meta(rm_R, "collective_pairs", "facts (the library source was available; RANKMAP_COLLECTIVES asked otherwise)");
+    return;
+  }
+  internal_op = rmrec_op(rm_R, "MPI internal");
+  rm_lib_on = 1;
+  rmrec_meta(rm_R, "collective_pairs", "library: Open MPI monitoring PML, per message");
+}
+
+/* ---- setup ------------------------------------------------------------------------------------- */
+
+static void on_flush(rmrec_t *c, void *arg, int final) {
+  (void)arg;
+  facts_flush(c, final);
+  rm_mpit_sample(c, final);
+}
+
+void rm_coll_setup(void) {
+  const char *want = getenv("RANKMAP_COLLECTIVES");
+  rmrec_meta(rm_R, "collectives.requested", want && *want ? want : "auto");
+  sigs = calloc(SIG_SLOTS, sizeof *sigs);
+  sig_order = calloc(SIG_SLOTS, sizeof *sig_order);
+  if (!sigs || !sig_order) {
+    free(sigs); free(sig_order); sigs = NULL; sig_order = NULL;
+    rmrec_meta(rm_R, "warning.collective_facts", "out of memory: no collective facts");
+  }
+  rmrec_meta(rm_R, "collective_pairs", "facts");
+  lib_setup();
+  rmrec_on_flush(rm_R, on_flush, NULL);
+}

@@ -1,0 +1,1235 @@
+"""Mirror of MPICH 4.0's collective selection: the CH4 device's compositions and the MPIR algorithms.
+
+A blocking collective in MPICH 4.0 goes ``MPIR_<Coll>`` -> (device collectives on, the default)
+``MPID_<Coll>``: the CH4 device picks a *composition* from its selection tree
+(:data:`.mpich_rules.CH4_TREE`), which splits the work over the communicator's node-local
+sub-communicator and its node-roots sub-communicator or runs it flat. Each part goes to the
+network module (``MPIDI_NM_*``, which runs ``MPIR_<Coll>_impl``) or, in builds with the POSIX
+shared-memory module, to ``MPIDI_SHM_*`` (POSIX release/gather algorithms or ``MPIR_<Coll>_impl``).
+``MPIR_<Coll>_impl`` runs the algorithm ``MPIR_CVAR_<COLL>_INTRA_ALGORITHM`` forces, falling back
+(silently, by default) to the automatic choice when the algorithm's restrictions do not hold; the
+automatic choice walks :data:`.mpich_rules.MPIR_TREE`. Builds with the UCX network module and no
+``--with-ch4-shmmods`` have no POSIX module (MPICH's configure then defines
+``MPIDI_CH4_DIRECT_NETMOD``): everything, node-local traffic included, is UCX messages.
+
+The algorithms below follow ``src/mpi/coll/<coll>/<coll>_intra_<algorithm>.c`` of v4.0.x message
+for message, in the ranks of the communicator they run on (sub-communicator ranks are mapped back
+to the caller's communicator). Checked against the UCX messages MPICH sends in
+``tests/test_collectives.py``. The POSIX release/gather algorithms move data through a
+shared buffer, not messages; their pair rows (root to each rank, each rank to its parent) are a
+model and make the call's rows ``model``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from rankmap.capture.collectives.call import Call, Msg, Out
+from rankmap.capture.collectives.mpich_rules import CH4_TREE, CVAR_ALGORITHMS, MPIR_TREE, POSIX_TREE
+
+
+# ---------------------------------------------------------------------------------------------
+# parameters
+
+@dataclass
+class Params:
+    """What MPICH decides with besides the call itself (from the shim's META)."""
+
+    forced: dict[str, str] = field(default_factory=dict)      # coll -> algorithm name
+    device_collectives: str = "percoll"
+    per_coll_device: dict[str, bool] = field(default_factory=dict)
+    direct_netmod: bool = True          # no POSIX shared-memory module (ch4:ucx default)
+    device: str = "ch4"                 # ch4 | ch3
+    posix: dict[str, str] = field(default_factory=dict)       # coll -> release_gather | mpir | auto
+    threaded: bool = False
+    bcast_short: int = 12288
+    bcast_long: int = 524288
+    bcast_min_procs: int = 8
+    gather_vsmall: int = 1024
+    alltoall_throttle: int = 32
+    mpir_tree: list = field(default_factory=lambda: MPIR_TREE)
+    ch4_tree: list = field(default_factory=lambda: CH4_TREE)
+    posix_tree: list = field(default_factory=lambda: POSIX_TREE)
+
+
+def _cvar_name(coll: str, v: str | None) -> str:
+    """An ``MPIR_CVAR_<COLL>_INTRA_ALGORITHM`` value (MPI_T gives its number) -> its name."""
+    if v is None:
+        return "auto"
+    s = str(v).strip()
+    names = CVAR_ALGORITHMS.get(coll, [])
+    if s.isdigit():
+        i = int(s)
+        return names[i] if i < len(names) else "auto"
+    return s if s in names else "auto"
+
+
+def _tree_from_json(text: str | None, default: list) -> list:
+    if not text:
+        return default
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return default
+
+    def compact(n: dict) -> list:
+        return [k if k.startswith(("algorithm=", "composition=")) else (k, compact(v)) for k, v in n.items()]
+    return compact(d) if isinstance(d, dict) else default
+
+
+def params_from_meta(meta: dict[str, str]) -> Params:
+    cv = {k[len("cvar.MPIR_CVAR_"):]: v for k, v in meta.items() if k.startswith("cvar.MPIR_CVAR_")}
+    p = Params()
+    for coll in CVAR_ALGORITHMS:
+        key = f"{coll.upper()}_INTRA_ALGORITHM"
+        if key in cv:
+            p.forced[coll] = _cvar_name(coll, cv[key])
+        dev = cv.get(f"{coll.upper()}_DEVICE_COLLECTIVE")
+        if dev is not None:
+            p.per_coll_device[coll] = str(dev).strip() not in ("0", "false")
+    dc = str(cv.get("DEVICE_COLLECTIVES", "percoll")).strip()
+    p.device_collectives = {"0": "all", "1": "none", "2": "percoll"}.get(dc, dc)
+    for coll in ("bcast", "reduce", "allreduce", "barrier"):
+        v = cv.get(f"{coll.upper()}_POSIX_INTRA_ALGORITHM")
+        if v is not None:
+            s = str(v).strip()
+            p.posix[coll] = {"0": "release_gather", "1": "mpir", "2": "auto"}.get(s, s)
+    p.bcast_short = int(cv.get("BCAST_SHORT_MSG_SIZE", 12288))
+    p.bcast_long = int(cv.get("BCAST_LONG_MSG_SIZE", 524288))
+    p.bcast_min_procs = int(cv.get("BCAST_MIN_PROCS", 8))
+    p.gather_vsmall = int(cv.get("GATHER_VSMALL_MSG_SIZE", 1024))
+    p.alltoall_throttle = int(cv.get("ALLTOALL_THROTTLE", 32))
+    lib = meta.get("mpi_library_full", meta.get("mpi_library", ""))
+    if "ch3" in lib and "ch4" not in lib:
+        p.device = "ch3"
+    shm = None
+    for tok in lib.replace("\t", " ").split():
+        if tok.startswith("--with-ch4-shmmods="):
+            shm = tok.split("=", 1)[1]
+        elif tok == "--without-ch4-shmmods":
+            shm = "none"
+    if shm is None:        # configure's default: none with the UCX netmod, posix otherwise
+        p.direct_netmod = "ch4:ucx" in lib or "MPICH Device" not in lib
+    else:
+        p.direct_netmod = shm in ("none", "no")
+    p.threaded = meta.get("shim.counters", "").startswith("atomic")
+    p.mpir_tree = _tree_from_json(meta.get("file.MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"), MPIR_TREE)
+    p.ch4_tree = _tree_from_json(meta.get("file.MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE"), CH4_TREE)
+    p.posix_tree = _tree_from_json(meta.get("file.MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE"), POSIX_TREE)
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# communicators and their node-aware sub-communicators
+
+class Comm:
+    """A communicator as MPICH sees it: ``members`` (ranks of the caller's communicator), this
+    rank's position ``rank``, the node of each member, and its hierarchy kind."""
+
+    def __init__(self, members: tuple[int, ...], rank: int, nodes: tuple[int, ...], hierarchy: str):
+        self.members, self.rank, self.nodes, self.hierarchy = members, rank, nodes, hierarchy
+        self.size = len(members)
+        self.pof2 = 1 << (self.size.bit_length() - 1)
+
+    @classmethod
+    def top(cls, p: int, rank: int, nodes: tuple[int, ...] | None) -> "Comm":
+        nodes = nodes if nodes and len(nodes) == p else (0,) * p
+        n_nodes = len(set(nodes))
+        return cls(tuple(range(p)), rank, nodes, "parent" if n_nodes != p else "flat")
+
+    def _local(self) -> list[int]:
+        me = self.nodes[self.rank]
+        return [i for i in range(self.size) if self.nodes[i] == me]
+
+    def _external(self) -> list[int]:
+        seen: dict[int, int] = {}
+        for i in range(self.size):
+            seen.setdefault(self.nodes[i], i)
+        return list(seen.values())
+
+    @property
+    def node_comm(self) -> "Comm | None":
+        if self.hierarchy != "parent":
+            return None
+        loc = self._local()
+        if len(loc) < 2:
+            return None
+        return Comm(tuple(self.members[i] for i in loc), loc.index(self.rank),
+                    tuple(self.nodes[i] for i in loc), "node")
+
+    @property
+    def node_roots_comm(self) -> "Comm | None":
+        if self.hierarchy != "parent":
+            return None
+        ext = self._external()
+        if self.rank not in ext:
+            return None
+        return Comm(tuple(self.members[i] for i in ext), ext.index(self.rank),
+                    tuple(self.nodes[i] for i in ext), "node_roots")
+
+    def intranode_rank(self, r: int) -> int:
+        if self.hierarchy != "parent" or self.nodes[r] != self.nodes[self.rank]:
+            return -1
+        return self._local().index(r)
+
+    def internode_rank(self, r: int) -> int:
+        if self.hierarchy != "parent":
+            return -1
+        ext_nodes = [self.nodes[i] for i in self._external()]
+        return ext_nodes.index(self.nodes[r])
+
+    def node_consecutive(self) -> bool:
+        seen, last = set(), None
+        for n in self.nodes:
+            if n != last:
+                if n in seen:
+                    return False
+                seen.add(n)
+                last = n
+        return True
+
+
+class Emit:
+    """Messages in the caller's communicator ranks; ``modeled`` is set when a shared-memory
+    algorithm had to be represented by a model."""
+
+    def __init__(self) -> None:
+        self.out = Out()
+        self.modeled = False
+        self.names: list[str] = []
+
+    def send(self, comm: Comm, dst: int, nbytes: int) -> None:
+        self.out.append(Msg(comm.members[dst], int(nbytes)))
+
+
+# ---------------------------------------------------------------------------------------------
+# selection trees (src/mpi/coll/src/csel.c)
+
+@dataclass
+class Sig:
+    """What a selection tree looks at."""
+
+    coll: str
+    comm: Comm
+    avg_msg_size: int = 0
+    total_msg_size: int = 0
+    count: int = 0
+    commutative: bool = True
+    builtin_op: bool = True
+    inplace: bool = False
+    block_regular: bool = True
+    threaded: bool = False
+
+
+_STATIC = ("comm_type=", "comm_size", "comm_hierarchy=", "is_node_consecutive=", "comm_avg_ppn")
+
+
+def _holds(cond: str, s: Sig, searching: bool) -> bool:
+    """Whether a tree condition holds. ``searching``: evaluated by MPIR_Csel_search rather than
+    by the pruning done at communicator creation, which differ in one place: search tests
+    ``comm_size<N`` as ``<=``."""
+    _, _, val = cond.partition("=")
+    c = s.comm
+    if cond.endswith("=any"):
+        return True
+    if cond.startswith("collective="):
+        return cond[len("collective="):] == s.coll
+    if cond == "comm_type=intra":
+        return True
+    if cond == "comm_type=inter":
+        return False
+    if cond.startswith("is_multi_threaded="):
+        return s.threaded == (val == "yes")
+    if cond == "comm_size=pow2":
+        return c.size & (c.size - 1) == 0
+    if cond == "comm_size=node_comm_size":
+        nc = c.node_comm
+        return nc is not None and nc.size == c.size
+    if cond.startswith("comm_hierarchy="):
+        return val == c.hierarchy
+    if cond.startswith("is_commutative="):
+        return s.commutative == (val == "yes")
+    if cond.startswith("is_op_built_in="):
+        return s.builtin_op == (val == "yes")
+    if cond.startswith("is_sendbuf_inplace="):
+        return s.inplace == (val == "yes")
+    if cond.startswith("is_block_regular="):
+        return s.block_regular == (val == "yes")
+    if cond.startswith("is_node_consecutive="):
+        return c.node_consecutive() == (val == "yes")
+    if cond == "count<pow2":
+        return s.count < c.pof2
+    if cond.startswith("comm_avg_ppn<="):
+        return c.size <= int(cond[len("comm_avg_ppn<="):]) * len(set(c.nodes))
+    for name, value in (("comm_size", c.size), ("avg_msg_size", s.avg_msg_size),
+                        ("total_msg_size", s.total_msg_size), ("count", s.count)):
+        if cond.startswith(name + "<="):
+            return value <= int(cond[len(name) + 2:])
+        if cond.startswith(name + "<"):
+            bound = int(cond[len(name) + 1:])
+            return value <= bound if (searching and name == "comm_size") else value < bound
+    return False
+
+
+def select(tree: list, s: Sig) -> str | None:
+    """The leaf (``algorithm=...`` or ``composition=...``) a selection tree gives, or None.
+
+    A tree is a list of siblings: a condition that holds descends into its subtree, one that does
+    not moves to the next sibling. MPICH first prunes each collective's tree by the
+    communicator's static properties (size, hierarchy, ...) down to the first condition on the
+    call itself, then searches the rest call by call; both are mirrored here."""
+    for entry in tree:                                # the collective's subtree
+        if isinstance(entry, tuple) and entry[0] == f"collective={s.coll}":
+            level, i, pruning = entry[1], 0, True
+            break
+    else:
+        level, i, pruning = tree, 0, False
+    while i < len(level):
+        entry = level[i]
+        if isinstance(entry, str):
+            return entry.split("=", 1)[1]
+        cond, sub = entry
+        if pruning and not cond.startswith(_STATIC):
+            pruning = False
+        if _holds(cond, s, searching=not pruning):
+            level, i = sub, 0
+        else:
+            i += 1
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# the call: counts and sizes as the MPIR functions see them
+
+@dataclass
+class Args:
+    coll: str
+    count: int = 0          # elements (bcast/reduce/allreduce) or per-rank elements (gathers)
+    tsize: int = 1          # bytes per element
+    root: int = 0
+    rcount: int = 0
+    rsize: int = 1
+    inplace: bool = False
+    commutative: bool = True
+    counts: tuple[int, ...] = ()   # reduce_scatter recvcounts / v-collective bytes
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.tsize
+
+
+def _sig(a: Args, comm: Comm, prm: Params) -> Sig:
+    s = Sig(a.coll, comm, commutative=a.commutative, inplace=a.inplace, threaded=prm.threaded)
+    n = a.count * a.tsize
+    if a.coll in ("bcast", "reduce", "allreduce", "alltoall"):
+        s.avg_msg_size = n
+    if a.coll in ("bcast", "reduce", "allreduce", "alltoall", "allgather"):
+        s.total_msg_size = (a.rcount * a.rsize if a.coll == "allgather" else n) * comm.size
+    if a.coll in ("gather", "scatter"):
+        s.total_msg_size = n * comm.size
+    if a.coll in ("reduce_scatter", "reduce_scatter_block"):
+        s.total_msg_size = sum(a.counts) * a.tsize if a.counts else a.rcount * comm.size * a.tsize
+        s.block_regular = len(set(a.counts)) <= 1
+    if a.coll == "allgatherv":
+        s.total_msg_size = sum(a.counts)
+    s.count = {"bcast": a.count, "reduce": a.count, "allreduce": a.count, "allgather": a.rcount,
+               "reduce_scatter_block": a.rcount, "reduce_scatter": sum(a.counts) if a.counts else 0,
+               "allgatherv": sum(a.counts)}.get(a.coll, 0)
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
+# entry points: MPIR_<Coll> (device or not), MPID_<Coll> (CH4), MPIR_<Coll>_impl
+
+def mpir_entry(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    """MPIR_<Coll>: the device's collective when device collectives are on for it."""
+    dev = prm.device == "ch4" and (prm.device_collectives == "all" or (
+        prm.device_collectives == "percoll" and prm.per_coll_device.get(a.coll, True)))
+    if dev:
+        return mpid(e, comm, a, prm)
+    return mpir_impl(e, comm, a, prm)
+
+
+def nm(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    """MPIDI_NM_mpi_<coll> (UCX and OFI without hcoll): MPIR_<Coll>_impl."""
+    mpir_impl(e, comm, a, prm)
+
+
+def shm(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    """MPIDI_SHM_mpi_<coll>: the network module in direct-netmod builds, else the POSIX module."""
+    if prm.direct_netmod:
+        return nm(e, comm, a, prm)
+    if a.coll in ("bcast", "reduce", "allreduce"):
+        choice = prm.posix.get(a.coll, "auto")
+        if choice == "auto":
+            leaf = select(prm.posix_tree, _sig(a, comm, prm))
+            choice = "release_gather" if leaf and "release_gather" in leaf else "mpir"
+        if choice == "release_gather" and (a.coll == "bcast" or a.commutative) and not prm.threaded:
+            return _release_gather(e, comm, a)
+    mpir_impl(e, comm, a, prm)
+
+
+def _release_gather(e: Emit, comm: Comm, a: Args) -> None:
+    """POSIX release/gather: data through a shared buffer; modelled as root -> every rank
+    (bcast) and every rank -> root (reduce), both for allreduce (root 0)."""
+    e.modeled = True
+    e.names.append("posix release_gather")
+    n, r = a.nbytes, comm.rank
+    if a.coll in ("reduce", "allreduce") and r != a.root:
+        e.send(comm, a.root, n)
+    if a.coll in ("bcast", "allreduce") and r == a.root:
+        for i in range(comm.size):
+            if i != r:
+                e.send(comm, i, n)
+
+
+def mpid(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    """MPID_<Coll> of CH4: a composition from the CH4 tree; no choice -> MPIR_<Coll>_impl."""
+    comp = select(prm.ch4_tree, _sig(a, comm, prm))
+    if comp is None:
+        return mpir_impl(e, comm, a, prm)
+    e.names.append(comp.replace("MPIDI_", "").replace("_intra_composition_", " "))
+    kind = comp.rsplit("_", 1)[1]
+    fn = COMPOSITIONS.get((a.coll, kind))
+    if fn is None:
+        return nm(e, comm, a, prm)
+    fn(e, comm, a, prm)
+
+
+def _bcast_alpha(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    nc, nr = comm.node_comm, comm.node_roots_comm
+    if nr is None and comm.rank == a.root and nc is not None:
+        e.send(comm, _member(comm, nc, 0), a.nbytes)
+    if nr is not None:
+        nm(e, nr, Args("bcast", a.count, a.tsize, comm.internode_rank(a.root)), prm)
+    if nc is not None:
+        shm(e, nc, Args("bcast", a.count, a.tsize, 0), prm)
+
+
+def _member(comm: Comm, sub: Comm, r: int) -> int:
+    """The rank in ``comm`` of rank ``r`` of its sub-communicator ``sub``."""
+    return comm.members.index(sub.members[r])
+
+
+def _bcast_beta(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    nc, nr = comm.node_comm, comm.node_roots_comm
+    lr = comm.intranode_rank(a.root)
+    if nc is not None and lr > 0:
+        shm(e, nc, Args("bcast", a.count, a.tsize, lr), prm)
+    if nr is not None:
+        nm(e, nr, Args("bcast", a.count, a.tsize, comm.internode_rank(a.root)), prm)
+    if nc is not None and lr <= 0:
+        shm(e, nc, Args("bcast", a.count, a.tsize, 0), prm)
+
+
+def _flat_nm(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    nm(e, comm, a, prm)
+
+
+def _flat_shm(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    shm(e, comm, a, prm)
+
+
+def _allreduce_alpha(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    nc, nr = comm.node_comm, comm.node_roots_comm
+    if nc is not None:
+        shm(e, nc, Args("reduce", a.count, a.tsize, 0, commutative=a.commutative), prm)
+    if nr is not None:
+        nm(e, nr, Args("allreduce", a.count, a.tsize, 0, inplace=True, commutative=a.commutative), prm)
+    if nc is not None:
+        shm(e, nc, Args("bcast", a.count, a.tsize, 0), prm)
+
+
+def _reduce_alpha(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    nc, nr = comm.node_comm, comm.node_roots_comm
+    if nc is not None:
+        shm(e, nc, Args("reduce", a.count, a.tsize, 0, commutative=a.commutative), prm)
+    if nr is not None:
+        nm(e, nr, Args("reduce", a.count, a.tsize, 0, inplace=nr.rank == 0, commutative=a.commutative), prm)
+    if a.root != 0 and comm.rank == 0:
+        e.send(comm, a.root, a.nbytes)
+
+
+def _reduce_beta(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    """Also MPIR_Reduce_intra_smp (with MPIR_Reduce on the sub-communicators)."""
+    _reduce_smp(e, comm, a, prm, shm, nm)
+
+
+def _barrier_alpha(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    nc, nr = comm.node_comm, comm.node_roots_comm
+    if nc is not None:
+        shm(e, nc, Args("barrier"), prm)
+    if nr is not None:
+        nm(e, nr, Args("barrier"), prm)
+    if nc is not None:
+        shm(e, nc, Args("bcast", 1, 1, 0), prm)
+
+
+COMPOSITIONS = {
+    ("barrier", "alpha"): _barrier_alpha, ("barrier", "beta"): _flat_nm,
+    ("bcast", "alpha"): _bcast_alpha, ("bcast", "beta"): _bcast_beta, ("bcast", "gamma"): _flat_nm,
+    ("allreduce", "alpha"): _allreduce_alpha, ("allreduce", "beta"): _flat_nm,
+    ("allreduce", "gamma"): _flat_shm, ("reduce", "alpha"): _reduce_alpha,
+    ("reduce", "beta"): _reduce_beta, ("reduce", "gamma"): _flat_nm,
+}
+
+#: restrictions of the forced algorithms (coll_algorithms.txt), checked before running them
+_RESTRICT = {
+    ("bcast", "smp"): "parent", ("allreduce", "smp"): "commutative parent",
+    ("allreduce", "reduce_scatter_allgather"): "size-ge-pof2 builtin",
+    ("reduce", "smp"): "commutative parent", ("reduce", "reduce_scatter_gather"): "size-ge-pof2 builtin",
+    ("allgather", "recursive_doubling"): "pof2", ("allgatherv", "recursive_doubling"): "pof2",
+    ("alltoall", "brucks"): "noinplace", ("alltoall", "pairwise"): "noinplace",
+    ("alltoall", "pairwise_sendrecv_replace"): "inplace", ("alltoall", "scattered"): "noinplace",
+    ("alltoallv", "pairwise_sendrecv_replace"): "inplace", ("alltoallv", "scattered"): "noinplace",
+    ("alltoallw", "pairwise_sendrecv_replace"): "inplace", ("alltoallw", "scattered"): "noinplace",
+    ("reduce_scatter", "pairwise"): "commutative", ("reduce_scatter", "recursive_halving"): "commutative",
+    ("reduce_scatter_block", "noncommutative"): "pof2",
+    ("reduce_scatter_block", "pairwise"): "commutative",
+    ("reduce_scatter_block", "recursive_halving"): "commutative",
+    ("barrier", "smp"): "parent", ("scan", "smp"): "parent consecutive",
+}
+
+
+def _applies(alg: str, comm: Comm, a: Args) -> bool:
+    for r in _RESTRICT.get((a.coll, alg), "").split():
+        ok = {"parent": comm.hierarchy == "parent", "commutative": a.commutative,
+              "size-ge-pof2": a.count >= comm.pof2, "builtin": True,
+              "pof2": comm.size == comm.pof2, "inplace": a.inplace, "noinplace": not a.inplace,
+              "consecutive": comm.node_consecutive()}[r]
+        if not ok:
+            return False
+    return True
+
+
+def mpir_impl(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    """MPIR_<Coll>_impl: the forced algorithm if it applies, else the automatic choice."""
+    alg = prm.forced.get(a.coll, "auto")
+    if alg not in ("auto", "nb") and not _applies(alg, comm, a):
+        alg = "auto"
+    if alg == "auto":
+        leaf = select(prm.mpir_tree, _sig(a, comm, prm))
+        alg = _alg_of(leaf, a.coll) if leaf else "auto"
+    if alg == "nb":
+        raise NotMirrored(f"{a.coll} nb")
+    fn = ALGORITHMS.get((a.coll, alg))
+    if fn is None:
+        raise NotMirrored(f"{a.coll} {alg}")
+    e.names.append(f"{a.coll} {alg}")
+    fn(e, comm, a, prm)
+
+
+class NotMirrored(Exception):
+    """An algorithm the mirror does not cover: the call's rows come from the model."""
+
+
+def _alg_of(leaf: str, coll: str) -> str:
+    """``MPIR_Allreduce_intra_recursive_doubling`` -> ``recursive_doubling``."""
+    for part in ("_intra_", "_allcomm_"):
+        if part in leaf:
+            return leaf.split(part, 1)[1]
+    return leaf
+
+
+# ---------------------------------------------------------------------------------------------
+# MPIR algorithms
+
+def _bcast_binomial(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    n, p, r = a.nbytes, comm.size, comm.rank
+    if n == 0:
+        return
+    rr = (r - a.root) % p
+    mask = 1
+    while mask < p:
+        if rr & mask:
+            break
+        mask <<= 1
+    mask >>= 1
+    while mask > 0:
+        if rr + mask < p:
+            e.send(comm, (r + mask) % p, n)
+        mask >>= 1
+
+
+@lru_cache(maxsize=4096)
+def _scatter_for_bcast(p: int, root: int, nbytes: int) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
+    """MPII_Scatter_for_bcast for all ranks: (sends per rank, bytes each rank holds after it)."""
+    sc = (nbytes + p - 1) // p
+    sends: list[list[tuple[int, int]]] = [[] for _ in range(p)]
+    curr = [0] * p
+    got = [0] * p
+    for r in sorted(range(p), key=lambda x: bin((x - root) % p).count("1")):
+        rr = (r - root) % p
+        if r == root:
+            curr[r] = nbytes
+        else:
+            curr[r] = 0 if nbytes - rr * sc <= 0 else got[r]
+        mask = 1
+        while mask < p and not rr & mask:
+            mask <<= 1
+        mask >>= 1
+        while mask > 0:
+            if rr + mask < p:
+                s = curr[r] - sc * mask
+                if s > 0:
+                    dst = (r + mask) % p
+                    sends[r].append((dst, s))
+                    got[dst] = s
+                    curr[r] -= s
+            mask >>= 1
+    return tuple(tuple(s) for s in sends), tuple(curr)
+
+
+@lru_cache(maxsize=4096)
+def _bcast_scatter_allgather(p: int, root: int, nbytes: int, ring: bool) -> tuple[tuple[tuple[int, int], ...], ...]:
+    sends0, _ = _scatter_for_bcast(p, root, nbytes)
+    sends = [list(s) for s in sends0]
+    sc = (nbytes + p - 1) // p
+    if ring:
+        for r in range(p):
+            j = r
+            for _ in range(1, p):
+                rel_j = (j - root) % p
+                sends[r].append(((r + 1) % p, max(0, min(sc, nbytes - rel_j * sc))))
+                j = (j - 1) % p
+        return tuple(tuple(s) for s in sends)
+    curr = [max(0, min(sc, nbytes - ((r - root) % p) * sc)) for r in range(p)]
+    last = [0] * p
+    mask, i = 1, 0
+    while mask < p:
+        before = curr[:]
+        for r in range(p):
+            rr = (r - root) % p
+            rd = rr ^ mask
+            if rd < p:
+                dst = (rd + root) % p
+                sends[r].append((dst, before[r]))
+                last[r] = before[dst]
+                curr[r] += last[r]
+        fix_of = {}
+        for r in range(p):
+            rr = (r - root) % p
+            dtr = ((rr ^ mask) >> i) << i
+            mtr = (rr >> i) << i
+            if dtr + mask > p:
+                fix_of[r] = p - mtr - mask
+        k = i
+        tmp = mask >> 1
+        while tmp:
+            sends_now = []
+            for r, done in fix_of.items():
+                rr = (r - root) % p
+                rd = rr ^ tmp
+                troot = (rr >> k) << k
+                if rd > rr and rr < troot + done and rd >= troot + done:
+                    sends_now.append((r, (rd + root) % p, last[r]))
+            for src, dst, nb in sends_now:
+                sends[src].append((dst, nb))
+                last[dst] = nb
+                curr[dst] += nb
+            tmp >>= 1
+            k -= 1
+        mask <<= 1
+        i += 1
+    return tuple(tuple(s) for s in sends)
+
+
+def _bcast_scatter_rd(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    if a.nbytes == 0:
+        return
+    for dst, nb in _bcast_scatter_allgather(comm.size, a.root, a.nbytes, False)[comm.rank]:
+        e.send(comm, dst, nb)
+
+
+def _bcast_scatter_ring(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    if a.nbytes == 0:
+        return
+    for dst, nb in _bcast_scatter_allgather(comm.size, a.root, a.nbytes, True)[comm.rank]:
+        e.send(comm, dst, nb)
+
+
+def _bcast_smp(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    n = a.nbytes
+    if n == 0:
+        return
+    nc, nr = comm.node_comm, comm.node_roots_comm
+    lr = comm.intranode_rank(a.root)
+    if n < prm.bcast_short or comm.size < prm.bcast_min_procs:
+        if nc is not None and lr > 0:
+            if comm.rank == a.root:
+                e.send(comm, _member(comm, nc, 0), n)
+        if nr is not None:
+            mpir_entry(e, nr, Args("bcast", a.count, a.tsize, comm.internode_rank(a.root)), prm)
+        if nc is not None:
+            mpir_entry(e, nc, Args("bcast", a.count, a.tsize, 0), prm)
+    elif n < prm.bcast_long and comm.size & (comm.size - 1) == 0:
+        if nc is not None and lr > 0:
+            mpir_entry(e, nc, Args("bcast", a.count, a.tsize, lr), prm)
+        if nr is not None:
+            mpir_entry(e, nr, Args("bcast", a.count, a.tsize, comm.internode_rank(a.root)), prm)
+        if nc is not None and lr <= 0:
+            mpir_entry(e, nc, Args("bcast", a.count, a.tsize, 0), prm)
+    else:
+        _bcast_scatter_ring(e, comm, a, prm)
+
+
+def _allreduce_rd(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    n, p, r = a.nbytes, comm.size, comm.rank
+    pof2, rem = comm.pof2, comm.size - comm.pof2
+    if r < 2 * rem:
+        if r % 2 == 0:
+            e.send(comm, r + 1, n)
+            newrank = -1
+        else:
+            newrank = r // 2
+    else:
+        newrank = r - rem
+    if newrank != -1:
+        mask = 1
+        while mask < pof2:
+            nd = newrank ^ mask
+            e.send(comm, nd * 2 + 1 if nd < rem else nd + rem, n)
+            mask <<= 1
+    if r < 2 * rem and r % 2:
+        e.send(comm, r - 1, n)
+
+
+def _cnts(count: int, pof2: int) -> list[int]:
+    c = [count // pof2] * pof2
+    for i in range(count % pof2):
+        c[i] += 1
+    return c
+
+
+def _allreduce_rsa(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    ts, p, r = a.tsize, comm.size, comm.rank
+    pof2, rem = comm.pof2, comm.size - comm.pof2
+    if r < 2 * rem:
+        if r % 2 == 0:
+            e.send(comm, r + 1, a.nbytes)
+            newrank = -1
+        else:
+            newrank = r // 2
+    else:
+        newrank = r - rem
+    if newrank != -1:
+        cnts = _cnts(a.count, pof2)
+        mask, send_idx, recv_idx, last_idx = 1, 0, 0, pof2
+        while mask < pof2:
+            nd = newrank ^ mask
+            dst = nd * 2 + 1 if nd < rem else nd + rem
+            if newrank < nd:
+                send_idx = recv_idx + pof2 // (mask * 2)
+                sc = sum(cnts[send_idx:last_idx])
+            else:
+                recv_idx = send_idx + pof2 // (mask * 2)
+                sc = sum(cnts[send_idx:recv_idx])
+            e.send(comm, dst, sc * ts)
+            send_idx = recv_idx
+            mask <<= 1
+            if mask < pof2:
+                last_idx = recv_idx + pof2 // mask
+        mask >>= 1
+        while mask > 0:
+            nd = newrank ^ mask
+            dst = nd * 2 + 1 if nd < rem else nd + rem
+            if newrank < nd:
+                if mask != pof2 // 2:
+                    last_idx = last_idx + pof2 // (mask * 2)
+                recv_idx = send_idx + pof2 // (mask * 2)
+                sc = sum(cnts[send_idx:recv_idx])
+            else:
+                recv_idx = send_idx - pof2 // (mask * 2)
+                sc = sum(cnts[send_idx:last_idx])
+            e.send(comm, dst, sc * ts)
+            if newrank > nd:
+                send_idx = recv_idx
+            mask >>= 1
+    if r < 2 * rem and r % 2:
+        e.send(comm, r - 1, a.nbytes)
+
+
+def _allreduce_smp(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    nc, nr = comm.node_comm, comm.node_roots_comm
+    if nc is not None:
+        mpir_entry(e, nc, Args("reduce", a.count, a.tsize, 0, commutative=a.commutative), prm)
+    if nr is not None:
+        mpir_entry(e, nr, Args("allreduce", a.count, a.tsize, 0, inplace=True, commutative=a.commutative), prm)
+    if nc is not None:
+        mpir_entry(e, nc, Args("bcast", a.count, a.tsize, 0), prm)
+
+
+def _reduce_binomial(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    n, p, r = a.nbytes, comm.size, comm.rank
+    lroot = a.root if a.commutative else 0
+    rel = (r - lroot) % p
+    mask = 1
+    while mask < p:
+        if mask & rel:
+            e.send(comm, ((rel & ~mask) + lroot) % p, n)
+            break
+        mask <<= 1
+    if not a.commutative and a.root != 0 and r == 0:
+        e.send(comm, a.root, n)
+
+
+def _reduce_rsg(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    ts, p, r, root = a.tsize, comm.size, comm.rank, a.root
+    pof2, rem = comm.pof2, comm.size - comm.pof2
+    if r < 2 * rem:
+        if r % 2:
+            e.send(comm, r - 1, a.nbytes)
+            newrank = -1
+        else:
+            newrank = r // 2
+    else:
+        newrank = r - rem
+    cnts = _cnts(a.count, pof2)
+    send_idx = recv_idx = 0
+    last_idx = pof2
+    if newrank != -1:
+        mask = 1
+        while mask < pof2:
+            nd = newrank ^ mask
+            dst = nd * 2 if nd < rem else nd + rem
+            if newrank < nd:
+                send_idx = recv_idx + pof2 // (mask * 2)
+                sc = sum(cnts[send_idx:last_idx])
+            else:
+                recv_idx = send_idx + pof2 // (mask * 2)
+                sc = sum(cnts[send_idx:recv_idx])
+            e.send(comm, dst, sc * ts)
+            send_idx = recv_idx
+            mask <<= 1
+            if mask < pof2:
+                last_idx = recv_idx + pof2 // mask
+    if root < 2 * rem:
+        if root % 2:
+            if r == root:
+                newrank, send_idx, last_idx = 0, 0, 2
+            elif newrank == 0:
+                e.send(comm, root, cnts[0] * ts)
+                newrank = -1
+            newroot = 0
+        else:
+            newroot = root // 2
+    else:
+        newroot = root - rem
+    if newrank != -1:
+        j, mask = 0, 1
+        while mask < pof2:
+            mask <<= 1
+            j += 1
+        mask >>= 1
+        j -= 1
+        while mask > 0:
+            nd = newrank ^ mask
+            dst = nd * 2 if nd < rem else nd + rem
+            if nd == 0 and root < 2 * rem and root % 2:
+                dst = root
+            if newrank < nd:
+                if mask != pof2 // 2:
+                    last_idx = last_idx + pof2 // (mask * 2)
+                recv_idx = send_idx + pof2 // (mask * 2)
+                sc = sum(cnts[send_idx:recv_idx])
+            else:
+                recv_idx = send_idx - pof2 // (mask * 2)
+                sc = sum(cnts[send_idx:last_idx])
+            if (nd >> j) << j == (newroot >> j) << j:
+                e.send(comm, dst, sc * ts)
+                break
+            if newrank > nd:
+                send_idx = recv_idx
+            mask >>= 1
+            j -= 1
+
+
+def _reduce_smp(e: Emit, comm: Comm, a: Args, prm: Params, local=None, remote=None) -> None:
+    """MPIR_Reduce_intra_smp; the CH4 beta composition is the same with SHM/NM for the parts."""
+    local = local or mpir_entry
+    remote = remote or mpir_entry
+    nc, nr = comm.node_comm, comm.node_roots_comm
+    lr = comm.intranode_rank(a.root)
+    red = lambda root: Args("reduce", a.count, a.tsize, root, commutative=a.commutative)  # noqa: E731
+    if nc is not None and lr == -1:
+        local(e, nc, red(0), prm)
+    if nr is not None:
+        remote(e, nr, red(comm.internode_rank(a.root)), prm)
+    if nc is not None and lr != -1:
+        local(e, nc, red(lr), prm)
+
+
+def _allgather_brucks(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    rb, p, r = a.rcount * a.rsize, comm.size, comm.rank
+    curr, pof2 = a.rcount, 1
+    while pof2 <= p // 2:
+        e.send(comm, (r - pof2) % p, curr * a.rsize)
+        curr *= 2
+        pof2 *= 2
+    rem = p - pof2
+    if rem:
+        e.send(comm, (r - pof2) % p, rem * rb)
+
+
+def _allgather_rd(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    for dst, n in _rd_allgather(comm.size, tuple([a.rcount * a.rsize] * comm.size))[comm.rank]:
+        e.send(comm, dst, n)
+
+
+@lru_cache(maxsize=4096)
+def _rd_allgather(p: int, blocks: tuple[int, ...]) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Recursive-doubling allgather(v) of MPICH for all ranks (bytes), with the fix-up sends of
+    non-power-of-two sizes."""
+    sends: list[list[tuple[int, int]]] = [[] for _ in range(p)]
+    curr = list(blocks)
+    last = [0] * p
+
+    def span(lo: int, hi: int) -> int:
+        return sum(blocks[max(lo, 0):min(hi, p)])
+
+    mask, i = 1, 0
+    while mask < p:
+        before = curr[:]
+        for r in range(p):
+            dst = r ^ mask
+            if dst < p:
+                sends[r].append((dst, before[r]))
+                last[r] = before[dst]
+                curr[r] += last[r]
+        fix = {}
+        for r in range(p):
+            dst = r ^ mask
+            dtr = (dst >> i) << i
+            mtr = (r >> i) << i
+            if dtr + mask > p:
+                fix[r] = p - mtr - mask
+        k = i
+        tmp = mask >> 1
+        while tmp:
+            now = []
+            for r, done in fix.items():
+                dst = r ^ tmp
+                troot = (r >> k) << k
+                if dst > r and r < troot + done and dst >= troot + done:
+                    now.append((r, dst, last[r]))
+            for src, dst, n in now:
+                sends[src].append((dst, n))
+                last[dst] = n
+                curr[dst] += n
+            tmp >>= 1
+            k -= 1
+        mask <<= 1
+        i += 1
+    return tuple(tuple(s) for s in sends)
+
+
+def _allgather_ring(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    for _ in range(1, comm.size):
+        e.send(comm, (comm.rank + 1) % comm.size, a.rcount * a.rsize)
+
+
+def _allgatherv_ring(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    p, r = comm.size, comm.rank
+    j = r
+    for _ in range(1, p):
+        e.send(comm, (r + 1) % p, a.counts[j])
+        j = (j - 1) % p
+
+
+def _allgatherv_brucks(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    p, r = comm.size, comm.rank
+    b = a.counts
+    pof2, curr = 1, b[r]
+    while pof2 <= p // 2:
+        e.send(comm, (r - pof2) % p, curr)
+        curr += sum(b[(r + pof2 + i) % p] for i in range(pof2))
+        pof2 *= 2
+    rem = p - pof2
+    if rem:
+        e.send(comm, (r - pof2) % p, sum(b[(r + i) % p] for i in range(rem)))
+
+
+def _allgatherv_rd(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    for dst, n in _rd_allgather(comm.size, tuple(a.counts))[comm.rank]:
+        e.send(comm, dst, n)
+
+
+def _alltoall_brucks(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    p, r, b = comm.size, comm.rank, a.rcount * a.rsize
+    pof2 = 1
+    while pof2 < p:
+        k = sum(1 for blk in range(1, p) if blk & pof2)
+        e.send(comm, (r + pof2) % p, k * b)
+        pof2 *= 2
+
+
+def _alltoall_pairwise(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    p, r = comm.size, comm.rank
+    ispof2 = p & (p - 1) == 0
+    for i in range(1, p):
+        e.send(comm, r ^ i if ispof2 else (r + i) % p, a.count * a.tsize)
+
+
+def _alltoall_sendrecv_replace(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    p, r = comm.size, comm.rank
+    for i in range(p):
+        for j in range(i, p):
+            if r == i and j != i:
+                e.send(comm, j, _block_to(a, j))
+            elif r == j and i != j:
+                e.send(comm, i, _block_to(a, i))
+
+
+def _block_to(a: Args, j: int) -> int:
+    """Bytes this rank sends to rank j in an all-to-all kind."""
+    if a.counts:
+        return a.counts[j]
+    return a.rcount * a.rsize if a.inplace else a.count * a.tsize
+
+
+def _alltoall_scattered(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    p, r = comm.size, comm.rank
+    bblock = prm.alltoall_throttle or p
+    ii = 0
+    while ii < p:
+        ss = min(bblock, p - ii)
+        for i in range(ss):
+            dst = (r - i - ii) % p
+            n = _block_to(a, dst)
+            if a.coll == "alltoall" or n:
+                e.send(comm, dst, n)
+        ii += bblock
+
+
+def _alltoallv_scattered(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    p, r = comm.size, comm.rank
+    bblock = prm.alltoall_throttle or p
+    for ii in range(0, p, bblock):
+        ss = min(bblock, p - ii)
+        for i in range(ss):
+            dst = (r + i + ii) % p
+            if a.counts[dst]:
+                e.send(comm, dst, a.counts[dst])
+
+
+def _gather_binomial(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    p, r = comm.size, comm.rank
+    rr = (r - a.root) % p
+    if rr == 0:
+        return
+    low = rr & -rr
+    nb = a.count * a.tsize            # this rank's block (send side)
+    e.send(comm, ((rr ^ low) + a.root) % p, nb * min(low, p - rr))
+
+
+def _scatter_binomial(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    p, r = comm.size, comm.rank
+    rr = (r - a.root) % p
+    nb = a.count * a.tsize if r == a.root else a.rcount * a.rsize
+    mask = 1
+    while mask < p and not rr & mask:
+        mask <<= 1
+    mask >>= 1
+    while mask > 0:
+        child = rr + mask
+        if child < p:
+            e.send(comm, (r + mask) % p, nb * min(mask, p - child))
+        mask >>= 1
+
+
+def _linear_v(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    r = comm.rank
+    if a.coll == "gatherv":
+        if r != a.root and a.count * a.tsize:
+            e.send(comm, a.root, a.count * a.tsize)
+    elif r == a.root:
+        for i, n in enumerate(a.counts):
+            if i != r and n:
+                e.send(comm, i, n)
+
+
+def _rs_counts(a: Args, p: int) -> list[int]:
+    return list(a.counts) if a.counts else [a.rcount] * p
+
+
+def _rs_noncommutative(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    p, r = comm.size, comm.rank
+    cnt = _rs_counts(a, p)
+    size = cnt[0] * p
+    log2 = (p - 1).bit_length()
+    for k in range(log2):
+        size //= 2
+        e.send(comm, r ^ (1 << k), size * a.tsize)
+
+
+def _rs_pairwise(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    p, r = comm.size, comm.rank
+    cnt = _rs_counts(a, p)
+    for i in range(1, p):
+        dst = (r + i) % p
+        e.send(comm, dst, cnt[dst] * a.tsize)
+
+
+def _rs_halving(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    p, r, ts = comm.size, comm.rank, a.tsize
+    cnt = _rs_counts(a, p)
+    total = sum(cnt)
+    pof2, rem = comm.pof2, p - comm.pof2
+    if r < 2 * rem:
+        if r % 2 == 0:
+            e.send(comm, r + 1, total * ts)
+            newrank = -1
+        else:
+            newrank = r // 2
+    else:
+        newrank = r - rem
+    if newrank != -1:
+        newcnts = []
+        for i in range(pof2):
+            old = i * 2 + 1 if i < rem else i + rem
+            newcnts.append(cnt[old] + cnt[old - 1] if old < 2 * rem else cnt[old])
+        mask = pof2 >> 1
+        send_idx = recv_idx = 0
+        last_idx = pof2
+        while mask > 0:
+            nd = newrank ^ mask
+            dst = nd * 2 + 1 if nd < rem else nd + rem
+            if newrank < nd:
+                send_idx = recv_idx + mask
+                sc = sum(newcnts[send_idx:last_idx])
+            else:
+                recv_idx = send_idx + mask
+                sc = sum(newcnts[send_idx:recv_idx])
+            if sc:
+                e.send(comm, dst, sc * ts)
+            send_idx = recv_idx
+            last_idx = recv_idx + mask
+            mask >>= 1
+    if r < 2 * rem and r % 2:
+        e.send(comm, r - 1, cnt[r - 1] * ts)
+
+
+def _rs_doubling(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    p, r, ts = comm.size, comm.rank, a.tsize
+    cnt = _rs_counts(a, p)
+
+    def outside(tree_root: int, mask: int) -> int:
+        return sum(cnt[:min(tree_root, p)]) + sum(cnt[tree_root + mask:])
+
+    mask, i = 1, 0
+    while mask < p:
+        dst = r ^ mask
+        dtr = (dst >> i) << i
+        mtr = (r >> i) << i
+        if dst < p:
+            e.send(comm, dst, outside(mtr, mask) * ts)
+        if dtr + mask > p:
+            done = p - mtr - mask
+            k = i
+            tmp = mask >> 1
+            while tmp:
+                d2 = r ^ tmp
+                troot = (r >> k) << k
+                if d2 > r and r < troot + done and d2 >= troot + done:
+                    e.send(comm, d2, outside(dtr, mask) * ts)
+                tmp >>= 1
+                k -= 1
+        mask <<= 1
+        i += 1
+
+
+def _barrier_dissemination(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    mask = 1
+    while mask < comm.size:
+        e.send(comm, (comm.rank + mask) % comm.size, 0)
+        mask <<= 1
+
+
+def _barrier_smp(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+    nc, nr = comm.node_comm, comm.node_roots_comm
+    if nc is not None:
+        mpir_entry(e, nc, Args("barrier"), prm)
+    if nr is not None:
+        mpir_entry(e, nr, Args("barrier"), prm)
+    if nc is not None:
+        mpir_entry(e, nc, Args("bcast", 1, 1, 0), prm)
+
+
+ALGORITHMS = {
+    ("bcast", "binomial"): _bcast_binomial,
+    ("bcast", "scatter_recursive_doubling_allgather"): _bcast_scatter_rd,
+    ("bcast", "scatter_ring_allgather"): _bcast_scatter_ring,
+    ("bcast", "smp"): _bcast_smp,
+    ("allreduce", "recursive_doubling"): _allreduce_rd,
+    ("allreduce", "reduce_scatter_allgather"): _allreduce_rsa,
+    ("allreduce", "smp"): _allreduce_smp,
+    ("reduce", "binomial"): _reduce_binomial,
+    ("reduce", "reduce_scatter_gather"): _reduce_rsg,
+    ("reduce", "smp"): _reduce_smp,
+    ("allgather", "brucks"): _allgather_brucks,
+    ("allgather", "recursive_doubling"): _allgather_rd,
+    ("allgather", "ring"): _allgather_ring,
+    ("allgatherv", "brucks"): _allgatherv_brucks,
+    ("allgatherv", "recursive_doubling"): _allgatherv_rd,
+    ("allgatherv", "ring"): _allgatherv_ring,
+    ("alltoall", "brucks"): _alltoall_brucks,
+    ("alltoall", "pairwise"): _alltoall_pairwise,
+    ("alltoall", "pairwise_sendrecv_replace"): _alltoall_sendrecv_replace,
+    ("alltoall", "scattered"): _alltoall_scattered,
+    ("alltoallv", "scattered"): _alltoallv_scattered,
+    ("alltoallv", "pairwise_sendrecv_replace"): _alltoall_sendrecv_replace,
+    ("alltoallw", "scattered"): _alltoallv_scattered,
+    ("alltoallw", "pairwise_sendrecv_replace"): _alltoall_sendrecv_replace,
+    ("gather", "binomial"): _gather_binomial,
+    ("scatter", "binomial"): _scatter_binomial,
+    ("gatherv", "linear"): _linear_v,
+    ("scatterv", "linear"): _linear_v,
+    ("reduce_scatter", "noncommutative"): _rs_noncommutative,
+    ("reduce_scatter", "pairwise"): _rs_pairwise,
+    ("reduce_scatter", "recursive_halving"): _rs_halving,
+    ("reduce_scatter", "recursive_doubling"): _rs_doubling,
+    ("reduce_scatter_block", "noncommutative"): _rs_noncommutative,
+    ("reduce_scatter_block", "pairwise"): _rs_pairwise,
+    ("reduce_scatter_block", "recursive_halving"): _rs_halving,
+    ("reduce_scatter_block", "recursive_doubling"): _rs_doubling,
+    ("barrier", "dissemination"): _barrier_dissemination,
+    ("barrier", "smp"): _barrier_smp,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# the call
+
+def _args(c: Call) -> Args:
+    k = c.kind
+    a = Args(k, c.scount, c.ssize, c.root, c.rcount, c.rsize, c.inplace, c.is_commutative)
+    if k in ("allgather", "alltoall"):
+        a.count, a.tsize = (c.rcount, c.rsize) if c.inplace else (c.scount, c.ssize)
+    if k == "gather" and c.rank == c.root:
+        a.count, a.tsize = c.rcount, c.rsize
+    if k in ("reduce_scatter", "reduce_scatter_block"):
+        a.tsize = c.rsize
+        if k == "reduce_scatter":
+            a.counts = tuple(v // max(c.rsize, 1) for v in c.vec[:c.p])
+    if k in ("allgatherv", "gatherv", "scatterv"):
+        a.counts = tuple(c.vec[:c.p])
+    if k in ("alltoallv", "alltoallw"):
+        a.counts = tuple(c.vec[:c.p])
+    return a
+
+
+def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> tuple[list[Msg], str, bool] | None:
+    """The messages rank ``c.rank`` sends for ``c`` under MPICH 4.0, a description of the
+    algorithms, and whether a part had to be modelled; None where the mirror does not cover the
+    call (nonblocking and persistent forms, scan/exscan, the ``nb`` algorithms)."""
+    if c.form != "blocking" or c.kind in ("scan", "exscan"):
+        return None
+    comm = Comm.top(c.p, c.rank, nodes)
+    e = Emit()
+    try:
+        mpir_entry(e, comm, _args(c), prm)
+    except NotMirrored:
+        return None
+    return list(e.out), ", ".join(dict.fromkeys(e.names)), e.modeled

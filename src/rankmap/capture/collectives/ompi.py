@@ -1,0 +1,1238 @@
+"""Mirror of Open MPI 4.1's collective selection: coll/tuned's decisions and coll/base's algorithms.
+
+Open MPI runs a blocking collective on an intra-communicator through the highest-priority coll
+component that provides it: ``tuned`` (priority 30) for everything it implements, ``basic``
+(priority 10) for the rest (gatherv, scatterv, scan, exscan, alltoallw). ``tuned`` picks an
+algorithm with its fixed rules (:mod:`.ompi_rules`) unless ``coll_tuned_use_dynamic_rules`` is set,
+in which case a rules file (``coll_tuned_dynamic_rules_filename``) and then the forced-algorithm
+MCA parameters (``coll_tuned_<coll>_algorithm`` with its segment size and fan-outs) come first.
+
+Each algorithm below follows ``ompi/mca/coll/base/coll_base_<coll>.c`` of v4.1.x message for
+message: the function gives the messages one rank sends (destination and bytes, one entry per PML
+send, counted as the monitoring PML counts them), so the per-pair bytes equal what Open MPI's
+own monitoring reports (checked in ``tests/test_collectives.py``). Sends a rank makes to
+itself go through the PML there too and are kept. Where an algorithm's messages depend on what a
+rank received (bcast scatter_allgather), all ranks are simulated together.
+
+Parameters come from the META the shim wrote: ``cvar.<name>`` (MPI_T control variables) and
+``file.coll_tuned_dynamic_rules_filename`` (the rules file's text).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from rankmap.capture.collectives.call import Call, Msg, Out
+from rankmap.capture.collectives.ompi_rules import RULES
+
+MAXTREEFANOUT = 32
+
+# tuned's collective ids (enum COLLTYPE of coll_base_functions.h), as in rules files
+COLLTYPE = ("allgather", "allgatherv", "allreduce", "alltoall", "alltoallv", "alltoallw", "barrier",
+            "bcast", "exscan", "gather", "gatherv", "reduce", "reduce_scatter", "reduce_scatter_block",
+            "scan", "scatter", "scatterv")
+
+#: the collectives tuned implements on an intra-communicator (the others come from coll/basic)
+TUNED = ("allgather", "allgatherv", "allreduce", "alltoall", "alltoallv", "barrier", "bcast", "gather",
+         "reduce", "reduce_scatter", "reduce_scatter_block", "scatter")
+
+#: algorithm names (tuned's enumerations) by number, for labels
+ALG_NAMES = {
+    "allreduce": ("", "basic_linear", "nonoverlapping", "recursive_doubling", "ring", "segmented_ring",
+                  "rabenseifner"),
+    "bcast": ("", "basic_linear", "chain", "pipeline", "split_binary_tree", "binary_tree", "binomial",
+              "knomial", "scatter_allgather", "scatter_allgather_ring"),
+    "reduce": ("", "linear", "chain", "pipeline", "binary", "binomial", "in-order_binary", "rabenseifner"),
+    "allgather": ("", "linear", "bruck", "recursive_doubling", "ring", "neighbor", "two_proc"),
+    "alltoall": ("", "linear", "pairwise", "modified_bruck", "linear_sync", "two_proc"),
+    "alltoallv": ("", "basic_linear", "pairwise"),
+    "gather": ("", "basic_linear", "binomial", "linear_sync"),
+    "scatter": ("", "basic_linear", "binomial", "linear_nb"),
+    "reduce_scatter_block": ("", "basic_linear", "recursive_doubling", "recursive_halving", "butterfly"),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# parameters
+
+@dataclass
+class Forced:
+    """One collective's forced-algorithm MCA parameters (meaningful with dynamic rules on)."""
+
+    algorithm: int = 0
+    segsize: int = 0
+    tree_fanout: int = 4
+    chain_fanout: int = 4
+    max_requests: int = 0
+
+
+@dataclass
+class Params:
+    """Everything tuned decides with besides the call itself."""
+
+    dynamic: bool = False
+    forced: dict[str, Forced] = field(default_factory=dict)
+    rules: dict[str, list[tuple[int, list[tuple[int, int, int, int]]]]] = field(default_factory=dict)
+    knomial_radix: int = 4
+    alltoall_max_requests: int = 0
+    #: why the mirror does not apply to this job (another coll component wins), or None
+    not_tuned: str | None = None
+
+    def forced_for(self, coll: str) -> Forced:
+        return self.forced.get(coll, Forced())
+
+
+def _int(v: str | None, default: int = 0) -> int:
+    try:
+        return int(str(v).strip(), 0)
+    except (TypeError, ValueError):
+        return default
+
+
+def _alg_number(coll: str, v: str | None) -> int:
+    """A forced-algorithm value: a number, or its enumeration name as MPI_T reports it."""
+    if v is None:
+        return 0
+    s = str(v).strip()
+    if s.lstrip("-").isdigit():
+        return int(s)
+    names = ALG_NAMES.get(coll, ())
+    return names.index(s) if s in names else 0
+
+
+def parse_rules_file(text: str) -> dict[str, list[tuple[int, list[tuple[int, int, int, int]]]]]:
+    """tuned's dynamic rules file: numbers only, ``#`` to the end of a line is a comment.
+
+    Layout: number of collectives, then for each: collective id (COLLTYPE), number of communicator
+    sizes, then for each: communicator size, number of message sizes, then for each: message size,
+    algorithm, topology fan-in/out, segment size. Returns {collective: [(comm size, [(msg size,
+    alg, faninout, segsize), ...]), ...]}; a malformed file gives {} (tuned ignores it entirely).
+    """
+    nums = [int(t, 0) if not re.fullmatch(r"0\d+", t) else int(t, 8)
+            for t in re.findall(r"-?(?:0[xX][0-9a-fA-F]+|\d+)", re.sub(r"#[^\n]*", " ", text))]
+    pos = 0
+
+    def nxt() -> int:
+        nonlocal pos
+        if pos >= len(nums) or nums[pos] < 0:
+            raise ValueError("rules file ends early or holds a negative number")
+        pos += 1
+        return nums[pos - 1]
+
+    out: dict[str, list] = {}
+    try:
+        for _ in range(nxt()):
+            ci = nxt()
+            if ci >= len(COLLTYPE):
+                return {}
+            coms = []
+            for _ in range(nxt()):
+                cs, msgs = nxt(), []
+                for k in range(nxt()):
+                    ms, alg, fan, seg = nxt(), nxt(), nxt(), nxt()
+                    if k == 0 and ms != 0:
+                        return {}
+                    msgs.append((ms, alg, fan, seg))
+                coms.append((cs, msgs))
+            out[COLLTYPE[ci]] = coms
+    except ValueError:
+        return {}
+    return out
+
+
+def params_from_meta(meta: dict[str, str]) -> Params:
+    """tuned's parameters from the ``cvar.*`` / ``file.*`` META of a rank's record."""
+    cv = {k[5:]: v for k, v in meta.items() if k.startswith("cvar.")}
+    p = Params()
+    p.dynamic = str(cv.get("coll_tuned_use_dynamic_rules", "0")).strip().lower() in ("1", "true", "yes")
+    tf = _int(cv.get("coll_tuned_init_tree_fanout"), 4)
+    cf = _int(cv.get("coll_tuned_init_chain_fanout"), 4)
+    for coll in COLLTYPE:
+        pre = f"coll_tuned_{coll}_algorithm"
+        if pre not in cv:
+            continue
+        p.forced[coll] = Forced(
+            algorithm=_alg_number(coll, cv.get(pre)),
+            segsize=_int(cv.get(pre + "_segmentsize"), 0),
+            tree_fanout=_int(cv.get(pre + "_tree_fanout"), tf),
+            chain_fanout=_int(cv.get(pre + "_chain_fanout"), cf),
+            max_requests=_int(cv.get(pre + "_max_requests"), 0))
+    p.knomial_radix = _int(cv.get("coll_tuned_bcast_algorithm_knomial_radix"), 4)
+    p.alltoall_max_requests = _int(cv.get("coll_tuned_alltoall_algorithm_max_requests"), 0)
+    text = meta.get("file.coll_tuned_dynamic_rules_filename")
+    if p.dynamic and text:
+        p.rules = parse_rules_file(text)
+    p.not_tuned = _other_component(cv)
+    return p
+
+
+def _other_component(cv: dict[str, str]) -> str | None:
+    """Why coll/tuned would not run this job's collectives, from the coll priorities and selection."""
+    sel = str(cv.get("coll", "")).strip()
+    if sel:
+        names = [s.strip() for s in sel.lstrip("^").split(",") if s.strip()]
+        if sel.startswith("^") and "tuned" in names:
+            return "coll/tuned excluded by the coll MCA parameter"
+        if not sel.startswith("^") and "tuned" not in names:
+            return f"coll components limited to {sel}"
+    tuned = _int(cv.get("coll_tuned_priority"), 30)
+    for comp in ("han", "sm", "adapt", "hcoll", "ucc", "cuda", "acoll", "xhc"):
+        pr = cv.get(f"coll_{comp}_priority")
+        if pr is not None and _int(pr, 0) > tuned:
+            return f"coll/{comp} has priority {_int(pr)} over tuned's {tuned}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# decisions
+
+def _lookup(rule, p: int, n: int, commute: bool) -> int:
+    while not isinstance(rule, int):
+        if isinstance(rule, dict):
+            rule = rule["commute" if commute else "noncommute"]
+            continue
+        var, entries = rule
+        if var == "p==":
+            rule = next(sub for b, sub in entries if b is None or b == p)
+            continue
+        v = p if var == "p" else n
+        rule = next(sub for b, sub in entries if b is None or v < b)
+    return rule
+
+
+def _decision_size(c: Call) -> int:
+    """The message size tuned's fixed decision function of each collective looks at."""
+    k = c.kind
+    if k in ("allreduce", "bcast", "reduce"):
+        return c.scount * c.ssize
+    if k in ("alltoall", "allgather"):
+        return (c.rsize if c.inplace else c.ssize) * c.scount
+    if k == "gather":
+        return c.rsize * c.rcount if (c.rank == c.root or c.inplace) else c.ssize * c.scount
+    if k == "scatter":
+        return c.ssize * c.scount if c.rank == c.root else c.rsize * c.rcount
+    if k == "reduce_scatter_block":
+        return c.rsize * c.rcount
+    if k in ("allgatherv", "reduce_scatter"):
+        total = sum(c.vec)
+        return total // c.p if k == "allgatherv" else total
+    return 0
+
+
+def _dynamic_size(c: Call) -> int:
+    """The message size tuned's dynamic decision looks up in a rules file."""
+    k = c.kind
+    if k in ("allreduce", "bcast", "reduce"):
+        return c.scount * c.ssize
+    if k in ("alltoall", "allgather"):
+        return c.ssize * c.p * c.scount
+    if k == "reduce_scatter_block":
+        return c.rsize * c.rcount * c.p
+    if k in ("gather", "scatter"):
+        return c.ssize * c.scount * c.p
+    if k == "reduce_scatter":
+        return sum(c.vec)
+    if k == "allgatherv":
+        return sum(c.vec) // c.p
+    return 0
+
+
+def choose(c: Call, prm: Params) -> tuple[int, int, int, str]:
+    """(algorithm, fan-in/out, segment size, how it was chosen) for a tuned collective."""
+    if prm.dynamic:
+        coms = prm.rules.get(c.kind)
+        if coms:
+            best = coms[0]
+            for com in coms:
+                if com[0] > c.p:
+                    break
+                best = com
+            msgs = best[1]
+            if msgs:
+                n = _dynamic_size(c)
+                hit = msgs[0]
+                for m in msgs:
+                    if m[0] <= n:
+                        hit = m
+                    else:
+                        break
+                if hit[1]:
+                    return hit[1], hit[2], hit[3], "rules file"
+        f = prm.forced_for(c.kind)
+        if f.algorithm:
+            fan = f.chain_fanout if c.kind in ("bcast", "reduce", "reduce_scatter", "reduce_scatter_block",
+                                                "scatter") else f.tree_fanout
+            return f.algorithm, fan, f.segsize, "forced"
+    rule = RULES[c.kind]
+    return _lookup(rule, c.p, _decision_size(c), c.is_commutative), 0, 0, "fixed rules"
+
+
+# ---------------------------------------------------------------------------------------------
+# topologies (coll_base_topo.c), for one rank: (parent or -1, children)
+
+def _pown(fanout: int, num: int) -> int:
+    if num < 0:
+        return 0
+    return fanout ** num
+
+
+def _level(fanout: int, rank: int) -> int:
+    level, num = 0, 0
+    while num <= rank:
+        num += _pown(fanout, level)
+        level += 1
+    return level - 1
+
+
+@lru_cache(maxsize=65536)
+def tree(fanout: int, p: int, root: int, rank: int) -> tuple[int, tuple[int, ...]]:
+    """ompi_coll_base_topo_build_tree: the n-ary tree (fanout 2: tuned's binary tree)."""
+    if p < 2:
+        return -1, ()
+    s = (rank - root) % p
+    level = _level(fanout, s)
+    delta = _pown(fanout, level)
+    kids = []
+    for i in range(fanout):
+        child = s + delta * (i + 1)
+        if child >= p:
+            break
+        kids.append((child + root) % p)
+    slimit = (_pown(fanout, level) - 1) // (fanout - 1) if fanout > 1 else level
+    sparent = s
+    if sparent < fanout:
+        sparent = 0
+    else:
+        while sparent >= slimit:
+            sparent -= delta // fanout
+    parent = -1 if s == 0 else (sparent + root) % p
+    return parent, tuple(kids)
+
+
+def _next_pow2(v: int) -> int:
+    """opal_next_poweroftwo: the smallest power of two strictly greater than v (1 for 0)."""
+    n = 1
+    while n <= v:
+        n <<= 1
+    return n
+
+
+@lru_cache(maxsize=65536)
+def bmtree(p: int, root: int, rank: int) -> tuple[int, tuple[int, ...]]:
+    """ompi_coll_base_topo_build_bmtree."""
+    index = (rank - root) % p
+    mask = _next_pow2(index)
+    parent = -1
+    if rank != root:
+        remote = (index ^ (mask >> 1)) + root
+        parent = remote - p if remote >= p else remote
+    kids = []
+    while mask < p:
+        remote = index ^ mask
+        if remote >= p:
+            break
+        remote += root
+        kids.append(remote - p if remote >= p else remote)
+        mask <<= 1
+    return parent, tuple(kids)
+
+
+@lru_cache(maxsize=65536)
+def in_order_bmtree(p: int, root: int, rank: int) -> tuple[int, tuple[int, ...]]:
+    """ompi_coll_base_topo_build_in_order_bmtree."""
+    vrank = (rank - root) % p
+    parent, kids, mask = -1, [], 1
+    while mask < p:
+        remote = vrank ^ mask
+        if remote < vrank:
+            parent = (remote + root) % p
+            break
+        if remote < p:
+            kids.append((remote + root) % p)
+        mask <<= 1
+    return parent, tuple(kids)
+
+
+@lru_cache(maxsize=65536)
+def kmtree(p: int, root: int, radix: int, rank: int) -> tuple[int, tuple[int, ...]]:
+    """ompi_coll_base_topo_build_kmtree."""
+    vrank = (rank - root) % p
+    parent, mask = -1, 1
+    while mask < p:
+        if vrank % (radix * mask):
+            parent = (vrank // (radix * mask) * (radix * mask) + root) % p
+            break
+        mask *= radix
+    mask //= radix
+    kids = []
+    while mask > 0:
+        for r in range(1, radix):
+            child = vrank + mask * r
+            if child < p:
+                kids.append((child + root) % p)
+        mask //= radix
+    return parent, tuple(kids)
+
+
+@lru_cache(maxsize=65536)
+def chain(fanout: int, p: int, root: int, rank: int) -> tuple[int, tuple[int, ...]]:
+    """ompi_coll_base_topo_build_chain."""
+    fanout = min(max(fanout, 1), MAXTREEFANOUT)
+    if p - 1 < fanout:
+        fanout = p - 1
+    s = (rank - root) % p
+    if fanout == 1:
+        parent = -1 if s == 0 else (s - 1 + root) % p
+        kids = () if s + 1 >= p else ((s + 1 + root) % p,)
+        return parent, kids
+    if p == 1:
+        return -1, ()
+    maxchainlen = (p - 1) // fanout
+    if (p - 1) % fanout:
+        maxchainlen += 1
+        mark = (p - 1) % fanout
+    else:
+        mark = fanout + 1
+    if s != 0:
+        if s - 1 < mark * maxchainlen:
+            column = (s - 1) // maxchainlen
+            head = 1 + column * maxchainlen
+            length = maxchainlen
+        else:
+            column = mark + (s - 1 - mark * maxchainlen) // (maxchainlen - 1)
+            head = mark * maxchainlen + 1 + (column - mark) * (maxchainlen - 1)
+            length = maxchainlen - 1
+        parent = 0 if s == head else s - 1
+        if s == head + length - 1 or s + 1 >= p:
+            kids: tuple[int, ...] = ()
+        else:
+            kids = ((s + 1 + root) % p,)
+        return (parent + root) % p, kids
+    kids_l = [(root + 1) % p]
+    for i in range(1, fanout):
+        nxt = kids_l[i - 1] + maxchainlen
+        if i > mark:
+            nxt -= 1
+        kids_l.append(nxt % p)
+    return -1, tuple(kids_l)
+
+
+@lru_cache(maxsize=65536)
+def in_order_bintree(p: int, rank: int) -> tuple[int, tuple[int, ...]]:
+    """ompi_coll_base_topo_build_in_order_bintree (rooted at p - 1)."""
+    size, myrank, parent_of_me, delta = p, rank, -1, 0
+    parent = size - 1
+    kids: tuple[int, ...] = ()
+    while True:
+        rightsize = size >> 1
+        lchild = rchild = -1
+        if size - 1 > 0:
+            lchild = parent - 1
+            if lchild > 0:
+                rchild = rightsize - 1
+        if myrank == parent:
+            kids = tuple(c + delta for c in (lchild, rchild) if c >= 0)
+            break
+        if myrank > rchild:
+            if myrank == lchild:
+                parent_of_me = parent + delta
+            size = size - rightsize - 1
+            delta += rightsize
+            myrank -= rightsize
+            parent = size - 1
+        else:
+            if myrank == rchild:
+                parent_of_me = parent + delta
+            size = rightsize
+            parent = rchild
+    return parent_of_me, kids
+
+
+def segcount(segsize: int, tsize: int, count: int) -> int:
+    """COLL_BASE_COMPUTED_SEGCOUNT: elements per segment for a segment size in bytes."""
+    if tsize and segsize >= tsize and segsize < tsize * count:
+        seg = segsize // tsize
+        if segsize - seg * tsize > (tsize >> 1):
+            seg += 1
+        return seg
+    return count
+
+
+def blockcount(count: int, nblocks: int) -> tuple[int, int, int]:
+    """COLL_BASE_COMPUTE_BLOCKCOUNT: (split index, early count, late count)."""
+    early = late = count // nblocks
+    split = count % nblocks
+    if split:
+        early += 1
+    return split, early, late
+
+
+def _hibit(v: int) -> int:
+    return v.bit_length() - 1
+
+
+def _rounddown(v: int, m: int) -> int:
+    return v // m * m
+
+
+def _mirror_perm(x: int, nbits: int) -> int:
+    out = 0
+    for _ in range(nbits):
+        out = (out << 1) | (x & 1)
+        x >>= 1
+    return out
+
+
+def _range_sum(a: int, b: int, r: int) -> int:
+    if r < a:
+        return b - a + 1
+    if r > b:
+        return 2 * (b - a + 1)
+    return 2 * (r - a + 1) + b - r
+
+
+# ---------------------------------------------------------------------------------------------
+# bcast
+
+def _bcast_generic(out: Out, rank: int, count: int, ts: int, seg: int, topo: tuple[int, tuple[int, ...]]) -> None:
+    """ompi_coll_base_bcast_intra_generic: every segment to every child."""
+    parent, kids = topo
+    nseg = (count + seg - 1) // seg if seg else 0
+    for s in range(nseg):
+        n = seg if s < nseg - 1 else count - s * seg
+        for k in kids:
+            out.send(k, n, ts)
+
+
+def bcast(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params, count: int | None = None,
+          root: int | None = None, ts: int | None = None) -> None:
+    count = c.scount if count is None else count
+    root = c.root if root is None else root
+    ts = c.ssize if ts is None else ts
+    p, r = c.p, c.rank
+    if p < 2 or count == 0:
+        return
+    if alg == 1:                                  # basic linear
+        if r == root:
+            for i in range(p):
+                if i != r:
+                    out.send(i, count, ts)
+        return
+    seg = segcount(segsize, ts, count)
+    if alg == 2:
+        return _bcast_generic(out, r, count, ts, seg, chain(fan, p, root, r))
+    if alg == 3:
+        return _bcast_generic(out, r, count, ts, seg, chain(1, p, root, r))
+    if alg == 4:
+        return _bcast_split_bintree(out, c, count, ts, segsize, root, prm)
+    if alg == 5:
+        return _bcast_generic(out, r, count, ts, seg, tree(2, p, root, r))
+    if alg == 6:
+        return _bcast_generic(out, r, count, ts, seg, bmtree(p, root, r))
+    if alg == 7:
+        radix = prm.knomial_radix
+        if radix < 2:
+            return _bcast_generic(out, r, count, ts, seg, bmtree(p, root, r))
+        return _bcast_generic(out, r, count, ts, seg, kmtree(p, root, radix, r))
+    if alg in (8, 9):
+        if count < p:
+            return bcast(out, c, 1, 0, 0, prm, count, root, ts)
+        for m in _bcast_scatter_allgather(p, root, count, ring=alg == 9)[r]:
+            out.send(m[0], m[1], ts)
+        return
+    raise KeyError(alg)
+
+
+def _bcast_split_bintree(out: Out, c: Call, count: int, ts: int, segsize: int, root: int, prm: Params) -> None:
+    p, r = c.p, c.rank
+    counts = [(count + 1) // 2, 0]
+    counts[1] = count - counts[0]
+    if segsize > 0:
+        if segsize < ts:
+            segsize = ts
+        segc = [segsize // ts, segsize // ts]
+        nseg = [-(-counts[0] // segc[0]), -(-counts[1] // segc[1])]
+    else:
+        segc, nseg = counts[:], [1, 1]
+    if counts[0] == 0 or counts[1] == 0 or segsize > counts[0] * ts or segsize > counts[1] * ts:
+        return _bcast_generic(out, r, count, ts, segcount(segsize, ts, count), chain(1, p, root, r))
+    parent, kids = tree(2, p, root, r)
+    lr = ((r + p - root) % p + 1) % 2
+    if r == root:
+        for s in range(nseg[0]):
+            for i, k in enumerate(kids[:2]):
+                if s >= nseg[i]:
+                    continue
+                n = counts[i] - s * segc[i] if s == nseg[i] - 1 else segc[i]
+                out.send(k, n, ts)
+    elif kids:
+        for s in range(1, nseg[lr]):
+            for k in kids:
+                out.send(k, segc[lr], ts)
+        last = counts[lr] - (nseg[lr] - 1) * segc[lr]
+        for k in kids:
+            out.send(k, last, ts)
+    pair = (r + 1) % p if lr == 0 else (r + p - 1) % p
+    if p % 2 and r != root:
+        out.send(pair, counts[lr], ts)
+    elif p % 2 == 0:
+        if r == root:
+            out.send((root + p - 1) % p, counts[1], ts)
+        elif r == (root + p - 1) % p:
+            pass                                  # receives the rest from the root
+        else:
+            out.send(pair, counts[lr], ts)
+
+
+@lru_cache(maxsize=4096)
+def _bcast_scatter_allgather(p: int, root: int, count: int, ring: bool) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """All ranks' (dst, elements) of the scatter_allgather(_ring) bcasts, simulated together: a
+    rank's sends depend on the counts it received."""
+    sc = (count + p - 1) // p
+    sends: list[list[tuple[int, int]]] = [[] for _ in range(p)]
+    curr = [0] * p
+    got_from_parent = [None] * p                  # count received in the scatter phase
+    # scatter phase (binomial), processed from the root down
+    order = sorted(range(p), key=lambda r: bin((r - root) % p).count("1"))
+    for r in order:
+        vr = (r - root) % p
+        if r == root:
+            curr[r] = count
+        mask = 1
+        while mask < p:
+            if vr & mask:
+                break
+            mask <<= 1
+        if r != root:
+            recv_count = count - vr * sc
+            curr[r] = 0 if recv_count <= 0 else (got_from_parent[r] or 0)
+        mask >>= 1
+        while mask > 0:
+            if vr + mask < p:
+                send_count = curr[r] - sc * mask
+                if send_count > 0:
+                    child = (r + mask) % p
+                    sends[r].append((child, send_count))
+                    got_from_parent[child] = send_count
+                    curr[r] -= send_count
+            mask >>= 1
+    if ring:
+        for r in range(p):
+            vr = (r - root) % p
+            right = (r + 1) % p
+            send_block = vr
+            recv_block = (vr - 1) % p
+            for _ in range(1, p):
+                send_count = max(0, min(sc, count - send_block * sc))
+                sends[r].append((right, send_count))
+                send_block = recv_block
+                recv_block = (recv_block - 1) % p
+        return tuple(tuple(s) for s in sends)
+    # allgather phase: recursive doubling with a fix-up for non-power-of-two sizes, in lockstep
+    curr = [max(0, min(sc, count - ((r - root) % p) * sc)) for r in range(p)]
+    last_recv = [0] * p
+    mask = 1
+    while mask < p:
+        before = curr[:]
+        for r in range(p):
+            vr = (r - root) % p
+            vremote = vr ^ mask
+            if vremote < p:
+                sends[r].append(((vremote + root) % p, before[r]))
+                last_recv[r] = before[(vremote + root) % p]
+                curr[r] += last_recv[r]
+        # fix-up for subtrees cut short by a non-power-of-two size: level by level (a rank may
+        # receive at one level and pass that count on at a lower one)
+        nall_of = {}
+        for r in range(p):
+            vr = (r - root) % p
+            vremote_tree_root = _rounddown(vr ^ mask, mask)
+            if vremote_tree_root + mask > p:
+                nall_of[r] = p - _rounddown(vr, mask) - mask
+        rh = mask >> 1
+        while rh > 0:
+            fix = []
+            for r, nall in nall_of.items():
+                vr = (r - root) % p
+                vrem = vr ^ rh
+                tree_root = _rounddown(vr, rh << 1)
+                if vrem > vr and vr < tree_root + nall and vrem >= tree_root + nall:
+                    fix.append((r, (vrem + root) % p, last_recv[r]))
+            for src, dst, n in fix:
+                sends[src].append((dst, n))
+                last_recv[dst] = n
+                curr[dst] += n
+            rh >>= 1
+        mask <<= 1
+    return tuple(tuple(s) for s in sends)
+
+
+# ---------------------------------------------------------------------------------------------
+# reduce
+
+def _reduce_generic(out: Out, rank: int, count: int, ts: int, seg: int, root: int,
+                    topo: tuple[int, tuple[int, ...]]) -> None:
+    """ompi_coll_base_reduce_generic: each non-root sends its (partial) vector to its parent."""
+    parent, kids = topo
+    if rank == root or parent < 0:
+        return
+    nseg = (count + seg - 1) // seg if seg else 0
+    for s in range(nseg):
+        out.send(parent, seg if s < nseg - 1 else count - s * seg, ts)
+
+
+def reduce(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params, count: int | None = None,
+           root: int | None = None) -> None:
+    count = c.scount if count is None else count
+    root = c.root if root is None else root
+    ts, p, r = c.ssize, c.p, c.rank
+    if p < 2 or count == 0:
+        return
+    seg = segcount(segsize, ts, count)
+    if alg == 1:
+        if r != root:
+            out.send(root, count, ts)
+        return
+    if alg == 2:
+        return _reduce_generic(out, r, count, ts, seg, root, chain(fan, p, root, r))
+    if alg == 3:
+        return _reduce_generic(out, r, count, ts, seg, root, chain(1, p, root, r))
+    if alg == 4:
+        return _reduce_generic(out, r, count, ts, seg, root, tree(2, p, root, r))
+    if alg == 5:
+        return _reduce_generic(out, r, count, ts, seg, root, in_order_bmtree(p, root, r))
+    if alg == 6:
+        io_root = p - 1
+        _reduce_generic(out, r, count, ts, seg, io_root, in_order_bintree(p, r))
+        if io_root != root and r == io_root:
+            out.send(root, count, ts)
+        return
+    if alg == 7:
+        return _reduce_redscat_gather(out, c, count, ts, root)
+    raise KeyError(alg)
+
+
+def _halving_steps(vrank: int, rank: int, count: int, pof2: int, rem: int):
+    """The reduce-scatter (recursive halving) phase shared by allreduce and reduce Rabenseifner:
+    yields (dest, send count) per step and returns the step arrays."""
+    nsteps = _hibit(pof2)
+    rindex = [0] * max(nsteps, 1)
+    sindex = [0] * max(nsteps, 1)
+    rcount = [0] * max(nsteps, 1)
+    scount = [0] * max(nsteps, 1)
+    sends = []
+    step, wsize = 0, count
+    mask = 1
+    while mask < pof2:
+        vdest = vrank ^ mask
+        dest = vdest * 2 if vdest < rem else vdest + rem
+        if rank < dest:
+            rcount[step] = wsize // 2
+            scount[step] = wsize - rcount[step]
+            sindex[step] = rindex[step] + rcount[step]
+        else:
+            scount[step] = wsize // 2
+            rcount[step] = wsize - scount[step]
+            rindex[step] = sindex[step] + scount[step]
+        sends.append((dest, scount[step]))
+        if step + 1 < nsteps:
+            rindex[step + 1] = rindex[step]
+            sindex[step + 1] = rindex[step]
+            wsize = rcount[step]
+            step += 1
+        mask <<= 1
+    return sends, rindex, sindex, rcount, scount
+
+
+def _reduce_redscat_gather(out: Out, c: Call, count: int, ts: int, root: int) -> None:
+    p, r = c.p, c.rank
+    nsteps = _hibit(p)
+    pof2 = 1 << nsteps
+    if pof2 < 2 or count < pof2 or not c.is_commutative:
+        if r != root:
+            out.send(root, count, ts)
+        return
+    rem = p - pof2
+    if r < 2 * rem:
+        lh = count // 2
+        rh = count - lh
+        if r % 2:
+            out.send(r - 1, lh, ts)
+            out.send(r - 1, rh, ts)
+            vrank = -1
+        else:
+            out.send(r + 1, rh, ts)
+            vrank = r // 2
+    else:
+        vrank = r - rem
+    rcount = [0] * nsteps
+    if vrank != -1:
+        sends, rindex, sindex, rcount, scount = _halving_steps(vrank, r, count, pof2, rem)
+        for dest, n in sends:
+            out.send(dest, n, ts)
+    vroot = 0
+    if root < 2 * rem:
+        if root % 2:
+            vroot = 0
+            if r == root:
+                rcount = []
+                wsize = count
+                for _ in range(nsteps):
+                    rcount.append(wsize // 2)
+                    wsize //= 2
+                vrank = 0
+            elif vrank == 0:
+                out.send(root, rcount[nsteps - 1], ts)
+                vrank = -1
+        else:
+            vroot = root // 2
+    else:
+        vroot = root - rem
+    if vrank != -1:
+        if r == root and root < 2 * rem and root % 2:
+            return                                # the root only receives from here on
+        step = nsteps - 1
+        mask = pof2 >> 1
+        while mask > 0:
+            vdest = vrank ^ mask
+            dest = vdest * 2 if vdest < rem else vdest + rem
+            if vdest == 0 and root < 2 * rem and root % 2:
+                dest = root
+            if (vdest >> step) << step == (vroot >> step) << step:
+                out.send(dest, rcount[step], ts)
+                break
+            step -= 1
+            mask >>= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# allreduce
+
+def allreduce(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+    count, ts, p, r = c.scount, c.ssize, c.p, c.rank
+    if p < 2 or count == 0:
+        return
+    if alg == 1:                                  # linear reduce to 0 + linear bcast
+        reduce(out, c, 1, 0, 0, prm, count, 0)
+        return bcast(out, c, 1, 0, 0, prm, count, 0, ts)
+    if alg == 2:                                  # reduce + bcast through the selected component
+        sub = Call("reduce", c.form, p, r, 0, count, ts, count, ts, c.inplace, c.commute)
+        a, f, s, _ = choose(sub, prm)
+        reduce(out, sub, a, f, s, prm)
+        subb = Call("bcast", c.form, p, r, 0, count, ts, count, ts)
+        a, f, s, _ = choose(subb, prm)
+        return bcast(out, subb, a, f, s, prm)
+    if alg == 3:
+        return _allreduce_recdbl(out, r, p, count, ts)
+    if alg == 4:
+        if count < p:
+            return _allreduce_recdbl(out, r, p, count, ts)
+        return _allreduce_ring(out, r, p, count, ts)
+    if alg == 5:
+        seg = segcount(segsize, ts, count)
+        if count < p * seg:
+            if count < p:
+                return _allreduce_recdbl(out, r, p, count, ts)
+            return _allreduce_ring(out, r, p, count, ts)
+        return _allreduce_ring_segmented(out, r, p, count, ts, seg)
+    if alg == 6:
+        nsteps = _hibit(p)
+        pof2 = 1 << nsteps
+        if count < pof2 or not c.is_commutative:
+            return allreduce(out, c, 1, 0, 0, prm)
+        rem = p - pof2
+        if r < 2 * rem:
+            lh = count // 2
+            rh = count - lh
+            if r % 2:
+                out.send(r - 1, lh, ts)
+                out.send(r - 1, rh, ts)
+                vrank = -1
+            else:
+                out.send(r + 1, rh, ts)
+                vrank = r // 2
+        else:
+            vrank = r - rem
+        if vrank != -1:
+            sends, rindex, sindex, rcount, scount = _halving_steps(vrank, r, count, pof2, rem)
+            for dest, n in sends:
+                out.send(dest, n, ts)
+            step = nsteps - 1
+            mask = pof2 >> 1
+            while mask > 0:
+                vdest = vrank ^ mask
+                dest = vdest * 2 if vdest < rem else vdest + rem
+                out.send(dest, rcount[step], ts)
+                step -= 1
+                mask >>= 1
+        if r < 2 * rem and r % 2 == 0:
+            out.send(r + 1, count, ts)
+        return
+    raise KeyError(alg)
+
+
+def _allreduce_recdbl(out: Out, r: int, p: int, count: int, ts: int) -> None:
+    adj = _next_pow2(p) >> 1
+    extra = p - adj
+    if r < 2 * extra:
+        if r % 2 == 0:
+            out.send(r + 1, count, ts)
+            newrank = -1
+        else:
+            newrank = r >> 1
+    else:
+        newrank = r - extra
+    d = 1
+    while d < adj and newrank >= 0:
+        nr = newrank ^ d
+        remote = nr * 2 + 1 if nr < extra else nr + extra
+        out.send(remote, count, ts)
+        d <<= 1
+    if r < 2 * extra and r % 2:
+        out.send(r - 1, count, ts)
+
+
+def _allreduce_ring(out: Out, r: int, p: int, count: int, ts: int) -> None:
+    split, early, late = blockcount(count, p)
+    to = (r + 1) % p
+
+    def bc(b: int) -> int:
+        return early if b < split else late
+
+    out.send(to, bc(r), ts)
+    for k in range(2, p):
+        out.send(to, bc((r + p - k + 1) % p), ts)
+    for k in range(p - 1):
+        out.send(to, bc((r + 1 + p - k) % p), ts)
+
+
+def _allreduce_ring_segmented(out: Out, r: int, p: int, count: int, ts: int, seg: int) -> None:
+    phases = count // (p * seg)
+    if count % (p * seg) >= p and count % (p * seg) > (p * seg) // 2:
+        phases += 1
+    split, early, late = blockcount(count, p)
+    to = (r + 1) % p
+
+    def bc(b: int) -> int:
+        return early if b < split else late
+
+    for ph in range(phases):
+        def pc(b: int) -> int:
+            s, e, l = blockcount(bc(b), phases)
+            return e if ph < s else l
+        out.send(to, pc(r), ts)
+        for k in range(2, p):
+            out.send(to, pc((r + p - k + 1) % p), ts)
+    for k in range(p - 1):
+        out.send(to, bc((r + 1 + p - k) % p), ts)
+
+
+# ---------------------------------------------------------------------------------------------
+# allgather
+
+def allgather(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+    p, r = c.p, c.rank
+    rcount, rs = c.rcount, c.rsize
+    if p < 2 or rcount * rs == 0:
+        return
+    if alg == 1:                                  # gather to 0 + bcast, both through tuned
+        sc, ss = (rcount, rs) if c.inplace else (c.scount, c.ssize)
+        g = Call("gather", c.form, p, r, 0, sc, ss, rcount, rs, c.inplace and r == 0)
+        a, f, s, _ = choose(g, prm)
+        gather(out, g, a, f, s, prm)
+        b = Call("bcast", c.form, p, r, 0, rcount * p, rs, rcount * p, rs)
+        a, f, s, _ = choose(b, prm)
+        return bcast(out, b, a, f, s, prm)
+    if alg == 3 and (_next_pow2(p) >> 1) != p:
+        alg = 2                                   # recursive doubling needs a power of two
+    if alg == 5 and p % 2:
+        alg = 4                                   # neighbour exchange needs an even size
+    if alg == 2:
+        d = 1
+        while d < p:
+            n = d if d <= (p >> 1) else p - d
+            out.send((r - d) % p, n * rcount, rs)
+            d <<= 1
+        return
+    if alg == 3:
+        d = 1
+        while d < p:
+            out.send(r ^ d, d * rcount, rs)
+            d <<= 1
+        return
+    if alg == 4:
+        for _ in range(p - 1):
+            out.send((r + 1) % p, rcount, rs)
+        return
+    if alg == 5:
+        even = r % 2 == 0
+        nb = [(r + 1) % p, (r - 1) % p] if even else [(r - 1) % p, (r + 1) % p]
+        out.send(nb[0], rcount, rs)
+        for i in range(1, p // 2):
+            out.send(nb[i % 2], 2 * rcount, rs)
+        return
+    if alg == 6:
+        if p != 2:
+            return
+        sc, ss = (rcount, rs) if c.inplace else (c.scount, c.ssize)
+        out.send(r ^ 1, sc, ss)
+        return
+    raise KeyError(alg)
+
+
+# ---------------------------------------------------------------------------------------------
+# alltoall
+
+def alltoall(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+    p, r = c.p, c.rank
+    if p < 2:
+        return
+    if c.inplace:                                 # every algorithm: the in-place exchange
+        if c.rcount * c.rsize == 0:
+            return
+        for i in range(1, (p >> 1) + 1):
+            right, left = (r + i) % p, (r - i) % p
+            if left != right:
+                out.send(left, c.rcount, c.rsize)
+            out.send(right, c.rcount, c.rsize)
+        return
+    sc, ss = c.scount, c.ssize
+    if alg in (1, 4):                             # linear (persistent sends) / linear_sync
+        order = [(r - i) % p for i in range(1, p)]
+        for i in order:
+            out.send(i, sc, ss)
+        return
+    if alg == 2:
+        for step in range(1, p + 1):
+            to = (r + step) % p
+            if to != r:
+                out.send(to, sc, ss)
+        return
+    if alg == 3:
+        d = 1
+        while d < p:
+            k = sum(1 for i in range(1, p) if i & d)
+            out.send((r + d) % p, k * sc, ss)
+            d <<= 1
+        return
+    if alg == 5:
+        if p == 2:
+            out.send(r ^ 1, sc, ss)
+        return
+    raise KeyError(alg)
+
+
+# ---------------------------------------------------------------------------------------------
+# gather / scatter
+
+def gather(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+    p, r, root = c.p, c.rank, c.root
+    if p < 2:
+        return
+    if alg == 1:
+        if r != root:
+            out.send(root, c.scount, c.ssize)
+        return
+    if alg == 2:
+        parent, kids = in_order_bmtree(p, root, r)
+        vr = (r - root) % p
+        if r == root:
+            return
+        total = c.scount
+        if vr % 2 == 0:
+            for k in kids:
+                vk = (k - root) % p
+                total += min(vk - vr, p - vk) * c.scount
+        out.send(parent, total, c.ssize)
+        return
+    if alg == 3:
+        if r != root:
+            first = segcount(segsize, c.ssize, c.scount)
+            out.send(root, first, c.ssize)
+            out.send(root, c.scount - first, c.ssize)
+        else:
+            for i in range(p):
+                if i != r:
+                    out.send(i, 0)
+        return
+    raise KeyError(alg)
+
+
+def scatter(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+    p, r, root = c.p, c.rank, c.root
+    if p < 2:
+        return
+    if alg in (1, 3):
+        if r == root:
+            for i in range(p):
+                if i != r:
+                    out.send(i, c.scount, c.ssize)
+        return
+    if alg == 2:
+        parent, kids = in_order_bmtree(p, root, r)
+        vr = (r - root) % p
+        if vr % 2:
+            return
+        block = c.scount * c.ssize if r == root else c.rcount * c.rsize
+        for k in reversed(kids):
+            vk = (k - root) % p
+            out.send(k, min(vk - vr, p - vk) * block)
+        return
+    raise KeyError(alg)
+
+
+# ---------------------------------------------------------------------------------------------
+# reduce_scatter_block
+
+def reduce_scatter_block(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+    p, r, rc, ts = c.p, c.rank, c.rcount, c.rsize
+    if p < 2 or rc == 0:
+        return
+    total = rc * p
+    if alg == 1:
+        red = Call("reduce", c.form, p, r, 0, total, ts, total, ts, c.inplace, c.commute)
+        a, f, s, _ = choose(red, prm)
+        reduce(out, red, a, f, s, prm)
+        sca = Call("scatter", c.form, p, r, 0, rc, ts, rc, ts)
+        a, f, s, _ = choose(sca, prm)
+        return scatter(out, sca, a, f, s, prm)
+    if alg == 3 and not c.is_commutative:
+        return reduce_scatter_block(out, c, 1, fan, segsize, prm)
+    if alg == 2:
+        mask = 1
+        while mask < p:
+            remote = r ^ mask
+            ctr = _rounddown(r, mask)
+            rtr = _rounddown(remote, mask)
+            send_n = rc * ctr + (rc * (p - ctr - mask) if p >= ctr + mask else 0)
+            recv_n = rc * rtr + (rc * (p - rtr - mask) if p >= rtr + mask else 0)
+            if remote < p:
+                out.send(remote, send_n, ts)
+            if rtr + mask > p:
+                nall = p - ctr - mask
+                rh = mask >> 1
+                while rh > 0:
+                    rem2 = r ^ rh
+                    troot = _rounddown(r, rh << 1)
+                    if rem2 > r and r < troot + nall and rem2 >= troot + nall:
+                        out.send(rem2, recv_n, ts)
+                    rh >>= 1
+            mask <<= 1
+        return
+    pof2 = _next_pow2(p) >> 1
+    rem = p - pof2
+    if alg == 3:
+        if r < 2 * rem:
+            if r % 2 == 0:
+                out.send(r + 1, total, ts)
+                vrank = -1
+            else:
+                vrank = r // 2
+        else:
+            vrank = r - rem
+        if vrank != -1:
+            send_index = recv_index = 0
+            last_index = pof2
+            mask = pof2 >> 1
+            while mask > 0:
+                vpeer = vrank ^ mask
+                peer = vpeer * 2 + 1 if vpeer < rem else vpeer + rem
+                if vrank < vpeer:
+                    send_index = recv_index + mask
+                    sn = rc * _range_sum(send_index, last_index - 1, rem - 1)
+                else:
+                    recv_index = send_index + mask
+                    sn = rc * _range_sum(send_index, recv_index - 1, rem - 1)
+                if sn > 0:
+                    out.send(peer, sn, ts)
+                send_index = recv_index
+                last_index = recv_index + mask
+                mask >>= 1
+        if r < 2 * rem and r % 2:
+            out.send(r - 1, rc, ts)
+        return
+    if alg == 4:
+        if p & (p - 1) == 0:
+            nblocks = total
+            mask = 1
+            while mask < p:
+                nblocks //= 2
+                out.send(r ^ mask, nblocks, ts)
+                mask <<= 1
+            return
+        log2 = _hibit(pof2)
+        if r < 2 * rem:
+            if r % 2 == 0:
+                out.send(r + 1, total, ts)
+                return
+            vrank = r // 2
+        else:
+            vrank = r - rem
+        nblocks, send_index, recv_index = pof2, 0, 0
+        mask = 1
+        while mask < pof2:
+            vpeer = vrank ^ mask
+            peer = vpeer * 2 + 1 if vpeer < rem else vpeer + rem
+            nblocks //= 2
+            if vrank & mask == 0:
+                send_index += nblocks
+            else:
+                recv_index += nblocks
+            out.send(peer, rc * _range_sum(send_index, send_index + nblocks - 1, rem - 1), ts)
+            send_index = recv_index
+            mask <<= 1
+        vpeer = _mirror_perm(vrank, log2)
+        peer = vpeer * 2 + 1 if vpeer < rem else vpeer + rem
+        if vpeer < rem:
+            out.send(peer - 1, rc, ts)
+        if vpeer != vrank:
+            out.send(peer, rc, ts)
+        return
+    raise KeyError(alg)
+
+
+# ---------------------------------------------------------------------------------------------
+# the v/w collectives: every algorithm exchanges each block directly
+
+def direct(out: Out, c: Call) -> None:
+    p, r = c.p, c.rank
+    if c.kind in ("alltoallv", "alltoallw"):
+        for i, b in enumerate(c.vec[:p]):
+            if i != r and b:
+                out.send(i, b)
+    elif c.kind == "gatherv":
+        if r != c.root and c.scount * c.ssize:
+            out.send(c.root, c.scount, c.ssize)
+    elif c.kind == "scatterv":
+        if r == c.root:
+            for i, b in enumerate(c.vec[:p]):
+                if i != r and b:
+                    out.send(i, b)
+
+
+IMPLEMENTED = {"bcast": bcast, "reduce": reduce, "allreduce": allreduce, "allgather": allgather,
+               "alltoall": alltoall, "gather": gather, "scatter": scatter,
+               "reduce_scatter_block": reduce_scatter_block}
+
+
+def messages(c: Call, prm: Params) -> tuple[list[Msg], str] | None:
+    """The messages rank ``c.rank`` sends for ``c`` under Open MPI 4.1, and the algorithm's name;
+    None where the mirror does not cover the call (then the model applies)."""
+    if c.form != "blocking" or prm.not_tuned:
+        return None
+    out = Out()
+    if c.kind in ("alltoallv", "alltoallw", "gatherv", "scatterv"):
+        direct(out, c)
+        return list(out), "linear"
+    fn = IMPLEMENTED.get(c.kind)
+    if fn is None:
+        return None
+    alg, fan, seg, how = choose(c, prm)
+    try:
+        fn(out, c, alg, fan, seg, prm)
+    except KeyError:
+        return None
+    names = ALG_NAMES.get(c.kind, ())
+    return list(out), f"{names[alg] if alg < len(names) else alg} ({how})"

@@ -1,0 +1,332 @@
+"""Collective pair traffic against the messages the MPI library really sends.
+
+``tests/native/coll_probe.c`` runs collectives between barriers and counts, per call, what the
+library itself records (Open MPI's monitoring PML) or puts on the wire (MPICH's UCX tag sends);
+the mirrors in :mod:`rankmap.capture.collectives` must reproduce those pairs from the call's
+arguments and the library's parameters alone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rankmap.capture.collectives import model, mpich, ompi
+from rankmap.capture.collectives.call import Call, kind_of
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = ROOT / "tests" / "native" / "coll_probe.c"
+SIZES = [8, 24, 1000, 4096, 65536, 100000, 1048576, 16777216]
+EIGHT = ["allreduce", "bcast", "reduce", "allgather", "alltoall", "gather", "scatter", "reduce_scatter_block"]
+ROOTED = ("bcast", "reduce", "gather", "scatter")
+OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def _build(tmp: Path, cc: str, *flags: str) -> Path:
+    out = tmp / f"coll_probe_{cc}"
+    p = subprocess.run([cc, "-O2", "-rdynamic", *flags, str(PROBE), "-o", str(out), "-ldl"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def ompi_probe(tmp_path_factory) -> Path:
+    if not shutil.which("mpicc.openmpi") or not shutil.which("mpirun.openmpi"):
+        pytest.skip("Open MPI is not installed")
+    if "pml: monitoring" not in subprocess.run(["ompi_info"], capture_output=True, text=True).stdout:
+        pytest.skip("Open MPI built without its monitoring components")
+    return _build(tmp_path_factory.mktemp("ompi"), "mpicc.openmpi")
+
+
+@pytest.fixture(scope="module")
+def mpich_probe(tmp_path_factory) -> Path:
+    if not shutil.which("mpicc.mpich") or not shutil.which("mpiexec.mpich"):
+        pytest.skip("MPICH is not installed")
+    if not Path("/usr/include/ucp/api/ucp.h").is_file():
+        pytest.skip("UCX headers (libucx-dev) are needed to see MPICH's messages")
+    ver = subprocess.run(["mpichversion"], capture_output=True, text=True).stdout
+    if "ch4:ucx" not in ver:
+        pytest.skip("this MPICH does not send through UCX (device: ch4:ucx needed)")
+    return _build(tmp_path_factory.mktemp("mpich"), "mpicc.mpich", "-DPROBE_UCX")
+
+
+Measured = dict[tuple[str, int, int], np.ndarray]
+
+
+def measure(cmd: list[str], p: int, env: dict[str, str] | None = None) -> Measured:
+    """{(collective, size, root): bytes[src][dst]} of one probe run; a peer the probe could not
+    name (UCX: the endpoint to itself) is the sender itself."""
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, **(env or {})))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    out: Measured = defaultdict(lambda: np.zeros((p, p), dtype=np.int64))
+    for line in r.stdout.splitlines():
+        coll, size, root, src, dst, b, _m = line.split()
+        s, d = int(src), int(dst)
+        out[(coll, int(size), int(root))][s, d if d >= 0 else s] += int(b)
+    return out
+
+
+def ompi_run(probe: Path, p: int, colls: list[str], sizes: list[int], mca: dict[str, str] | None = None) -> Measured:
+    cmd = ["mpirun.openmpi", "-np", str(p), "--mca", "pml_monitoring_enable", "1"]
+    for k, v in (mca or {}).items():
+        cmd += ["--mca", k, str(v)]
+    return measure(cmd + [str(probe), ",".join(colls)] + [str(s) for s in sizes], p, OMPI_ENV)
+
+
+def mpich_run(probe: Path, p: int, colls: list[str], sizes: list[int], env: dict[str, str] | None = None) -> Measured:
+    return measure(["mpiexec.mpich", "-n", str(p), str(probe), ",".join(colls)] + [str(s) for s in sizes], p, env)
+
+
+def call(coll: str, p: int, r: int, size: int, root: int) -> Call:
+    """The probe's call on rank r, as the shim records it."""
+    if coll in ("allreduce", "reduce", "reduce_scatter_block", "reduce_scatter"):
+        n = size // 8
+        return Call(coll, "blocking", p, r, root, n, 8, n, 8, vec=tuple([n * 8] * p) if coll == "reduce_scatter" else ())
+    return Call(coll, "blocking", p, r, root, size, 1, size, 1)
+
+
+def mirrored(fn, coll: str, p: int, size: int, root: int) -> np.ndarray:
+    m = np.zeros((p, p), dtype=np.int64)
+    for r in range(p):
+        got = fn(call(coll, p, r, size, root))
+        assert got is not None, (coll, p, size, root)
+        for msg in got[0]:
+            m[r, msg.dst] += msg.nbytes
+    return m
+
+
+def l1(mirror: np.ndarray, measured: np.ndarray) -> float:
+    """Per-pair L1 distance as a fraction of the measured bytes."""
+    return float(np.abs(mirror - measured).sum()) / max(1, int(measured.sum()))
+
+
+def check_all(measured: Measured, fn, limit: float = 0.0) -> dict[str, float]:
+    """Every measured call against the mirror; returns the L1 per collective over all its calls."""
+    per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    bad = []
+    p = next(iter(measured.values())).shape[0]
+    for (coll, size, root), ref in sorted(measured.items()):
+        mir = mirrored(fn, coll, p, size, root)
+        d = l1(mir, ref)
+        per[coll][0] += int(np.abs(mir - ref).sum())
+        per[coll][1] += int(ref.sum())
+        if d > limit:
+            bad.append(f"{coll} p={p} {size} B root {root}: L1 {d:.2%}\nmirror\n{mir}\nlibrary\n{ref}")
+    assert not bad, "\n".join(bad[:3])
+    return {c: a / max(1, b) for c, (a, b) in per.items()}
+
+
+# ---- Open MPI 4.1: coll/tuned ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("p", [3, 4, 5, 8])
+def test_ompi_fixed_rules_match_monitoring(ompi_probe, p):
+    """Tuned's fixed decisions, 8 B to 16 MiB: per-pair L1 <= 2 % of each call's bytes (it is 0)."""
+    got = ompi_run(ompi_probe, p, EIGHT, SIZES)
+    assert {k[0] for k in got} == set(EIGHT)
+    prm = ompi.Params()
+    per = check_all(got, lambda c: ompi.messages(c, prm), limit=0.02)
+    assert all(v == 0 for v in per.values()), per
+
+
+def forced_params(alg: int, segsize: int = 0) -> tuple[dict[str, str], ompi.Params]:
+    """Force algorithm ``alg`` on every collective that has it (as MCA parameters and as the
+    shim would read them back)."""
+    mca = {"coll_tuned_use_dynamic_rules": "1"}
+    prm = ompi.Params(dynamic=True)
+    for coll in EIGHT:
+        names = ompi.ALG_NAMES[coll]
+        if alg < len(names) and "two_proc" not in names[alg]:
+            mca[f"coll_tuned_{coll}_algorithm"] = str(alg)
+            mca[f"coll_tuned_{coll}_algorithm_segmentsize"] = str(segsize)
+            prm.forced[coll] = ompi.Forced(algorithm=alg, segsize=segsize)
+    return mca, prm
+
+
+@pytest.mark.parametrize("alg,segsize", [(1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0), (9, 0),
+                                         (2, 1000), (3, 8192), (4, 1024), (5, 4096)])
+def test_ompi_forced_algorithms_match_monitoring(ompi_probe, alg, segsize):
+    mca, prm = forced_params(alg, segsize)
+    colls = [k.split("_", 2)[2].rsplit("_algorithm", 1)[0] for k in mca if k.endswith("_algorithm")]
+    for p in ((4, 5) if not segsize else (5,)):
+        got = ompi_run(ompi_probe, p, colls, [8, 1000, 65536, 1048576], mca)
+        check_all(got, lambda c: ompi.messages(c, prm))
+
+
+def test_ompi_rules_file(ompi_probe, tmp_path):
+    """A dynamic rules file: allreduce ring below 4 KiB and Rabenseifner above; bcast chain (fan-out
+    2, 1000-byte segments) for communicators of 4 and more, linear below."""
+    text = """# rankmap test rules
+2            # two collectives
+2            # ALLREDUCE
+1            # one communicator size
+3            # from 3 ranks
+2            # two message sizes
+0 4 0 0
+4096 6 0 0
+7            # BCAST
+2
+1
+1
+0 1 0 0
+4
+1
+0 2 2 1000
+"""
+    f = tmp_path / "rules.conf"
+    f.write_text(text)
+    rules = ompi.parse_rules_file(text)
+    assert rules["allreduce"] == [(3, [(0, 4, 0, 0), (4096, 6, 0, 0)])]
+    assert rules["bcast"] == [(1, [(0, 1, 0, 0)]), (4, [(0, 2, 2, 1000)])]
+    prm = ompi.Params(dynamic=True, rules=rules)
+    for p in (3, 5):
+        got = ompi_run(ompi_probe, p, ["allreduce", "bcast"], [8, 1000, 65536],
+                       {"coll_tuned_use_dynamic_rules": "1", "coll_tuned_dynamic_rules_filename": str(f)})
+        check_all(got, lambda c: ompi.messages(c, prm))
+
+
+def test_ompi_rules_file_malformed_is_ignored():
+    assert ompi.parse_rules_file("1 2 1 3 2 0 4 0 0") == {}            # ends early
+    assert ompi.parse_rules_file("1 2 1 3 1 16 4 0 0") == {}           # first size must be 0
+    assert ompi.parse_rules_file("1 99 0") == {}                       # no such collective
+
+
+def test_ompi_params_from_meta():
+    meta = {"cvar.coll_tuned_use_dynamic_rules": "true", "cvar.coll_tuned_allreduce_algorithm": "ring",
+            "cvar.coll_tuned_allreduce_algorithm_segmentsize": "4096", "cvar.coll_tuned_priority": "30",
+            "cvar.coll_han_priority": "0", "file.coll_tuned_dynamic_rules_filename": "1 7 1 1 1 0 6 0 0"}
+    prm = ompi.params_from_meta(meta)
+    assert prm.dynamic and prm.forced["allreduce"].algorithm == 4 and prm.forced["allreduce"].segsize == 4096
+    assert prm.rules == {"bcast": [(1, [(0, 6, 0, 0)])]} and prm.not_tuned is None
+    assert "han" in ompi.params_from_meta({"cvar.coll_han_priority": "40"}).not_tuned
+    assert "excluded" in ompi.params_from_meta({"cvar.coll": "^tuned"}).not_tuned
+
+
+# ---- MPICH 4.0: CH4 compositions and MPIR algorithms --------------------------------------------------
+
+MPICH_COLLS = EIGHT + ["reduce_scatter"]
+
+
+@pytest.mark.parametrize("p", [3, 4, 5, 8])
+def test_mpich_default_choice_is_mpichs(mpich_probe, p):
+    """No control variable set: the mirror's choice, call by call, is MPICH's own (its messages)."""
+    # MPICH's choices change below 1 MiB; 8 busy-polling ranks on a small machine are slow: fewer sizes
+    sizes = [8, 1000, 65536, 1048576] if p == 8 else SIZES[:-1]
+    got = mpich_run(mpich_probe, p, MPICH_COLLS, sizes)
+    prm = mpich.Params()
+    check_all(got, lambda c: mpich.messages(c, prm))
+    # the default path really switches algorithms with the size
+    names = {s: mpich.messages(call("allreduce", p, 0, s, 0), prm)[1] for s in (8, 1048576)}
+    assert names[8] != names[1048576], names
+
+
+def ring(p): return {(r, (r + 1) % p) for r in range(p)}
+def xor_pairs(p): return {(r, r ^ m) for r in range(p) for m in (1 << k for k in range(p.bit_length())) if m < p and r ^ m < p}
+def all_pairs(p): return {(a, b) for a in range(p) for b in range(p) if a != b}
+def shifts(p, sign): return {(r, (r + sign * d) % p) for r in range(p) for d in (1 << k for k in range(p.bit_length())) if d < p}
+def binomial(p, root=0):
+    """edges parent -> child of the binomial tree rooted at root"""
+    out = set()
+    for v in range(1, p):
+        out.add((((v & (v - 1)) + root) % p, (v + root) % p))
+    return out
+
+
+#: (collective, forced algorithm, p, sizes) -> the pairs it must use (derived from its definition)
+SHAPES = [
+    ("allgather", "ring", 5, [1000], ring(5)),
+    ("allgather", "brucks", 5, [1000], shifts(5, -1)),
+    ("allgather", "recursive_doubling", 4, [1000], xor_pairs(4)),
+    ("allreduce", "recursive_doubling", 4, [1000], xor_pairs(4)),
+    ("allreduce", "reduce_scatter_allgather", 4, [1000], xor_pairs(4)),
+    ("allreduce", "smp", 4, [1000], binomial(4) | {(b, a) for a, b in binomial(4)}),
+    ("bcast", "binomial", 5, [1000], binomial(5)),
+    ("bcast", "scatter_ring_allgather", 5, [100000], binomial(5) | ring(5)),
+    ("bcast", "scatter_recursive_doubling_allgather", 4, [100000], binomial(4) | xor_pairs(4)),
+    ("reduce_scatter", "pairwise", 5, [1000], all_pairs(5)),
+    ("reduce_scatter", "recursive_halving", 4, [1000], xor_pairs(4)),
+    ("reduce_scatter", "recursive_doubling", 4, [1000], xor_pairs(4)),
+    ("reduce_scatter", "noncommutative", 4, [1000], xor_pairs(4)),
+    ("alltoall", "pairwise", 5, [1000], all_pairs(5)),
+    ("alltoall", "scattered", 5, [1000], all_pairs(5) | {(r, r) for r in range(5)}),
+    ("alltoall", "brucks", 5, [1000], shifts(5, +1)),
+]
+
+
+@pytest.mark.parametrize("coll,alg,p,sizes,pairs", SHAPES, ids=[f"{s[0]}-{s[1]}" for s in SHAPES])
+def test_mpich_forced_algorithm_pair_shapes(mpich_probe, coll, alg, p, sizes, pairs):
+    """An algorithm forced through MPIR_CVAR_<COLL>_INTRA_ALGORITHM: MPICH's pairs are the
+    algorithm's, and the mirror (told the same through the control variable) gives them."""
+    env = {f"MPIR_CVAR_{coll.upper()}_INTRA_ALGORITHM": alg}
+    got = mpich_run(mpich_probe, p, [coll], sizes, env)
+    for (_c, size, root), m in got.items():
+        if root == 0:
+            assert {(a, b) for a, b in zip(*np.nonzero(m))} == pairs, (alg, m)
+    prm = mpich.params_from_meta({f"cvar.MPIR_CVAR_{coll.upper()}_INTRA_ALGORITHM":
+                                  str(mpich.CVAR_ALGORITHMS[coll].index(alg))})
+    assert prm.forced[coll] == alg
+    check_all(got, lambda c: mpich.messages(c, prm))
+
+
+def test_mpich_forced_algorithm_that_does_not_apply_falls_back():
+    """recursive doubling allgather needs a power of two: MPICH silently uses its own choice."""
+    prm = mpich.Params(forced={"allgather": "recursive_doubling"})
+    forced = mpich.messages(call("allgather", 5, 0, 1000, 0), prm)
+    auto = mpich.messages(call("allgather", 5, 0, 1000, 0), mpich.Params())
+    assert forced == auto and "brucks" in auto[1]
+
+
+def test_mpich_selection_tree_search_quirk():
+    """MPICH searches ``comm_size<8`` below a condition on the call as ``<=``: an alltoall of 8
+    ranks, not in place, small blocks, gets the scattered algorithm, not brucks (measured above)."""
+    msgs, name, _ = mpich.messages(call("alltoall", 8, 0, 8, 0), mpich.Params())
+    assert "scattered" in name
+
+
+def test_mpich_params_from_meta_device():
+    lib_ucx = "MPICH Version:\t4.0.2\nMPICH Device:\tch4:ucx\nMPICH configure:\t--with-device=ch4:ucx"
+    lib_ofi = "MPICH Version:\t4.0.2\nMPICH Device:\tch4:ofi\nMPICH configure:\t--with-device=ch4:ofi"
+    assert mpich.params_from_meta({"mpi_library_full": lib_ucx}).direct_netmod
+    assert not mpich.params_from_meta({"mpi_library_full": lib_ofi}).direct_netmod
+    # with the POSIX module a small allreduce on one node is a release/gather: modelled rows
+    prm = mpich.params_from_meta({"mpi_library_full": lib_ofi})
+    msgs, name, modeled = mpich.messages(call("allreduce", 4, 1, 8, 0), prm)
+    assert modeled and "release_gather" in name and [m.dst for m in msgs] == [0]
+
+
+def test_mpich_node_aware_compositions():
+    """Two nodes of two ranks: a small bcast from rank 3 goes to its node's first rank, then over
+    the node roots, then inside each node (CH4 composition alpha)."""
+    nodes = (0, 0, 1, 1)
+    prm = mpich.Params()
+    sends = {r: [(m.dst, m.nbytes) for m in mpich.messages(call("bcast", 4, r, 64, 3), prm, nodes)[0]]
+             for r in range(4)}
+    assert sends == {0: [(1, 64)], 1: [], 2: [(0, 64), (3, 64)], 3: [(2, 64)]}
+
+
+# ---- the model --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("p", [4, 5])
+def test_model_totals(p):
+    n = 800
+    def total(coll: str, size: int) -> int:
+        return sum(m.nbytes for r in range(p) for m in model.messages(call(coll, p, r, size, 0)))
+    assert total("bcast", n) == n * (p - 1) == total("reduce", n)
+    subtree = sum(min(v & -v, p - v) for v in range(1, p))
+    assert total("gather", n) == n * subtree == total("scatter", n)
+    assert total("allgather", n) == n * p * (p - 1) == total("alltoall", n)
+    assert total("reduce_scatter_block", n) == n * p * (p - 1)
+
+
+def test_kind_of_forms():
+    assert kind_of("MPI_Iallreduce") == ("allreduce", "nonblocking")
+    assert kind_of("MPI_Bcast_init") == ("bcast", "persistent")
+    assert kind_of("MPI_Reduce_scatter_block") == ("reduce_scatter_block", "blocking")
+    assert kind_of("MPI_Send")[0] is None
