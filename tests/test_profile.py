@@ -18,6 +18,7 @@ import pytest
 
 from conftest import ROOT, assert_one_line_error, rankmap
 from pg import pg_cluster  # noqa: F401  (session fixture)
+from rankmap.capture import collectives
 from rankmap.formats import record as records
 from rankmap.store import open_store
 
@@ -166,12 +167,17 @@ def test_store_agrees_with_the_records(mpi, examples, home, tmp_path):
         assert p.returncode == 0, p.stderr
         store = open_store(home["RANKMAP_DB"])
         jid = store.resolve_job("latest")
-        recs = records.read_dir(run)
+        recs = collectives.read_dir(run)
         for klass in ("p2p", "collective", "rma"):
             want = records.traffic_matrix(recs, klass=klass, world_size=n)
             assert store.traffic_matrix(jid, classes=[klass]).tolist() == want.tolist(), (name, klass)
             want = records.traffic_matrix(recs, klass=klass, world_size=n, what="messages")
             assert store.traffic_matrix(jid, classes=[klass], what="messages").tolist() == want.tolist()
+        # MPI_T performance variables: every sample of every rank, as the records hold them
+        want_pv = sorted((r.world_rank, t, r.pvar_defs[v].name, list(vals)) for r in recs
+                         for v, t, vals in r.pvar_samples)
+        assert sorted((x["rank"], x["t_ns"], x["name"], x["values"]) for x in store.pvars(jid)) == want_pv
+        assert want_pv or mpi == "mpich"          # Debian's MPICH offers none, Open MPI 4.1 some
         if name == "rma":   # origin world r = p-1-i Gets COUNT/2 doubles from sub-rank (i+2)%p
             gets = store.traffic_matrix(jid, classes=["rma"])
             for i in range(n):

@@ -10,18 +10,13 @@ import pytest
 
 from pg import pg_cluster  # noqa: F401  (session fixture)
 from rankmap.errors import RankmapError
+from rankmap.formats.record import PvarDef, TrafficRow
 from rankmap.store import command_key, open_store
 
 
-@dataclass
-class Row:
-    peer: int
-    klass: str
-    operation: str
-    mem: str
-    direction: str
-    bytes: int
-    messages: int
+def Row(peer: int, klass: str, operation: str, mem: str, direction: str, nbytes: int, messages: int) -> TrafficRow:
+    """A reader row counted at the call."""
+    return TrafficRow(peer, klass, operation, mem, direction, nbytes, messages, "call")
 
 
 @dataclass
@@ -112,6 +107,30 @@ def test_sources_and_rma_direction(store):
     assert {(r["world_rank"], r["source"]) for r in store.ranks(jid)} == {(0, "mpi"), (0, "nccl")}
     store.ingest(jid, [FakeRecord(0, source="nccl", world_size=2, traffic=[])])  # only NCCL's rows go
     assert store.traffic_matrix(jid).tolist() == [[0, 64], [32, 0]]
+
+
+def test_pvars_per_rank_over_time(store):
+    """MPI_T samples: one row per rank, variable and sample; a re-read file replaces its rank's."""
+    jid = new_job(store, n=2)
+    defs = {0: PvarDef(0, "unexpected_recvq_length", "level", "u64", True, 2),
+            1: PvarDef(1, "time_in_progress", "timer", "f64", False, 1)}
+
+    def rec(rank: int, samples: list) -> FakeRecord:
+        r = FakeRecord(rank, world_size=2, traffic=[])
+        r.pvar_defs, r.pvar_samples = defs, samples
+        return r
+
+    store.ingest(jid, [rec(0, [(0, 5, (1, 2)), (1, 5, (0.5,))]), rec(1, [(0, 7, (0, 4))])])
+    store.ingest(jid, [rec(1, [(0, 7, (0, 4)), (0, 9, (2**63 + 1, 0))])])      # rank 1's file grew
+    got = [(r["rank"], r["t_ns"], r["name"], r["class"], r["value"], r["values"]) for r in store.pvars(jid)]
+    assert got == [(0, 5, "time_in_progress", "timer", 0.5, [0.5]),
+                   (0, 5, "unexpected_recvq_length", "level", 3.0, [1, 2]),
+                   (1, 7, "unexpected_recvq_length", "level", 4.0, [0, 4]),
+                   (1, 9, "unexpected_recvq_length", "level", float(2**63 + 1), [2**63 + 1, 0])]
+    assert [r["rank"] for r in store.pvars(jid, "time_in_progress")] == [0]
+    assert json.loads(json.dumps(store.profile(jid)))["pvars"][1]["values"] == [1, 2]
+    store.forget_ranks(jid, "mpi", [0])
+    assert {r["rank"] for r in store.pvars(jid)} == {1}
 
 
 def test_job_lifecycle_and_resolution(store):

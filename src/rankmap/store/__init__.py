@@ -79,6 +79,20 @@ def _trim(h: list[int]) -> list[int]:
     return h
 
 
+def _pvar_rows(job_id: int, source: str, rank: int, rec: Any) -> list[dict]:
+    """The rank's MPI_T performance variable samples as ``pvars`` rows (records without any: none)."""
+    defs = getattr(rec, "pvar_defs", None) or {}
+    rows = []
+    for vid, t_ns, values in getattr(rec, "pvar_samples", None) or []:
+        d = defs.get(vid)
+        if d is None:
+            continue
+        vals = [v if isinstance(v, int) else float(v) for v in values]
+        rows.append({"job": job_id, "source": source, "rank": rank, "t_ns": int(t_ns), "name": str(d.name),
+                     "class": str(d.cls), "value": float(sum(vals)) if vals else None, "values": vals})
+    return rows
+
+
 def _iso(t: datetime | None) -> str | None:
     if t is None:
         return None
@@ -229,6 +243,7 @@ class Store:
             tl[k] = tl.get(k, 0) + int(_get(e, "bytes", 3))
         tl_rows = [dict(job=job_id, source=source, src=rank, dst=p, bucket=b, bytes=v, **{"class": k})
                    for (b, p, k), v in tl.items()]
+        pvar_rows = _pvar_rows(job_id, source, rank, rec)
         comm_ns = sum(int(ns) for _, ns in op_time.values())
         rank_row = dict(job=job_id, world_rank=rank, source=source, host=getattr(rec, "host", None),
                         pid=getattr(rec, "pid", None), start_ns=getattr(rec, "start_ns", None),
@@ -250,8 +265,11 @@ class Store:
                                                 S.op_stats.c.source == source))
             c.execute(S.timeline.delete().where(S.timeline.c.job == job_id, S.timeline.c.src == rank,
                                                 S.timeline.c.source == source))
+            c.execute(S.pvars.delete().where(S.pvars.c.job == job_id, S.pvars.c.rank == rank,
+                                             S.pvars.c.source == source))
             c.execute(S.ranks.insert(), [rank_row])
-            for table, rows in ((S.traffic, traffic_rows), (S.op_stats, op_rows), (S.timeline, tl_rows)):
+            for table, rows in ((S.traffic, traffic_rows), (S.op_stats, op_rows), (S.timeline, tl_rows),
+                                (S.pvars, pvar_rows)):
                 if rows:
                     c.execute(table.insert(), rows)
 
@@ -263,7 +281,7 @@ class Store:
             c.execute(S.ranks.delete().where(S.ranks.c.job == job_id, S.ranks.c.source == source,
                                              S.ranks.c.world_rank.in_(ranks)))
             for t, col in ((S.traffic, S.traffic.c.reporter), (S.op_stats, S.op_stats.c.rank),
-                           (S.timeline, S.timeline.c.src)):
+                           (S.timeline, S.timeline.c.src), (S.pvars, S.pvars.c.rank)):
                 c.execute(t.delete().where(t.c.job == job_id, t.c.source == source, col.in_(ranks)))
 
     def cuda_activity(self, job_id: int) -> dict[str, list[dict]]:
@@ -354,6 +372,16 @@ class Store:
             rows = c.execute(sa.select(t).where(t.c.job == job_id).order_by(t.c.t_ns, t.c.device, t.c.link))
             return [{k: v for k, v in r.items() if k != "job"} for r in rows.mappings()]
 
+    def pvars(self, job_id: int, name: str | None = None) -> list[dict]:
+        """MPI_T performance variable samples (``source, rank, t_ns, name, class, value, values``),
+        by variable, rank and time; ``name``: one variable."""
+        t = S.pvars
+        q = sa.select(t).where(t.c.job == job_id).order_by(t.c["name"], t.c.rank, t.c.source, t.c.t_ns)
+        if name is not None:
+            q = q.where(t.c["name"] == name)
+        with self.engine.connect() as c:
+            return [{k: v for k, v in r.items() if k != "job"} for r in c.execute(q).mappings()]
+
     def profile(self, job_id: int) -> dict:
         """Everything stored about one job, as plain JSON-able data (``rankmap export --format json``)."""
         ranks = self.ranks(job_id)
@@ -363,7 +391,7 @@ class Store:
             "job": self.job(job_id), "ranks": ranks,
             "traffic": self.traffic(job_id, by_mem=True), "op_stats": self.op_stats(job_id),
             "timeline": self.timeline(job_id), "link_samples": self.link_samples(job_id),
-            "cuda_activity": self.cuda_activity(job_id), "problems": problems,
+            "cuda_activity": self.cuda_activity(job_id), "pvars": self.pvars(job_id), "problems": problems,
         }
 
     # ------------------------------------------------------------ mappings

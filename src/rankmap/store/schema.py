@@ -94,6 +94,19 @@ timeline = Table(
 )
 Index("ix_timeline_job", timeline.c.job, timeline.c.src, timeline.c.source)
 
+pvars = Table(
+    "pvars", metadata,                                # MPI_T performance variables, per rank over time
+    Column("job", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("source", String(8), nullable=False),
+    Column("rank", Integer, nullable=False),          # the world rank that read it
+    Column("t_ns", BigInteger, nullable=False),       # ns since that rank's start (ranks.start_ns)
+    Column("name", String(255), nullable=False),      # the variable's MPI_T name
+    Column("class", String(16), nullable=False),      # MPI_T class: counter, level, timer, ...
+    Column("value", Float),                           # the value; several elements: their sum
+    Column("values", JSON),                           # every element (a list, one or more)
+)
+Index("ix_pvars_job", pvars.c.job, pvars.c["name"], pvars.c.rank)
+
 link_samples = Table(
     "link_samples", metadata,
     Column("job", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
