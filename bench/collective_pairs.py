@@ -14,6 +14,8 @@ docs/collective-models.md).
 
     python bench/collective_pairs.py                           # 3, 4, 5, 8 ranks; 8 B .. 16 MiB
     python bench/collective_pairs.py --ranks 4 --sizes 8,65536
+    python bench/collective_pairs.py --check 0.02   # also PASS/FAIL per job (library, mirror); exit
+                                                    # status: the number of FAILs
 """
 
 from __future__ import annotations
@@ -51,17 +53,17 @@ def monitoring(prefix: Path, p: int) -> np.ndarray:
     return m
 
 
-def one(shim: Path, exe: Path, p: int, size: int, tmp: Path) -> dict[str, float]:
+def one(mpirun: str, shim: Path, exe: Path, p: int, size: int, tmp: Path) -> dict:
     mon, run = tmp / f"mon-{p}-{size}", tmp / f"run-{p}-{size}"
     mon.mkdir()
-    cmd = ["mpirun.openmpi", "-np", str(p), "--mca", "pml_monitoring_enable", "2",
+    cmd = [mpirun, "-np", str(p), "--mca", "pml_monitoring_enable", "2",
            "--mca", "pml_monitoring_enable_output", "3", "--mca", "pml_monitoring_filename", str(mon / "prof"),
            "-x", f"LD_PRELOAD={shim}", "-x", f"RANKMAP_RUN_DIR={run}", str(exe), str(size)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=dict(os.environ, **ENV))
     if r.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed: {r.stderr.strip()[-500:]}")
     want = monitoring(mon / "prof", p)
-    out = {"bytes": float(want.sum())}
+    out: dict = {"bytes": float(want.sum())}
     for source in ("library", "mirror", "model"):
         recs = records.read_dir(run, source="mpi")
         node_of = collectives.node_index({x.world_rank: x.host for x in recs})
@@ -69,35 +71,51 @@ def one(shim: Path, exe: Path, p: int, size: int, tmp: Path) -> dict[str, float]
             collectives.apply(rec, node_of, None if source == "library" else source)
         got = records.traffic_matrix(recs, world_size=p)
         out[source] = float(np.abs(got - want).sum() / want.sum())
+        out["meta"] = recs[0].meta
     return out
 
 
-def main(argv: list[str]) -> None:
-    if not shutil.which("mpirun.openmpi") or "pml: monitoring" not in subprocess.run(
-            ["ompi_info"], capture_output=True, text=True).stdout:
-        raise SystemExit("needs Open MPI with its monitoring components (mpirun.openmpi, ompi_info)")
+def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", default=",".join(map(str, RANKS)), help="comma-separated rank counts")
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated sizes, bytes (multiples of 8)")
+    ap.add_argument("--mpirun", default=shutil.which("mpirun.openmpi") and "mpirun.openmpi" or "mpirun")
+    ap.add_argument("--mpicc", default=shutil.which("mpicc.openmpi") and "mpicc.openmpi" or "mpicc")
+    ap.add_argument("--check", type=float, help="L1 limit: PASS/FAIL per job for the library and mirror sources")
     args = ap.parse_args(argv)
+    if not shutil.which(args.mpirun) or "pml: monitoring" not in subprocess.run(
+            ["ompi_info"], capture_output=True, text=True).stdout:
+        raise SystemExit(f"needs Open MPI with its monitoring components ({args.mpirun}, ompi_info)")
     ranks, sizes = [int(x) for x in args.ranks.split(",")], [int(x) for x in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         os.environ.setdefault("RANKMAP_CACHE", str(tmp / "cache"))
-        shim = build_shim("mpicc.openmpi")
-        subprocess.run(["make", "-s", "-C", str(ROOT / "examples" / "mpi"), "MPICC=mpicc.openmpi",
+        shim = build_shim(args.mpicc)
+        subprocess.run(["make", "-s", "-C", str(ROOT / "examples" / "mpi"), f"MPICC={args.mpicc}",
                         "MPIF90=false", f"OUT={tmp}", f"{tmp}/coll_mix"], check=True, capture_output=True)
         ver = subprocess.run(["ompi_info", "--version"], capture_output=True, text=True).stdout.splitlines()
         print(f"{ver[0] if ver else 'Open MPI'}, {platform.node()}, {os.cpu_count()} CPUs; "
               f"coll_mix (8 collectives at one size per job)\n")
         print("| ranks | size (B) | bytes (monitoring) | L1 library | L1 mirror | L1 model |")
         print("|---:|---:|---:|---:|---:|---:|")
+        checks, meta = [], {}
         for p in ranks:
             for s in sizes:
-                o = one(shim, tmp / "coll_mix", p, s, tmp)
+                o = one(args.mpirun, shim, tmp / "coll_mix", p, s, tmp)
+                meta = o["meta"]
                 print(f"| {p} | {s} | {int(o['bytes'])} | {o['library']:.2%} | {o['mirror']:.2%} | {o['model']:.2%} |",
                       flush=True)
+                checks += [(f"{src} pairs, {p} ranks, {s} B: L1 {o[src]:.2%}", o[src]) for src in ("library", "mirror")]
+        print(f"\ncollective_pairs: {meta.get('collective_pairs')}; pvars: {meta.get('pvars')}")
+    if args.check is None:
+        return 0
+    fails = 0
+    for what, v in checks:
+        ok = v <= args.check
+        fails += not ok
+        print(f"{'PASS' if ok else 'FAIL'} {what} (limit {args.check:.0%})")
+    return fails
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(min(main(sys.argv[1:]), 100))
