@@ -75,3 +75,14 @@ def test_traffic_csv_round_trip_and_faults(tmp_path):
     p.write_text("a,b\n")
     with pytest.raises(RankmapError, match=r"t\.csv:1: bad header"):
         traffic_csv.read(p)
+    # the pair_source column: after mem or alone, checked, empty for rows that have none
+    p.write_text("src,dst,class,operation,bytes,messages,pair_source\n0,1,collective,MPI_Bcast,5,1,mirror\n"
+                 "1,0,p2p,MPI_Send,2,1,\n")
+    t = traffic_csv.read(p)
+    assert t.pair_source == ["mirror", ""] and t.mem is None and t.bytes.tolist() == [5, 2]
+    p.write_text("src,dst,class,operation,bytes,messages,mem,pair_source\n0,1,collective,MPI_Bcast,5,1,host,guess\n")
+    with pytest.raises(RankmapError, match=r"t\.csv:2: pair_source must be one of call, library, mirror, model"):
+        traffic_csv.read(p)
+    p.write_text("src,dst,class,operation,bytes,messages,pair_source,mem\n")
+    with pytest.raises(RankmapError, match=r"t\.csv:1: bad header"):
+        traffic_csv.read(p)

@@ -362,6 +362,13 @@ def test_rankmap_profile_of_one_process_driving_two_gpus(plugin: Path, harness: 
     for (s_, d, _op, _label), (b, _c) in expected_multi(6, 2, 2).items():
         want[s_, d] += b
     assert np.array_equal(m, want) and m[0, 1] > 0
+    # each pair row keeps where it comes from (library, mirror, model) in the store's pair_source
+    want_ps: dict[tuple, int] = {}
+    for (s_, d, op, label), (b, _c) in expected_multi(6, 2, 2).items():
+        want_ps[(s_, d, op, label)] = want_ps.get((s_, d, op, label), 0) + b
+    got_ps = {(r["src"], r["dst"], r["operation"], r["pair_source"]): r["bytes"]
+              for r in store.traffic(job, by_pair_source=True)}
+    assert got_ps == {k: v for k, v in want_ps.items() if v} and len({k[3] for k in got_ps}) >= 2, got_ps
     # NCCL was told to print its graph into the run directory, not into the job's output
     launched = (tmp_path / "run" / "job.json").read_text()
     assert "nccl-debug.%h.%p.log" in launched and '"NCCL_DEBUG": "INFO"' in launched

@@ -133,6 +133,63 @@ def test_pvars_per_rank_over_time(store):
     assert {r["rank"] for r in store.pvars(jid)} == {1}
 
 
+def test_pair_source_of_each_row(store, tmp_path):
+    """Where each row's pairs come from (the reader rows' label) is stored, summed apart, exported
+    in the JSON profile and the CSV, and read back; rows without a label (plain tuples) keep NULL."""
+    from rankmap.formats import traffic_csv
+    from rankmap.report.export import to_csv
+    jid = new_job(store, n=3)
+    coll = lambda peer, n, label: TrafficRow(peer, "collective", "MPI_Allreduce", "host", "send", n, 1, label)
+    mpi = FakeRecord(0, world_size=3, traffic=[Row(1, "p2p", "MPI_Send", "host", "send", 10, 1),
+                                               coll(1, 100, "mirror"), coll(2, 7, "model"), coll(1, 5, "mirror")])
+    nccl = FakeRecord(1, source="nccl", world_size=3, traffic=[
+        TrafficRow(2, "nccl", "ncclAllReduce", "device", "send", 4096, 2, "mirror"),
+        TrafficRow(0, "nccl", "ncclSend", "device", "send", 64, 1, "library"),
+        TrafficRow(0, "nccl", "ncclAllReduce", "device", "recv", 4096, 2, "mirror")])   # receive view: not stored
+    old = FakeRecord(2, world_size=3, traffic=[(0, "collective", "MPI_Bcast", "host", "send", 9, 1)])
+    store.ingest(jid, [mpi, nccl, old])
+    got = {(r["src"], r["dst"], r["operation"], r["pair_source"]): r["bytes"]
+           for r in store.traffic(jid, by_pair_source=True)}
+    assert got == {(0, 1, "MPI_Send", "call"): 10, (0, 1, "MPI_Allreduce", "mirror"): 105,
+                   (0, 2, "MPI_Allreduce", "model"): 7, (1, 2, "ncclAllReduce", "mirror"): 4096,
+                   (1, 0, "ncclSend", "library"): 64, (2, 0, "MPI_Bcast", None): 9}
+    assert "pair_source" not in store.traffic(jid)[0]                    # summed over unless asked
+    prof = json.loads(json.dumps(store.profile(jid)))
+    assert {(t["operation"], t["pair_source"]) for t in prof["traffic"]} == {
+        ("MPI_Send", "call"), ("MPI_Allreduce", "mirror"), ("MPI_Allreduce", "model"), ("ncclAllReduce", "mirror"),
+        ("ncclSend", "library"), ("MPI_Bcast", None)}
+    text = to_csv(store, jid, by_mem=True, pair_source=True)
+    assert text.splitlines()[0] == "src,dst,class,operation,bytes,messages,mem,pair_source"
+    assert "0,2,collective,MPI_Allreduce,7,1,host,model" in text.splitlines()
+    f = tmp_path / "t.csv"
+    f.write_text(text)
+    t = traffic_csv.read(f)
+    assert sorted(t.pair_source) == sorted(["call", "mirror", "model", "mirror", "library", ""])
+    assert to_csv(store, jid).splitlines()[0] == "src,dst,class,operation,bytes,messages"
+
+
+def test_store_of_schema_1_gains_pair_source(store):
+    """A store made before rows carried their pair source: opening it adds the column (old rows
+    NULL) and says version 2; ingest then stores the label."""
+    import sqlalchemy as sa
+    from rankmap.store import schema as S
+    jid = new_job(store, n=2)
+    with store.engine.begin() as c:
+        c.execute(sa.text("ALTER TABLE traffic DROP COLUMN pair_source"))
+        c.execute(S.meta_info.delete())
+        c.execute(S.meta_info.insert().values(version=1))
+        c.execute(sa.text("INSERT INTO traffic (job, source, src, dst, class, operation, mem, bytes, messages, "
+                          f"reporter) VALUES ({jid}, 'mpi', 1, 0, 'p2p', 'MPI_Send', 'host', 5, 1, 1)"))
+    url = store.engine.url.render_as_string(hide_password=False)
+    store.engine.dispose()
+    again = open_store(url)
+    with again.engine.connect() as c:
+        assert c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar() == S.SCHEMA_VERSION == 2
+    again.ingest(jid, [FakeRecord(0, world_size=2, traffic=[Row(1, "p2p", "MPI_Send", "host", "send", 3, 1)])])
+    assert {(r["src"], r["pair_source"]) for r in again.traffic(jid, by_pair_source=True)} == {(0, "call"), (1, None)}
+    assert open_store(url).traffic_matrix(jid).tolist() == [[0, 3], [5, 0]]        # opened again: no change
+
+
 def test_job_lifecycle_and_resolution(store):
     with pytest.raises(RankmapError, match="no jobs"):
         store.resolve_job("latest")

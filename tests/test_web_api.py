@@ -61,10 +61,10 @@ def record(r: int, n: int = N) -> WebRecord:
     return WebRecord(
         world_rank=r, pid=1000 + r, elapsed_ns=2_000_000_000 + r * 100_000_000,
         traffic=[
-            # (peer, class, operation, mem, direction, bytes, messages)
-            (nxt, "p2p", "MPI_Isend", "device", "send", RING_BYTES, RING_MSGS),
-            ((r - 1) % n, "p2p", "MPI_Irecv", "device", "recv", RING_BYTES, RING_MSGS),  # not counted twice
-            (far, "collective", "MPI_Allreduce", "host", "send", ALLRED_BYTES, ALLRED_MSGS),
+            # (peer, class, operation, mem, direction, bytes, messages, where the pairs come from)
+            (nxt, "p2p", "MPI_Isend", "device", "send", RING_BYTES, RING_MSGS, "call"),
+            ((r - 1) % n, "p2p", "MPI_Irecv", "device", "recv", RING_BYTES, RING_MSGS, "call"),  # not counted twice
+            (far, "collective", "MPI_Allreduce", "host", "send", ALLRED_BYTES, ALLRED_MSGS, "model" if r == 0 else "mirror"),
         ],
         op_time={"MPI_Isend": (RING_MSGS, 2_000_000), "MPI_Allreduce": (1, 3_000_000),
                  "MPI_Wait": (20, 500_000_000)},
@@ -178,8 +178,11 @@ def test_ops_exact(web):
     assert set(ops) == {"MPI_Isend", "MPI_Allreduce", "MPI_Wait"}
     assert ops["MPI_Isend"] == {"operation": "MPI_Isend", "class": "p2p", "bytes": N * RING_BYTES,
                                 "messages": N * RING_MSGS, "calls": N * RING_MSGS, "time_ns": N * 2_000_000,
-                                "payload": 0, "ranks": N}
+                                "payload": 0, "ranks": N, "pair_sources": {"call": N * RING_BYTES}}
     assert ops["MPI_Allreduce"]["bytes"] == N * ALLRED_BYTES
+    # rank 0's pairs of the collective came from a model, the others' from the mirror
+    assert ops["MPI_Allreduce"]["pair_sources"] == {"mirror": (N - 1) * ALLRED_BYTES, "model": ALLRED_BYTES}
+    assert ops["MPI_Wait"]["pair_sources"] == {}
     assert ops["MPI_Allreduce"]["class"] == "collective"
     assert ops["MPI_Allreduce"]["payload"] == N * 4 * ALLRED_BYTES
     assert ops["MPI_Wait"]["bytes"] == 0 and ops["MPI_Wait"]["calls"] == N * 20

@@ -161,6 +161,10 @@ def test_dashboard_renders_job_heatmap_and_topology(dashboard, browser_page, tmp
     assert heat_z == want
     ops_x = page.evaluate("document.getElementById('ops').data[0].x")
     assert ops_x == ["MPI_Isend", "MPI_Allreduce", "MPI_Wait"]
+    # where the collective's pairs come from: 7 of 8 ranks' rows from the mirror, rank 0's a model
+    assert page.locator("#ops-note").inner_text() == "collective pairs from MPI_Allreduce: mirror 88%, model 13%"
+    hover = page.evaluate("document.getElementById('ops').data[0].hovertext")
+    assert "pairs from: call" in hover[0] and "pairs from: mirror 88%, model 13%" in hover[1]
     assert page.locator("#kpis").inner_text().count("8 / 8") == 1
     assert page.locator("#job-problems").is_hidden()
 

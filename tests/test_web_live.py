@@ -358,7 +358,6 @@ def test_pvars_of_a_job_without_any_say_so(store):
     assert r.status_code == 404 and "unexpected_recvs" in r.json()["detail"]
 
 
-@pytest.mark.skipif("pvars" not in S.metadata.tables, reason="the store has no pvars table yet (MPI_T capture adds it)")
 def test_pvar_series_from_ingested_records(store):
     from types import SimpleNamespace
 

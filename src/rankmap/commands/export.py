@@ -12,13 +12,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="write a stored profile as CSV (traffic) or JSON (everything)",
                        description="CSV: the traffic, one row per (src, dst, class, operation), header "
                                    "src,dst,class,operation,bytes,messages (with --by-mem one more column, "
-                                   "mem). JSON: the whole profile.")
+                                   "mem; with --pair-source a last one, pair_source). JSON: the whole profile.")
     p.add_argument("job", metavar="JOB", help="job id, or 'latest'")
     p.add_argument("--format", choices=("csv", "json"), default="csv")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     p.add_argument("--by-mem", action="store_true",
                    help="CSV: one row per memory kind of the send buffer, with a last column mem "
                         "(device, host, managed, unknown); rankmap map routes host rows via the host")
+    p.add_argument("--pair-source", action="store_true",
+                   help="CSV: one row per source of the pairs, with a last column pair_source (call: "
+                        "counted at the call; library, mirror, model: see docs/collective-models.md)")
     p.add_argument("--db", metavar="URL", help="store URL (default $RANKMAP_DB or the SQLite file in ~/.rankmap)")
     p.set_defaults(func=run)
 
@@ -29,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     store = open_store(args.db)
     job_id = store.resolve_job(args.job)
-    text = to_csv(store, job_id, by_mem=args.by_mem) if args.format == "csv" else to_json(store, job_id)
+    text = to_csv(store, job_id, by_mem=args.by_mem, pair_source=args.pair_source) if args.format == "csv" else to_json(store, job_id)
     if args.output:
         try:
             with open(args.output, "w", newline="") as f:

@@ -6,7 +6,11 @@ One row per (src, dst, class, operation)::
     0,1,p2p,MPI_Isend,1048576,16
 
 An optional seventh column ``mem`` (``rankmap export --by-mem`` writes it) says where the send
-buffer lived: ``device``, ``host``, ``managed`` or ``unknown``.
+buffer lived: ``device``, ``host``, ``managed`` or ``unknown``. An optional last column
+``pair_source`` (``rankmap export --pair-source``) says where the row's pairs come from: ``call``
+(counted at the call, exact), ``library`` (the library's own accounting), ``mirror`` (its algorithm
+choice followed), ``model``; empty for rows stored before rows carried it
+(docs/collective-models.md). Placement reads it and ignores it.
 
 The reader is strict, because a malformed line silently dropped would skew a placement: anything
 off is an error naming the file and line. It returns a :class:`TrafficTable` (columns as
@@ -28,6 +32,9 @@ from rankmap.errors import RankmapError
 HEADER = ["src", "dst", "class", "operation", "bytes", "messages"]
 HEADER_MEM = HEADER + ["mem"]
 MEM_KINDS = ("device", "host", "managed", "unknown")
+PAIR_SOURCES = ("call", "library", "mirror", "model", "")
+#: every header the reader takes: the six columns, then optionally mem, then optionally pair_source
+HEADERS = (HEADER, HEADER_MEM, HEADER + ["pair_source"], HEADER_MEM + ["pair_source"])
 
 
 @dataclass
@@ -42,6 +49,7 @@ class TrafficTable:
     messages: np.ndarray     # int64
     mem: list[str] | None
     ranks: int               # 1 + the highest rank named
+    pair_source: list[str] | None = None   # None when the file has no pair_source column
 
     def host_bytes(self) -> np.ndarray:
         """Bytes of the rows whose send buffer was in host memory (zeros without a mem column)."""
@@ -57,7 +65,8 @@ def read(path: str | Path) -> TrafficTable:
         f = p.open(newline="", encoding="utf-8")
     except OSError as e:
         raise RankmapError(f"cannot read traffic file {p}: {e.strerror}") from None
-    cols: dict[str, list] = {k: [] for k in ("src", "dst", "class", "operation", "bytes", "messages", "mem")}
+    cols: dict[str, list] = {k: [] for k in ("src", "dst", "class", "operation", "bytes", "messages", "mem",
+                                             "pair_source")}
     with f:
         rows = csv.reader(f)
         try:
@@ -67,11 +76,12 @@ def read(path: str | Path) -> TrafficTable:
         except (csv.Error, UnicodeDecodeError) as e:
             raise RankmapError(f"{p}:1: not CSV text ({e})") from None
         names = [h.strip() for h in header]
-        if names not in (HEADER, HEADER_MEM):
+        if names not in HEADERS:
             raise RankmapError(f"{p}:1: bad header {','.join(header)!r}, expected {','.join(HEADER)} "
-                               f"(optionally followed by ,mem)")
+                               f"(optionally followed by ,mem and then ,pair_source)")
         width = len(names)
-        with_mem = width == len(HEADER_MEM)
+        with_mem = "mem" in names
+        with_ps = "pair_source" in names
         line = 1
         try:
             for row in rows:
@@ -90,25 +100,31 @@ def read(path: str | Path) -> TrafficTable:
                 mem = row[6].strip() if with_mem else "unknown"
                 if mem not in MEM_KINDS:
                     raise RankmapError(f"{p}:{line}: mem must be one of {', '.join(MEM_KINDS)}, got {row[6]!r}")
-                for k, v in zip(("src", "dst", "class", "operation", "bytes", "messages", "mem"),
-                                (s, d, row[2].strip(), row[3].strip(), b, m, mem)):
+                ps = row[-1].strip() if with_ps else ""
+                if ps not in PAIR_SOURCES:
+                    raise RankmapError(f"{p}:{line}: pair_source must be one of {', '.join(PAIR_SOURCES[:-1])} "
+                                       f"or empty, got {row[-1]!r}")
+                for k, v in zip(("src", "dst", "class", "operation", "bytes", "messages", "mem", "pair_source"),
+                                (s, d, row[2].strip(), row[3].strip(), b, m, mem, ps)):
                     cols[k].append(v)
         except (csv.Error, UnicodeDecodeError) as e:
             raise RankmapError(f"{p}:{line}: not CSV text ({e})") from None
     ranks = max([x + 1 for x in cols["src"] + cols["dst"]] + [0])
     return TrafficTable(np.array(cols["src"], dtype=np.int64), np.array(cols["dst"], dtype=np.int64),
                         cols["class"], cols["operation"], np.array(cols["bytes"], dtype=np.int64),
-                        np.array(cols["messages"], dtype=np.int64), cols["mem"] if with_mem else None, ranks)
+                        np.array(cols["messages"], dtype=np.int64), cols["mem"] if with_mem else None, ranks,
+                        cols["pair_source"] if with_ps else None)
 
 
-def dumps(rows: Iterable[Mapping[str, Any]], *, by_mem: bool = False) -> str:
-    """CSV text of rows with the keys of :data:`HEADER` (and ``mem`` when ``by_mem``)."""
-    header = HEADER_MEM if by_mem else HEADER
+def dumps(rows: Iterable[Mapping[str, Any]], *, by_mem: bool = False, pair_source: bool = False) -> str:
+    """CSV text of rows with the keys of :data:`HEADER` (and ``mem`` when ``by_mem``, ``pair_source``
+    when ``pair_source``; a row without one writes it empty)."""
+    header = (HEADER_MEM if by_mem else HEADER) + (["pair_source"] if pair_source else [])
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)
     for r in rows:
-        w.writerow([r[k] for k in header])
+        w.writerow([r[k] if k != "pair_source" else (r.get(k) or "") for k in header])
     return buf.getvalue()
 
 

@@ -72,6 +72,22 @@ def _get(row: Any, name: str, index: int) -> Any:
     return row[index]
 
 
+#: what a row's ``label`` may say of its pair attribution (formats.record.TrafficRow, NCCL's rows)
+PAIR_SOURCES = ("call", "library", "mirror", "model")
+
+
+def _pair_source(row: Any) -> str | None:
+    """The row's pair source (its ``label``, one of :data:`PAIR_SOURCES` from this rankmap's readers):
+    None for rows that carry none (plain 7-tuples)."""
+    if isinstance(row, dict):
+        v = row.get("label", row.get("pair_source"))
+    elif hasattr(row, "label"):
+        v = row.label
+    else:
+        v = row[7] if len(row) > 7 else None
+    return None if v is None else str(v)
+
+
 def _trim(h: list[int]) -> list[int]:
     """A histogram without its trailing empty buckets (64 bins, mostly empty, per operation)."""
     while h and h[-1] == 0:
@@ -221,13 +237,13 @@ class Store:
                 src, dst = peer, rank
             else:
                 continue
-            k = (src, dst, klass, str(_get(row, "operation", 2)), str(_get(row, "mem", 3)))
+            k = (src, dst, klass, str(_get(row, "operation", 2)), str(_get(row, "mem", 3)), _pair_source(row))
             t = totals.setdefault(k, [0, 0])
             t[0] += int(_get(row, "bytes", 5))
             t[1] += int(_get(row, "messages", 6))
         traffic_rows = [dict(job=job_id, source=source, reporter=rank, src=s, dst=d, **{"class": k},
-                             operation=op, mem=mem, bytes=b, messages=m)
-                        for (s, d, k, op, mem), (b, m) in totals.items()]
+                             operation=op, mem=mem, bytes=b, messages=m, pair_source=ps)
+                        for (s, d, k, op, mem, ps), (b, m) in totals.items()]
         hist = dict(getattr(rec, "histogram", None) or {})
         op_time = dict(getattr(rec, "op_time", None) or {})
         payload = dict(getattr(rec, "payload", None) or {})
@@ -312,12 +328,13 @@ class Store:
         return [{k: v for k, v in r.items() if k != "job"} for r in rows]
 
     def traffic(self, job_id: int, classes: Sequence[str] | None = None, *, by_mem: bool = False,
-                by_source: bool = False) -> list[dict]:
-        """Pair traffic rows ``src, dst, class, operation[, mem][, source], bytes, messages``, summed over
-        capture sources unless ``by_source``."""
+                by_source: bool = False, by_pair_source: bool = False) -> list[dict]:
+        """Pair traffic rows ``src, dst, class, operation[, mem][, source][, pair_source], bytes,
+        messages``, summed over capture sources unless ``by_source`` and over where the pairs come
+        from (``call``/``library``/``mirror``/``model``) unless ``by_pair_source``."""
         t = S.traffic
         keys = ([t.c.src, t.c.dst, t.c["class"], t.c.operation] + ([t.c.mem] if by_mem else [])
-                + ([t.c.source] if by_source else []))
+                + ([t.c.source] if by_source else []) + ([t.c.pair_source] if by_pair_source else []))
         q = (sa.select(*keys, sa.func.sum(t.c.bytes).label("bytes"), sa.func.sum(t.c.messages).label("messages"))
              .where(t.c.job == job_id).group_by(*keys).order_by(*keys))
         if classes:
@@ -389,7 +406,7 @@ class Store:
         return {
             "format": "rankmap-profile", "version": 1,
             "job": self.job(job_id), "ranks": ranks,
-            "traffic": self.traffic(job_id, by_mem=True), "op_stats": self.op_stats(job_id),
+            "traffic": self.traffic(job_id, by_mem=True, by_pair_source=True), "op_stats": self.op_stats(job_id),
             "timeline": self.timeline(job_id), "link_samples": self.link_samples(job_id),
             "cuda_activity": self.cuda_activity(job_id), "pvars": self.pvars(job_id), "problems": problems,
         }
@@ -504,6 +521,8 @@ def _create_schema(engine: Engine, attempts: int = 5) -> int:
                 if version is None:
                     c.execute(S.meta_info.insert().values(version=S.SCHEMA_VERSION))
                     version = S.SCHEMA_VERSION
+                elif version < S.SCHEMA_VERSION:
+                    version = _upgrade(c, int(version))
                 return int(version)
         except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError) as e:
             text = str(getattr(e, "orig", e)).lower()
@@ -512,6 +531,19 @@ def _create_schema(engine: Engine, attempts: int = 5) -> int:
                 raise
             time.sleep(0.05 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def _upgrade(c: sa.Connection, version: int) -> int:
+    """Bring a store made by an older rankmap to this schema, in the schema transaction.
+
+    ``create_all`` adds new tables but never new columns of existing ones: those are added here,
+    each step only if the column is missing (a concurrent opener on SQLite may have added it; its
+    "duplicate column" makes the caller try again). Rows stored before keep NULL there.
+    """
+    if version < 2 and "pair_source" not in {col["name"] for col in sa.inspect(c).get_columns("traffic")}:
+        c.execute(sa.text("ALTER TABLE traffic ADD COLUMN pair_source VARCHAR(8)"))
+    c.execute(S.meta_info.insert().values(version=S.SCHEMA_VERSION))
+    return S.SCHEMA_VERSION
 
 
 #: Any fixed 64-bit number: the advisory lock that serialises schema creation on PostgreSQL.

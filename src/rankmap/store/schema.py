@@ -14,7 +14,7 @@ from __future__ import annotations
 from sqlalchemy import (JSON, BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index,
                         Integer, MetaData, String, Table, Text)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2          # 2: traffic.pair_source (older stores gain it on open)
 
 metadata = MetaData()
 
@@ -66,6 +66,10 @@ traffic = Table(
     Column("bytes", BigInteger, nullable=False),
     Column("messages", BigInteger, nullable=False),
     Column("reporter", Integer, nullable=False),      # the rank whose file holds the row
+    # where the pair attribution comes from: 'call' (counted at the call: exact), 'library' (the
+    # library's own accounting), 'mirror' (its algorithm choice followed), 'model'; NULL: stored
+    # before rows carried it (docs/collective-models.md)
+    Column("pair_source", String(8)),
 )
 Index("ix_traffic_job", traffic.c.job, traffic.c.reporter, traffic.c.source)
 

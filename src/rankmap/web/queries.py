@@ -53,7 +53,8 @@ def bytes_by_class(store: Store, job_id: int) -> dict[str, dict[str, int]]:
 
 
 def operations(store: Store, job_id: int) -> list[dict[str, Any]]:
-    """Per operation: bytes and messages it moved (traffic) and calls and time spent in it (op stats).
+    """Per operation: bytes and messages it moved (traffic) and calls and time spent in it (op stats);
+    ``pair_sources``: its bytes by where their pairs come from (docs/collective-models.md).
 
     The two tables are keyed differently (pair rows vs rank rows), so each is summed on its own
     and the results are joined on the operation name; an operation that moves no pair bytes
@@ -64,16 +65,20 @@ def operations(store: Store, job_id: int) -> list[dict[str, Any]]:
 
     def row(name: str) -> dict[str, Any]:
         return ops.setdefault(name, {"operation": name, "class": None, "bytes": 0, "messages": 0,
-                                     "calls": 0, "time_ns": 0, "payload": 0, "ranks": 0})
+                                     "calls": 0, "time_ns": 0, "payload": 0, "ranks": 0, "pair_sources": {}})
 
     with store.engine.connect() as c:
-        for name, klass, b, m in c.execute(
-                sa.select(t.c.operation, t.c["class"], sa.func.sum(t.c.bytes), sa.func.sum(t.c.messages))
-                .where(t.c.job == job_id).group_by(t.c.operation, t.c["class"])):
+        for name, klass, ps, b, m in c.execute(
+                sa.select(t.c.operation, t.c["class"], t.c.pair_source, sa.func.sum(t.c.bytes),
+                          sa.func.sum(t.c.messages))
+                .where(t.c.job == job_id).group_by(t.c.operation, t.c["class"], t.c.pair_source)):
             d = row(name)
             d["bytes"] += int(b or 0)
             d["messages"] += int(m or 0)
             d["class"] = klass if d["class"] in (None, klass) else "mixed"
+            # where the pairs come from (call, library, mirror, model; unknown: stored before rows said)
+            key = ps or "unknown"
+            d["pair_sources"][key] = d["pair_sources"].get(key, 0) + int(b or 0)
         for name, calls, ns, payload, nranks in c.execute(
                 sa.select(o.c.operation, sa.func.sum(o.c.calls), sa.func.sum(o.c.ns), sa.func.sum(o.c.payload),
                           sa.func.count(sa.distinct(o.c.rank)))

@@ -333,12 +333,25 @@ function renderMatrix(m) {
   Plotly.react("heatmap", [trace], layout, PLOT_CONFIG);
 }
 
+/** "mirror" or "library 70%, model 30%": where an operation's pair bytes come from. */
+function pairSources(o) {
+  const ps = o.pair_sources || {};
+  const keys = Object.keys(ps).filter((k) => ps[k] > 0).sort((a, b) => ps[b] - ps[a]);
+  if (keys.length <= 1) return keys[0] || "";
+  return keys.map((k) => `${k} ${Math.round((100 * ps[k]) / o.bytes)}%`).join(", ");
+}
+
 function renderOps(data) {
   const ops = data.operations;
+  $("ops-note").textContent = "";
   if (!ops.length) return showPlotError("ops", "No operations recorded.");
   const names = ops.map((o) => o.operation);
   const hover = ops.map((o) => `${o.operation} (${o.class || "no pair bytes"})<br>${fmtBytes(o.bytes)} in ${fmtCount(o.messages)} messages` +
-    `<br>${fmtCount(o.calls)} calls, ${fmtNs(o.time_ns)} summed over ${o.ranks} ranks`);
+    `<br>${fmtCount(o.calls)} calls, ${fmtNs(o.time_ns)} summed over ${o.ranks} ranks` +
+    (pairSources(o) ? `<br>pairs from: ${pairSources(o)}` : ""));
+  // collective pairs: where they come from (the library, a mirror of its algorithm choice, a model)
+  const coll = ops.filter((o) => o.class === "collective" && o.bytes > 0);
+  if (coll.length) $("ops-note").textContent = "collective pairs from " + coll.map((o) => `${o.operation}: ${pairSources(o) || "unknown"}`).join("; ");
   const traces = [
     { type: "bar", name: "bytes", x: names, y: ops.map((o) => o.bytes), offsetgroup: 1,
       marker: { color: ops.map((o) => CLASS_COLOURS[o.class] || "#64748b") }, hovertext: hover, hoverinfo: "text" },
