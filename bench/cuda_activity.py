@@ -1,12 +1,17 @@
 """What rankmap's CUDA activity capture costs a copy-heavy and a kernel-heavy program.
 
-Builds ``bench/cuda_load.cu`` (nvcc) and the CUDA activity library, then runs each load under four
+Builds ``bench/cuda_load.cu`` (nvcc) and the CUDA activity library, then runs each load under five
 configurations, interleaved, ``--trials`` times each, and prints the median time per copy or launch:
 
-* ``off``       no injection (the baseline);
+* ``off``       the load alone, no rankmap (the baseline);
+* ``default``   the load under ``rankmap profile`` with its defaults (``--cuda-activity`` off, the link
+                sampler on), which must cost nothing measurable;
 * ``injected``  the library loaded by the driver but recording nothing (``RANKMAP_CUDA_KINDS=none``);
-* ``copies``    CUPTI memcpy/memset activity;
-* ``all``       copies and kernels (what ``--cuda-activity on`` records).
+* ``copies``    CUPTI memcpy/memset activity (``--cuda-activity copies``);
+* ``all``       copies and kernels (``--cuda-activity on``).
+
+The loads time themselves (``ns_per_op`` of the timed loop only), so rankmap's start-up and the
+store's work after the job are not in the figures.
 
     python bench/cuda_activity.py                       # both loads, 5 trials
     python bench/cuda_activity.py --copies 20000 --kernels 200000 --trials 3 --json out.json
@@ -30,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from rankmap.capture.cuda_build import build_library, find_cupti  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-CONFIGS = ("off", "injected", "copies", "all")
+CONFIGS = ("off", "default", "injected", "copies", "all")
+SRC = HERE.parent / "src"
 
 
 def run_once(exe: Path, load: list[str], config: str, lib: Path, cupti: str | None, work: Path,
@@ -38,13 +44,19 @@ def run_once(exe: Path, load: list[str], config: str, lib: Path, cupti: str | No
     """One run: (ns per operation, the stderr line rankmap printed if any)."""
     env = dict(os.environ)
     env.pop("CUDA_INJECTION64_PATH", None)
-    if config != "off":
+    cmd = [str(exe), *load]
+    if config == "default":   # a store of its own: the bench leaves the user's alone
+        home = Path(tempfile.mkdtemp(dir=work))
+        env.update(RANKMAP_HOME=str(home), RANKMAP_DB=f"sqlite:///{home / 'rankmap.db'}",
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")])))
+        cmd = [sys.executable, "-m", "rankmap", "profile", "--no-progress", "--no-summary", "--", *cmd]
+    elif config != "off":
         run_dir = Path(tempfile.mkdtemp(dir=work))
         env.update(CUDA_INJECTION64_PATH=str(lib), RANKMAP_RUN_DIR=str(run_dir),
                    RANKMAP_CUDA_KINDS="none" if config == "injected" else config)
         if cupti:
             env["RANKMAP_CUPTI"] = cupti
-    p = subprocess.run([str(exe), *load], env=env, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         raise SystemExit(f"cuda_activity: {exe.name} {' '.join(load)} ({config}) failed: "
                          f"{(p.stderr or p.stdout).strip().splitlines()[-1:]}")

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # GPU validation of the CUDA activity capture (CUPTI through CUDA_INJECTION64_PATH) and its report.
 # Run from anywhere on a node with 2 GPUs, nvcc, Open MPI and the PyTorch Python:
-#     bash gpu/cuda_activity.sh            (about 100 s; logs under $OUT, default ./out-cuda-activity)
+#     bash gpu/cuda_activity.sh            (about 2 min; logs under $OUT, default ./out-cuda-activity)
 #     DRY=1 bash gpu/cuda_activity.sh      (no GPU: the same checks on stand-in CUPTI/libcuda runs)
 #  1. the CUPTI record layouts rankmap declares against this toolkit's cupti_activity.h;
 #  2. builds examples/cuda (exchange_staged, exchange_nccl, peer_copy) with nvcc -arch=native;
 #  3. rankmap profile -- mpirun -np 2 exchange_staged BYTES ITERS   (GPU-unaware: D2H, MPI, H2D)
 #     rankmap profile -- mpirun -np 2 exchange_nccl   BYTES ITERS   (GPU-aware: NCCL, dlopen'ed)
 #     and checks copy counts and bytes per rank exactly against what the programs do;
+#     and rankmap profile -- the same staged run with the defaults: CUDA left alone (no injection,
+#     no CUDA record file), the summary naming --cuda-activity on and its cost;
 #  4. rankmap profile -- peer_copy: P2P copies named by source and destination GPU;
 #  5. rankmap profile -- python3 (a small PyTorch job): its kernels and copies appear;
-#  6. bench/cuda_activity.py, short: the capture's overhead on a copy-heavy and a kernel-heavy load;
+#  6. bench/cuda_activity.py, short: on a copy-heavy and a kernel-heavy load, the default costs nothing
+#     measurable, and what --cuda-activity copies / on cost (the decision: on stays opt-in while > 5 %);
 #  7. the staged and the GPU-aware reports side by side (for docs/validation.md).
 # Writes $OUT/cuda_activity.txt (everything printed) and $OUT/cuda_activity.json (overhead samples).
 # Environment: NCCL_LIB (libnccl.so.2; default: the nvidia-nccl wheel beside python3), BYTES, ITERS,
@@ -54,10 +57,11 @@ else
   fail "CUPTI record layouts against ${INC:-no cupti_activity.h found}"
 fi
 
+PFLAGS=(--cuda-activity on)   # profile's CUDA flags; the default check empties them
 profile() {  # profile NAME TIMEOUT CMD... -> $WORK/NAME.json (export), $WORK/NAME.txt (show)
   local name=$1 t=$2
   shift 2
-  timeout "$t" "$PY" -m rankmap profile --no-progress --no-summary --cuda-activity on -- "$@" \
+  timeout "$t" "$PY" -m rankmap profile --no-progress --no-summary "${PFLAGS[@]}" -- "$@" \
     > "$WORK/$name.run" 2>&1
   local rc=$?
   sed "s/^/  $name: /" "$WORK/$name.run" | tail -n 12 >> "$LOG"
@@ -66,6 +70,12 @@ profile() {  # profile NAME TIMEOUT CMD... -> $WORK/NAME.json (export), $WORK/NA
     COLUMNS=120 "$PY" -m rankmap show latest --gpu > "$WORK/$name.txt" 2>&1
 }
 check() { "$PY" gpu/cuda_activity_check.py "$@" 2>&1 | tee -a "$LOG"; FAILS=$((FAILS + ${PIPESTATUS[0]})); }
+default_check() {  # the default: profile without --cuda-activity leaves CUDA alone
+  PFLAGS=(--run-dir "$WORK/default-run")
+  profile default "$@" && grep -h "CUDA activity" "$WORK/default.txt" | sed 's/^/  default summary: /' | tee -a "$LOG" &&
+    check default "$WORK/default.json" "$WORK/default-run"
+  PFLAGS=(--cuda-activity on)
+}
 
 if [ "$DRY" = 1 ]; then
   # the stand-ins play the GPU side of the same exchange (tests/native/staged_app.c)
@@ -79,6 +89,7 @@ if [ "$DRY" = 1 ]; then
   M=("$MPIRUN" --allow-run-as-root --oversubscribe -x LD_LIBRARY_PATH -np 2 "$WORK/staged_app")
   profile staged 120 "${M[@]}" staged "$BYTES" "$ITERS" && check staged "$WORK/staged.json" "$BYTES" "$ITERS"
   profile aware 120 "${M[@]}" aware "$BYTES" "$ITERS"
+  default_check 120 "${M[@]}" staged "$BYTES" "$ITERS"
 else
   # 2. builds
   if make -s -j3 -C examples/cuda OUT="$WORK/bin" NVCC="$NVCC" NVFLAGS="-O2 -std=c++17 -arch=native" >> "$LOG" 2>&1; then
@@ -95,6 +106,7 @@ else
     check staged "$WORK/staged.json" "$BYTES" "$ITERS"
   profile aware 90 "${M[@]}" "$WORK/bin/exchange_nccl" "$BYTES" "$ITERS" &&
     check aware "$WORK/aware.json" "$BYTES" "$ITERS"
+  default_check 60 "${M[@]}" "$WORK/bin/exchange_staged" "$BYTES" "$ITERS"
   # 4. peer-to-peer copies
   PEER=16777216
   profile peer 60 "$WORK/bin/peer_copy" "$PEER" 10 && check peer "$WORK/peer.json" "$PEER" 10
@@ -115,8 +127,8 @@ torch.cuda.synchronize()
 print("torch job done", float(z[0]), float(a.sum()))
 EOF
   profile torch 90 "$PY" "$WORK/torch_job.py" && check torch "$WORK/torch.json" "$TB"
-  # 6. overhead (short)
-  if timeout 150 "$PY" bench/cuda_activity.py --copies 4000 --kernels 40000 --trials 3 \
+  # 6. overhead (short): the default must cost nothing, and on/copies are priced
+  if timeout 240 "$PY" bench/cuda_activity.py --copies 4000 --kernels 40000 --trials 3 \
        --json "$OUT/cuda_activity.json" >> "$LOG" 2>&1; then
     check overhead "$OUT/cuda_activity.json" 5
   else

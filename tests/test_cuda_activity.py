@@ -280,6 +280,10 @@ def test_launchers_inject_the_library(tmp_path):
                       cupti="/y/libcupti.so.13", base_env={})
     assert plain.injected["CUDA_INJECTION64_PATH"] == "/x/librankmap_cuda.so"
     assert plain.injected["RANKMAP_CUPTI"] == "/y/libcupti.so.13" and "RANKMAP_CUDA_NEED_RANK" not in plain.injected
+    assert plain.injected["RANKMAP_CUDA_KINDS"] == "all"
+    copies = L.prepare(L.Launcher("plain", ["./a"], "./a"), run_dir=tmp_path, cuda_lib="/x/librankmap_cuda.so",
+                       cuda_kinds="copies", base_env={})
+    assert copies.injected["RANKMAP_CUDA_KINDS"] == "copies"
     tr = L.prepare(L.Launcher("torchrun", ["torchrun", "t.py"], "torchrun"), run_dir=tmp_path,
                    cuda_lib="/x/librankmap_cuda.so", base_env={})
     assert tr.env["RANKMAP_CUDA_NEED_RANK"] == "1" and tr.env["CUDA_INJECTION64_PATH"] == "/x/librankmap_cuda.so"
@@ -287,7 +291,7 @@ def test_launchers_inject_the_library(tmp_path):
                    cuda_lib="/x/librankmap_cuda.so", base_env={})
     assert "CUDA_INJECTION64_PATH=/x/librankmap_cuda.so" in om.argv and "CUDA_INJECTION64_PATH" not in om.env
     none = L.prepare(L.Launcher("plain", ["./a"], "./a"), run_dir=tmp_path, base_env={})
-    assert "CUDA_INJECTION64_PATH" not in none.injected
+    assert "CUDA_INJECTION64_PATH" not in none.injected and "RANKMAP_CUDA_KINDS" not in none.injected
 
 
 def test_cuda_examples_and_load_compile(tmp_path):

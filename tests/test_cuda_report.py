@@ -50,8 +50,10 @@ def launch(bins: dict[str, Path], mode: str) -> list[str]:
             mode, str(N), str(ITERS)]
 
 
-def profile(env: dict, *cmd: str, cuda: str = "on") -> tuple[subprocess.CompletedProcess, dict]:
-    p = rankmap("profile", "--no-progress", "--cuda-activity", cuda, "--", *cmd, env=env, timeout=300)
+def profile(env: dict, *cmd: str, cuda: str | None = "on") -> tuple[subprocess.CompletedProcess, dict]:
+    """``cuda`` None: no --cuda-activity flag (the default)."""
+    flag = ["--cuda-activity", cuda] if cuda else []
+    p = rankmap("profile", "--no-progress", *flag, "--", *cmd, env=env, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     e = rankmap("export", "latest", "--format", "json", env=env)
     assert e.returncode == 0, e.stderr
@@ -100,6 +102,37 @@ def test_staged_exchange(bins, env):
     assert s.returncode == 0 and "bytes by copy kind" in s.stdout and "verdict: 100 %" in s.stdout
     j = rankmap("show", "latest", "--format", "json", env=env)
     assert json.loads(j.stdout) == rep
+
+
+def test_default_is_off_and_names_the_switch(bins, env):
+    """The default injects nothing into CUDA (its cost is none at all), and the summary's one CUDA
+    line names --cuda-activity on and what it was measured to cost."""
+    p, data = profile(dict(env, COLUMNS="200"), *launch(bins, "staged"), cuda=None)
+    from rankmap.pipeline.profile import CUDA_ON_COST
+    lines = [l for l in p.stdout.splitlines() if "CUDA" in l or "CUPTI" in l]
+    assert lines == [f"CUDA activity: off (default; --cuda-activity on records copies+kernels: {CUDA_ON_COST})"]
+    assert CUDA_ON_COST.startswith("+17-29 %")
+    injected = data["job"]["meta"]["injected"]
+    assert "CUDA_INJECTION64_PATH" not in injected and "RANKMAP_CUDA_KINDS" not in injected
+    assert data["cuda_activity"] == {"copies": [], "kernels": [], "timeline": [], "ranks": []}
+    assert not list(Path(data["job"]["run_dir"]).glob("rank-*.cuda.rmrec"))
+    assert {o["operation"] for o in data["op_stats"]} >= {"MPI_Sendrecv"}   # the MPI capture ran as usual
+
+
+def test_copies_only(bins, env):
+    """--cuda-activity copies: the same copy rows as `on`, no kernels, and nothing concluded from the
+    kernels' absence (no device POP, no copy-bound verdict); the staging verdict stands."""
+    p, data = profile(env, *launch(bins, "staged"), cuda="copies")
+    rep = data["cuda_report"]
+    assert data["job"]["meta"]["injected"]["RANKMAP_CUDA_KINDS"] == "copies"
+    assert rep["state"] == "CUDA activity: copies only (kernels not recorded) for 2 rank(s)"
+    kinds = {k["kind"]: (k["count"], k["bytes"]) for k in rep["copy_kinds"]}
+    assert kinds == {"D2H": (2 * (ITERS + 1), 2 * (ITERS + 1) * N), "H2D": (2 * ITERS, 2 * ITERS * N)}
+    assert data["cuda_activity"]["kernels"] == [] and rep["kernels_total"] == 0
+    assert not rows(rep, "CUDA_KERNEL") and rep["pop"] is None
+    assert rep["verdicts"][0].startswith("100 % of MPI bytes were staged through host memory")
+    assert not any("longer copying" in v for v in rep["verdicts"])
+    assert rep["state"] in p.stdout
 
 
 def test_gpu_aware_exchange(bins, env):

@@ -373,13 +373,14 @@ class Injection:
 
 def prepare(launcher: Launcher, *, run_dir: str | os.PathLike, shim: str | os.PathLike | None = None,
             nccl_plugin: str | os.PathLike | None = None, cuda_lib: str | os.PathLike | None = None,
-            cupti: str | None = None, bucket_ms: int = 100, flush_ms: int = 1000,
+            cupti: str | None = None, cuda_kinds: str = "all", bucket_ms: int = 100, flush_ms: int = 1000,
             base_env: dict[str, str] | None = None) -> Injection:
     """The launch command with capture injected the way ``launcher`` forwards environment.
 
     ``cuda_lib`` (the CUDA activity library) is loaded by the CUDA driver of every rank that
     initialises CUDA (``CUDA_INJECTION64_PATH``); where the launcher process itself gets the
-    environment (torchrun), ``RANKMAP_CUDA_NEED_RANK`` keeps it out of a process with no rank.
+    environment (torchrun), ``RANKMAP_CUDA_NEED_RANK`` keeps it out of a process with no rank;
+    ``cuda_kinds`` (``all`` or ``copies``) is what it records.
     """
     env: dict[str, str] = {"RANKMAP_RUN_DIR": str(Path(run_dir).resolve()),
                            "RANKMAP_BUCKET_MS": str(int(bucket_ms)), "RANKMAP_FLUSH_MS": str(int(flush_ms))}
@@ -391,6 +392,7 @@ def prepare(launcher: Launcher, *, run_dir: str | os.PathLike, shim: str | os.Pa
         env.update(nccl_debug_env(run_dir, os.environ if base_env is None else base_env))
     if cuda_lib is not None:
         env["CUDA_INJECTION64_PATH"] = str(cuda_lib)
+        env["RANKMAP_CUDA_KINDS"] = cuda_kinds or "all"
         if cupti:
             env["RANKMAP_CUPTI"] = cupti
         if launcher.kind != "plain":

@@ -24,9 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default ~/.rankmap/runs/<timestamp>-<id>)")
     p.add_argument("--nccl", choices=("auto", "on", "off"), default="auto",
                    help="inject the NCCL profiler plugin (auto: for torchrun, and for MPI jobs when it builds)")
-    p.add_argument("--cuda-activity", choices=("auto", "on", "off"), default="auto",
-                   help="record the GPUs' copies and kernels through CUPTI (auto: where this machine has a CUDA "
-                        "driver and a CUPTI; docs/cuda-activity.md has its measured cost)")
+    p.add_argument("--cuda-activity", choices=("off", "copies", "on", "auto"), default=None,
+                   help="record the GPUs' copies and kernels through CUPTI: on (copies and kernels), copies "
+                        "(copies only), auto (on where this machine has a CUDA driver and a CUPTI, else off); "
+                        "default off: on costs launch-bound loops 17-29 %% (docs/cuda-activity.md)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--progress", action="store_true", help="show the progress line even when stderr is not a terminal")
     g.add_argument("--no-progress", action="store_true", help="never show the progress line")

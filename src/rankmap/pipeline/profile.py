@@ -281,39 +281,54 @@ def _capture_libraries(launcher: L.Launcher, argv: list[str], mpicc: str | None,
     return shim, mpicc_used, plugin
 
 
-def _cuda_library(mode: str) -> tuple[Path | None, str | None, str]:
-    """The CUDA activity library and CUPTI to inject, and the capture's state for the summary.
+# What --cuda-activity on costs, measured on 2x H200 (docs/benchmarks.md): the default's summary line quotes it.
+CUDA_ON_COST = "+17-29 % in launch-bound loops"
+CUDA_MODES = ("off", "copies", "on", "auto")
 
-    ``mode`` ``on`` requires them (a clear error otherwise); ``auto`` injects them when this machine
-    has a CUDA driver and a CUPTI, and otherwise says why not in one line; ``off`` never injects.
+
+def _cuda_library(mode: str | None) -> tuple[Path | None, str | None, str, str]:
+    """The CUDA activity library and CUPTI to inject, the activity kinds, and the capture's state for
+    the summary.
+
+    ``mode`` None is the default, off: CUPTI tracing costs launch-bound loops 17-29 % (copies only:
+    11-15 %; docs/benchmarks.md), which is not negligible, so the summary names the switch and its
+    cost instead. ``on`` (copies and kernels) and ``copies`` require a CUDA capture (a clear error
+    otherwise); ``auto`` records what ``on`` does where this machine has a CUDA driver and a CUPTI,
+    and otherwise says why not in one line (for wrappers that run on machines with and without
+    GPUs); ``off`` never injects.
     """
+    if mode is None:
+        return None, None, "", f"off (default; --cuda-activity on records copies+kernels: {CUDA_ON_COST})"
     if mode == "off":
-        return None, None, "off (--cuda-activity off)"
+        return None, None, "", "off (--cuda-activity off)"
+    kinds = "copies" if mode == "copies" else "all"
+    strict = mode != "auto"
     if os.environ.get("CUDA_INJECTION64_PATH"):
         why = f"CUDA_INJECTION64_PATH is already set ({os.environ['CUDA_INJECTION64_PATH']}): another tool injects into CUDA"
-        if mode == "on":
-            raise RankmapError(f"--cuda-activity on: {why}")
-        return None, None, f"off: {why}"
+        if strict:
+            raise RankmapError(f"--cuda-activity {mode}: {why}")
+        return None, None, "", f"off: {why}"
     import ctypes.util
     from rankmap.capture.cuda_build import build_library, find_cupti
-    if mode == "auto" and ctypes.util.find_library("cuda") is None:
-        return None, None, "off: no CUDA driver (libcuda) on this machine"
+    if not strict and ctypes.util.find_library("cuda") is None:
+        return None, None, "", "off: no CUDA driver (libcuda) on this machine"
     cupti = find_cupti()
     if cupti is None:
-        if mode == "on":
-            raise RankmapError("--cuda-activity on: no CUPTI library found (install the CUDA toolkit's CUPTI, "
+        if strict:
+            raise RankmapError(f"--cuda-activity {mode}: no CUPTI library found (install the CUDA toolkit's CUPTI, "
                                "or set RANKMAP_CUPTI=/path/to/libcupti.so)")
-        return None, None, "off: no CUPTI library found (set RANKMAP_CUPTI to its path)"
+        return None, None, "", "off: no CUPTI library found (set RANKMAP_CUPTI to its path)"
+    state = "on" if kinds == "all" else "on: copies"
     try:
-        return build_library(), cupti, "on"
+        return build_library(), cupti, kinds, state
     except RankmapError as e:
-        if mode == "on":
+        if strict:
             raise
-        return None, None, f"off: {e}"
+        return None, None, "", f"off: {e}"
     except (OSError, subprocess.SubprocessError) as e:
-        if mode == "on":
+        if strict:
             raise RankmapError(f"building the CUDA activity library failed: {e}") from None
-        return None, None, f"off: building the CUDA activity library failed: {e}"
+        return None, None, "", f"off: building the CUDA activity library failed: {e}"
 
 
 def _start_link_sampler(interval_s: float, store: Any, job_id: int) -> Any:
@@ -340,13 +355,14 @@ def _start_link_sampler(interval_s: float, store: Any, job_id: int) -> Any:
 def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 100, flush_ms: int = 1000,
                     mpicc: str | None = None, progress: bool = True, force_progress: bool = False,
                     run_dir: str | os.PathLike | None = None, nccl: str = "auto", link_sampler: bool = True,
-                    cuda: str = "auto", warn: Callable[[str], None] = _warn) -> ProfileResult:
+                    cuda: str | None = None, warn: Callable[[str], None] = _warn) -> ProfileResult:
     """Run ``argv`` with capture injected, stream its records into ``store``; returns the job's result.
 
     ``store`` is a :class:`rankmap.store.Store`, a database URL, or None for the default store.
     ``nccl`` is ``'auto'`` (the NCCL plugin for torchrun always, for other launchers when it can be
-    built), ``'on'`` (required) or ``'off'``; ``cuda`` likewise for the CUDA activity capture (auto: where
-    the machine has a CUDA driver and a CUPTI). With ``link_sampler``, the GPUs' NVLink and PCIe byte
+    built), ``'on'`` (required) or ``'off'``; ``cuda`` is the CUDA activity capture: None (the default:
+    off, with the switch and its measured cost in the summary), ``'off'``, ``'copies'``, ``'on'`` or ``'auto'``
+    (see :func:`_cuda_library`). With ``link_sampler``, the GPUs' NVLink and PCIe byte
     counters are sampled once per timeline bucket while the job runs (where NVML is available). The progress line shows when stderr is a terminal and
     ``progress`` is set, or always with ``force_progress``.
     """
@@ -356,14 +372,14 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
         raise RankmapError("--bucket-ms and --flush-ms must be positive")
     if nccl not in ("auto", "on", "off"):
         raise RankmapError(f"--nccl must be auto, on or off, not {nccl!r}")
-    if cuda not in ("auto", "on", "off"):
-        raise RankmapError(f"--cuda-activity must be auto, on or off, not {cuda!r}")
+    if cuda is not None and cuda not in CUDA_MODES:
+        raise RankmapError(f"--cuda-activity must be {', '.join(CUDA_MODES)}, not {cuda!r}")
     argv = list(argv)
     launcher = L.recognise(argv)
     rd = make_run_dir(run_dir)        # before the slow part: an unwritable place fails at once
     try:
         shim, mpicc_used, plugin = _capture_libraries(launcher, argv, mpicc, nccl)
-        cuda_lib, cupti, cuda_state = _cuda_library(cuda)
+        cuda_lib, cupti, cuda_kinds, cuda_state = _cuda_library(cuda)
         if not isinstance(store, Store):
             store = open_store(store)
     except BaseException:
@@ -371,7 +387,7 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
         raise
 
     inj = L.prepare(launcher, run_dir=rd.path, shim=shim, nccl_plugin=plugin, cuda_lib=cuda_lib, cupti=cupti,
-                    bucket_ms=bucket_ms, flush_ms=flush_ms)
+                    cuda_kinds=cuda_kinds, bucket_ms=bucket_ms, flush_ms=flush_ms)
     key = command_key(argv)
     job_id = store.create_job(argv, launcher=launcher.kind, world_size=launcher.world_size, run_dir=rd.path,
                               key=key, meta={"injected": inj.injected, "mpicc": mpicc_used,

@@ -181,6 +181,14 @@ def _row(cat: str, op: str, ns: Mapping[int, float], calls: Mapping[int, float],
     return TableRow(cat, op, avg, lo, hi, inst, b)
 
 
+def _kernels_recorded(inp: CudaInputs) -> bool:
+    """False when every rank's capture recorded copies only (``--cuda-activity copies``): then no
+    kernel time is known, and nothing may be concluded from its absence."""
+    acts = [str(r.get("activity") or "") for r in inp.cuda_ranks]
+    on = [a for a in acts if a.startswith("on")]
+    return bool(inp.kernels) or not on or not all(a.startswith("on: copies") for a in on)
+
+
 def _state(inp: CudaInputs, on_ranks: list[int]) -> str:
     if inp.capture and inp.capture.startswith("off"):
         return f"CUDA activity: {inp.capture}"
@@ -191,7 +199,8 @@ def _state(inp: CudaInputs, on_ranks: list[int]) -> str:
             off.setdefault(a, []).append(int(r["rank"]))
     parts = []
     if on_ranks:
-        parts.append(f"on for {len(on_ranks)} rank(s)")
+        parts.append(f"on for {len(on_ranks)} rank(s)" if _kernels_recorded(inp) else
+                     f"copies only (kernels not recorded) for {len(on_ranks)} rank(s)")
     for why, rs in sorted(off.items()):
         parts.append(f"{why} (rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, sorted(rs)[:8]))})")
     if not parts:
@@ -293,7 +302,8 @@ def cuda_report(inp: CudaInputs) -> CudaReport:
     # device POP
     runtime = max(inp.elapsed.values()) if inp.elapsed else 0
     pop = None
-    if on_ranks and runtime > 0 and (k_ns or c_ns):
+    kernels_known = _kernels_recorded(inp)
+    if on_ranks and runtime > 0 and (k_ns or c_ns) and kernels_known:
         ks = [k_ns.get(r, 0) for r in on_ranks]
         busy = [k_ns.get(r, 0) + c_ns.get(r, 0) for r in on_ranks]
         avg_k, max_k, max_b = sum(ks) / len(ks), max(ks), max(busy)
