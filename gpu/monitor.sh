@@ -6,18 +6,24 @@
 #  1. bench/monitor_cost.py: NVML GPM against field-value reads, per GPU per sample, and the share of
 #     one core at 10 Hz with store writes (targets: <= 0.3 ms, < 1 %);
 #  2. `rankmap monitor --interval 100ms` in the background and `rankmap serve` on 127.0.0.1;
-#  3. NVML's NVLink DATA TX/RX counters of both GPUs read, then
+#  3. NVML's NVLink RAW and DATA TX/RX counters of both GPUs read, then
 #     `rankmap profile -- torchrun --nproc_per_node=2 allreduce.py` (20 all-reduces of 1 GiB, NCCL),
-#     then the counters read again: the monitor's and the profile's NVLink bytes against them (2 %);
+#     then the counters read again: the profile sampler's NVLink bytes against the RAW deltas (2 %;
+#     GPM's NVLink metrics count payload and protocol overhead, as RAW does; DATA is payload only,
+#     its ratio is printed beside);
 #  4. /metrics scraped while the monitor still runs (dcgm-exporter names and labels, pair bytes);
 #  5. the job's utilisation view from the API: the GPU0<->GPU1 route (GPU <-> NVSwitch links)
 #     measured, with its peak use of the bandwidth and its band;
-#  6. the monitor stopped with Ctrl-C (SIGINT): its cost per GPU per sample and CPU share at 10 Hz,
-#     and its own check of the GPM integral against the DATA counters.
+#  6. the monitor stopped with Ctrl-C (SIGINT): its NVLink bytes against the RAW deltas it read itself
+#     just before its first and after its last sample (its own span, not the job's: 2 %), its cost
+#     per GPU per sample (CPU time of the reads against 0.3 ms; wall time printed beside, waits
+#     included) and its CPU share at 10 Hz (< 1 %).
+# rankmap serve's own output (an error that stops it, say) is printed into the log.
 # One PASS or FAIL line per check; the exit status is the number of FAILs (capped at 100).
 # DRY=1 runs the same flow on a machine without GPU (PYTHON=.venv/bin/python there): fake NVML
-# (tests/fake_nvml) with constant traffic, and a sleep instead of the torchrun job; the NVLink
-# comparisons with the DATA deltas are skipped then (the fake's traffic does not stop with the job).
+# (tests/fake_nvml) with constant traffic and 3 % NVLink protocol overhead, and a sleep instead of the
+# torchrun job; the profile sampler's comparison with the counters around the job is skipped then (the
+# fake's traffic does not stop with the job), the monitor's over its own span is not.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -41,7 +47,7 @@ if [ "$DRY" = 1 ]; then
   export PYTHONPATH="$ROOT/tests/fake_nvml:$PYTHONPATH"
   now=$($PY -c 'import time; print(time.time_ns())')
   # GPU0 sends 40 GB/s to GPU1 over NVLink, for every process alike (one epoch)
-  export RANKMAP_FAKE_NVML="{\"gpm\": true, \"epoch_unix_ns\": $now, \"rates\": [[40e9, 0, 1e8, 0], [0, 40e9, 0, 1e8]]}"
+  export RANKMAP_FAKE_NVML="{\"gpm\": true, \"epoch_unix_ns\": $now, \"rates\": [[40e9, 0, 1e8, 0], [0, 40e9, 0, 1e8]], \"nvlink_header\": 0.03}"
 fi
 
 check() {  # check EXIT_STATUS "what": PASS when the status is 0
@@ -56,7 +62,9 @@ cleanup() {  # the background monitor and server are main's children: main's own
 
 write_helpers() {
   cat > "$WORK/nvml_data.py" <<'EOF'
-"""Print {gpu: [nvlink data tx bytes, rx bytes]} (all links, one field-value call per GPU) as JSON."""
+"""Print {gpu: [NVLink DATA tx, DATA rx, RAW tx, RAW rx bytes]} (all links, one field-value call per GPU) as JSON.
+
+DATA counts payload; RAW counts payload and protocol overhead (what GPM's NVLink metrics count)."""
 import json
 import pynvml as N
 N.nvmlInit()
@@ -64,7 +72,9 @@ out = {}
 for i in range(N.nvmlDeviceGetCount()):
     h = N.nvmlDeviceGetHandleByIndex(i)
     vals = N.nvmlDeviceGetFieldValues(h, [(N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 0xFFFFFFFF),
-                                          (N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0xFFFFFFFF)])
+                                          (N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0xFFFFFFFF),
+                                          (N.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX, 0xFFFFFFFF),
+                                          (N.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX, 0xFFFFFFFF)])
     out[i] = [int(v.value.ullVal) * 1024 if v.nvmlReturn == 0 else None for v in vals]  # KiB
 N.nvmlShutdown()
 print(json.dumps(out))
@@ -109,16 +119,25 @@ def check(ok, what):
 
 
 def get(path):
-    with urllib.request.urlopen(base + path, timeout=30) as r:
-        return json.load(r)
+    try:
+        with urllib.request.urlopen(base + path, timeout=30) as r:
+            return json.load(r)
+    except OSError as e:  # serve not up (its output is in the log above): one line, not a traceback
+        check(False, f"GET {path}: {getattr(e, 'reason', e)}")
+        return None
+
+
+def pct(x):
+    return "n/a" if x is None else f"{x * 100:+.3f} %"
 
 
 before = {int(k): v for k, v in json.load(open(before_p)).items()}
 after = {int(k): v for k, v in json.load(open(after_p)).items()}
-data = {g: [after[g][k] - before[g][k] if after[g][k] is not None and before[g][k] is not None else None
-            for k in (0, 1)] for g in before}
-print("NVML NVLink DATA deltas around the job: " + "; ".join(
-    f"GPU{g} tx {v[0]} rx {v[1]}" for g, v in sorted(data.items())))
+# per GPU: [DATA tx, DATA rx, RAW tx, RAW rx] deltas around the profiled job
+delta = {g: [after[g][k] - before[g][k] if after[g][k] is not None and before[g][k] is not None else None
+             for k in range(4)] for g in before}
+print("NVML NVLink deltas around the job (RAW = payload + protocol overhead, DATA = payload): " + "; ".join(
+    f"GPU{g} RAW tx {v[2]} rx {v[3]}, DATA tx {v[0]} rx {v[1]}" for g, v in sorted(delta.items())))
 mon = json.load(open(mon_json))
 print(f"monitor: job {mon['job_id']}, source {mon['source']}, {mon['cost']['samples']} samples over {mon['elapsed_s']:.1f} s")
 check(mon["source"] == "gpm", f"the monitor sampled with NVML GPM (got {mon['source']})")
@@ -127,34 +146,43 @@ check(mon["source"] == "gpm", f"the monitor sampled with NVML GPM (got {mon['sou
 dry = os.environ.get("DRY") == "1"
 
 
-def compare(name, totals):
-    if dry:  # the fake's traffic never stops, so windows of different length differ: nothing to compare
-        print(f"   SKIP {name} NVLink bytes vs NVML DATA deltas (DRY: the fake's traffic does not stop with the job)")
-        return
-    for g in sorted(data):
+def compare(name, totals, raw, data, span):
+    """GPM-integrated bytes against NVML's RAW deltas of the same span (2 %); the DATA ratio printed beside."""
+    for g in sorted(raw):
         for k, d in enumerate(("tx", "rx")):
-            want, got = data[g][k], totals.get(g, [None, None])[k]
+            want, got, pay = raw[g][k], totals.get(g, [None, None])[k], data[g][k]
             if not want:
-                print(f"   {name} GPU{g} NVLink {d}: NVML counted {want}, skipped")
+                print(f"   {name} GPU{g} NVLink {d}: NVML RAW counted {want}, skipped")
                 continue
             if got is None:
-                check(False, f"{name} GPU{g} NVLink {d}: no bytes sampled (NVML counted {want})")
+                check(False, f"{name} GPU{g} NVLink {d}: no bytes sampled (NVML RAW counted {want})")
                 continue
             err = (got - want) / want
-            check(abs(err) <= 0.02, f"{name} GPU{g} NVLink {d}: {got} B vs NVML DATA {want} B ({err * 100:+.3f} %)")
+            check(abs(err) <= 0.02, f"{name} GPU{g} NVLink {d}: {got} B vs NVML RAW {want} B ({err * 100:+.3f} %) "
+                  f"over {span}; vs DATA (payload) {pay} B: {pct((got - pay) / pay if pay else None)}, "
+                  f"RAW/DATA {want / pay if pay else float('nan'):.4f}")
 
 
-compare("monitor", {int(g): [t["nvlink_tx"], t["nvlink_rx"]] for g, t in mon["totals"].items()})
-for row in mon.get("data_check") or []:
-    print(f"   monitor's own check, GPU{row['gpu']}: GPM integral vs DATA counters over the same span: "
-          f"tx {row['diff_tx'] * 100 if row['diff_tx'] is not None else float('nan'):+.3f} %, "
-          f"rx {row['diff_rx'] * 100 if row['diff_rx'] is not None else float('nan'):+.3f} %")
+# the monitor against the counters it read itself just before its first and after its last sample:
+# exactly its own span (it also ran before and after the job)
+mtot = {int(g): [t["nvlink_tx"], t["nvlink_rx"]] for g, t in mon["totals"].items()}
+rows = {r["gpu"]: r for r in mon.get("data_check") or []}
+check(bool(rows) and all(r.get("raw_tx") is not None for r in rows.values()),
+      f"the monitor read NVML's NVLink RAW and DATA counters at its start and end ({len(rows)} GPUs)")
+compare("monitor", mtot, {g: [r["raw_tx"], r["raw_rx"]] for g, r in rows.items()},
+        {g: [r["data_tx"], r["data_rx"]] for g, r in rows.items()}, "the monitor's own span")
 c = mon["cost"]
-check(c["per_gpu_sample_ms"] is not None and c["per_gpu_sample_ms"] <= 0.3,
-      f"monitor: {c['per_gpu_sample_ms']:.4f} ms per GPU per sample, slowest {c['max_read_ms']:.3f} ms (target <= 0.3 ms)")
-check(mon["process_cpu_share"] is not None and mon["process_cpu_share"] < 0.01,
-      f"monitor at 10 Hz: {mon['process_cpu_share'] * 100:.3f} % of one core (sampler thread "
-      f"{(c['cpu_share'] or 0) * 100:.3f} %), store writes included (target < 1 %)")
+print(f"   monitor cost per GPU per sample: CPU {c['per_gpu_sample_cpu_ms']:.4f} ms; wall mean {c['per_gpu_sample_ms']:.4f} ms, "
+      f"median {c['median_read_ms']:.4f} ms, slowest {c['max_read_ms']:.3f} ms (wall includes waits on the driver and "
+      f"preemption by the job's threads)")
+check(c["per_gpu_sample_cpu_ms"] is not None and c["per_gpu_sample_cpu_ms"] <= 0.3,
+      f"monitor: {c['per_gpu_sample_cpu_ms']:.4f} ms CPU per GPU per sample during the job (target <= 0.3 ms)")
+share = mon["process_cpu_share"]
+check(share is not None and share < 0.01,
+      f"monitor at 10 Hz: {share * 100:.3f} % of one core while sampling (sampler thread {c['cpu_share'] * 100:.3f} %: "
+      f"reads {c['read_cpu_share'] * 100:.3f} %, store writes {c['callback_cpu_share'] * 100:.3f} %) (target < 1 %)")
+print(f"   monitor process CPU over the whole session, start and stop included: {mon['process_cpu_s']:.3f} s "
+      f"in {mon['elapsed_s']:.1f} s")
 
 st = open_store(db)
 jobs = [j for j in st.jobs(10) if j["launcher"] != "monitor"]
@@ -168,9 +196,16 @@ last = {}
 for s in st.link_samples(jid):
     if s["link"] == "nvlink":
         last[int(s["device"])] = [s["tx_bytes"], s["rx_bytes"]]
-compare("profile sampler", last)
+if dry:  # the fake's traffic never stops, so the job's window and the sampler's differ: nothing to compare
+    print("   SKIP profile sampler NVLink bytes vs NVML deltas around the job (DRY: the fake's traffic does not stop)")
+else:  # the sampler runs inside the job's window, and nothing else moves NVLink bytes on the node
+    compare("profile sampler", last, {g: v[2:] for g, v in delta.items()}, {g: v[:2] for g, v in delta.items()},
+            "the job")
 if ls.get("cost"):
-    print(f"   profile sampler: {ls['cost']['per_gpu_sample_ms']:.4f} ms per GPU per sample, {ls['cost']['samples']} samples")
+    lc = ls["cost"]
+    print(f"   profile sampler: CPU {lc.get('per_gpu_sample_cpu_ms') or float('nan'):.4f} ms, wall "
+          f"{lc['per_gpu_sample_ms']:.4f} ms (median {lc.get('median_read_ms') or float('nan'):.4f} ms) per GPU per "
+          f"sample, {lc['samples']} samples")
 
 # /metrics, scraped while the monitor ran
 text = open(metrics_p).read()
@@ -184,7 +219,7 @@ for n in sorted(names):
         continue
     gpus = sorted({re.search(r'gpu="(\d+)"', l).group(1) for l in lines})
     labelled = all('UUID="GPU-' in l and 'Hostname="' in l for l in lines)
-    check(len(gpus) == len(data) and labelled, f"/metrics {n}: GPUs {gpus}, UUID and Hostname labels on every line")
+    check(len(gpus) == len(delta) and labelled, f"/metrics {n}: GPUs {gpus}, UUID and Hostname labels on every line")
     for l in lines:
         print("   " + l)
 pair = sum(int(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(f'rankmap_pair_bytes_total{{job="{jid}"'))
@@ -195,6 +230,8 @@ check(("# TYPE rankmap_pair_bytes_total counter" in text or dry) and pair == wan
 
 # the utilisation view of the job: the GPU0 <-> GPU1 route is GPU0 <-> NVSwitch <-> GPU1
 u = get(f"/api/jobs/{jid}/utilisation")
+if u is None:
+    sys.exit(min(fails, 100))
 print(f"utilisation of job {jid} on {u['topology']}: {u['frames']} frames of {u['frame_s']} s; "
       f"measured: {u['measured']}; model: {u['model']}")
 route = [l for l in u["links"] if l["kind"] == "nvlink" and {l["a"], l["b"]} & {"gpu0", "gpu1"}]
@@ -205,19 +242,24 @@ for l in route:
     check(l["source"] == "measured" and (l.get("peak_util") or 0) > 1,
           f"link {l['a']}<->{l['b']} coloured from its measured counters ({l['source']}, peak {l.get('peak_util')} % "
           f"of {l['bandwidth']} GB/s, band {l.get('peak_band')})")
-mon_u = get(f"/api/jobs/{mon['job_id']}/utilisation")
-check(sum(1 for l in mon_u["links"] if l["source"] == "measured") >= len(data),
+mon_u = get(f"/api/jobs/{mon['job_id']}/utilisation") or {"links": []}
+check(sum(1 for l in mon_u["links"] if l["source"] == "measured") >= len(delta),
       f"the monitor session's own view measures {sum(1 for l in mon_u['links'] if l['source'] == 'measured')} links")
 sys.exit(min(fails, 100))
 EOF
 }
 
-wait_for() {  # wait_for SECONDS COMMAND...: poll until the command succeeds
-  local end=$((SECONDS + $1)); shift
+wait_for() {  # wait_for SECONDS PID COMMAND...: poll until the command succeeds; give up when PID ended
+  local end=$((SECONDS + $1)) pid=$2; shift 2
   until "$@" >/dev/null 2>&1; do
     [ $SECONDS -ge $end ] && return 1
+    kill -0 "$pid" 2>/dev/null || return 1
     sleep 0.2
   done
+}
+
+show() {  # show FILE: a process's own output, indented, at most 20 lines
+  [ -s "$1" ] && head -20 "$1" | sed 's/^/   | /'
 }
 
 main() {
@@ -234,18 +276,23 @@ main() {
   echo "== 2. rankmap monitor and rankmap serve"
   $PY -m rankmap monitor --interval 100ms --db "$DB" --json > "$WORK/mon.json" 2> "$WORK/mon.err" &
   MON=$!; PIDS+=("$MON")
-  wait_for 30 grep -q "monitoring" "$WORK/mon.err"
-  check $? "rankmap monitor started: $(head -1 "$WORK/mon.err")"
+  wait_for 30 "$MON" grep -q "monitoring" "$WORK/mon.err"
+  rc=$?
+  check $rc "rankmap monitor started: $(head -1 "$WORK/mon.err")"
+  [ $rc = 0 ] || show "$WORK/mon.err"
   PORT=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   TOPO=live
   [ "$DRY" = 1 ] && TOPO=h200x2-nvswitch
   $PY -m rankmap serve --db "$DB" --host 127.0.0.1 --port "$PORT" --topology $TOPO > "$WORK/serve.out" 2>&1 &
-  PIDS+=("$!")
+  SERVE=$!; PIDS+=("$SERVE")
   BASE="http://127.0.0.1:$PORT"
-  wait_for 30 $PY -c "import urllib.request; urllib.request.urlopen('$BASE/api/info', timeout=2)"
-  check $? "rankmap serve answers on $BASE"
+  wait_for 30 "$SERVE" $PY -c "import urllib.request; urllib.request.urlopen('$BASE/api/info', timeout=2)"
+  rc=$?
+  if kill -0 "$SERVE" 2>/dev/null; then alive=running; else wait "$SERVE"; alive="exited with status $?"; fi
+  check $rc "rankmap serve answers on $BASE ($alive; its output follows)"
+  show "$WORK/serve.out"
 
-  echo "== 3. NCCL job between the two GPUs, NVML DATA counters before and after"
+  echo "== 3. NCCL job between the two GPUs, NVML NVLink RAW and DATA counters before and after"
   timeout 20 $PY "$WORK/nvml_data.py" > "$WORK/before.json"
   if [ "$DRY" = 1 ]; then
     JOB=(timeout 60 $PY -m rankmap profile --db "$DB" --nccl off --no-summary --no-progress -- sleep 2)
@@ -260,7 +307,12 @@ main() {
   timeout 20 $PY "$WORK/nvml_data.py" > "$WORK/after.json"
 
   echo "== 4. /metrics while the monitor runs"
-  timeout 20 $PY -c "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen('$BASE/metrics', timeout=15).read().decode())" > "$OUT/metrics.txt"
+  timeout 20 $PY -c "
+import sys, urllib.request
+try:
+    sys.stdout.write(urllib.request.urlopen('$BASE/metrics', timeout=15).read().decode())
+except OSError as e:
+    sys.exit(f'GET /metrics: {getattr(e, \"reason\", e)}')" > "$OUT/metrics.txt"
   check $? "/metrics scraped ($(wc -l < "$OUT/metrics.txt") lines, kept in metrics.txt)"
 
   echo "== 5. monitor stopped with Ctrl-C"
@@ -274,6 +326,7 @@ main() {
   timeout 60 $PY "$WORK/compare.py" "$DB" "$WORK/mon.json" "$WORK/before.json" "$WORK/after.json" "$BASE" "$OUT/metrics.txt"
   rc=$?
   check $rc "compare.py: every check passed (exit $rc)"
+  if ! kill -0 "$SERVE" 2>/dev/null; then echo "   rankmap serve is not running; its output:"; show "$WORK/serve.out"; fi
   echo "== $(date -u +%T) done"
 }
 

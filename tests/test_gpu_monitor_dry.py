@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,19 +15,28 @@ from conftest import ROOT
 pytest.importorskip("uvicorn", reason="the dashboard needs the web extra (uvicorn)")
 
 
-def test_monitor_script_dry_run(tmp_path):
+def run_script(tmp_path, **env_extra) -> tuple[subprocess.CompletedProcess, str, Path]:
     work = tmp_path / "tmp"
     work.mkdir()
-    env = dict(os.environ, DRY="1", PYTHON=sys.executable, OUT=str(tmp_path / "out"), TMPDIR=str(work))
+    env = dict(os.environ, DRY="1", PYTHON=sys.executable, OUT=str(tmp_path / "out"), TMPDIR=str(work), **env_extra)
     p = subprocess.run(["bash", str(ROOT / "gpu" / "monitor.sh")], capture_output=True, text=True, env=env,
                        timeout=300, cwd=ROOT)
-    log = (tmp_path / "out" / "monitor.txt").read_text()
+    return p, (tmp_path / "out" / "monitor.txt").read_text(), work
+
+
+def test_monitor_script_dry_run(tmp_path):
+    p, log, work = run_script(tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "FAIL" not in log and "Traceback" not in log, log
     for want in ("PASS gpm: ", "PASS rankmap monitor started", "PASS /metrics DCGM_FI_PROF_NVLINK_TX_BYTES",
                  "PASS link gpu0<->nvswitch0 coloured from its measured counters", "PASS rankmap monitor ended cleanly",
-                 "SKIP monitor NVLink bytes"):
+                 "SKIP profile sampler NVLink bytes", "CPU per GPU per sample during the job",
+                 "rankmap: dashboard at http://127.0.0.1:"):
         assert want in log, (want, log)
+    # the monitor against the RAW counters of its own span; the fake's 3 % protocol overhead shows against DATA
+    for line in ("PASS monitor GPU0 NVLink tx: ", "PASS monitor GPU1 NVLink rx: "):
+        got = next(l for l in log.splitlines() if l.startswith(line))
+        assert "over the monitor's own span" in got and "RAW/DATA 1.0300" in got, got
     assert sorted(f.name for f in (tmp_path / "out").iterdir()) == ["metrics.txt", "monitor.txt"]
     # nothing left behind: no monitor or server of the run still alive, its work folder gone
     left = []
@@ -38,3 +48,17 @@ def test_monitor_script_dry_run(tmp_path):
         except OSError:
             continue
     assert left == [] and list(work.iterdir()) == []
+
+
+def test_monitor_script_logs_why_serve_did_not_start(tmp_path):
+    """A web stack installed without one of its dependencies: serve's own one-line error is in the
+    log, and every check that needs the server fails in one line, without a traceback."""
+    shadow = tmp_path / "shadow" / "uvicorn"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("import rankmap_no_such_dependency\n")
+    p, log, work = run_script(tmp_path, PYTHONPATH=os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")]))
+    assert p.returncode > 0 and "Traceback" not in log, log
+    assert "FAIL rankmap serve answers on http://127.0.0.1:" in log and "(exited with status 2" in log, log
+    assert "   | rankmap: error: the dashboard cannot start: uvicorn needs the module 'rankmap_no_such_dependency'" in log
+    assert "FAIL GET /api/jobs/2/utilisation: " in log and "PASS rankmap monitor ended cleanly" in log
+    assert list(work.iterdir()) == []

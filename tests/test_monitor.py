@@ -49,7 +49,7 @@ def test_parse_interval_refuses(text, msg):
 
 def test_session_is_a_job_with_samples_meta_and_a_data_check(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
-    nv = fake()
+    nv = fake(nvlink_header=0.03)
     started = []
     res = run_monitor(store, interval_s=0.01, duration_s=0.4, nvml=nv,
                       on_start=lambda j, k, n: started.append((j, k, n)))
@@ -69,11 +69,14 @@ def test_session_is_a_job_with_samples_meta_and_a_data_check(tmp_path):
     assert last[(1, "nvlink")]["rx_bytes"] == res.totals[1].nvlink_rx
     # about 0.4 s at 100 GB/s on GPU0 TX
     assert res.totals[0].nvlink_tx == pytest.approx(100 * GB * res.elapsed_s, rel=0.1)
-    # the GPM integral against the DATA counters read just before and after: within 1 %
+    # the GPM integral against the RAW counters read just before and after: within 1 %; GPM counts
+    # the protocol overhead as RAW does, so against the payload (DATA) it is that much higher
     check = {row["gpu"]: row for row in res.data_check}
     for g in (0, 1):
         for d in ("tx", "rx"):
-            assert abs(check[g][f"diff_{d}"]) < 0.01, check[g]
+            assert abs(check[g][f"diff_raw_{d}"]) < 0.01, check[g]
+            assert check[g][f"diff_data_{d}"] == pytest.approx(0.03, abs=0.01), check[g]
+            assert check[g][f"raw_{d}"] == pytest.approx(1.03 * check[g][f"data_{d}"], rel=1e-3)
     assert m["data_check"] == res.data_check
     assert nv.inits == 0
 

@@ -156,6 +156,35 @@ def test_sampler_thread_streams_and_counts_its_cost():
     assert s.t0_unix_ns > 0
 
 
+def test_cost_tells_waiting_reads_from_busy_ones_and_store_writes():
+    """A read that waits (a driver lock, a preempted thread) costs wall time, not CPU time: the
+    cost keeps both apart, and the callback's CPU time (store writes) apart from the reads'."""
+
+    class Waiting:
+        kind = "test"
+
+        def gpu_count(self):
+            return 1
+
+        def read(self, gpu):
+            time.sleep(0.004)
+            return Counters(0, 0, None, None)
+
+    def busy_callback(batch):
+        t = time.thread_time_ns()
+        while time.thread_time_ns() - t < 2_000_000:
+            pass
+
+    s = LinkSampler(Waiting(), interval_s=0.01, on_sample=busy_callback, keep=False).start()
+    time.sleep(0.1)
+    s.stop()
+    c = s.cost.as_dict()
+    assert c["per_gpu_sample_ms"] >= 4 and c["median_read_ms"] >= 4 and c["max_read_ms"] >= 4
+    assert c["per_gpu_sample_cpu_ms"] < 1
+    assert c["callback_cpu_s"] >= 0.002 * c["samples"] and c["callback_cpu_s"] <= c["thread_cpu_s"]
+    assert c["read_cpu_share"] < c["callback_cpu_share"] < c["cpu_share"]
+
+
 def test_store_writer_keeps_rows_through_an_outage():
     class FlakyStore:
         def __init__(self):

@@ -348,6 +348,19 @@ def test_serve_rejects_a_busy_port_in_one_line(tmp_path):
     assert_one_line_error(p, f"127.0.0.1:{port}", "--port")
 
 
+def test_serve_names_a_missing_dependency_of_a_web_package_in_one_line(tmp_path):
+    """Packages installed with --no-deps can lack their own dependencies (fastapi 0.165 needs
+    opentelemetry-api): serve says which package needs which module, in one line, exit non-zero."""
+    shadow = tmp_path / "shadow" / "uvicorn"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("import rankmap_no_such_dependency\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")]),
+           "RANKMAP_HOME": str(tmp_path)}
+    p = rankmap("serve", "--db", f"sqlite:///{tmp_path / 's.db'}", "--port", "1", env=env, timeout=120)
+    assert_one_line_error(p, "uvicorn needs the module 'rankmap_no_such_dependency'", "not installed",
+                          "rankmap[web]")
+
+
 def test_serve_rejects_an_unknown_topology_in_one_line(tmp_path):
     p = rankmap("serve", "--db", f"sqlite:///{tmp_path / 'db.sqlite'}", "--topology", "no-such-box", timeout=60)
     assert_one_line_error(p, "no-such-box")

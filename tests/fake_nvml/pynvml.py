@@ -14,7 +14,9 @@ like the driver: NVLink DATA fields in KiB, PCIe field counters as 32-bit values
 stamped with the GPU's own clock (``jitter_ns`` off the host's), GPM rates in MiB/s between two
 snapshots. ``gpm: false`` makes GPM unsupported, ``gpm_pcie: false`` makes its PCIe metrics fail
 (as in some VMs), ``fields: false`` makes field reads fail, ``reset_at_s`` zeroes the NVLink
-counters once at that time (``nvidia-smi nvlink -r``). With ``epoch_unix_ns`` the counts run from that
+counters once at that time (``nvidia-smi nvlink -r``). ``nvlink_header`` (default 0) is the NVLink
+protocol overhead as a fraction of the payload: the RAW fields and the GPM NVLink rates count payload
+plus that overhead, the DATA fields payload only (as the driver's counters do). With ``epoch_unix_ns`` the counts run from that
 wall-clock instant instead of the fake's own start, so several processes see the same counters.
 """
 
@@ -34,6 +36,8 @@ NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
 NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX = 140
+NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX = 141
 NVML_FI_DEV_PCIE_COUNT_TX_BYTES = 197
 NVML_FI_DEV_PCIE_COUNT_RX_BYTES = 198
 NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20
@@ -48,6 +52,7 @@ _GPM = {NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 0, NVML_GPM_METRIC_NVLINK_TOTAL
         NVML_GPM_METRIC_PCIE_TX_PER_SEC: 2, NVML_GPM_METRIC_PCIE_RX_PER_SEC: 3}
 _FIELDS = {NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: 0, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: 1,
            NVML_FI_DEV_PCIE_COUNT_TX_BYTES: 2, NVML_FI_DEV_PCIE_COUNT_RX_BYTES: 3}
+_RAW_FIELDS = {NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX: 0, NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX: 1}
 
 
 class NVMLError(Exception):
@@ -129,6 +134,11 @@ class FakeNvml:
     def nvmlDeviceGetPciInfo(self, h: int) -> SimpleNamespace:
         return SimpleNamespace(busId=self.gpus[h]["bus"].encode())
 
+    def _with_header(self, counts: list[int]) -> list[int]:
+        """Counts as the RAW fields and GPM see them: NVLink payload plus protocol overhead."""
+        h = float(self.cfg.get("nvlink_header", 0))
+        return [int(c * (1 + h)) if k < 2 else c for k, c in enumerate(counts)]
+
     # ----------------------------------------------------------------- field values
     def nvmlDeviceGetFieldValues(self, h: int, fields: list) -> list:
         self._count("fields")
@@ -136,6 +146,13 @@ class FakeNvml:
         self.history.setdefault(h, []).append(now)
         out = []
         for fid, _scope in fields:
+            if fid in _RAW_FIELDS:  # NVLink RAW counters: payload and protocol overhead, KiB
+                k = _RAW_FIELDS[fid]
+                raw = self._with_header(now)[k]
+                out.append(SimpleNamespace(nvmlReturn=0 if self.cfg.get("fields", True) else NVML_ERROR_NOT_SUPPORTED,
+                                           valueType=NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                                           value=SimpleNamespace(ullVal=raw // 1024, uiVal=0)))
+                continue
             k = _FIELDS[fid]
             if not self.cfg.get("fields", True):
                 out.append(SimpleNamespace(nvmlReturn=NVML_ERROR_NOT_SUPPORTED, valueType=3,
@@ -164,8 +181,9 @@ class FakeNvml:
         self._count("gpm_sample")
         t = self.now()
         jitter = int(self.cfg.get("jitter_ns", 0))
-        s.gpu, s.counts = h, self.true_bytes(h, t)
-        self.history.setdefault(h, []).append(list(s.counts))
+        true = self.true_bytes(h, t)
+        s.gpu, s.counts = h, self._with_header(true)
+        self.history.setdefault(h, []).append(true)
         s.t = t + (self.rng.randint(-jitter, jitter) if jitter else 0)  # the GPU's own timestamp
         return s
 

@@ -23,8 +23,10 @@ wrap and counter resets (``nvidia-smi nvlink -r``) folded in by :class:`Unwrap`,
 from __future__ import annotations
 
 import socket
+import statistics
 import threading
 import time
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
@@ -189,6 +191,15 @@ class FieldSource(_Nvml):
         """The four raw readings (NVLink in KiB, PCIe as 32-bit byte counts), one NVML call."""
         return [self._value(v) for v in self.nvml.nvmlDeviceGetFieldValues(self.handles[gpu], self._fields)]
 
+    def nvlink_data_raw(self, gpu: int) -> list[int | None]:
+        """NVLink DATA TX/RX (payload) and RAW TX/RX (payload and protocol overhead) KiB, all links,
+        in one NVML call: the exact counters a GPM integral is checked against."""
+        n = self.nvml
+        fields = [(n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ALL_LINKS), (n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ALL_LINKS),
+                  (getattr(n, "NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX", 140), ALL_LINKS),
+                  (getattr(n, "NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX", 141), ALL_LINKS)]
+        return [self._value(v) for v in n.nvmlDeviceGetFieldValues(self.handles[gpu], fields)]
+
     def read(self, gpu: int) -> Counters:
         tx, rx, ptx, prx = (u(v) for u, v in zip(self._unwrap[gpu], self.raw(gpu)))
         return Counters(None if tx is None else tx * 1024, None if rx is None else rx * 1024, ptx, prx)
@@ -230,8 +241,9 @@ class GpmSource(_Nvml):
             for h in self.handles:
                 bufs = [n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()]
                 self._bufs.append(bufs)
+                t_a = time.monotonic_ns()
                 n.nvmlGpmSampleGet(h, bufs[0])
-                self._prev_t.append(time.monotonic_ns())
+                self._prev_t.append((t_a + time.monotonic_ns()) // 2)
                 self._totals.append([0.0] * 4)
                 self._ok.append([None] * 4)
         except n.NVMLError as e:
@@ -244,8 +256,9 @@ class GpmSource(_Nvml):
     def read(self, gpu: int) -> Counters:
         n, g = self.nvml, self._get
         prev, cur = self._bufs[gpu]
+        t_a = time.monotonic_ns()
         n.nvmlGpmSampleGet(self.handles[gpu], cur)
-        now = time.monotonic_ns()
+        now = (t_a + time.monotonic_ns()) // 2  # the snapshot lies inside the call: its midpoint errs least
         dt = (now - self._prev_t[gpu]) / 1e9
         for i, mid in enumerate(self._ids):
             g.metrics[i].metricId = mid
@@ -292,20 +305,55 @@ def open_source(kind: str = "auto", nvml: Any = None) -> FieldSource | GpmSource
     return FieldSource(nvml)
 
 
+READ_RING = 4096  # wall times of the last reads kept for the median (a fixed array: no per-read allocation)
+
+
 @dataclass
 class SamplerCost:
-    """What sampling costs rankmap: wall time inside the source, and the sampler thread's CPU time."""
+    """What sampling costs rankmap, split so that each figure says what it measures.
+
+    * wall time inside the counter reads: what a sample's reads take from start to end, including
+      waits that cost no CPU (the driver's lock held by a job creating its context, the thread
+      preempted by a busy job, the GIL held by another thread of the process);
+    * the sampler thread's CPU time inside the reads: the reads' own cost (the driver's ioctl
+      included), the figure the per-sample target applies to;
+    * the sampler thread's CPU time in the ``on_sample`` callback (store writes) and in total.
+    """
 
     samples: int = 0          # sample_once calls
     reads: int = 0            # GPU reads (samples x GPUs)
     read_ns: int = 0          # wall time inside source.read, all GPUs
-    max_read_ns: int = 0      # slowest single GPU read
+    read_cpu_ns: int = 0      # sampler thread CPU time inside source.read, all GPUs
+    max_read_ns: int = 0      # slowest single GPU read (wall)
+    callback_cpu_ns: int = 0  # sampler thread CPU time in on_sample (the store writes)
     thread_cpu_ns: int = 0    # CPU time of the sampler thread (reads, callbacks, bookkeeping)
     wall_ns: int = 0          # from the first to the last sample
+    ring: Any = field(default_factory=lambda: array("q", bytes(8 * READ_RING)), repr=False)
+
+    def add_read(self, wall_ns: int, cpu_ns: int) -> None:
+        self.ring[self.reads % READ_RING] = wall_ns
+        self.reads += 1
+        self.read_ns += wall_ns
+        self.read_cpu_ns += cpu_ns
+        if wall_ns > self.max_read_ns:
+            self.max_read_ns = wall_ns
 
     @property
     def per_gpu_sample_ms(self) -> float | None:
+        """Mean wall time of one GPU read (waits included)."""
         return self.read_ns / self.reads / 1e6 if self.reads else None
+
+    @property
+    def per_gpu_sample_cpu_ms(self) -> float | None:
+        """Mean CPU time of one GPU read: the sampler's own cost per GPU per sample."""
+        return self.read_cpu_ns / self.reads / 1e6 if self.reads else None
+
+    @property
+    def median_read_ms(self) -> float | None:
+        """Median wall time of one GPU read over the last ``READ_RING`` reads."""
+        if not self.reads:
+            return None
+        return statistics.median(self.ring[: min(self.reads, READ_RING)]) / 1e6
 
     @property
     def cpu_share(self) -> float | None:
@@ -313,9 +361,13 @@ class SamplerCost:
         return self.thread_cpu_ns / self.wall_ns if self.wall_ns > 0 else None
 
     def as_dict(self) -> dict:
+        w = self.wall_ns
         return {"samples": self.samples, "reads": self.reads, "per_gpu_sample_ms": self.per_gpu_sample_ms,
+                "per_gpu_sample_cpu_ms": self.per_gpu_sample_cpu_ms, "median_read_ms": self.median_read_ms,
                 "max_read_ms": self.max_read_ns / 1e6, "thread_cpu_s": self.thread_cpu_ns / 1e9,
-                "wall_s": self.wall_ns / 1e9, "cpu_share": self.cpu_share}
+                "callback_cpu_s": self.callback_cpu_ns / 1e9, "wall_s": w / 1e9, "cpu_share": self.cpu_share,
+                "read_cpu_share": self.read_cpu_ns / w if w > 0 else None,
+                "callback_cpu_share": self.callback_cpu_ns / w if w > 0 else None}
 
 
 @dataclass
@@ -357,12 +409,9 @@ class LinkSampler:
                 self.t0_ns, self.t0_unix_ns = now, time.time_ns()
             batch: list[LinkSample] = []
             for g in range(self.source.gpu_count()):
-                r0 = time.perf_counter_ns()
+                c0, r0 = time.thread_time_ns(), time.perf_counter_ns()
                 c = self.source.read(g)
-                dt = time.perf_counter_ns() - r0
-                self.cost.reads += 1
-                self.cost.read_ns += dt
-                self.cost.max_read_ns = max(self.cost.max_read_ns, dt)
+                self.cost.add_read(time.perf_counter_ns() - r0, time.thread_time_ns() - c0)
                 f = self._first.setdefault(g, c)
                 s = LinkSample(now - self.t0_ns, g, self._since(f.nvlink_tx, c.nvlink_tx),
                                self._since(f.nvlink_rx, c.nvlink_rx), self._since(f.pcie_tx, c.pcie_tx),
@@ -374,7 +423,9 @@ class LinkSampler:
             if self.keep:
                 self.samples.extend(batch)
             if self.on_sample:
+                cb0 = time.thread_time_ns()
                 self.on_sample(batch)
+                self.cost.callback_cpu_ns += time.thread_time_ns() - cb0
             self.cost.thread_cpu_ns += time.thread_time_ns() - cpu0
             return batch
 

@@ -7,6 +7,8 @@ import argparse
 import errno
 import os
 import socket
+import traceback
+from types import TracebackType
 
 from rankmap.errors import RankmapError
 
@@ -47,13 +49,39 @@ def _check_port(host: str, port: int) -> None:
             raise RankmapError(f"cannot listen on {host}:{port}: {e.strerror}{hint}") from None
 
 
+def _importer(tb: TracebackType | None) -> str | None:
+    """The installed package whose import failed (the deepest frame outside rankmap), e.g. 'fastapi'."""
+    name = None
+    for frame, _ in traceback.walk_tb(tb):
+        mod = frame.f_globals.get("__name__", "")
+        if mod and not mod.startswith(("rankmap", "importlib")) and mod != "__main__":
+            name = mod.split(".")[0]
+    return name
+
+
+def _import_error(e: ImportError) -> RankmapError:
+    """A missing or mismatched web dependency as one line naming it and who needs it.
+
+    A dependency's own dependency can be missing too (fastapi needs opentelemetry-api, plotly needs
+    narwhals) when packages were installed with ``--no-deps``: say which package asked for it.
+    """
+    who = _importer(e.__traceback__)
+    what = f"the module {e.name!r}" if isinstance(e, ModuleNotFoundError) and e.name else str(e).splitlines()[0]
+    missing = isinstance(e, ModuleNotFoundError)
+    by = f"{who} needs {what}" if who and who != (e.name or "").split(".")[0] else f"it needs {what}"
+    return RankmapError(f"the dashboard cannot start: {by}{', which is not installed' if missing else ''} "
+                        f"(pip install 'rankmap[web]' installs the web extra with its dependencies)")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
         from rankmap.web.app import create_app, plotly_js
-    except ModuleNotFoundError as e:
-        raise RankmapError(f"the dashboard needs {e.name}: pip install 'rankmap[web]'") from None
+
+        plotly_js()
+    except ImportError as e:
+        raise _import_error(e) from None
     from rankmap.store import open_store
 
     store = open_store(args.db)
@@ -61,7 +89,6 @@ def run(args: argparse.Namespace) -> int:
         from rankmap.topology import load
 
         load(args.topology)  # a mistyped spec fails now, in one line, not later in the page
-    plotly_js()
     _check_port(args.host, args.port)
     from rankmap.web.security import access_for, is_loopback, new_token
 

@@ -6,9 +6,11 @@ utilisation view read both the same way. Its ``meta.monitor`` says where and how
 (host, GPUs with their UUIDs, source, interval, the wall-clock time of the first sample, so that
 other jobs on the host can be lined up with it) and, once it ends, what sampling cost.
 
-With GPM the NVLink bytes are integrated rates; the session also reads NVML's exact NVLink DATA
+With GPM the NVLink bytes are integrated rates; the session also reads NVML's exact NVLink
 counters once at its start and once at its end (two field-value calls per GPU, whatever its
-length) and keeps both totals, so every session says how exact its integral was.
+length): RAW (payload and protocol overhead, what GPM's NVLink metrics count, like
+dcgm-exporter's ``DCGM_FI_PROF_NVLINK_TX_BYTES``) and DATA (payload only). Every session says how
+exact its integral was against RAW over exactly its own span, and how much of it was payload.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def parse_interval(text: str, option: str = "--interval") -> float:
 
 
 class _DataCounters:
-    """NVML's exact NVLink DATA TX/RX counters, read just before the first and after the last sample.
+    """NVML's exact NVLink DATA and RAW TX/RX counters, read just before the first and after the last sample.
 
     Only for GPM sessions (whose NVLink bytes are integrated rates); a node whose field values
     cannot be read simply gets no check.
@@ -59,15 +61,13 @@ class _DataCounters:
         except RankmapError:
             self.fs = None
 
-    def read(self) -> list[tuple[int | None, int | None]] | None:
+    def read(self) -> list[list[int | None]] | None:
+        """Per GPU: [DATA tx, DATA rx, RAW tx, RAW rx] bytes (None where NVML has no answer)."""
         if self.fs is None:
             return None
         try:
-            out = []
-            for g in range(self.fs.gpu_count()):
-                tx, rx = self.fs.raw(g)[:2]
-                out.append((None if tx is None else tx * 1024, None if rx is None else rx * 1024))
-            return out
+            return [[None if v is None else v * 1024 for v in self.fs.nvlink_data_raw(g)]
+                    for g in range(self.fs.gpu_count())]
         except Exception:  # noqa: BLE001 - the check is extra; the session goes on without it
             return None
 
@@ -86,9 +86,10 @@ class MonitorResult:
     totals: dict[int, LinkSample]
     elapsed_s: float
     cost: dict
-    process_cpu_share: float | None
+    process_cpu_share: float | None   # the process's CPU time / wall time while sampling (steady state)
     data_check: list[dict] | None = None
     warnings: list[str] = field(default_factory=list)
+    process_cpu_s: float | None = None  # the process's CPU time over the whole session, start and stop included
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -97,19 +98,24 @@ class MonitorResult:
 
 
 def _data_check(before, after, totals: dict[int, LinkSample]) -> list[dict] | None:
-    """Per GPU: the integrated NVLink bytes against the DATA counter deltas of the same span."""
+    """Per GPU: the integrated NVLink bytes against the RAW and DATA counter deltas of the same span.
+
+    ``diff_raw_*`` is the like-for-like error of the integral (GPM counts what RAW counts);
+    ``diff_data_*`` adds the protocol overhead on top of the payload.
+    """
     if not before or not after:
         return None
     out = []
-    for g, ((tx0, rx0), (tx1, rx1)) in enumerate(zip(before, after)):
+    for g, (b, a) in enumerate(zip(before, after)):
         s = totals.get(g)
         row: dict[str, Any] = {"gpu": g}
-        for name, a, b, got in (("tx", tx0, tx1, s.nvlink_tx if s else None),
-                                ("rx", rx0, rx1, s.nvlink_rx if s else None)):
-            exact = None if a is None or b is None else b - a
-            row[f"data_{name}"] = exact
-            row[f"sampled_{name}"] = got
-            row[f"diff_{name}"] = (got - exact) / exact if exact and got is not None else None
+        for k, d in enumerate(("tx", "rx")):
+            got = getattr(s, f"nvlink_{d}") if s else None
+            row[f"sampled_{d}"] = got
+            for kind, i in (("data", k), ("raw", k + 2)):
+                exact = None if a[i] is None or b[i] is None else a[i] - b[i]
+                row[f"{kind}_{d}"] = exact
+                row[f"diff_{kind}_{d}"] = (got - exact) / exact if exact and got is not None else None
         out.append(row)
     return out
 
@@ -162,9 +168,13 @@ def run_monitor(store: Any, *, interval_s: float = 0.1, source: str = "auto", du
 
         sampler = LinkSampler(src, interval_s=interval_s, on_sample=on_sample, keep=False)
         stop = stop or threading.Event()
+
+        def cpu_s() -> float:
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            return ru.ru_utime + ru.ru_stime
+
         try:
-            ru0 = resource.getrusage(resource.RUSAGE_SELF)
-            t0 = time.monotonic()
+            cpu0, t0 = cpu_s(), time.monotonic()
             with _StopOnSignals(stop):
                 before = check.read() if check else None
                 sampler.start()
@@ -172,28 +182,34 @@ def run_monitor(store: Any, *, interval_s: float = 0.1, source: str = "auto", du
                 store.update_job_meta(job_id, meta)
                 if on_start:
                     on_start(job_id, src.kind, len(gpus))
+                # the steady state: what sampling at this interval costs, without the one-off work of
+                # starting and stopping (NVML set-up, the DATA/RAW reads, the job's meta)
+                cpu1, t1 = cpu_s(), time.monotonic()
                 deadline = None if duration_s is None else t0 + duration_s
                 while not stop.is_set():  # short waits: a signal is acted on within half a second
                     left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
                     if left <= 0 or stop.wait(left):
                         break
+                cpu2, t2 = cpu_s(), time.monotonic()
                 sampler.stop()
             elapsed = time.monotonic() - t0
-            ru1 = resource.getrusage(resource.RUSAGE_SELF)
+            cpu3 = cpu_s()
         except BaseException:
             sampler.stop()
             writer.flush()
             store.finish_job(job_id, exit_status=1, meta=meta)
             raise
-        cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
         warnings = list(sampler.warnings)
         if not writer.flush():
             warnings.append(f"{len(writer.pending)} link sample rows could not be stored")
         warnings += writer.warnings
         totals = sampler.totals()
+        steady = (cpu2 - cpu1) / (t2 - t1) if t2 > t1 else None
         res = MonitorResult(job_id, host, src.kind, interval_s, gpus, totals, elapsed, sampler.cost.as_dict(),
-                            cpu / elapsed if elapsed > 0 else None, _data_check(before, after[0] if after else None, totals), warnings)
-        meta["monitor"].update(cost=res.cost, process_cpu_share=res.process_cpu_share, data_check=res.data_check,
+                            steady, _data_check(before, after[0] if after else None, totals), warnings,
+                            process_cpu_s=cpu3 - cpu0)
+        meta["monitor"].update(cost=res.cost, process_cpu_share=res.process_cpu_share, process_cpu_s=res.process_cpu_s,
+                               data_check=res.data_check,
                                gaps=getattr(src, "gaps", 0))
         store.finish_job(job_id, exit_status=0, elapsed_ns=int(elapsed * 1e9), meta=meta)
         return res

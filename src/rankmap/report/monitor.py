@@ -32,15 +32,20 @@ def print_monitor(res: Any, console: Console | None = None) -> None:
                   f"{_rate(s.pcie_tx, res.elapsed_s)} / {_rate(s.pcie_rx, res.elapsed_s)}")
     con.print(t)
     c = res.cost
-    per = c.get("per_gpu_sample_ms")
+    per, cpu = c.get("per_gpu_sample_ms"), c.get("per_gpu_sample_cpu_ms")
     share = res.process_cpu_share
-    con.print(f"cost: {c['samples']} samples, {per:.3f} ms per GPU per sample (slowest {c['max_read_ms']:.3f} ms); "
-              f"rankmap used {share * 100:.2f} % of one core" if per is not None and share is not None
-              else f"cost: {c['samples']} samples")
+    if per is not None and share is not None:
+        con.print(f"cost: {c['samples']} samples; per GPU per sample {cpu:.3f} ms CPU, {per:.3f} ms wall "
+                  f"(median {c['median_read_ms']:.3f} ms, slowest {c['max_read_ms']:.3f} ms); rankmap used "
+                  f"{share * 100:.2f} % of one core (sampler thread {c['cpu_share'] * 100:.2f} %, of which store "
+                  f"writes {c['callback_cpu_share'] * 100:.2f} %)")
+    else:
+        con.print(f"cost: {c['samples']} samples")
     for row in res.data_check or []:
         parts = []
         for d in ("tx", "rx"):
-            diff = row.get(f"diff_{d}")
-            parts.append(f"{d.upper()} {_b(row.get(f'sampled_{d}'))} vs {_b(row.get(f'data_{d}'))}"
-                         + (f" ({diff * 100:+.2f} %)" if diff is not None else ""))
-        con.print(f"GPU{row['gpu']} NVLink, GPM integral vs NVML DATA counters: " + "; ".join(parts))
+            raw, data = row.get(f"diff_raw_{d}"), row.get(f"diff_data_{d}")
+            parts.append(f"{d.upper()} {_b(row.get(f'sampled_{d}'))} vs RAW {_b(row.get(f'raw_{d}'))}"
+                         + (f" ({raw * 100:+.2f} %)" if raw is not None else "")
+                         + (f", payload (DATA) {data * 100:+.2f} %" if data is not None else ""))
+        con.print(f"GPU{row['gpu']} NVLink, GPM integral vs NVML RAW counters: " + "; ".join(parts))
