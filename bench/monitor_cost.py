@@ -2,6 +2,7 @@
 """What the link sampler costs on this node: NVML GPM against NVML field values, side by side.
 
 usage: PYTHONPATH=src python3 bench/monitor_cost.py [--reads 200] [--seconds 3] [--interval 100ms]
+                                                   [--bare 200] [-- LOAD COMMAND...]
 
 1. Read cost: ``--reads`` reads of every GPU through each source, alternating GPM and field-value
    blocks round by round so both see the same machine state; median, mean and slowest read of
@@ -11,16 +12,30 @@ usage: PYTHONPATH=src python3 bench/monitor_cost.py [--reads 200] [--seconds 3] 
    store for ``--seconds`` per source, as ``rankmap monitor`` runs it: the process's CPU time
    (user + system) over wall time, i.e. the share of one core, and the sampler thread's own share.
 
-Targets (issue of the live view): <= 0.3 ms per GPU per sample and < 1 % of one core at 10 Hz.
-Prints a table, then one PASS/FAIL line per target; exit status = number of FAILs.
+3. Bare calls (``--bare`` calls per GPU, 0 = skip): ``nvmlGpmSampleGet`` alone, ``nvmlGpmMetricsGet``
+   alone (the four rates between two snapshots) and rankmap's whole ``GpmSource.read`` beside them,
+   each timed in the calling thread's CPU time and in wall time, first on an idle node and then, if
+   a LOAD COMMAND is given, while it runs (started in its own process group once it printed a line
+   containing ``loading``, ended with SIGTERM afterwards; an NCCL job that keeps NVLink busy, say).
+   The driver calls' CPU time under load is the floor of GPM sampling: rankmap cannot go below it;
+   what ``GpmSource.read`` costs above it is rankmap's own Python.
+
+Targets (issue of the live view): <= 0.3 ms per GPU per sample and < 1 % of one core at 10 Hz;
+rankmap's own part of a read <= 0.05 ms CPU. Prints tables, then one PASS/FAIL line per target (a
+FLOOR line where the bare driver calls alone exceed 0.3 ms); exit status = number of FAILs.
+``--json FILE`` writes the bare-call figures for other checks (gpu/monitor.sh) to compare with.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import platform
 import resource
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +51,8 @@ from rankmap.store import open_store  # noqa: E402
 
 TARGET_MS = 0.3
 TARGET_SHARE = 0.01
+TARGET_OWN_MS = 0.05  # rankmap's Python around the two driver calls, per GPU per read
+CALLS = ("nvmlGpmSampleGet", "nvmlGpmMetricsGet", "both (bare)", "GpmSource.read")
 
 
 def read_costs(sources: dict, reads: int, block: int = 10) -> dict[str, list[int]]:
@@ -80,12 +97,127 @@ def pcie_throughput_ms(src) -> float | None:
         return None
 
 
+def bare_costs(src: GpmSource, n: int) -> dict[str, dict[str, list[int]]]:
+    """Per call kind: thread CPU ns and wall ns of ``n`` calls per GPU, the GPUs in turn.
+
+    The bare calls use buffers and a request of their own, the same four metrics as the sampler;
+    the rankmap read goes through ``GpmSource.read`` as the sampler calls it."""
+    nv = src.nvml
+    bufs = [[nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()] for _ in src.handles]
+    req = nv.c_nvmlGpmMetricsGet_t()
+    req.version = nv.NVML_GPM_METRICS_GET_VERSION
+    req.numMetrics = len(src._ids)
+    for i, mid in enumerate(src._ids):
+        req.metrics[i].metricId = mid
+    out: dict[str, dict[str, list[int]]] = {c: {"cpu": [], "wall": []} for c in CALLS}
+
+    def timed(call: str, fn, *args) -> None:
+        c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
+        fn(*args)
+        w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+        out[call]["cpu"].append(c1 - c0)
+        out[call]["wall"].append(w1 - w0)
+
+    try:
+        for g, h in enumerate(src.handles):
+            nv.nvmlGpmSampleGet(h, bufs[g][0])
+        for _ in range(n):
+            for g, h in enumerate(src.handles):
+                prev, cur = bufs[g]
+                timed("nvmlGpmSampleGet", nv.nvmlGpmSampleGet, h, cur)
+                req.sample1, req.sample2 = prev, cur
+                timed("nvmlGpmMetricsGet", nv.nvmlGpmMetricsGet, req)
+                bufs[g] = [cur, prev]
+                timed("GpmSource.read", src.read, g)
+    finally:
+        for b in bufs:
+            for x in b:
+                nv.nvmlGpmSampleFree(x)
+    for k in ("cpu", "wall"):
+        out["both (bare)"][k] = [a + b for a, b in zip(out["nvmlGpmSampleGet"][k], out["nvmlGpmMetricsGet"][k])]
+    return out
+
+
+def start_load(cmd: list[str], wait_s: float = 90.0) -> tuple[subprocess.Popen, str]:
+    """Start the load in its own process group; return once it printed a line with ``loading``."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    end, seen = time.monotonic() + wait_s, []
+    for line in p.stdout:  # type: ignore[union-attr]
+        seen.append(line.rstrip())
+        if "loading" in line:
+            return p, line.strip()
+        if time.monotonic() > end:
+            break
+    stop_load(p)
+    raise RankmapError(f"the load command did not start ({' '.join(cmd)}): {seen[-1] if seen else 'no output'}")
+
+
+def stop_load(p: subprocess.Popen) -> int | None:
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            p.wait(wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    if p.stdout:
+        p.stdout.close()
+    return p.poll()
+
+
+def summarise(c: dict[str, list[int]]) -> dict[str, float]:
+    return {f"{k}_{f}": getattr(statistics, f)(c[k]) / 1e6 for k in ("cpu", "wall") for f in ("median", "fmean")} | \
+        {"wall_max": max(c["wall"]) / 1e6}
+
+
+def print_bare(runs: dict[str, dict]) -> None:
+    print(f"{'call (per GPU)':<20} {'state':<6} {'CPU median ms':>14} {'CPU mean ms':>12} {'wall median ms':>15} "
+          f"{'wall mean ms':>13} {'wall max ms':>12}")
+    for call in CALLS:
+        for state, r in runs.items():
+            x = r[call]
+            print(f"{call:<20} {state:<6} {x['cpu_median']:>14.4f} {x['cpu_fmean']:>12.4f} {x['wall_median']:>15.4f} "
+                  f"{x['wall_fmean']:>13.4f} {x['wall_max']:>12.3f}")
+
+
+def bare_verdict(runs: dict[str, dict], driver: str) -> int:
+    """FLOOR line where the driver calls alone exceed the target; PASS/FAIL on rankmap's own part."""
+    fails = 0
+    for state, r in runs.items():
+        bare, ours = r["both (bare)"]["cpu_fmean"], r["GpmSource.read"]["cpu_fmean"]
+        own = ours - bare
+        if bare > TARGET_MS:
+            print(f"FLOOR {state}: the bare driver calls nvmlGpmSampleGet + nvmlGpmMetricsGet cost {bare:.4f} ms CPU "
+                  f"per GPU (mean; median {r['both (bare)']['cpu_median']:.4f} ms) on driver {driver}: the floor of "
+                  f"GPM sampling here, above the {TARGET_MS} ms target whatever rankmap does")
+        ok = own <= TARGET_OWN_MS
+        fails += not ok
+        print(f"{'PASS' if ok else 'FAIL'} {state}: rankmap's own part of a GPM read {own:.4f} ms CPU per GPU "
+              f"(GpmSource.read {ours:.4f} ms - bare calls {bare:.4f} ms, means; target <= {TARGET_OWN_MS} ms)")
+    return fails
+
+
+def driver_version(src) -> str:
+    try:
+        v = src.nvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:  # noqa: BLE001 - a label only
+        return "?"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reads", type=int, default=200)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--interval", default="100ms")
+    ap.add_argument("--bare", type=int, default=200, help="bare GPM calls per GPU per state (0: skip)")
+    ap.add_argument("--json", help="write the bare-call figures here")
+    ap.add_argument("load", nargs=argparse.REMAINDER, help="-- a command that loads the GPUs (NVLink)")
     a = ap.parse_args()
+    load = a.load[1:] if a.load[:1] == ["--"] else a.load
     interval = parse_interval(a.interval)
     sources = {}
     for name, cls in (("gpm", GpmSource), ("fields", FieldSource)):
@@ -126,8 +258,39 @@ def main() -> int:
     fails += not ok
     print(f"{'PASS' if ok else 'FAIL'} {best} at {a.interval}: {share * 100:.3f} % of one core, store writes included "
           f"(target < {TARGET_SHARE * 100:g} %)")
+    if "gpm" in sources and a.bare > 0:
+        fails += bare_section(sources["gpm"], a.bare, load, a.json)
     for src in sources.values():
         src.close()
+    return fails
+
+
+def bare_section(src: GpmSource, n: int, load: list[str], json_path: str | None) -> int:
+    driver = driver_version(src)
+    print(f"== bare GPM calls against GpmSource.read, {n} per GPU, {len(src.handles)} GPUs, driver {driver}: "
+          f"idle{', then under load: ' + ' '.join(load) if load else ''}")
+    runs = {"idle": {k: summarise(v) for k, v in bare_costs(src, n).items()}}
+    if load:
+        try:
+            p, said = start_load(load)
+        except RankmapError as e:
+            print(f"FAIL {e}")
+            return 1 + bare_verdict(runs, driver)
+        try:
+            print(f"   load running: {said}")
+            time.sleep(1.0)  # past its first iterations: steady traffic
+            runs["load"] = {k: summarise(v) for k, v in bare_costs(src, n).items()}
+            alive = p.poll() is None
+        finally:
+            rc = stop_load(p)
+        print(f"   load {'still ran when the calls ended' if alive else f'had ended before the calls did (exit {rc})'}; stopped")
+    print_bare(runs)
+    fails = bare_verdict(runs, driver)
+    if load and not alive:
+        print("FAIL the load ended before the measurement under load did: that row is not under load")
+        fails += 1
+    if json_path:
+        Path(json_path).write_text(json.dumps({"driver": driver, "target_ms": TARGET_MS, **runs}))
     return fails
 
 

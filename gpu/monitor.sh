@@ -1,29 +1,34 @@
 #!/usr/bin/env bash
 # GPU validation of `rankmap monitor`, the profile's link sampler, /metrics and the utilisation view,
-# on a node with 2 NVLink-connected GPUs (written for 2x H200). About 60 s in all.
+# on a node with 2 NVLink-connected GPUs (written for 2x H200). About 60 s in all (at most 100 s).
 # Run from the repository root:   bash gpu/monitor.sh        (log: $OUT/monitor.txt, default ./out-monitor)
 #
 #  1. bench/monitor_cost.py: NVML GPM against field-value reads, per GPU per sample, and the share of
-#     one core at 10 Hz with store writes (targets: <= 0.3 ms, < 1 %);
+#     one core at 10 Hz with store writes (targets: <= 0.3 ms, < 1 %); then the bare driver calls
+#     (nvmlGpmSampleGet alone, nvmlGpmMetricsGet alone, 200 per GPU, thread CPU time and wall) beside
+#     rankmap's GpmSource.read, idle and while a torchrun job loops all-reduces of 256 MiB over NVLink:
+#     the driver calls' CPU time under load is the floor of GPM sampling (a FLOOR line when above
+#     0.3 ms), rankmap's own part above it must stay <= 0.05 ms;
 #  2. `rankmap monitor --interval 100ms` in the background and `rankmap serve` on 127.0.0.1;
 #  3. NVML's NVLink RAW and DATA TX/RX counters of both GPUs read, then
 #     `rankmap profile -- torchrun --nproc_per_node=2 allreduce.py` (20 all-reduces of 1 GiB, NCCL),
-#     then the counters read again: the profile sampler's NVLink bytes against the RAW deltas (2 %;
-#     GPM's NVLink metrics count payload and protocol overhead, as RAW does; DATA is payload only,
-#     its ratio is printed beside);
+#     then the counters read again: the profile sampler's NVLink bytes against the DATA deltas (2 %;
+#     GPM's NVLink metrics count payload, as DATA does; RAW adds the protocol overhead, its ratio to
+#     DATA is printed beside);
 #  4. /metrics scraped while the monitor still runs (dcgm-exporter names and labels, pair bytes);
 #  5. the job's utilisation view from the API: the GPU0<->GPU1 route (GPU <-> NVSwitch links)
 #     measured, with its peak use of the bandwidth and its band;
-#  6. the monitor stopped with Ctrl-C (SIGINT): its NVLink bytes against the RAW deltas it read itself
+#  6. the monitor stopped with Ctrl-C (SIGINT): its NVLink bytes against the DATA deltas it read itself
 #     just before its first and after its last sample (its own span, not the job's: 2 %), its cost
 #     per GPU per sample (CPU time of the reads against 0.3 ms; wall time printed beside, waits
-#     included) and its CPU share at 10 Hz (< 1 %).
+#     included; a miss names the floor measured in step 1) and its CPU share at 10 Hz (< 1 %).
 # rankmap serve's own output (an error that stops it, say) is printed into the log.
 # One PASS or FAIL line per check; the exit status is the number of FAILs (capped at 100).
 # DRY=1 runs the same flow on a machine without GPU (PYTHON=.venv/bin/python there): fake NVML
 # (tests/fake_nvml) with constant traffic and 3 % NVLink protocol overhead, and a sleep instead of the
-# torchrun job; the profile sampler's comparison with the counters around the job is skipped then (the
-# fake's traffic does not stop with the job), the monitor's over its own span is not.
+# torchrun jobs (the load and the profiled job); the profile sampler's comparison with the counters
+# around the job is skipped then (the fake's traffic does not stop with the job), the monitor's over
+# its own span is not.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -64,7 +69,7 @@ write_helpers() {
   cat > "$WORK/nvml_data.py" <<'EOF'
 """Print {gpu: [NVLink DATA tx, DATA rx, RAW tx, RAW rx bytes]} (all links, one field-value call per GPU) as JSON.
 
-DATA counts payload; RAW counts payload and protocol overhead (what GPM's NVLink metrics count)."""
+DATA counts payload (what GPM's NVLink metrics count); RAW counts payload and protocol overhead."""
 import json
 import pynvml as N
 N.nvmlInit()
@@ -98,8 +103,35 @@ if r == 0:
     print(f"allreduce: {dist.get_world_size()} ranks, 21 x {x.numel() * 4} bytes")
 dist.destroy_process_group()
 EOF
+  cat > "$WORK/load.py" <<'EOF'
+"""NVLink load for the bare-call measurement: all-reduces of 256 MiB (fp32) in a loop, up to LOAD_S
+seconds (rank 0's clock decides, every rank stops together); prints 'loading' once the traffic runs."""
+import os
+import time
+import torch
+import torch.distributed as dist
+dist.init_process_group("nccl")
+r = dist.get_rank()
+torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", r)))
+x = torch.ones(1 << 26, device="cuda")
+stop = torch.zeros(1, device="cuda")
+dist.all_reduce(x)
+torch.cuda.synchronize()
+end = time.monotonic() + float(os.environ.get("LOAD_S", "20"))
+if r == 0:
+    print(f"loading: {dist.get_world_size()} ranks, all-reduce of {x.numel() * 4} bytes in a loop", flush=True)
+while True:
+    for _ in range(4):
+        dist.all_reduce(x)
+    stop.fill_(1.0 if r == 0 and time.monotonic() > end else 0.0)
+    dist.all_reduce(stop)
+    if stop.item() > 0:
+        break
+dist.destroy_process_group()
+EOF
   cat > "$WORK/compare.py" <<'EOF'
-"""The checks of steps 3-6. argv: store URL, monitor JSON, DATA before, DATA after, serve URL, metrics file."""
+"""The checks of steps 3-6. argv: store URL, monitor JSON, DATA before, DATA after, serve URL, metrics file,
+bare-call figures of step 1 (JSON; may be missing)."""
 import json
 import os
 import re
@@ -108,7 +140,7 @@ import urllib.request
 
 from rankmap.store import open_store
 
-db, mon_json, before_p, after_p, base, metrics_p = sys.argv[1:7]
+db, mon_json, before_p, after_p, base, metrics_p, bare_p = sys.argv[1:8]
 fails = 0
 
 
@@ -127,17 +159,13 @@ def get(path):
         return None
 
 
-def pct(x):
-    return "n/a" if x is None else f"{x * 100:+.3f} %"
-
-
 before = {int(k): v for k, v in json.load(open(before_p)).items()}
 after = {int(k): v for k, v in json.load(open(after_p)).items()}
 # per GPU: [DATA tx, DATA rx, RAW tx, RAW rx] deltas around the profiled job
 delta = {g: [after[g][k] - before[g][k] if after[g][k] is not None and before[g][k] is not None else None
              for k in range(4)] for g in before}
-print("NVML NVLink deltas around the job (RAW = payload + protocol overhead, DATA = payload): " + "; ".join(
-    f"GPU{g} RAW tx {v[2]} rx {v[3]}, DATA tx {v[0]} rx {v[1]}" for g, v in sorted(delta.items())))
+print("NVML NVLink deltas around the job (DATA = payload, RAW = payload + protocol overhead): " + "; ".join(
+    f"GPU{g} DATA tx {v[0]} rx {v[1]}, RAW tx {v[2]} rx {v[3]}" for g, v in sorted(delta.items())))
 mon = json.load(open(mon_json))
 print(f"monitor: job {mon['job_id']}, source {mon['source']}, {mon['cost']['samples']} samples over {mon['elapsed_s']:.1f} s")
 check(mon["source"] == "gpm", f"the monitor sampled with NVML GPM (got {mon['source']})")
@@ -147,20 +175,21 @@ dry = os.environ.get("DRY") == "1"
 
 
 def compare(name, totals, raw, data, span):
-    """GPM-integrated bytes against NVML's RAW deltas of the same span (2 %); the DATA ratio printed beside."""
-    for g in sorted(raw):
+    """GPM-integrated bytes against NVML's DATA deltas of the same span (2 %), like for like: both count
+    payload. RAW (payload + protocol overhead) and RAW/DATA are printed beside, for information."""
+    for g in sorted(data):
         for k, d in enumerate(("tx", "rx")):
-            want, got, pay = raw[g][k], totals.get(g, [None, None])[k], data[g][k]
+            want, got, hdr = data[g][k], totals.get(g, [None, None])[k], raw[g][k]
             if not want:
-                print(f"   {name} GPU{g} NVLink {d}: NVML RAW counted {want}, skipped")
+                print(f"   {name} GPU{g} NVLink {d}: NVML DATA counted {want}, skipped")
                 continue
             if got is None:
-                check(False, f"{name} GPU{g} NVLink {d}: no bytes sampled (NVML RAW counted {want})")
+                check(False, f"{name} GPU{g} NVLink {d}: no bytes sampled (NVML DATA counted {want})")
                 continue
             err = (got - want) / want
-            check(abs(err) <= 0.02, f"{name} GPU{g} NVLink {d}: {got} B vs NVML RAW {want} B ({err * 100:+.3f} %) "
-                  f"over {span}; vs DATA (payload) {pay} B: {pct((got - pay) / pay if pay else None)}, "
-                  f"RAW/DATA {want / pay if pay else float('nan'):.4f}")
+            check(abs(err) <= 0.02, f"{name} GPU{g} NVLink {d}: {got} B vs NVML DATA (payload) {want} B "
+                  f"({err * 100:+.3f} %) over {span}; RAW {hdr} B, RAW/DATA "
+                  f"{hdr / want if hdr is not None else float('nan'):.4f}")
 
 
 # the monitor against the counters it read itself just before its first and after its last sample:
@@ -175,8 +204,19 @@ c = mon["cost"]
 print(f"   monitor cost per GPU per sample: CPU {c['per_gpu_sample_cpu_ms']:.4f} ms; wall mean {c['per_gpu_sample_ms']:.4f} ms, "
       f"median {c['median_read_ms']:.4f} ms, slowest {c['max_read_ms']:.3f} ms (wall includes waits on the driver and "
       f"preemption by the job's threads)")
-check(c["per_gpu_sample_cpu_ms"] is not None and c["per_gpu_sample_cpu_ms"] <= 0.3,
-      f"monitor: {c['per_gpu_sample_cpu_ms']:.4f} ms CPU per GPU per sample during the job (target <= 0.3 ms)")
+try:
+    bare = json.load(open(bare_p))
+except (OSError, ValueError):
+    bare = {}
+why = ""
+if "load" in bare:  # step 1's measurement of the driver calls alone while NVLink was busy
+    floor, ours = bare["load"]["both (bare)"]["cpu_fmean"], bare["load"]["GpmSource.read"]["cpu_fmean"]
+    why = (f"; step 1 under NVLink load: the bare nvmlGpmSampleGet + nvmlGpmMetricsGet {floor:.4f} ms CPU per GPU "
+           f"on driver {bare['driver']}, GpmSource.read {ours:.4f} ms"
+           + (" - the driver calls are the floor, above the target" if floor > 0.3 else ""))
+cpu_ms = c["per_gpu_sample_cpu_ms"]
+check(cpu_ms is not None and cpu_ms <= 0.3,
+      f"monitor: {cpu_ms or float('nan'):.4f} ms CPU per GPU per sample during the job (target <= 0.3 ms){why}")
 share = mon["process_cpu_share"]
 check(share is not None and share < 0.01,
       f"monitor at 10 Hz: {share * 100:.3f} % of one core while sampling (sampler thread {c['cpu_share'] * 100:.3f} %: "
@@ -268,8 +308,13 @@ main() {
   [ "$DRY" = 1 ] || nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv,noheader | sed 's/^/   /'
   write_helpers
 
-  echo "== 1. sampler cost: GPM vs field values"
-  timeout 40 $PY bench/monitor_cost.py --reads 200 --seconds 3
+  echo "== 1. sampler cost: GPM vs field values; the bare GPM calls idle and under NVLink load"
+  if [ "$DRY" = 1 ]; then
+    LOAD=($PY -c 'import time; print("loading: a sleep (DRY)", flush=True); time.sleep(30)')
+  else
+    LOAD=(timeout 60 env LOAD_S=20 torchrun --nproc_per_node=2 "$WORK/load.py")
+  fi
+  timeout 90 $PY bench/monitor_cost.py --reads 200 --seconds 3 --bare 200 --json "$WORK/bare.json" -- "${LOAD[@]}"
   rc=$?
   check $rc "bench/monitor_cost.py: every target met (exit $rc)"
 
@@ -323,7 +368,7 @@ except OSError as e:
   check $rc "rankmap monitor ended cleanly on SIGINT (exit $rc)"
 
   echo "== 6. NVLink bytes, costs, /metrics and the utilisation view"
-  timeout 60 $PY "$WORK/compare.py" "$DB" "$WORK/mon.json" "$WORK/before.json" "$WORK/after.json" "$BASE" "$OUT/metrics.txt"
+  timeout 60 $PY "$WORK/compare.py" "$DB" "$WORK/mon.json" "$WORK/before.json" "$WORK/after.json" "$BASE" "$OUT/metrics.txt" "$WORK/bare.json"
   rc=$?
   check $rc "compare.py: every check passed (exit $rc)"
   if ! kill -0 "$SERVE" 2>/dev/null; then echo "   rankmap serve is not running; its output:"; show "$WORK/serve.out"; fi

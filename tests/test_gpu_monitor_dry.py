@@ -33,10 +33,20 @@ def test_monitor_script_dry_run(tmp_path):
                  "SKIP profile sampler NVLink bytes", "CPU per GPU per sample during the job",
                  "rankmap: dashboard at http://127.0.0.1:"):
         assert want in log, (want, log)
-    # the monitor against the RAW counters of its own span; the fake's 3 % protocol overhead shows against DATA
+    # the monitor against the DATA (payload) counters of its own span; the fake's 3 % protocol overhead
+    # shows in RAW, printed beside
     for line in ("PASS monitor GPU0 NVLink tx: ", "PASS monitor GPU1 NVLink rx: "):
         got = next(l for l in log.splitlines() if l.startswith(line))
-        assert "over the monitor's own span" in got and "RAW/DATA 1.0300" in got, got
+        assert "vs NVML DATA (payload)" in got and "over the monitor's own span" in got and "RAW/DATA 1.0300" in got, got
+    # the bare GPM calls, idle and while the load (a sleep here) ran, and the monitor's cost line citing them
+    assert "load running: loading: a sleep (DRY)" in log and "load still ran when the calls ended" in log, log
+    rows = [l.split()[0] + " " + l.split()[-6] for l in log.splitlines()
+            if l.startswith(("nvmlGpmSampleGet ", "nvmlGpmMetricsGet ", "GpmSource.read "))]
+    assert rows == [f"{c} {s}" for c in ("nvmlGpmSampleGet", "nvmlGpmMetricsGet", "GpmSource.read")
+                    for s in ("idle", "load")], rows
+    assert "PASS idle: rankmap's own part of a GPM read" in log and "PASS load: rankmap's own part" in log
+    assert "FLOOR" not in log  # the fake's calls cost microseconds
+    assert "step 1 under NVLink load: the bare nvmlGpmSampleGet + nvmlGpmMetricsGet" in log and "driver fake" in log
     assert sorted(f.name for f in (tmp_path / "out").iterdir()) == ["metrics.txt", "monitor.txt"]
     # nothing left behind: no monitor or server of the run still alive, its work folder gone
     left = []

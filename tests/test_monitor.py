@@ -8,6 +8,7 @@ by Ctrl-C as a user would.
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -69,13 +70,13 @@ def test_session_is_a_job_with_samples_meta_and_a_data_check(tmp_path):
     assert last[(1, "nvlink")]["rx_bytes"] == res.totals[1].nvlink_rx
     # about 0.4 s at 100 GB/s on GPU0 TX
     assert res.totals[0].nvlink_tx == pytest.approx(100 * GB * res.elapsed_s, rel=0.1)
-    # the GPM integral against the RAW counters read just before and after: within 1 %; GPM counts
-    # the protocol overhead as RAW does, so against the payload (DATA) it is that much higher
+    # the GPM integral against the DATA counters read just before and after: within 1 %; GPM counts
+    # payload as DATA does, so against RAW (payload and protocol overhead) it is that much lower
     check = {row["gpu"]: row for row in res.data_check}
     for g in (0, 1):
         for d in ("tx", "rx"):
-            assert abs(check[g][f"diff_raw_{d}"]) < 0.01, check[g]
-            assert check[g][f"diff_data_{d}"] == pytest.approx(0.03, abs=0.01), check[g]
+            assert abs(check[g][f"diff_data_{d}"]) < 0.01, check[g]
+            assert check[g][f"diff_raw_{d}"] == pytest.approx(1 / 1.03 - 1, abs=0.01), check[g]
             assert check[g][f"raw_{d}"] == pytest.approx(1.03 * check[g][f"data_{d}"], rel=1e-3)
     assert m["data_check"] == res.data_check
     assert nv.inits == 0
@@ -107,6 +108,16 @@ def test_monitor_command_with_duration_prints_json(tmp_path):
     assert d["totals"]["0"]["nvlink_tx"] == pytest.approx(100 * GB * d["elapsed_s"], rel=0.15)
     assert d["cost"]["per_gpu_sample_ms"] > 0 and 0 <= d["process_cpu_share"] < 1
     assert len(open_store(db).link_samples(1)) == 4 * d["cost"]["samples"]
+
+
+def test_monitor_command_table_checks_gpm_against_data(tmp_path):
+    """The table's check line: GPM bytes against the DATA (payload) counters, RAW's overhead beside."""
+    p = rankmap("monitor", "--interval", "20ms", "--duration", "0.3s", "--db", f"sqlite:///{tmp_path / 'm.db'}",
+                env=fake_env(nvlink_header=0.21), timeout=120)
+    assert p.returncode == 0, p.stderr
+    text = " ".join(p.stdout.split())  # the console wraps long lines
+    line = text[text.index("GPU0 NVLink, GPM integral vs NVML DATA counters: "):].split(" GPU1 ")[0]
+    assert re.search(r"TX [\d.]+ GB vs DATA [\d.]+ GB \([+-]\d\.\d\d %\), RAW/DATA 1\.21", line), line
 
 
 def test_monitor_command_stops_cleanly_on_ctrl_c(tmp_path):

@@ -99,6 +99,22 @@ def test_gpm_integral_matches_the_true_bytes(jitter_ns, step):
     src.close()
 
 
+def test_gpm_rate_units_nvlink_1024000_pcie_mib():
+    """The driver's NVLink GPM rate is bytes / 1024 / 1000 per second (measured on an H200 against the
+    DATA counters, see GPM_NVLINK_UNIT), the PCIe one MiB/s as documented: one second of a known
+    answer integrates to exactly that many bytes on each side."""
+    nv = fake()
+    src = GpmSource(nv)
+    nv.nvmlGpmMetricsGet = lambda g: [setattr(m, "nvmlReturn", 0) or setattr(m, "value", 1000.0)
+                                      for m in g.metrics[: g.numMetrics]] and g
+    src._prev_t[0] -= 10**9  # the previous snapshot one second earlier
+    c = src.read(0)
+    # the 1 s is measured on the host clock around the call: allow the call's own microseconds
+    assert c.nvlink_tx == pytest.approx(1000 * 1_024_000, rel=1e-3) and c.nvlink_rx == c.nvlink_tx
+    assert c.pcie_tx == pytest.approx(1000 * 2**20, rel=1e-3) and c.pcie_rx == c.pcie_tx
+    src.close()
+
+
 def test_gpm_without_pcie_metrics_gives_none_for_pcie():
     nv = fake(gpm_pcie=False)
     src = GpmSource(nv)

@@ -11,12 +11,12 @@ Each GPU has true cumulative byte counts (NVLink TX/RX, PCIe TX/RX) that grow at
 rates from the moment the fake starts: ``rates`` is ``[[nvlink_tx, nvlink_rx, pcie_tx, pcie_rx], ...]``
 in bytes/s per GPU, ``start`` the counts at that moment (PCIe near 2**32 tests the wrap). It answers
 like the driver: NVLink DATA fields in KiB, PCIe field counters as 32-bit values, GPM snapshots
-stamped with the GPU's own clock (``jitter_ns`` off the host's), GPM rates in MiB/s between two
-snapshots. ``gpm: false`` makes GPM unsupported, ``gpm_pcie: false`` makes its PCIe metrics fail
+stamped with the GPU's own clock (``jitter_ns`` off the host's), GPM rates between two snapshots
+in the units the driver uses (NVLink: 1,024,000 B/s, as measured on an H200; PCIe: MiB/s as documented). ``gpm: false`` makes GPM unsupported, ``gpm_pcie: false`` makes its PCIe metrics fail
 (as in some VMs), ``fields: false`` makes field reads fail, ``reset_at_s`` zeroes the NVLink
 counters once at that time (``nvidia-smi nvlink -r``). ``nvlink_header`` (default 0) is the NVLink
-protocol overhead as a fraction of the payload: the RAW fields and the GPM NVLink rates count payload
-plus that overhead, the DATA fields payload only (as the driver's counters do). With ``epoch_unix_ns`` the counts run from that
+protocol overhead as a fraction of the payload: the RAW fields count payload plus that overhead, the
+DATA fields and the GPM NVLink rates payload only (as the driver's counters do). With ``epoch_unix_ns`` the counts run from that
 wall-clock instant instead of the fake's own start, so several processes see the same counters.
 """
 
@@ -46,6 +46,7 @@ NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = 60
 NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 61
 NVML_GPM_METRICS_GET_VERSION = 1
 MIB = 1 << 20
+GPM_UNITS = (1024 * 1000, 1024 * 1000, MIB, MIB)  # B/s per unit of the four GPM rates, as the driver answers
 
 # metric id / field id -> index into [nvlink_tx, nvlink_rx, pcie_tx, pcie_rx]
 _GPM = {NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 0, NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 1,
@@ -128,6 +129,9 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, h: int) -> str:
         return self.gpus[h]["uuid"]
 
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "fake"
+
     def nvmlDeviceGetName(self, h: int) -> str:
         return self.gpus[h]["name"]
 
@@ -135,7 +139,7 @@ class FakeNvml:
         return SimpleNamespace(busId=self.gpus[h]["bus"].encode())
 
     def _with_header(self, counts: list[int]) -> list[int]:
-        """Counts as the RAW fields and GPM see them: NVLink payload plus protocol overhead."""
+        """Counts as the RAW fields see them: NVLink payload plus protocol overhead."""
         h = float(self.cfg.get("nvlink_header", 0))
         return [int(c * (1 + h)) if k < 2 else c for k, c in enumerate(counts)]
 
@@ -182,7 +186,7 @@ class FakeNvml:
         t = self.now()
         jitter = int(self.cfg.get("jitter_ns", 0))
         true = self.true_bytes(h, t)
-        s.gpu, s.counts = h, self._with_header(true)
+        s.gpu, s.counts = h, true  # GPM counts payload, like the DATA fields
         self.history.setdefault(h, []).append(true)
         s.t = t + (self.rng.randint(-jitter, jitter) if jitter else 0)  # the GPU's own timestamp
         return s
@@ -198,7 +202,7 @@ class FakeNvml:
                 m.nvmlReturn, m.value = NVML_ERROR_NOT_SUPPORTED, 0.0
                 continue
             m.nvmlReturn = 0
-            m.value = (b.counts[k] - a.counts[k]) / dt / MIB if dt > 0 else 0.0
+            m.value = (b.counts[k] - a.counts[k]) / dt / GPM_UNITS[k] if dt > 0 else 0.0
         return g
 
 

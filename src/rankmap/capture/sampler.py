@@ -4,12 +4,13 @@ Two ways to read them, chosen per node (``open_source``):
 
 * **GPM** (GPU Performance Monitoring, Hopper and newer): ``nvmlGpmSampleGet`` snapshots the
   GPU's counters in about 30 us, and ``nvmlGpmMetricsGet`` turns two snapshots into rates
-  (``NVML_GPM_METRIC_NVLINK_TOTAL_TX/RX_PER_SEC``, ``NVML_GPM_METRIC_PCIE_TX/RX_PER_SEC``, in
-  MiB/s). GPM gives rates, not byte counts, so :class:`GpmSource` integrates them: bytes +=
-  rate x the host time between the two snapshots. That is exact up to the difference between
+  (``NVML_GPM_METRIC_NVLINK_TOTAL_TX/RX_PER_SEC``, ``NVML_GPM_METRIC_PCIE_TX/RX_PER_SEC``,
+  documented in MiB/s; the NVLink ones are measured to be in units of 1,024,000 B/s, see
+  ``GPM_NVLINK_UNIT``). GPM gives rates, not byte counts, so :class:`GpmSource` integrates them:
+  bytes += rate x unit x the host time between the two snapshots. That is exact up to the difference between
   the host's and the GPU's view of each interval; consecutive intervals share their end points,
   so the error does not grow with the number of samples while the rate stays steady (the GPU
-  check in ``gpu/monitor.sh`` measures it against the DATA counters).
+  check in ``gpu/monitor.sh`` measures it against the DATA counters, which count what GPM counts: payload).
 * **Field values** (every NVLink GPU): ``NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX`` count payload
   KiB over all links (scope ``0xFFFFFFFF``); ``NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES`` are 32-bit and
   wrap (every ~78 ms at 55 GB/s). One ``nvmlDeviceGetFieldValues`` call per GPU reads all four,
@@ -35,6 +36,18 @@ from rankmap.errors import RankmapError
 ALL_LINKS = 0xFFFFFFFF
 PCIE_WRAP = 1 << 32
 MIB = 1 << 20
+# Bytes per unit of NVML_GPM_METRIC_NVLINK_TOTAL_TX/RX_PER_SEC. NVML documents "MiB/s" (2**20 B/s), but
+# the rate is bytes / 1024 / 1000 per second. Measured on 2x H200 (NV18), driver 580.159.04, in two runs
+# of gpu/monitor.sh with NCCL all-reduces of 1 GiB: the GPM integral taken with 2**20 B per unit over
+# NVML's exact NVLink DATA (payload) counter deltas of the same span was 1.02399 / 1.02583 (monitor,
+# GPU0 / GPU1), 1.02428 / 1.02600 (profile sampler), 1.02408 / 1.02384 (profile sampler, first run):
+# 1024 / 1000 = 1.024 every time, up to the integration's own error, while the RAW counters (payload
+# and protocol overhead) were 1.21-1.22 x DATA. So GPM counts payload, in units of 1,024,000 B/s.
+GPM_NVLINK_UNIT = 1024 * 1000
+# The PCIe GPM rates were not checked against a counter (the PCIe field counters wrap every ~78 ms):
+# their documented MiB/s is kept, unverified (docs/monitor.md).
+GPM_PCIE_UNIT = MIB
+GPM_UNITS = (GPM_NVLINK_UNIT, GPM_NVLINK_UNIT, GPM_PCIE_UNIT, GPM_PCIE_UNIT)
 SOURCES = ("auto", "gpm", "fields")
 
 
@@ -276,7 +289,7 @@ class GpmSource(_Nvml):
             if ok[i] is None:
                 ok[i] = True
             if ok[i] and m.value > 0:
-                tot[i] += m.value * MIB * dt
+                tot[i] += m.value * GPM_UNITS[i] * dt
         self._bufs[gpu] = [cur, prev]
         self._prev_t[gpu] = now
         return Counters(*(int(round(tot[i])) if ok[i] else None for i in range(4)))

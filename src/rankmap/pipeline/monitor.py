@@ -8,9 +8,9 @@ other jobs on the host can be lined up with it) and, once it ends, what sampling
 
 With GPM the NVLink bytes are integrated rates; the session also reads NVML's exact NVLink
 counters once at its start and once at its end (two field-value calls per GPU, whatever its
-length): RAW (payload and protocol overhead, what GPM's NVLink metrics count, like
-dcgm-exporter's ``DCGM_FI_PROF_NVLINK_TX_BYTES``) and DATA (payload only). Every session says how
-exact its integral was against RAW over exactly its own span, and how much of it was payload.
+length): DATA (payload, what GPM's NVLink metrics count, measured on an H200) and RAW (payload
+and protocol overhead). Every session says how exact its integral was against DATA over exactly
+its own span, with the RAW counters beside for the overhead.
 """
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ class MonitorResult:
 def _data_check(before, after, totals: dict[int, LinkSample]) -> list[dict] | None:
     """Per GPU: the integrated NVLink bytes against the RAW and DATA counter deltas of the same span.
 
-    ``diff_raw_*`` is the like-for-like error of the integral (GPM counts what RAW counts);
-    ``diff_data_*`` adds the protocol overhead on top of the payload.
+    ``diff_data_*`` is the like-for-like error of the integral (GPM counts payload, as DATA does);
+    ``diff_raw_*`` is that error less the protocol overhead that RAW counts on top.
     """
     if not before or not after:
         return None

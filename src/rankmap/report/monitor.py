@@ -44,8 +44,8 @@ def print_monitor(res: Any, console: Console | None = None) -> None:
     for row in res.data_check or []:
         parts = []
         for d in ("tx", "rx"):
-            raw, data = row.get(f"diff_raw_{d}"), row.get(f"diff_data_{d}")
-            parts.append(f"{d.upper()} {_b(row.get(f'sampled_{d}'))} vs RAW {_b(row.get(f'raw_{d}'))}"
-                         + (f" ({raw * 100:+.2f} %)" if raw is not None else "")
-                         + (f", payload (DATA) {data * 100:+.2f} %" if data is not None else ""))
-        con.print(f"GPU{row['gpu']} NVLink, GPM integral vs NVML RAW counters: " + "; ".join(parts))
+            data, raw_b, data_b = row.get(f"diff_data_{d}"), row.get(f"raw_{d}"), row.get(f"data_{d}")
+            parts.append(f"{d.upper()} {_b(row.get(f'sampled_{d}'))} vs DATA {_b(data_b)}"
+                         + (f" ({data * 100:+.2f} %)" if data is not None else "")
+                         + (f", RAW/DATA {raw_b / data_b:.2f}" if raw_b is not None and data_b else ""))
+        con.print(f"GPU{row['gpu']} NVLink, GPM integral vs NVML DATA counters: " + "; ".join(parts))

@@ -32,9 +32,11 @@ MAX_JOBS = 64
 
 RATES = (  # (metric, link, field, help)
     ("DCGM_FI_PROF_NVLINK_TX_BYTES", "nvlink", "tx_bytes",
-     "The rate of data transmitted over NVLink, in bytes per second (rankmap link sampler)."),
+     "The rate of data transmitted over NVLink, in bytes per second, payload only as NVML counts it "
+     "(DCGM documents header and payload; rankmap link sampler)."),
     ("DCGM_FI_PROF_NVLINK_RX_BYTES", "nvlink", "rx_bytes",
-     "The rate of data received over NVLink, in bytes per second (rankmap link sampler)."),
+     "The rate of data received over NVLink, in bytes per second, payload only as NVML counts it "
+     "(DCGM documents header and payload; rankmap link sampler)."),
     ("DCGM_FI_PROF_PCIE_TX_BYTES", "pcie", "tx_bytes",
      "The rate of data transmitted over the PCIe bus, in bytes per second (rankmap link sampler)."),
     ("DCGM_FI_PROF_PCIE_RX_BYTES", "pcie", "rx_bytes",
