@@ -400,7 +400,7 @@ def test_new_user_findings(store_url, browser_page, tmp_path):
         assert x == pytest.approx([0.0, 0.1])
         # 3. the mapping hint names commands that exist
         hint = page.locator("#mapping-empty").inner_text()
-        assert "rankmap tune -- " in hint and f"rankmap map --job {short}" in hint
+        assert "rankmap tune" in hint and f"rankmap map --job {short} " in hint and "--save" in hint
         # 4. an all-zero matrix is blank (white), not one solid blue
         page.evaluate(f"location.hash = '#/job/{quiet}'")
         wait_js(page, f"document.getElementById('job-title').innerText === 'Job #{quiet}'")

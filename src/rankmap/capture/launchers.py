@@ -65,7 +65,7 @@ SRUN_VALUE_OPTS = {
     "--distribution", "-m", "--gres", "-C", "--constraint", "-q", "--qos", "--reservation", "-r",
     "--relative", "--het-group",
 }
-_TORCHRUN_VALUE_OPTS = {
+TORCHRUN_VALUE_OPTS = {
     "--nnodes", "--nproc-per-node", "--nproc_per_node", "--node-rank", "--node_rank", "--master-addr",
     "--master_addr", "--master-port", "--master_port", "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint",
     "--rdzv_endpoint", "--rdzv-id", "--rdzv_id", "--rdzv-conf", "--rdzv_conf", "--max-restarts",
@@ -223,8 +223,8 @@ def _srun_world_size(tokens: list[str]) -> int | None:
 
 
 def _torchrun_world_size(tokens: list[str]) -> int | None:
-    per = _opt_values(tokens, {"--nproc-per-node", "--nproc_per_node"}, _TORCHRUN_VALUE_OPTS, set())
-    nodes = _opt_values(tokens, {"--nnodes"}, _TORCHRUN_VALUE_OPTS, set())
+    per = _opt_values(tokens, {"--nproc-per-node", "--nproc_per_node"}, TORCHRUN_VALUE_OPTS, set())
+    nodes = _opt_values(tokens, {"--nnodes"}, TORCHRUN_VALUE_OPTS, set())
     p = _int(per[-1]) if per else 1
     if nodes:
         lo, _, hi = nodes[-1].partition(":")

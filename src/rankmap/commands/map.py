@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", metavar="URL", help="store URL (for --job)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--output", "-o", metavar="FILE", help="also write the mapping JSON to FILE")
+    p.add_argument("--save", action="store_true",
+                   help="with --job: store the mapping for the job, so that `rankmap run -- <its command>` and "
+                        "the dashboard use it")
     p.set_defaults(func=run)
 
 
@@ -51,15 +54,25 @@ def run(args: argparse.Namespace) -> int:
     from rankmap.mapping import traffic as tr
     from rankmap.pipeline.tune import place
 
+    if args.save and not args.job:
+        raise RankmapError("--save stores the mapping of a stored job: use it with --job JOB")
+    store = job = None
     if args.traffic:
         traffic = tr.read_csv(args.traffic)
         source = {"traffic": args.traffic}
     else:
         from rankmap.store import open_store
 
-        traffic, job = tr.from_job(open_store(args.db), args.job)
+        store = open_store(args.db)
+        traffic, job = tr.from_job(store, args.job)
         source = {"job": job["id"], "command": job.get("command")}
     doc = place(traffic, source=source, **solver_options(args))
+    saved = None
+    if args.save:
+        from rankmap.pipeline.tune import store_mapping
+
+        saved = store_mapping(store, doc, job["id"])
+        doc["mapping_id"] = saved
     if args.output:
         try:
             with open(args.output, "w") as f:
@@ -73,4 +86,8 @@ def run(args: argparse.Namespace) -> int:
         from rankmap.mapping.report import print_text
 
         print_text(doc)
+    if saved is not None:
+        how = f"rankmap run -- {job['command']}" if job.get("command") else "rankmap run -- <its command>"
+        print(f"stored as mapping {saved} of job {job['id']}; launch with: {how}",
+              file=sys.stderr if args.format == "json" else sys.stdout)
     return 0

@@ -10,16 +10,27 @@ What it does, in order:
 
 1. find this rank: world rank from ``OMPI_COMM_WORLD_RANK``, ``PMIX_RANK``, ``PMI_RANK``,
    ``SLURM_PROCID`` or ``RANK``; local rank from ``OMPI_COMM_WORLD_LOCAL_RANK``, ``MPI_LOCALRANKID``,
-   ``SLURM_LOCALID`` or ``LOCAL_RANK`` (used when no world rank is known);
+   ``SLURM_LOCALID`` or ``LOCAL_RANK`` (used when no world rank is known). Under torchrun
+   (``RANKMAP_LAUNCHER=torchrun``) the worker is local rank ``LOCAL_RANK`` of node ``GROUP_RANK``, and
+   its world rank is the ``LOCAL_RANK``-th of the ranks the mapping puts on that node (in rank
+   order): ``RANK`` (and ``ROLE_RANK``) are set to it, so that ``torch.distributed`` sees the mapped
+   rank; torchrun must start as many workers on the node as the mapping places there;
 2. ``CUDA_VISIBLE_DEVICES`` = the mapped GPU (its UUID when the mapping knows it and
-   ``RANKMAP_GPU_BY=uuid``, else its index), so the program's device 0 is the right GPU;
+   ``RANKMAP_GPU_BY=uuid``, else its index), so the program's device 0 is the right GPU. Under
+   torchrun, programs pick ``cuda:LOCAL_RANK`` instead, so the node's GPUs are listed with the mapped
+   one at position ``LOCAL_RANK``; ``RANKMAP_DEVICE`` says which device index is the mapped GPU;
 3. unless ``RANKMAP_NO_BIND=1``: CPU affinity to the GPU's local cores (``os.sched_setaffinity``,
-   intersected with what the launcher allowed), and memory to its NUMA node by re-executing through
-   ``numactl --membind`` when ``numactl`` exists (otherwise CPU affinity only, and
-   ``RANKMAP_MEMBIND=unavailable`` says so to whoever looks);
+   intersected with what the launcher allowed), and memory to its NUMA node with the
+   ``set_mempolicy(MPOL_BIND)`` system call, whose policy the program inherits across ``execve``
+   (``RANKMAP_MEMBIND`` names the node, or says why memory stayed unbound: a node this machine does not
+   have, a kernel without NUMA);
 4. ``UCX_NET_DEVICES`` and ``NCCL_IB_HCA`` to the rank's NIC when the mapping names one with a
    device name;
-5. ``RANKMAP_PLACED=node:gpu:cpus:nic`` for the program's own logs.
+5. ``RANKMAP_PLACED=node:gpu:cpus:nic`` for the program's own logs;
+6. with ``RANKMAP_HOSTS`` (node -> host, from ``rankmap run`` across nodes): a warning on stderr when
+   the launcher started the rank on another host than its mapping says (the host as hydra names it
+   in ``MPIR_CVAR_CH3_INTERFACE_HOSTNAME``, else Slurm's ``SLURMD_NODENAME``, else this machine's
+   name; compared without domain).
 
 A failure to read the mapping or to find the rank is fatal (one ``rankmap execwrap:`` line, exit 127)
 because running unplaced would silently invalidate what the user asked for.
@@ -28,7 +39,6 @@ because running unplaced would silently invalidate what the user asked for.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 if not __package__:   # run as a file (python -S .../rankmap/mapping/execwrap.py): the package is two up
@@ -68,27 +78,96 @@ def parse_cpus(text: str) -> set[int]:
     return out
 
 
+def torchrun_rank(mapping: mapping_json.Mapping, env: dict) -> int:
+    """The world rank of torchrun worker ``LOCAL_RANK`` of node ``GROUP_RANK``."""
+    node, local = _first_int(env, ("GROUP_RANK",)), _first_int(env, ("LOCAL_RANK",))
+    if node is None or local is None:
+        raise LookupError("torchrun set no GROUP_RANK/LOCAL_RANK")
+    here = [p.rank for p in mapping.ranks if p.node == node]
+    workers = _first_int(env, ("LOCAL_WORLD_SIZE",))
+    if workers is not None and workers != len(here):
+        raise LookupError(f"torchrun starts {workers} workers on node {node} but the mapping places {len(here)} "
+                          f"ranks there: give this node --nproc-per-node {len(here)}")
+    size = _first_int(env, ("WORLD_SIZE",))
+    if size is not None and size != len(mapping.ranks):
+        raise LookupError(f"the job has {size} workers but the mapping places {len(mapping.ranks)} ranks")
+    if not 0 <= local < len(here):
+        raise LookupError(f"the mapping places {len(here)} ranks on node {node}, not a local rank {local}")
+    return here[local]
+
+
 def plan(mapping: mapping_json.Mapping | dict, env: dict) -> tuple[mapping_json.RankPlacement, dict]:
     """(this rank's placement, the environment variables to set). Pure: tested without exec."""
     if isinstance(mapping, dict):
         mapping = mapping_json.from_dict(mapping)
-    world = _first_int(env, WORLD_VARS)
-    local = _first_int(env, LOCAL_VARS)
-    if world is None:
-        if local is None:
-            raise LookupError("no rank variable set (" + ", ".join(WORLD_VARS + LOCAL_VARS) + ")")
-        world = local
+    torchrun = env.get("RANKMAP_LAUNCHER") == "torchrun"
+    out: dict[str, str] = {}
+    if torchrun:
+        world = torchrun_rank(mapping, env)
+        out["RANK"] = out["ROLE_RANK"] = str(world)
+    else:
+        world = _first_int(env, WORLD_VARS)
+        local = _first_int(env, LOCAL_VARS)
+        if world is None:
+            if local is None:
+                raise LookupError("no rank variable set (" + ", ".join(WORLD_VARS + LOCAL_VARS) + ")")
+            world = local
     if not 0 <= world < len(mapping.ranks):
         raise LookupError(f"the mapping has no rank {world} (it places {len(mapping.ranks)} ranks)")
     entry = mapping.ranks[world]
-    out: dict[str, str] = {}
     by_uuid = env.get("RANKMAP_GPU_BY") == "uuid" and entry.uuid
     out["CUDA_VISIBLE_DEVICES"] = str(entry.uuid) if by_uuid else str(entry.gpu)
+    out["RANKMAP_DEVICE"] = "0"
+    local = _first_int(env, ("LOCAL_RANK",))
+    G = mapping.gpus_per_node
+    if torchrun and not by_uuid and G and local is not None and local < G and entry.gpu < G:
+        # device LOCAL_RANK is the mapped GPU, the node's other GPUs behind it
+        order = list(range(G))
+        order[order.index(entry.gpu)], order[local] = order[local], entry.gpu
+        out["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in order)
+        out["RANKMAP_DEVICE"] = str(local)
     if entry.netdev:
         out["UCX_NET_DEVICES"] = f"{entry.netdev}:1"
         out["NCCL_IB_HCA"] = str(entry.netdev)
     out["RANKMAP_PLACED"] = f"{entry.node}:{entry.gpu}:{entry.cpus or ''}:{entry.nic or ''}"
     return entry, out
+
+
+def wrong_host(entry: mapping_json.RankPlacement, env: dict) -> str | None:
+    """A warning when the rank runs on another host than ``RANKMAP_HOSTS`` names for its node."""
+    hosts = env.get("RANKMAP_HOSTS", "").split()
+    if not hosts or entry.node >= len(hosts) or env.get("RANKMAP_LAUNCHER") == "torchrun":
+        return None
+    here = env.get("MPIR_CVAR_CH3_INTERFACE_HOSTNAME") or env.get("SLURMD_NODENAME")
+    if not here:
+        import socket
+
+        here = socket.gethostname()
+    want = hosts[entry.node]
+    if here.split(".")[0] == want.split(".")[0]:
+        return None
+    return f"rank {entry.rank} runs on {here} but the mapping puts it on node {entry.node} ({want})"
+
+
+# set_mempolicy(2) by architecture; MPOL_BIND = 2
+_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}
+
+
+def bind_memory(node: int) -> str:
+    """Bind this process's memory (and the program's it becomes) to NUMA ``node``; returns the node,
+    or ``unbound: why``."""
+    nr = _SET_MEMPOLICY.get(os.uname().machine)
+    if nr is None:
+        return f"unbound: no set_mempolicy number known for {os.uname().machine}"
+    import ctypes
+
+    words = node // 64 + 1
+    mask = (ctypes.c_ulong * words)()
+    mask[node // 64] = 1 << (node % 64)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(nr, 2, mask, ctypes.c_ulong(words * 64 + 1)) != 0:
+        return f"unbound: set_mempolicy to node {node}: {os.strerror(ctypes.get_errno())}"
+    return str(node)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -104,6 +183,9 @@ def main(argv: list[str] | None = None) -> None:
         entry, env = plan(mapping_json.load(path), dict(os.environ))
     except (LookupError, RankmapError) as e:
         _die(str(e))
+    warning = wrong_host(entry, dict(os.environ))
+    if warning:
+        sys.stderr.write(f"rankmap execwrap: warning: {warning}\n")
     os.environ.update(env)
     cmd = argv
     if os.environ.get("RANKMAP_NO_BIND") != "1":
@@ -121,12 +203,7 @@ def main(argv: list[str] | None = None) -> None:
             except (ValueError, OSError) as e:
                 os.environ["RANKMAP_CPUS"] = f"unbound: {e}"
         numa = entry.numa
-        numactl = shutil.which("numactl")
-        if numa is not None and numactl:
-            cmd = [numactl, f"--membind={int(numa)}", "--"] + cmd
-            os.environ["RANKMAP_MEMBIND"] = str(numa)
-        else:
-            os.environ["RANKMAP_MEMBIND"] = "unavailable" if numa is not None else "unknown"
+        os.environ["RANKMAP_MEMBIND"] = bind_memory(int(numa)) if numa is not None else "unknown"
     try:
         os.execvp(cmd[0], cmd)
     except OSError as e:

@@ -4,10 +4,37 @@ Every rank is started through :mod:`rankmap.mapping.execwrap`: the launcher's ow
 wrapper inserted right before the program (``mpirun [opts] PROG ARGS`` becomes
 ``mpirun [opts] -x RANKMAP_MAPPING=F python -S execwrap.py PROG ARGS``), the way the capture shim is
 injected, using the launcher adapter of :mod:`rankmap.capture.launchers` to recognise the launcher
-and find where its options end. Open MPI would otherwise bind each rank to a core of its own
-choosing, which the wrapper could then not leave, so ``--bind-to none`` is added unless the user set
-a binding. For several nodes the node assignment goes to the launcher: an Open MPI rankfile
-(``--rankfile``) or a Slurm host list (``SLURM_HOSTFILE`` with ``--distribution=arbitrary``).
+and find where its options end:
+
+* Open MPI: ``-x`` for the variables; Open MPI would otherwise bind each rank to a core of its own
+  choosing, which the wrapper could then not leave, so ``--bind-to none`` is added unless the user
+  set a binding;
+* MPICH/MVAPICH hydra: ``-genv``;
+* Slurm ``srun``: ``--export``;
+* ``torchrun`` (or ``python -m torch.distributed.run``): torchrun starts its workers itself, so the
+  wrapper becomes the workers' entrypoint through torchrun's ``--no-python``: ``torchrun [opts]
+  SCRIPT ARGS`` becomes ``torchrun [opts] --no-python python -S execwrap.py PYTHON -u SCRIPT ARGS``
+  (``-m MODULE`` becomes ``PYTHON -u -m MODULE``; a command already run with ``--no-python`` is
+  wrapped as it is). The workers inherit the launcher's environment, which carries the variables;
+  ``RANKMAP_LAUNCHER=torchrun`` tells the wrapper to read ``GROUP_RANK``/``LOCAL_RANK``;
+* a single process: the environment.
+
+Across nodes the node of every rank is given to the launcher in its own terms, and host names
+come from ``--hosts`` or the Slurm allocation:
+
+* Open MPI: a rankfile (``rank R=HOST slot=CPUS``, ``--rankfile``), and the hosts with their slot
+  counts (``--host``) unless the user named hosts;
+* hydra: a machinefile of ``HOST:COUNT`` lines, one per run of consecutive ranks on one host
+  (``-f``): hydra gives processes to its entries in order, so rank ``i`` lands on the host the
+  mapping says;
+* Slurm: ``SLURM_HOSTFILE`` with ``--distribution=arbitrary`` (task ``i`` on line ``i``);
+* torchrun: nothing to write: every node runs its own torchrun, and the wrapper numbers the workers
+  of node ``GROUP_RANK`` with the world ranks the mapping puts there (so the mapping's node split
+  holds whatever ranks torchrun would have given them); node ``u`` of the mapping is the torchrun
+  with node rank ``u``.
+
+``RANKMAP_HOSTS`` (the host of node 0, 1, ..., separated by spaces) lets the wrapper warn when a rank starts on another host
+than its mapping says.
 """
 
 from __future__ import annotations
@@ -21,15 +48,27 @@ from rankmap.formats.mapping_json import Mapping
 
 WRAPPER = str(Path(__file__).with_name("execwrap.py"))
 
+#: the file a multi-node launch of each launcher needs (torchrun and a single process need none)
+NODE_FILE = {"openmpi": "rankfile", "hydra": "machinefile", "srun": "slurm-hostfile"}
+
+_OMPI_HOST_OPTS = ("-H", "--host", "-host", "--hostfile", "-hostfile", "-machinefile", "--machinefile",
+                   "--default-hostfile")
+_HYDRA_HOST_OPTS = ("-f", "-hostfile", "-machinefile", "-hosts", "-host", "-ppn")
+_TORCH_NO_PYTHON = ("--no-python", "--no_python")
+_TORCH_MODULE = ("-m", "--module")
+
 
 def wrapper_argv() -> list[str]:
     """How a rank starts the wrapper: this Python, without site initialisation (fast start)."""
     return [sys.executable, "-S", WRAPPER]
 
 
-def wrap(argv: list[str], mapping_file: str, *, bind: bool = True, rankfile: str | None = None,
-         hostfile: str | None = None) -> tuple[list[str], dict[str, str]]:
-    """(argv, environment) that launch ``argv`` with every rank placed by ``mapping_file``."""
+def wrap(argv: list[str], mapping_file: str, *, bind: bool = True, node_file: str | None = None,
+         mapping: Mapping | None = None, hosts: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment) that launch ``argv`` with every rank placed by ``mapping_file``.
+
+    ``node_file`` is the launcher's node placement (:func:`node_file_text`) of a multi-node
+    ``mapping``, ``hosts`` the host name of every node of it."""
     from rankmap.capture import launchers as L
 
     launcher = L.recognise(argv)
@@ -37,33 +76,92 @@ def wrap(argv: list[str], mapping_file: str, *, bind: bool = True, rankfile: str
     ours = {"RANKMAP_MAPPING": str(Path(mapping_file).resolve())}
     if not bind:
         ours["RANKMAP_NO_BIND"] = "1"
+    if hosts:
+        ours["RANKMAP_HOSTS"] = " ".join(hosts)  # no commas: srun --export splits on them
     head, tail = argv[: launcher.prefix_len], argv[launcher.prefix_len:]
     if launcher.kind == "openmpi":
         prog = L.program_index(tail, L.OMPI_VALUE_OPTS, L._OMPI_TWO_VALUE_OPTS)
         opts = tail[:prog]
         extra = [t for k, v in ours.items() for t in ("-x", f"{k}={v}")]
-        if rankfile:
-            extra += ["--rankfile", rankfile]
-        elif not any(o in ("--bind-to", "-bind-to") or o.startswith("--bind-to=") for o in opts):
+        if node_file:
+            extra += ["--rankfile", node_file]
+            if hosts and mapping is not None and not _has_opt(opts, _OMPI_HOST_OPTS):
+                extra += ["--host", host_slots(mapping, hosts)]
+        elif not _has_opt(opts, ("--bind-to", "-bind-to")):
             extra += ["--bind-to", "none"]
         return head + extra + opts + wrapper_argv() + tail[prog:], env
     if launcher.kind == "hydra":
         prog = L.program_index(tail, L.HYDRA_VALUE_OPTS, L.HYDRA_TWO_VALUE_OPTS)
+        opts = tail[:prog]
         extra = [t for k, v in ours.items() for t in ("-genv", k, v)]
-        return head + extra + tail[:prog] + wrapper_argv() + tail[prog:], env
+        if node_file:
+            if _has_opt(opts, _HYDRA_HOST_OPTS) or ":" in tail[prog:]:
+                raise RankmapError("rankmap run puts the ranks of a multi-node mapping on their hosts itself: "
+                                   "drop the command's host options (-f, -hosts, -ppn) and MPMD ':' and pass "
+                                   "--hosts to rankmap run instead")
+            extra += ["-f", node_file]
+        return head + extra + opts + wrapper_argv() + tail[prog:], env
     if launcher.kind == "srun":
         prog = L.program_index(tail, L.SRUN_VALUE_OPTS, set())
         opts = L.srun_export(tail[:prog], ours)
-        if hostfile:
-            env["SLURM_HOSTFILE"] = hostfile
+        if node_file:
+            env["SLURM_HOSTFILE"] = node_file
             opts = [o for o in opts if not o.startswith("--distribution")] + ["--distribution=arbitrary"]
         return head + opts + wrapper_argv() + tail[prog:], env
+    if launcher.kind == "torchrun":
+        prog = L.program_index(tail, L.TORCHRUN_VALUE_OPTS, set())
+        opts = tail[:prog]
+        entry = tail[prog:]
+        if not entry:
+            raise RankmapError("the torchrun command names no script to run")
+        module = any(o in _TORCH_MODULE for o in opts)
+        if any(o in _TORCH_NO_PYTHON for o in opts):
+            inner = entry
+        else:
+            inner = [torchrun_python(launcher), "-u"] + (["-m"] if module else []) + entry
+        opts = [o for o in opts if o not in _TORCH_NO_PYTHON + _TORCH_MODULE]
+        env.update(ours, RANKMAP_LAUNCHER="torchrun")
+        return head + opts + ["--no-python"] + wrapper_argv() + inner, env
     if launcher.kind == "plain":
         env.update(ours)
         env.setdefault("RANK", "0")
         return wrapper_argv() + argv, env
-    raise RankmapError(f"rankmap run places MPI (Open MPI, MPICH/MVAPICH hydra, Slurm srun) and single-process "
-                       f"jobs; {launcher.kind} launches are not supported yet")
+    raise RankmapError(f"rankmap run places MPI (Open MPI, MPICH/MVAPICH hydra, Slurm srun), torchrun and "
+                       f"single-process jobs; {launcher.kind} launches are not supported")
+
+
+def torchrun_python(launcher) -> str:
+    """The Python torchrun runs its workers with: the one in ``python -m torch.distributed.run``, else
+    the interpreter named on the ``torchrun`` script's first line, else ``python3``."""
+    if launcher.prefix_len == 3:
+        return launcher.argv[0]
+    try:
+        with open(launcher.executable, "rb") as f:
+            first = f.readline(512).decode("utf-8", "replace").strip()
+    except (OSError, TypeError):
+        first = ""
+    if first.startswith("#!"):
+        parts = first[2:].split()
+        if parts and os.path.basename(parts[0]) == "env" and len(parts) > 1:
+            return parts[1]
+        if parts:
+            return parts[0]
+    return "python3"
+
+
+def _has_opt(opts: list[str], names: tuple[str, ...]) -> bool:
+    return any(o in names or o.split("=", 1)[0] in names for o in opts)
+
+
+def node_file_text(kind: str, m: Mapping, hosts: list[str]) -> str:
+    """The launcher's own node placement of a multi-node mapping (see :data:`NODE_FILE`)."""
+    if kind == "openmpi":
+        return rankfile_text(m, hosts)
+    if kind == "hydra":
+        return hydra_machinefile_text(m, hosts)
+    if kind == "srun":
+        return slurm_hostfile_text(m, hosts)
+    raise ValueError(kind)
 
 
 def rankfile_text(m: Mapping, hosts: list[str]) -> str:
@@ -74,6 +172,26 @@ def rankfile_text(m: Mapping, hosts: list[str]) -> str:
 def slurm_hostfile_text(m: Mapping, hosts: list[str]) -> str:
     """Slurm arbitrary distribution: line ``i`` names the host of task ``i``."""
     return "".join(f"{hosts[p.node]}\n" for p in m.ranks)
+
+
+def hydra_machinefile_text(m: Mapping, hosts: list[str]) -> str:
+    """Hydra machinefile: ``HOST:COUNT`` per run of consecutive ranks on one host, in rank order."""
+    runs: list[list] = []
+    for p in m.ranks:
+        h = hosts[p.node]
+        if runs and runs[-1][0] == h:
+            runs[-1][1] += 1
+        else:
+            runs.append([h, 1])
+    return "".join(f"{h}:{c}\n" for h, c in runs)
+
+
+def host_slots(m: Mapping, hosts: list[str]) -> str:
+    """``HOST:SLOTS,...``: every host of the mapping with the number of ranks it holds."""
+    count = [0] * len(hosts)
+    for p in m.ranks:
+        count[p.node] += 1
+    return ",".join(f"{h}:{c}" for h, c in zip(hosts, count) if c)
 
 
 def hosts_for(m: Mapping, given: str | None) -> list[str]:

@@ -151,10 +151,9 @@ def run_demo(args, con) -> bool:
                 con.print(f"SimGrid judge skipped: {e}")
         else:
             con.print("SimGrid judge skipped: smpirun/smpicc not installed (Debian: simgrid, libsimgrid-dev)")
-    mid = store.save_mapping(doc, job_id=job_id, topology=topo.name,
-                             max_before=doc["default"]["max_congestion"], avg_before=doc["default"]["avg_congestion"],
-                             max_after=doc["max_congestion"], avg_after=doc["avg_congestion"], optimal=doc["optimal"],
-                             meta={"demo": True, "synthetic": synthetic})
+    from rankmap.pipeline.tune import store_mapping
+
+    mid = store_mapping(store, doc, job_id, meta={"demo": True, "synthetic": synthetic})
     try:
         import importlib.util
 

@@ -68,8 +68,15 @@ def tune(cmd: Sequence[str], store: Any, *, world_size: int, force: bool = False
     if traffic.total == 0:
         raise RankmapError(f"job {jid} recorded no traffic between ranks: nothing to place")
     doc = place(traffic, source={"job": jid, "command": cmd}, **solver)
-    mid = store.save_mapping(doc, job_id=jid, key=key, world_size=world_size, topology=doc["topology"],
-                             max_before=doc["default"]["max_congestion"], avg_before=doc["default"]["avg_congestion"],
-                             max_after=doc["max_congestion"], avg_after=doc["avg_congestion"], optimal=doc["optimal"],
-                             meta={"solver": doc["solver"], "nodes": doc["nodes"]})
+    mid = store_mapping(store, doc, jid, key=key, world_size=world_size)
     return TuneResult(jid, profiled, mid, doc)
+
+
+def store_mapping(store: Any, doc: dict, job_id: int | None, *, key: str | None = None,
+                  world_size: int | None = None, meta: dict | None = None) -> int:
+    """Keep a mapping JSON with its figures, found again by ``rankmap run`` for the job's command
+    (``key``/``world_size`` default to the job's) and shown by the dashboard for the job."""
+    return store.save_mapping(doc, job_id=job_id, key=key, world_size=world_size, topology=doc["topology"],
+                              max_before=doc["default"]["max_congestion"], avg_before=doc["default"]["avg_congestion"],
+                              max_after=doc["max_congestion"], avg_after=doc["avg_congestion"], optimal=doc["optimal"],
+                              meta={"solver": doc["solver"], "nodes": doc["nodes"], **(meta or {})})

@@ -36,6 +36,11 @@ def default_url() -> str:
     return os.environ.get("RANKMAP_DB") or f"sqlite:///{rankmap_home() / 'rankmap.db'}"
 
 
+def shown_url(url: str | None = None) -> str:
+    """``url`` (default: the default store) as :attr:`Store.url` shows it, to tell stores apart."""
+    return make_url(_normalise_url(url or default_url())).render_as_string(hide_password=True)
+
+
 def _normalise_url(url: str) -> str:
     """Accept the spellings people type for PostgreSQL and use the driver rankmap ships (psycopg 3)."""
     for prefix in ("postgres://", "postgresql://"):

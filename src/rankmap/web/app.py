@@ -26,6 +26,7 @@ Every request passes :class:`rankmap.web.security.Guard` (Host check, token, hea
 
 from __future__ import annotations
 
+import shlex
 import threading
 import time
 from pathlib import Path
@@ -238,6 +239,16 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         jid = job_id(job)
         return {"job": jid, "series": Q.link_series(store.link_samples(jid))}
 
+    def no_mapping(jid: int, spec: str | None) -> str:
+        """What to run for a job without a mapping: commands that work against this very store."""
+        from rankmap.store import shown_url
+
+        db = "" if store.url == shown_url() else f" --db {shlex.quote(store.url)}"
+        topo = spec or topologies.default or "live"
+        return (f"no mapping for job {jid}: `rankmap map --job {jid} --topology {shlex.quote(topo)}{db} --save` places "
+                f"its stored profile and stores the mapping; `rankmap tune{db} -- <its command>` profiles it again "
+                f"and stores one")
+
     def view(topo: Topology, m: np.ndarray, placement: V.Placement, host: np.ndarray | None) -> dict:
         v = V.link_loads(topo, m, placement, host)
         v["ranks_on_gpu"] = {str(g): rs for g, rs in V.ranks_on_gpus(placement, m.shape[0]).items()}
@@ -249,9 +260,7 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         j = store.job(jid)
         row = Q.mapping_for_job(store, jid, j)
         if row is None:
-            return {"job": jid, "mapping": None,
-                    "message": f"no mapping for job {jid}: `rankmap tune -- <its command>` makes and stores one "
-                               f"(`rankmap map --job {jid}` shows one without storing it)"}
+            return {"job": jid, "mapping": None, "message": no_mapping(jid, spec)}
         stored = {f"{k}_{w}": row.get(f"{k}_congestion_{w}") for k in ("max", "avg") for w in ("before", "after")}
         out: dict[str, Any] = {
             "job": jid, "mapping": {k: row[k] for k in ("id", "job", "created", "topology", "world_size",
@@ -296,7 +305,7 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         if placement == "mapped":
             row = Q.mapping_for_job(store, jid, j)
             if row is None:
-                raise HTTPException(404, f"no mapping for job {jid}: `rankmap tune -- <its command>` makes and stores one")
+                raise HTTPException(404, no_mapping(jid, None))
             mapping_used, where = row["mapping"], f"mapping {row['id']}"
         elif placement == "auto" and (j.get("meta") or {}).get("mapping") is not None:
             mapping_used, where = j["meta"]["mapping"], f"job {jid} meta.mapping"
