@@ -6,7 +6,8 @@
 #   rankmap run --mapping M -- torchrun --nproc_per_node=2 gpu/placed_worker.py
 # and checks each worker's RANK/LOCAL_RANK, CUDA_VISIBLE_DEVICES and the GPU that device LOCAL_RANK
 # is (UUID), CPU affinity, memory policy and NIC variables against the mapping, plus one NCCL
-# all-reduce. One PASS/FAIL (or SKIP) line per check. About 40 s on 2x H200.
+# all-reduce. One PASS/FAIL (or SKIP) line per check. About 30 s on 2x H200; every step runs under
+# timeout, at most 85 s in all (map 15 s, dry run 10 s, the job 55 s, nvidia-smi 5 s).
 #
 #   gpu/run_torchrun.sh           on the GPU machine (torch, 2 GPUs)
 #   DRY=1 gpu/run_torchrun.sh     anywhere: the h200x2-nvswitch fixture and a stand-in torchrun
@@ -19,6 +20,7 @@ mkdir -p "$OUT"
 LOG=$OUT/run_torchrun.log
 : > "$LOG"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CUDA_DEVICE_ORDER=PCI_BUS_ID   # CUDA's device numbers are nvidia-smi's and the mapping's
 export NCCL_IB_DISABLE=1   # the mapping names a NIC for the check; the two GPUs talk over NVLink
 export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}
 PY=${PYTHON:-python3}
@@ -38,7 +40,7 @@ fi
 
 # 1. a mapping file: the solver's placement of a 2-rank ring, then a visible permutation
 printf 'src,dst,class,operation,bytes,messages\n0,1,p2p,MPI_Send,1000000,1\n1,0,p2p,MPI_Send,1000000,1\n' > "$WORK/ring.csv"
-if ! timeout 60 "$PY" -m rankmap map --traffic "$WORK/ring.csv" --topology "$TOPO" --format json \
+if ! timeout 15 "$PY" -m rankmap map --traffic "$WORK/ring.csv" --topology "$TOPO" --format json \
      -o "$WORK/solved.json" >> "$LOG" 2>&1; then
   echo "FAIL rankmap map on $TOPO (see $LOG)"; exit 1
 fi
@@ -62,9 +64,9 @@ PYEOF
 
 # 2. the launch, through torchrun's own workers
 echo "+ rankmap run --mapping mapping.json --topology $TOPO -- ${TORCHRUN[*]} --nproc_per_node=2 gpu/placed_worker.py" >> "$LOG"
-timeout 120 "$PY" -m rankmap run --mapping "$WORK/mapping.json" --topology "$TOPO" --dry-run -- \
+timeout 10 "$PY" -m rankmap run --mapping "$WORK/mapping.json" --topology "$TOPO" --dry-run -- \
   "${TORCHRUN[@]}" --nproc_per_node=2 "$ROOT/gpu/placed_worker.py" >> "$LOG" 2>&1
-timeout 120 "$PY" -m rankmap run --mapping "$WORK/mapping.json" --topology "$TOPO" -- \
+timeout 55 "$PY" -m rankmap run --mapping "$WORK/mapping.json" --topology "$TOPO" -- \
   "${TORCHRUN[@]}" --nproc_per_node=2 "$ROOT/gpu/placed_worker.py" > "$WORK/run.out" 2>&1
 RC=$?
 cat "$WORK/run.out" >> "$LOG"
@@ -72,7 +74,7 @@ cat "$WORK/run.out" >> "$LOG"
 # 3. the checks
 UUIDS=""
 if [ "${DRY:-0}" != 1 ] && command -v nvidia-smi >/dev/null; then
-  UUIDS=$(timeout 20 nvidia-smi --query-gpu=index,uuid --format=csv,noheader 2>>"$LOG" | tr -d ' ')
+  UUIDS=$(timeout 5 nvidia-smi --query-gpu=index,uuid --format=csv,noheader 2>>"$LOG" | tr -d ' ')
 fi
 "$PY" - "$WORK/mapping.json" "$WORK/run.out" "$RC" "$OUT/results.json" "$UUIDS" "$T0" <<'PYEOF' 2>&1 | tee -a "$LOG"
 import json, sys, time
@@ -81,7 +83,8 @@ wall = time.time() - float(t0)
 doc = json.load(open(mapping_file))
 m = doc["mapping"]
 uuid_of = dict(l.split(",", 1) for l in uuids.split() if "," in l)
-workers = [json.loads(l[len("WORKER "):]) for l in open(out_file) if l.startswith("WORKER ")]
+# a launcher may prefix its workers' lines ("[rank0]: ..."): find the record wherever it starts
+workers = [json.loads(l[l.index("WORKER {") + len("WORKER "):]) for l in open(out_file) if "WORKER {" in l]
 lines = []
 def check(ok, what):
     lines.append(("PASS " if ok else "FAIL ") + what)
@@ -95,7 +98,8 @@ def cpus(text):
         elif p:
             s.add(int(p))
     return s
-check(rc == "0", f"the job exited with status {rc}")
+check(rc == "0", f"the job exited with status {rc}" + (" (killed by timeout)" if rc in ("124", "137") else ""))
+check(str(m["0"]["gpu"]) != "0", f"the mapping puts rank 0 on GPU {m['0']['gpu']}, not the default GPU 0")
 check(len(workers) == 2, f"{len(workers)} of 2 workers reported")
 node_ranks = sorted((int(r) for r, e in m.items() if e["node"] == 0))
 for w in sorted(workers, key=lambda w: int(w["RANK"] or -1)):
@@ -127,6 +131,7 @@ for w in sorted(workers, key=lambda w: int(w["RANK"] or -1)):
         check(w["allreduce"] == 3.0, f"{tag}: NCCL all-reduce of RANK+1 gives {w['allreduce']} (want 3)")
     else:
         skip(f"{tag}: NCCL all-reduce (no torch with CUDA here)")
+check(wall <= 90, f"map + run + checks took {wall:.0f} s (limit 90 s)")
 print("\n".join(lines))
 print(f"wall time of map + run + checks: {wall:.0f} s; workers: " +
       ", ".join(f"rank {w['RANK']} {w['seconds']} s" for w in workers))
