@@ -342,10 +342,15 @@ def test_serve_off_loopback_prints_a_new_token(tmp_path):
 def test_mapping_hint_names_commands_that_exist(store):
     jid = sampled_job(store)
     msg = local_client(create_app(store, H200)).get(f"/api/jobs/{jid}/mapping").json()["message"]
-    assert "rankmap tune -- " in msg and f"rankmap map --job {jid}" in msg
+    import re
+    import shlex
+
     from rankmap.cli import build_parser
-    build_parser().parse_args(["map", "--job", str(jid)])  # the hinted command parses
-    build_parser().parse_args(["tune", "--", "torchrun", "x.py"])
+    hinted = re.findall(r"`rankmap ([^`]*)`", msg)
+    assert len(hinted) == 2 and hinted[0].startswith(f"map --job {jid} ") and "--save" in hinted[0]
+    assert hinted[1].startswith("tune") and hinted[1].endswith("-- <its command>")
+    build_parser().parse_args(shlex.split(hinted[0]))  # the hinted commands parse
+    build_parser().parse_args(shlex.split(hinted[1].replace("<its command>", "torchrun x.py")))
 
 
 # ----------------------------------------------------------------------------- MPI_T pvars
