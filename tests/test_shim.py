@@ -568,6 +568,13 @@ def test_mpich_forced_algorithm_through_the_shim(mpi, tmp_path, coll, alg, p, pa
     assert {t.label for r in recs for t in r.traffic if t.operation == f"MPI_{coll.capitalize()}"} == {"mirror"}
 
 
+def _build_app(mpi, tmp_path: Path, name: str, *libs: str) -> Path:
+    app = tmp_path / name
+    subprocess.run([MPIS[mpi.name]["cc"], "-O2", "-Wno-stringop-overflow", str(ROOT / "tests" / "native" / f"{name}.c"),
+                    "-o", str(app), *libs], check=True, capture_output=True)
+    return app
+
+
 # ---- memory kind through a stand-in libcuda ----------------------------------------------------------
 
 def test_memory_kind_classification(mpi, tmp_path):
@@ -577,9 +584,7 @@ def test_memory_kind_classification(mpi, tmp_path):
     libdir.mkdir()
     subprocess.run([cc, "-shared", "-fPIC", "-O2", str(ROOT / "tests" / "native" / "fake_cuda.c"),
                     "-o", str(libdir / "libcuda.so.1")], check=True)
-    app = tmp_path / "memkind_app"
-    subprocess.run([MPIS[mpi.name]["cc"], "-O2", str(ROOT / "tests" / "native" / "memkind_app.c"), "-o", str(app),
-                    "-ldl"], check=True, capture_output=True)
+    app = _build_app(mpi, tmp_path, "memkind_app", "-ldl")
     n, iters = 1000, 5
     run = tmp_path / "run"
     cmd = mpi.cmd(2, str(app), [str(n), str(iters)], run, {"LD_LIBRARY_PATH": str(libdir)})
@@ -611,11 +616,104 @@ def test_fortran_f08(mpi, tmp_path):
         assert r.payload["MPI_Allreduce"] == 8 * n * iters
 
 
+def test_newer_routines_exact(mpi, tmp_path):
+    """Matched probes everywhere; with MPI 4: MPI_Isendrecv(_replace), large-count calls, a
+    persistent collective and partitioned communication (tests/native/newcalls_app.c)."""
+    app = _build_app(mpi, tmp_path, "newcalls_app")
+    p = 3
+    cmd = mpi.cmd(p, str(app), [], tmp_path / "run")
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    mpi4, part = "mpi4" in out.stdout.split(), "partitioned" in out.stdout.split()
+    assert mpi4 == (mpi.name == "mpich")          # MPICH 4.0 here, Open MPI 4.1 (MPI 3.1)
+    recs = records.read_dir(tmp_path / "run")
+    sends = []
+    for r in range(p):
+        right, left = (r + 1) % p, (r - 1) % p
+        sends.append((r, right, 100 * (r + 1), 1, "MPI_Send", "MPI_Mrecv"))
+        sends.append((r, left, 50, 1, "MPI_Isend", "MPI_Imrecv"))
+        if mpi4:
+            sends.append((r, right, 30, 1, "MPI_Isendrecv", "MPI_Isendrecv"))
+            sends.append((r, left, 20, 1, "MPI_Isendrecv_replace", "MPI_Isendrecv_replace"))
+            sends.append((r, right, 56, 1, "MPI_Send", "MPI_Irecv"))              # MPI_Send_c / MPI_Irecv_c
+        if part:
+            sends.append((r, right, 2 * 4 * 8 * 4, 2, "MPI_Psend_init", "MPI_Precv_init"))
+    exp = expect_p2p(p, sends)
+    for rec in recs:
+        w = rec.world_rank
+        assert rows(rec, "p2p") == exp[w]
+        assert rec.op_time["MPI_Mprobe"][0] == 1 and rec.op_time["MPI_Improbe"][0] >= 1
+        if not mpi4:
+            continue
+        assert rec.op_time["MPI_Send"][0] == 2 and rec.op_time["MPI_Recv"][0] == 1   # _c forms count as these
+        c = {j: 8 * (1 + (w + j) % 3) for j in range(p)}
+        assert rec.payload["MPI_Alltoallv"] == sum(c.values())
+        coll = rows(rec, "collective")
+        for j in range(p):
+            if j != w:
+                assert coll[(j, "collective", "MPI_Alltoallv", "send")] == (c[j], 1)
+                assert coll[(j, "collective", "MPI_Alltoallv", "recv")] == (c[j], 1)
+        # persistent allreduce: the model's rows at every start, its payload under MPI_Start
+        assert rec.payload["MPI_Start"] == 3 * 32 and rec.op_time["MPI_Allreduce_init"][0] == 1
+        assert sum(v[0] for k, v in coll.items() if k[2] == "MPI_Allreduce_init" and k[3] == "send") % (3 * 32) == 0
+        if part:
+            assert rec.payload["MPI_Startall"] == 2 * 2 * 128
+    if mpi4:
+        assert (traffic_matrix(recs, klass="collective") == received_matrix(recs, klass="collective")).all()
+
+
+@pytest.mark.parametrize("module", ["mpi", "mpi_f08"])
+def test_fortran_calls_exact(mpi, tmp_path, module):
+    """tests/native/fcalls.F90 with `use mpi` and with `use mpi_f08`: nonblocking and persistent
+    point-to-point, matched probes, Waitany/Waitsome (1-based indices), collectives with MPI_IN_PLACE
+    (the send counts passed to the in-place MPI_Alltoallv are zeros: read, they would hide its
+    traffic), nonblocking and neighbourhood collectives -- every byte where the C twin would put it."""
+    fc = MPIS[mpi.name]["fc"]
+    if not shutil.which(fc):
+        pytest.skip("no Fortran compiler wrapper")
+    exe = tmp_path / "fcalls"
+    flags = ["-DF08"] if module == "mpi_f08" else []
+    b = subprocess.run([fc, "-O2", *flags, str(ROOT / "tests" / "native" / "fcalls.F90"), "-o", str(exe)],
+                       capture_output=True, text=True, cwd=tmp_path)
+    if b.returncode != 0 and module == "mpi_f08" and "mpi_f08" in b.stderr:
+        pytest.skip(f"{mpi.name} here has no mpi_f08 module")
+    assert b.returncode == 0, b.stderr
+    p, n = 4, 16
+    recs = mpi.run(p, str(exe), n, rundir=tmp_path / "run")
+    sends = []
+    for r in range(p):
+        right, left = (r + 1) % p, (r - 1) % p
+        sends += [(r, right, 8 * n, 1, "MPI_Isend", "MPI_Irecv"),
+                  (r, left, 3 * 16 * n, 3, "MPI_Send_init", "MPI_Recv_init"),
+                  (r, right, 16 * (r + 1), 1, "MPI_Send", "MPI_Mrecv"),
+                  (r, left, 40, 1, "MPI_Isend", "MPI_Imrecv")]
+        sends += [(r, peer, 2 * 8, 2, "MPI_Isend", "MPI_Irecv") for peer in (left, right)]
+    exp = expect_p2p(p, sends)
+    for rec in recs:
+        r = rec.world_rank
+        assert rows(rec, "p2p") == exp[r]
+        c = {j: 8 * (1 + (r + j) % 3) for j in range(p)}
+        assert {k: v for k, v in rec.payload.items() if v and k not in (
+            "MPI_Send", "MPI_Isend", "MPI_Mrecv", "MPI_Startall")} == {
+            "MPI_Allreduce": 8 * n, "MPI_Ibcast": 8 * n, "MPI_Iallgather": 8 * n,
+            "MPI_Alltoallv": sum(c.values()), "MPI_Neighbor_alltoall": 2 * 24, "MPI_Ineighbor_allgather": 2 * 16}
+        coll = rows(rec, "collective")
+        for j in range(p):
+            if j != r:
+                for d in ("send", "recv"):
+                    assert coll[(j, "collective", "MPI_Alltoallv", d)] == (c[j], 1)
+        for j in ((r + 1) % p, (r - 1) % p):
+            for d in ("send", "recv"):
+                assert coll[(j, "collective", "MPI_Neighbor_alltoall", d)] == (24, 1)
+                assert coll[(j, "collective", "MPI_Ineighbor_allgather", d)] == (16, 1)
+        assert rec.op_time["MPI_Waitany"][0] == 4 and rec.op_time["MPI_Waitsome"][0] >= 2
+        assert rec.op_time["MPI_Startall"][0] == 3 and rec.payload["MPI_Startall"] == 3 * 16 * n
+    assert (traffic_matrix(recs) == received_matrix(recs)).all()
+
+
 def test_thread_multiple(mpi, tmp_path):
     """Several threads per rank communicate at once: every byte is still counted exactly."""
-    app = tmp_path / "threads_app"
-    subprocess.run([MPIS[mpi.name]["cc"], "-O2", str(ROOT / "tests" / "native" / "threads_app.c"), "-o", str(app),
-                    "-lpthread"], check=True, capture_output=True)
+    app = _build_app(mpi, tmp_path, "threads_app", "-lpthread")
     p, nt, iters, nbytes = 3, 4, 50, 100
     cmd = mpi.cmd(p, str(app), [str(nt), str(iters), str(nbytes)], tmp_path / "run")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

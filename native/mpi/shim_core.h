@@ -121,10 +121,17 @@ rm_rowset_t *rm_persist_begin(int op);
 void rm_persist_end(rm_rowset_t *rs, MPI_Request req);
 
 /* request tracking */
-enum { RQ_RECV = 1, RQ_PRECV = 2, RQ_PSTART = 3, RQ_MSG = 4 };
-typedef struct { uint64_t key, seq; int kind, op, mem; rm_xl_t *xl; rm_rowset_t *rs; } rm_rq_t;
+enum { RQ_RECV = 1, RQ_PRECV = 2, RQ_PSTART = 3, RQ_MSG = 4, RQ_SRECV = 5 };
+typedef struct {
+  uint64_t key, seq; int kind, op, mem; rm_xl_t *xl; rm_rowset_t *rs;
+  int src; uint64_t bytes;          /* RQ_SRECV: the posted source (comm rank) and length */
+} rm_rq_t;
 extern volatile int rm_rq_count;
 void rm_rq_put(MPI_Request req, int kind, int op, int mem, rm_xl_t *xl, rm_rowset_t *rs);
+/* The receive half of MPI_Isendrecv(_replace).  MPICH 4.0 completes these requests without
+ * filling the status, so with a named source the posted source and length are counted (a shorter
+ * message counts as the posted length); with MPI_ANY_SOURCE the status decides. */
+void rm_rq_put_srecv(MPI_Request req, int op, int mem, MPI_Comm comm, int source, uint64_t bytes);
 int  rm_rq_get(MPI_Request req, rm_rq_t *out);
 void rm_rq_del(const rm_rq_t *e);
 void rm_rq_done(const rm_rq_t *e, const MPI_Status *st);  /* a tracked request completed */

@@ -16,6 +16,14 @@ _Static_assert(sizeof(MPI_Fint) == sizeof(int), "Fortran INTEGER must be a C int
 #define RM_F_STATUS_SIZE ((int)(sizeof(MPI_Status) / sizeof(MPI_Fint)))
 #endif
 
+/* Fortran indices (MPI_Waitany, MPI_Testany, MPI_Waitsome, MPI_Testsome) count from 1; MPICH
+ * 4.0's mpi_f08 returns them counted from 0 (pmodels/mpich#6270, fixed in 4.1). */
+#if defined(MPICH_NUMVERSION) && MPICH_NUMVERSION >= 40000000 && MPICH_NUMVERSION < 40100000
+#define RM_F_INDEX_BASE (RM_F08 ? 0 : 1)
+#else
+#define RM_F_INDEX_BASE 1
+#endif
+
 #pragma GCC visibility push(hidden)
 
 /* The library's Fortran routine: rm_fresolve tries lower_, lower__, lower, LOWER (mpif.h);

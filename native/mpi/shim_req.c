@@ -28,21 +28,32 @@ static inline void rq_lock(void) {
 }
 static inline void rq_unlock(void) { if (!rm_single) atomic_flag_clear_explicit(&rq_flag, memory_order_release); }
 
-void rm_rq_put(MPI_Request req, int kind, int op, int mem, rm_xl_t *xl, rm_rowset_t *rs) {
+static void rq_insert(MPI_Request req, rm_rq_t e) {
   if (req == MPI_REQUEST_NULL) return;
-  uint64_t key = hkey(&req, sizeof req);
+  e.key = hkey(&req, sizeof req);
   rq_lock();
-  unsigned i = (unsigned)hmix(key) & (RQ_SIZE - 1), n = 0;
+  unsigned i = (unsigned)hmix(e.key) & (RQ_SIZE - 1), n = 0;
   for (; n < RQ_SIZE; n++, i = (i + 1) & (RQ_SIZE - 1))
-    if (rq_tab[i].key == 0 || rq_tab[i].key == key) break;
+    if (rq_tab[i].key == 0 || rq_tab[i].key == e.key) break;
   if (n == RQ_SIZE) {
     rq_unlock();
     rmrec_fail(rm_R, "more than 65536 pending receive or persistent requests");
     return;
   }
   if (rq_tab[i].key == 0) rm_rq_count++;
-  rq_tab[i] = (rm_rq_t){key, ++rq_seq, kind, op, mem, xl, rs};
+  e.seq = ++rq_seq;
+  rq_tab[i] = e;
   rq_unlock();
+}
+
+void rm_rq_put(MPI_Request req, int kind, int op, int mem, rm_xl_t *xl, rm_rowset_t *rs) {
+  rq_insert(req, (rm_rq_t){.kind = kind, .op = op, .mem = mem, .xl = xl, .rs = rs, .src = -1});
+}
+
+void rm_rq_put_srecv(MPI_Request req, int op, int mem, MPI_Comm comm, int source, uint64_t bytes) {
+  if (source == MPI_PROC_NULL) return;
+  rq_insert(req, (rm_rq_t){.kind = RQ_SRECV, .op = op, .mem = mem, .xl = rm_comm_xl(comm), .src = source,
+                           .bytes = bytes});
 }
 
 static int rq_find_locked(MPI_Request req, rm_rq_t *out) {
@@ -106,20 +117,25 @@ void rm_rq_del(const rm_rq_t *e) {
 
 void rm_rq_account(const rm_rq_t *e, const MPI_Status *st) {
   if (e->kind == RQ_RECV || e->kind == RQ_PRECV) rm_p2p_recv(e->op, e->mem, e->xl, st);
+  if (e->kind != RQ_SRECV) return;
+  if (e->src < 0) rm_p2p_recv(e->op, e->mem, e->xl, st);
+  else rm_emit(rm_world(e->xl, e->src), RMREC_P2P, e->op, e->mem, RMREC_RECV, e->bytes, 1);
 }
+
+static inline int rq_once(int kind) { return kind == RQ_RECV || kind == RQ_SRECV; }  /* freed at completion */
 
 void rm_rq_release_n(int n, const rm_rq_t *e, const char *sel) {
   int any = 0;
-  for (int i = 0; i < n && !any; i++) any = sel[i] && e[i].kind == RQ_RECV;
+  for (int i = 0; i < n && !any; i++) any = sel[i] && rq_once(e[i].kind);
   if (!any) return;
   rq_lock();
-  for (int i = 0; i < n; i++) if (sel[i] && e[i].kind == RQ_RECV) rq_del_locked(&e[i]);
+  for (int i = 0; i < n; i++) if (sel[i] && rq_once(e[i].kind)) rq_del_locked(&e[i]);
   rq_unlock();
 }
 
 void rm_rq_done(const rm_rq_t *e, const MPI_Status *st) {
   rm_rq_account(e, st);
-  if (e->kind == RQ_RECV) rm_rq_del(e);
+  if (rq_once(e->kind)) rm_rq_del(e);
 }
 
 
