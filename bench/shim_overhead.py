@@ -26,7 +26,9 @@ own plus a side-by-side ns/call summary.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -77,6 +79,59 @@ def ns_per_call(runs: list[dict], k: tuple[str, int]) -> float:
             return (64 / s0 - 64 / p0) * 1e9 / 66
         return s0 - p0
     return statistics.median(one(*r[k]) for r in runs)
+
+
+CALLCOST_ITERS, CALLCOST_ROUNDS = 4000, 2
+
+
+def callcost_units(exe: Path, shim: Path, work: Path, valgrind: bool) -> dict[str, tuple[int, float, float]]:
+    """Run bench/callcost.c in one process with the shim preloaded (capture on).
+
+    Without valgrind: {pattern: (calls per iteration, plain ns, shim ns)} in the thread's CPU time.
+    With valgrind (callgrind): {pattern: (calls per iteration, plain Ir, shim Ir)} per iteration,
+    from the inclusive instruction counts of the plain_<pattern> and shim_<pattern> functions.
+    """
+    env = dict(os.environ, LD_PRELOAD=str(shim), RANKMAP_RUN_DIR=str(work / "callcost-run"))
+    if not valgrind:
+        p = subprocess.run([str(exe), "20000", "15"], capture_output=True, text=True, env=env, timeout=600)
+        if p.returncode != 0:
+            raise SystemExit(f"callcost failed: {p.stderr}")
+        out = {}
+        for line in p.stdout.split("\n"):
+            if line.strip():
+                name, calls, plain, shim_ns = line.split()
+                out[name] = (int(calls), float(plain), float(shim_ns))
+        return out
+    cg = work / "callgrind.out"
+    p = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", str(exe),
+                        str(CALLCOST_ITERS), str(CALLCOST_ROUNDS)], capture_output=True, text=True, env=env, timeout=1800)
+    if p.returncode != 0:
+        raise SystemExit(f"callcost under callgrind failed: {p.stderr[-2000:]}")
+    ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(cg)],
+                         capture_output=True, text=True).stdout
+    incl: dict[str, int] = {}
+    for line in ann.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+\S*:(plain|shim)_(\w+) ", line)
+        if m:
+            incl[f"{m.group(2)}_{m.group(3)}"] = int(m.group(1).replace(",", ""))
+    calls = {"rate": (129, 64), "pair": (3, 1), "coll": (1, 1)}
+    out = {}
+    for name, (per_iter, div) in calls.items():
+        n = CALLCOST_ITERS // div + 1
+        iters = n // 10 + 1 + CALLCOST_ROUNDS * n          # warm-up + rounds, as callcost.c runs them
+        if f"plain_{name}" in incl and f"shim_{name}" in incl:
+            out[name] = (per_iter, incl[f"plain_{name}"] / iters, incl[f"shim_{name}"] / iters)
+    return out
+
+
+def callcost_table(ns: dict, ir: dict | None) -> None:
+    print("\nper intercepted call, one process (bench/callcost.c: 8 B to MPI_COMM_SELF; CPU time, median of 15 rounds)")
+    print(f"{'pattern':<8}{'calls':>6}{'plain':>12}{'shim':>12}{'ns/call':>9}" + (f"{'instr/call':>12}" if ir else ""))
+    for name, (calls, p0, s0) in ns.items():
+        extra = ""
+        if ir and name in ir:
+            extra = f"{(ir[name][2] - ir[name][1]) / calls:>12.0f}"
+        print(f"{name:<8}{calls:>6}{p0:>9.1f} ns{s0:>9.1f} ns{(s0 - p0) / calls:>9.1f}{extra}")
 
 
 def table(runs: list[dict], title: str) -> None:

@@ -64,8 +64,9 @@ _Static_assert(sizeof(row_comm_entry_t) == 16, "comm entry head");
 _Static_assert(sizeof(row_copy_t) == 48, "cuda copy row");
 _Static_assert(sizeof(row_kernel_t) == 32, "cuda kernel entry head (name bytes follow)");
 
-typedef struct { _Atomic uint64_t key, bytes, msgs; } slot_t;
-typedef struct { _Atomic uint64_t calls, ticks, bytes; } opstat_t;
+typedef rmrec_slot_t slot_t;
+typedef rmrec_opstat_t opstat_t;
+#define MAX_SHARDS 32           /* per-thread counter shards (1..31; 0 is the shared one): 5 key bits */
 typedef struct pend { struct pend *next; uint32_t len; unsigned char data[]; } pend_t;
 /* CUDA activity, summed since the last flush: a copy (type 1: a/b = source/destination device,
  * k = kind | src mem << 8 | dst mem << 16, v = count, bytes, ns) or a kernel (type 2: a = device,
@@ -92,9 +93,10 @@ struct rmrec {
   _Atomic int nops;
   int ops_emitted;
   char *opname[RMREC_MAX_OPS];
-  opstat_t ops[RMREC_MAX_OPS];
+  opstat_t ops[RMREC_MAX_OPS];                 /* shard 0 */
+  opstat_t *_Atomic shard_ops[MAX_SHARDS];      /* shards 1.., allocated when a thread asks */
+  _Atomic int nshards;
   uint64_t opshadow[RMREC_MAX_OPS][3];
-  _Atomic uint64_t hist[RMREC_MAX_OPS][RMREC_HIST_BINS];
   uint64_t histshadow[RMREC_MAX_OPS][RMREC_HIST_BINS];
   /* timeline: ring of nring (a power of two) buckets x world_size peers x RMREC_NCLASS classes,
    * each cell a running total */
@@ -456,10 +458,8 @@ void rmrec_traffic(rmrec_t *c, int peer, int klass, int op, int mem, int dir, ui
 }
 
 static inline void timeline_add(rmrec_t *c, int peer, int klass, uint64_t bytes, uint64_t ticks, int single) {
-  if (!c->tl || peer < 0 || peer >= c->world_size || !bytes) return;
-  uint64_t b = ticks_to_bucket(c, ticks - c->tick0);
-  size_t cell = ((size_t)(b & (uint64_t)(c->nring - 1)) * (size_t)c->world_size + (size_t)peer) * RMREC_NCLASS + (klass & 3);
-  bump(&c->tl[cell], bytes, single);
+  _Atomic uint64_t *cell = bytes ? rmrec_tl_cell(c, peer, klass, ticks) : NULL;
+  if (cell) bump(cell, bytes, single);
 }
 
 void rmrec_timeline_at(rmrec_t *c, int peer, int klass, uint64_t bytes, uint64_t ticks) {
@@ -472,13 +472,24 @@ void rmrec_traffic_at(rmrec_t *c, int peer, int klass, int op, int mem, int dir,
   rmrec_traffic_from(c, peer, klass, op, mem, dir, bytes, msgs, ticks, RMREC_ORIGIN_CALL);
 }
 
-/* key: bit 63 set (never 0), bits 56-57 origin, 24-55 peer, 8-23 op, 4-7 class, 1-3 mem, 0 dir */
+/* Traffic row keys: bit 63 set (never 0), shard in bits 58-62, origin 56-57, peer 24-55, op 8-23,
+ * class 4-7, mem 1-3, dir 0. */
 void rmrec_traffic_from(rmrec_t *c, int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs,
                         uint64_t ticks, int origin) {
   if (!c || !atomic_load_explicit(&c->enabled, memory_order_relaxed)) return;
-  uint64_t key = (1ull << 63) | ((uint64_t)(origin & 3) << 56) | ((uint64_t)(uint32_t)peer << 24) |
-                 ((uint64_t)(op & 0xffff) << 8) |
-                 ((uint64_t)(klass & 0xf) << 4) | ((uint64_t)(mem & 0x7) << 1) | (uint64_t)(dir & 1);
+  slot_t *s = rmrec_slot(c, 0, origin, peer, klass, op, mem, dir);
+  if (!s) return;
+  int single = c->single;
+  bump(&s->bytes, bytes, single);
+  bump(&s->msgs, msgs, single);
+  if (dir == RMREC_SEND) timeline_add(c, peer, klass, bytes, ticks, single);
+}
+
+rmrec_slot_t *rmrec_slot(rmrec_t *c, int shard, int origin, int peer, int klass, int op, int mem, int dir) {
+  if (!c || !atomic_load_explicit(&c->enabled, memory_order_relaxed)) return NULL;
+  uint64_t key = (1ull << 63) | ((uint64_t)(shard & 0x1f) << 58) | ((uint64_t)(origin & 3) << 56) |
+                 ((uint64_t)(uint32_t)peer << 24) | ((uint64_t)(op & 0xffff) << 8) | ((uint64_t)(klass & 0xf) << 4) |
+                 ((uint64_t)(mem & 0x7) << 1) | (uint64_t)(dir & 1);
   uint64_t i = mix64(key) & c->tmask;
   for (unsigned probe = 0; probe < 4096; probe++, i = (i + 1) & c->tmask) {
     slot_t *s = &c->tab[i];
@@ -488,18 +499,33 @@ void rmrec_traffic_from(rmrec_t *c, int peer, int klass, int op, int mem, int di
       if (atomic_compare_exchange_strong(&s->key, &expect, key)) k = key;
       else k = expect;
     }
-    if (k == key) {
-      int single = c->single;
-      bump(&s->bytes, bytes, single);
-      bump(&s->msgs, msgs, single);
-      if (dir == RMREC_SEND) timeline_add(c, peer, klass, bytes, ticks, single);
-      return;
-    }
+    if (k == key) return s;
   }
   failf(c, "traffic table full (%llu slots); set RANKMAP_TABLE_SLOTS larger", (unsigned long long)c->tmask + 1);
+  return NULL;
 }
 
-static inline int hist_bin(uint64_t n) { return n ? 64 - __builtin_clzll(n) : 0; }
+_Atomic uint64_t *rmrec_tl_cell(rmrec_t *c, int peer, int klass, uint64_t ticks) {
+  if (!c || !c->tl || peer < 0 || peer >= c->world_size) return NULL;
+  uint64_t b = ticks_to_bucket(c, ticks - c->tick0);
+  size_t cell = ((size_t)(b & (uint64_t)(c->nring - 1)) * (size_t)c->world_size + (size_t)peer) * RMREC_NCLASS + (klass & 3);
+  return &c->tl[cell];
+}
+
+int rmrec_shard(rmrec_t *c) {
+  if (!c) return 0;
+  int s = atomic_fetch_add(&c->nshards, 1) + 1;
+  if (s >= MAX_SHARDS) return 0;
+  opstat_t *o = calloc(RMREC_MAX_OPS, sizeof *o);
+  if (!o) return 0;
+  atomic_store_explicit(&c->shard_ops[s], o, memory_order_release);
+  return s;
+}
+
+rmrec_opstat_t *rmrec_opstats(rmrec_t *c, int shard) {
+  if (!c || shard < 0 || shard >= MAX_SHARDS) return NULL;
+  return shard ? atomic_load_explicit(&c->shard_ops[shard], memory_order_acquire) : c->ops;
+}
 
 void rmrec_call(rmrec_t *c, int op, uint64_t payload, uint64_t ticks) {
   if (!c || !atomic_load_explicit(&c->enabled, memory_order_relaxed)) return;
@@ -509,9 +535,7 @@ void rmrec_call(rmrec_t *c, int op, uint64_t payload, uint64_t ticks) {
   bump(&o->calls, 1, single);
   bump(&o->ticks, ticks, single);
   bump(&o->bytes, payload, single);
-  int bin = hist_bin(payload);       /* <= 64 = RMREC_HIST_BINS: clamp */
-  if (bin >= RMREC_HIST_BINS) bin = RMREC_HIST_BINS - 1;
-  bump(&c->hist[op][bin], 1, single);
+  bump(&o->hist[rmrec_hist_bin(payload)], 1, single);
 }
 
 /* ---- registration of names, communicators, meta ----------------------------------------- */
@@ -690,6 +714,14 @@ static void write_all(rmrec_t *c, const unsigned char *p, size_t n) {
   }
 }
 
+/* a counter of op summed over the shards (off: its offset in opstat_t) */
+static uint64_t shard_sum(opstat_t *const *sh, int n, int op, size_t off) {
+  uint64_t sum = 0;
+  for (int k = 0; k < n; k++)
+    sum += atomic_load_explicit((_Atomic uint64_t *)((char *)&sh[k][op] + off), memory_order_relaxed);
+  return sum;
+}
+
 static void flush_impl(rmrec_t *c, int final) {
   if (c->fd < 0 || c->pid != getpid()) return;
   if (atomic_load(&c->failed)) return;
@@ -723,7 +755,7 @@ static void flush_impl(rmrec_t *c, int final) {
     uint64_t db = by - c->tshadow[i][0], dm = ms - c->tshadow[i][1];
     if (!db && !dm) continue;
     c->tshadow[i][0] = by; c->tshadow[i][1] = ms;
-    row_traffic_t r = {0};
+    row_traffic_t r = {0};      /* shards of one row become rows of their own; readers sum them */
     r.peer = (int32_t)(uint32_t)(key >> 24);
     r.op = (uint16_t)(key >> 8);
     r.klass = (uint8_t)((key >> 4) & 0xf);
@@ -735,11 +767,16 @@ static void flush_impl(rmrec_t *c, int final) {
   }
   blk_end(&b);
 
-  /* per-operation calls/time/payload and size histogram */
+  /* per-operation calls/time/payload and size histogram, summed over the shards */
+  opstat_t *shards[MAX_SHARDS];
+  int nsh = 0;
+  for (int k = 0; k < MAX_SHARDS; k++) {
+    opstat_t *o = k ? atomic_load_explicit(&c->shard_ops[k], memory_order_acquire) : c->ops;
+    if (o) shards[nsh++] = o;
+  }
+#define SUM_(field) shard_sum(shards, nsh, op, offsetof(opstat_t, field))
   for (int op = 0; op < nops; op++) {
-    uint64_t calls = atomic_load_explicit(&c->ops[op].calls, memory_order_relaxed);
-    uint64_t ticks = atomic_load_explicit(&c->ops[op].ticks, memory_order_relaxed);
-    uint64_t bytes = atomic_load_explicit(&c->ops[op].bytes, memory_order_relaxed);
+    uint64_t calls = SUM_(calls), ticks = SUM_(ticks), bytes = SUM_(bytes);
     if (calls != c->opshadow[op][0] || ticks != c->opshadow[op][1] || bytes != c->opshadow[op][2]) {
       row_optime_t r = {0};
       r.op = (uint16_t)op;
@@ -753,7 +790,7 @@ static void flush_impl(rmrec_t *c, int final) {
   blk_end(&b);
   for (int op = 0; op < nops; op++)
     for (int k = 0; k < RMREC_HIST_BINS; k++) {
-      uint64_t v = atomic_load_explicit(&c->hist[op][k], memory_order_relaxed);
+      uint64_t v = shard_sum(shards, nsh, op, offsetof(opstat_t, hist) + (size_t)k * sizeof(uint64_t));
       if (v == c->histshadow[op][k]) continue;
       row_hist_t r = {0};
       r.op = (uint16_t)op; r.bin = (uint8_t)k; r.count = v - c->histshadow[op][k];
@@ -838,17 +875,32 @@ void rmrec_flush(rmrec_t *c) {
   pthread_mutex_unlock(&c->flock);
 }
 
+volatile unsigned rmrec_epoch;
+
+/* ns from now to just past the next timeline bucket boundary */
+static uint64_t to_next_bucket(rmrec_t *c) {
+  uint64_t el = rmrec_ticks_to_ns(rmrec_ticks() - c->tick0);
+  return c->bucket_ns - el % c->bucket_ns + 20000;
+}
+
+/* Wakes at every timeline bucket boundary (rmrec_epoch) and flushes every flush_ns. */
 static void *flush_thread(void *arg) {
   rmrec_t *c = arg;
   pthread_mutex_lock(&c->flock);
+  uint64_t next_flush = rmrec_now_ns() + c->flush_ns;
   while (!c->stop) {
+    uint64_t now = rmrec_now_ns(), wait = to_next_bucket(c);
+    if (next_flush > now && next_flush - now < wait) wait = next_flush - now;
+    if (next_flush <= now) wait = 0;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t t = (uint64_t)ts.tv_nsec + c->flush_ns;
+    uint64_t t = (uint64_t)ts.tv_nsec + wait;
     ts.tv_sec += (time_t)(t / 1000000000ull);
     ts.tv_nsec = (long)(t % 1000000000ull);
-    pthread_cond_timedwait(&c->fcond, &c->flock, &ts);
+    if (wait) pthread_cond_timedwait(&c->fcond, &c->flock, &ts);
     if (c->stop || c->closed) break;
+    __atomic_fetch_add(&rmrec_epoch, 1, __ATOMIC_RELAXED);
+    if (rmrec_now_ns() < next_flush) continue;
     if (c->pre_flush) {               /* outside the flush lock: the hook may take its own locks */
       pthread_mutex_unlock(&c->flock);
       c->pre_flush(c->pre_flush_arg);
@@ -856,6 +908,7 @@ static void *flush_thread(void *arg) {
       if (c->stop || c->closed) break;
     }
     flush_impl(c, 0);
+    next_flush = rmrec_now_ns() + c->flush_ns;
   }
   pthread_mutex_unlock(&c->flock);
   return NULL;

@@ -26,6 +26,7 @@
  *   rmrec_single_writer(c, 1);   hot-path calls never overlap: plain adds, no locked atomics
  *   rmrec_timeline_at(c, peer, klass, bytes, ticks);  timeline only (no traffic row)
  *   rmrec_pre_flush(c, fn, arg);  fn(arg) on the flush thread before each periodic flush
+ *   rmrec_epoch                  changes at every timeline bucket boundary (see below)
  *   rmrec_ticks_to_ns(dt), rmrec_ticks_to_mono_ns(t), rmrec_ns_to_ticks(ns)
  *       the shared, calibrated tick clock (below)
  *   rmrec_comm(c, id, "name", size, world_ranks);   communicator membership (locked, rare)
@@ -151,8 +152,36 @@ int  rmrec_enabled(const rmrec_t *c);
  * MPI_THREAD_MULTIPLE): counters are then bumped with plain loads and stores instead of locked
  * read-modify-writes.  Call it before the first hot-path call.  Counts stay exact either way. */
 void rmrec_single_writer(rmrec_t *c, int on);
+/* ---- cached hot path ------------------------------------------------------------------------
+ * The counters behind rmrec_traffic_at and rmrec_call, for a hook that keeps pointers to them
+ * (the MPI shim: one table lookup per distinct row and thread instead of one per call).  Their
+ * addresses are fixed while the writer lives (it is never freed).  Add to them with rmrec_add:
+ * plain when the caller is their only writer -- everything below rmrec_single_writer, or the
+ * counters of a shard the calling thread owns -- locked otherwise.
+ * Shards: rmrec_shard() gives the calling thread counters of its own (1..31; 0 = the shared ones,
+ * also when none is left); rows and operation counters of every shard are summed at flush. */
+typedef struct { _Atomic uint64_t key, bytes, msgs; } rmrec_slot_t;
+typedef struct { _Atomic uint64_t calls, ticks, bytes, hist[RMREC_HIST_BINS]; } rmrec_opstat_t;
+int rmrec_shard(rmrec_t *c);
+rmrec_slot_t *rmrec_slot(rmrec_t *c, int shard, int origin, int peer, int klass, int op, int mem,
+                         int dir);  /* NULL: off */
+rmrec_opstat_t *rmrec_opstats(rmrec_t *c, int shard);       /* array indexed by op; NULL: no shard */
+_Atomic uint64_t *rmrec_tl_cell(rmrec_t *c, int peer, int klass, uint64_t ticks);  /* NULL: none */
+static inline void rmrec_add(_Atomic uint64_t *p, uint64_t v, int plain) {
+  if (plain) __atomic_store_n((uint64_t *)p, __atomic_load_n((uint64_t *)p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+  else __atomic_fetch_add((uint64_t *)p, v, __ATOMIC_RELAXED);
+}
+static inline int rmrec_hist_bin(uint64_t n) {      /* 0: 0 bytes; k: 2^(k-1) <= n < 2^k */
+  return n ? 64 - __builtin_clzll(n) - (n >> 63) : 0;   /* 2^63 and up share the last bin */
+}
+
 /* Monotonic clock in nanoseconds (CLOCK_MONOTONIC). */
 uint64_t rmrec_now_ns(void);
+/* Timeline epoch: advanced by the flush thread of an open writer at every timeline bucket
+ * boundary.  A hook may keep using an earlier rmrec_ticks() reading as the timeline time of new
+ * rows while the epoch is the one it saw at that reading: the reading is in the current bucket
+ * (up to the flush thread's wake-up delay after the boundary), and the hook saves a clock read. */
+extern volatile unsigned rmrec_epoch;
 
 /* ---- ticks: the one cheap clock of every rankmap hook ----------------------------------------
  * rmrec_ticks() is the TSC on x86-64 (rdtsc, ~10 ns, no system call) and CLOCK_MONOTONIC ns

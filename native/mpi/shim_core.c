@@ -5,7 +5,6 @@
 #define _GNU_SOURCE
 #include "shim_core.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,6 +15,10 @@ rmrec_t *rm_R;
 int rm_on, rm_single;
 RM_TLS rm_tls_t rm_t;
 int rm_wrank, rm_wsize;
+unsigned rm_sample_bits;
+int rm_status_direct;
+uint64_t rm_slow_ticks;
+#define SLOW_NS 2000          /* a call this long or longer is always timed next time */
 rm_ts_t rm_ts_tab[RM_TS_SLOTS];
 
 static const char *op_names[] = {
@@ -31,13 +34,16 @@ typedef struct { _Atomic uint64_t key; rm_xl_t *_Atomic val; } xt_ent_t;
 typedef struct { xt_ent_t e[XT_SIZE]; pthread_mutex_t lock; } xt_t;
 static xt_t comm_tab = { .lock = PTHREAD_MUTEX_INITIALIZER };
 static xt_t win_tab = { .lock = PTHREAD_MUTEX_INITIALIZER };
-static rm_xl_t xl_world;
+rm_xl_t rm_xl_world;
+#define xl_world rm_xl_world
 static int comm_kv = MPI_KEYVAL_INVALID, win_kv = MPI_KEYVAL_INVALID;
 static _Atomic uint64_t comm_seq = 1;
 /* The last communicator each thread looked up (most codes use one or two): valid while no
  * communicator was freed since (xt_gen counts frees; a freed handle may come back as another). */
-static _Atomic unsigned xt_gen;
-static RM_TLS struct { uint64_t key; unsigned gen; rm_xl_t *x; } comm_last;
+_Atomic unsigned rm_xt_gen;
+RM_TLS rm_comm_last_t rm_comm_last;
+#define xt_gen rm_xt_gen
+#define comm_last rm_comm_last
 
 #define hkey rm_hkey
 #define hmix rm_hmix
@@ -104,12 +110,10 @@ static rm_xl_t *build_xl(MPI_Group g, int me, int inter) {
   return x;
 }
 
-rm_xl_t *rm_comm_xl(MPI_Comm comm) {
-  if (comm == MPI_COMM_WORLD) return &xl_world;
+rm_xl_t *rm_comm_xl_slow(MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) return NULL;
   uint64_t key = hkey(&comm, sizeof comm);
   unsigned gen = atomic_load_explicit(&xt_gen, memory_order_acquire);
-  if (comm_last.key == key && comm_last.gen == gen) return comm_last.x;
   rm_xl_t *x = xt_find(&comm_tab, key);
   if (x) { comm_last.key = key; comm_last.gen = gen; comm_last.x = x; return x; }
   int inter = 0, me = 0;
@@ -120,13 +124,13 @@ rm_xl_t *rm_comm_xl(MPI_Comm comm) {
   x = build_xl(g, me, inter);
   PMPI_Group_free(&g);
   if (!x) return NULL;
-  xt_put(&comm_tab, key, x);
-  comm_last.key = key; comm_last.gen = gen; comm_last.x = x;
-  if (comm_kv != MPI_KEYVAL_INVALID) PMPI_Comm_set_attr(comm, comm_kv, x);
-  if (!inter) {
+  if (!inter) {                           /* its id before any thread can find it */
     x->id = atomic_fetch_add(&comm_seq, 1);
     rmrec_comm(rm_R, x->id, "", x->size, x->w);
   }
+  xt_put(&comm_tab, key, x);
+  comm_last.key = key; comm_last.gen = gen; comm_last.x = x;
+  if (comm_kv != MPI_KEYVAL_INVALID) PMPI_Comm_set_attr(comm, comm_kv, x);
   return x;
 }
 
@@ -145,58 +149,6 @@ rm_xl_t *rm_win_xl(MPI_Win win) {
   xt_put(&win_tab, key, x);
   if (win_kv != MPI_KEYVAL_INVALID) PMPI_Win_set_attr(win, win_kv, x);
   return x;
-}
-
-/* ---- memory kind through the CUDA driver, loaded at run time ------------------------------- */
-
-typedef int (*cu_attrs_fn)(unsigned n, int *attrs, void **data, unsigned long long ptr);
-static cu_attrs_fn cu_attrs;
-#define MK_SLOTS 1024
-static _Atomic uint64_t mk_cache[MK_SLOTS];   /* (64 KiB granule << 2) | kind, 0 = empty */
-#define MR_SLOTS 64
-static struct { _Atomic uint64_t lo, hi; _Atomic int kind; } mk_range[MR_SLOTS];
-static _Atomic unsigned mk_nrange;
-
-static void mem_init(void) {
-  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!h) h = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
-  if (h) cu_attrs = (cu_attrs_fn)dlsym(h, "cuPointerGetAttributes");
-  rmrec_meta(rm_R, "cuda", cu_attrs ? "loaded" : "not loaded");
-}
-
-int rm_mem(const void *buf) {
-  if (!buf || buf == MPI_IN_PLACE || buf == MPI_BOTTOM) return RMREC_MEM_UNKNOWN;
-  if (!cu_attrs) return RMREC_MEM_HOST;
-  uint64_t a = (uint64_t)(uintptr_t)buf, g = a >> 16;
-  uint64_t c = atomic_load_explicit(&mk_cache[g & (MK_SLOTS - 1)], memory_order_relaxed);
-  if (c && (c >> 2) == g) return (int)(c & 3);
-  unsigned nr = atomic_load_explicit(&mk_nrange, memory_order_acquire);
-  for (unsigned i = 0; i < nr && i < MR_SLOTS; i++)
-    if (a >= atomic_load_explicit(&mk_range[i].lo, memory_order_relaxed) &&
-        a < atomic_load_explicit(&mk_range[i].hi, memory_order_relaxed))
-      return atomic_load_explicit(&mk_range[i].kind, memory_order_relaxed);
-  /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE=2, IS_MANAGED=8, RANGE_START_ADDR=11, RANGE_SIZE=12 */
-  int attrs[4] = {2, 8, 11, 12};
-  unsigned int mtype = 0;
-  int managed = 0;
-  unsigned long long start = 0;
-  size_t size = 0;
-  void *data[4] = {&mtype, &managed, &start, &size};
-  int kind = RMREC_MEM_HOST;
-  if (cu_attrs(4, attrs, data, (unsigned long long)a) == 0) {
-    if (managed) kind = RMREC_MEM_MANAGED;
-    else if (mtype == 2 /* CU_MEMORYTYPE_DEVICE */) kind = RMREC_MEM_DEVICE;
-  }
-  if (kind != RMREC_MEM_HOST && size) {
-    unsigned i = atomic_fetch_add(&mk_nrange, 1);
-    if (i < MR_SLOTS) {
-      atomic_store(&mk_range[i].lo, start);
-      atomic_store(&mk_range[i].hi, start + size);
-      atomic_store(&mk_range[i].kind, kind);
-    } else atomic_store(&mk_nrange, MR_SLOTS);
-  }
-  atomic_store_explicit(&mk_cache[g & (MK_SLOTS - 1)], (g << 2) | (uint64_t)kind, memory_order_relaxed);
-  return kind;
 }
 
 /* ---- setup / teardown ------------------------------------------------------------------- */
@@ -256,8 +208,15 @@ void rm_setup(void) {
   }
   PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_del_fn, &comm_kv, NULL);
   PMPI_Win_create_keyval(MPI_WIN_NULL_COPY_FN, win_del_fn, &win_kv, NULL);
-  mem_init();
+  rm_mem_init();
   ts_init();
+  /* the status layout: read directly only if it gives what the library set, beyond 2^32 too */
+  MPI_Status probe;
+  rm_status_direct = 1;
+  for (MPI_Count v = 1; v < ((MPI_Count)1 << 40) && rm_status_direct; v = v * 977 + 3) {
+    memset(&probe, 0x5a, sizeof probe);
+    rm_status_direct = PMPI_Status_set_elements_x(&probe, MPI_BYTE, v) == MPI_SUCCESS && rm_status_bytes(&probe) == v;
+  }
   /* Below MPI_THREAD_MULTIPLE the application never has two MPI calls in flight, so nothing the
    * wrappers update is written concurrently: plain adds, no request-table lock. */
   int level = MPI_THREAD_MULTIPLE;
@@ -265,7 +224,20 @@ void rm_setup(void) {
   rm_single = level < MPI_THREAD_MULTIPLE;
   rmrec_single_writer(rm_R, rm_single);
   rmrec_meta(rm_R, "shim.counters", rm_single ? "single-writer (MPI thread level below MULTIPLE)"
-                                              : "atomic (MPI_THREAD_MULTIPLE)");
+                                              : "per-thread shards (MPI_THREAD_MULTIPLE)");
+  /* call timing: RANKMAP_SAMPLE = N (a power of two, default 16) times one short call in N */
+  const char *se = getenv("RANKMAP_SAMPLE");
+  long sample = se && *se ? strtol(se, NULL, 10) : 16;
+  rm_sample_bits = 0;
+  while (sample > 1 && rm_sample_bits < 16) { sample >>= 1; rm_sample_bits++; }
+  rm_slow_ticks = rmrec_ns_to_ticks(SLOW_NS);
+  char tm[160];
+  if (rm_sample_bits)
+    snprintf(tm, sizeof tm, "sampled: calls under %d ns timed 1 in %u, weighted %u; slower calls always timed",
+             SLOW_NS, 1u << rm_sample_bits, 1u << rm_sample_bits);
+  else
+    snprintf(tm, sizeof tm, "every call timed");
+  rmrec_meta(rm_R, "shim.timing", tm);
   rm_mpit_setup();
   rm_coll_setup();
   rm_on = 1;
@@ -280,14 +252,31 @@ void rm_teardown(void) {
 
 /* ---- emitting rows ------------------------------------------------------------------------- */
 
-void rm_emit(int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs) {
-  rm_emit_from(peer, klass, op, mem, dir, bytes, msgs, RMREC_ORIGIN_CALL);
+void rm_thread_init(void) {
+  int shard = rm_single ? 0 : rmrec_shard(rm_R);
+  rmrec_opstat_t *o = rmrec_opstats(rm_R, shard);
+  if (!o) { shard = 0; o = rmrec_opstats(rm_R, 0); }
+  rm_t.shard = shard;
+  rm_t.plain = rm_single || shard > 0;
+  rm_t.ops = o;
+}
+
+int rm_row_fill(rm_rowc_t *e, uint64_t key, int peer, int klass, int op, int mem, int dir) {
+  if (!rm_t.ops) rm_thread_init();
+  rmrec_slot_t *s = rmrec_slot(rm_R, rm_t.shard, RMREC_ORIGIN_CALL, peer, klass, op, mem, dir);
+  if (!s) return 0;
+  e->key = key; e->s = s; e->tl = NULL;
+  return 1;
 }
 
 void rm_emit_from(int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs, int origin) {
+  if (origin == RMREC_ORIGIN_CALL) { rm_emit(peer, klass, op, mem, dir, bytes, msgs); return; }
   if (peer < 0) return;
-  rm_rowset_t *rs = rm_rs;
-  if (!rs) { rmrec_traffic_from(rm_R, peer, klass, op, mem, dir, bytes, msgs, rm_tick, origin); return; }
+  if (rm_rs) { rm_rowset_add(rm_rs, peer, klass, op, mem, dir, origin, bytes); return; }
+  rmrec_traffic_from(rm_R, peer, klass, op, mem, dir, bytes, msgs, rm_tick, origin);
+}
+
+void rm_rowset_add(rm_rowset_t *rs, int peer, int klass, int op, int mem, int dir, int origin, uint64_t bytes) {
   if (rs->n == rs->cap) {
     int cap = rs->cap ? 2 * rs->cap : 8;
     rm_row_t *r = realloc(rs->rows, sizeof *r * (size_t)cap);
@@ -323,8 +312,8 @@ uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, i
 
 uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st) {
   if (!st || st == MPI_STATUS_IGNORE || st->MPI_SOURCE < 0) return 0;  /* PROC_NULL, inactive */
-  MPI_Count c = 0;     /* elements of MPI_BYTE = bytes, beyond 2 GiB too (MPI_Get_count stops there) */
-  if (PMPI_Get_elements_x(st, MPI_BYTE, &c) != MPI_SUCCESS || c < 0) return 0;
+  int64_t c = rm_status_bytes(st);
+  if (c < 0) return 0;
   int w = rm_world(xl, st->MPI_SOURCE);
   rm_emit(w, RMREC_P2P, op, mem, RMREC_RECV, (uint64_t)c, 1);
   return (uint64_t)c;

@@ -31,14 +31,28 @@ enum {
 /* Capture state.  rm_on: capture active (Init done, RANKMAP_RUN_DIR set, not finalized).
  * rm_single: the MPI library provides less than MPI_THREAD_MULTIPLE, so MPI calls never overlap
  * and the shim's counters and request table need no locked instructions.
- * Per thread, in one block (one TLS base for all three):
+ * Per thread, in one block (one TLS base for all):
  *   in_f: inside a Fortran wrapper that already counted; C wrappers then pass through;
  *   rs: row set being filled (persistent requests), see rm_emit;
- *   tick: rmrec_ticks() at entry of the current wrapper (the timeline's time of its rows);
+ *   tick: the timeline's time of the current wrapper's rows (an rmrec_ticks() reading);
+ *   last, epoch: the thread's latest clock reading, and rmrec_epoch when it was taken;
+ *   skip, rng: short calls left before the next timed one, and the generator that draws it;
+ *   slow: per operation, its latest timed call was slow (so the next one is timed);
+ *   ops, shard, plain: the operation counters this thread adds to (its own rmrec shard under
+ *     MPI_THREAD_MULTIPLE, else the shared ones) and whether it is their only writer;
+ *   rowc: pointers to the traffic rows this thread updated last (see rm_emit);
  *   coll, coll_mem: the collective in progress on this thread (operation id + 1, 0 for none) and
  *   its buffer's memory kind: what the library's own messages are attributed to (shim_coll.c). */
 typedef struct rm_rowset rm_rowset_t;
-typedef struct { int in_f; rm_rowset_t *rs; uint64_t tick; int coll, coll_mem; } rm_tls_t;
+typedef struct { uint64_t key; rmrec_slot_t *s; _Atomic uint64_t *tl; unsigned tl_epoch; } rm_rowc_t;
+#define RM_ROWC 16
+typedef struct {
+  int in_f; uint32_t skip; rm_rowset_t *rs; uint64_t tick, last, rng; unsigned epoch;
+  int shard, plain; rmrec_opstat_t *ops;
+  int coll, coll_mem;
+  uint8_t slow[(RMREC_MAX_OPS + 7) / 8];
+  rm_rowc_t rowc[RM_ROWC];
+} rm_tls_t;
 extern RM_TLS rm_tls_t rm_t;
 #define rm_in_f (rm_t.in_f)
 #define rm_rs (rm_t.rs)
@@ -47,10 +61,75 @@ extern rmrec_t *rm_R;
 extern int rm_on, rm_single;
 extern int rm_wrank, rm_wsize;
 #define RM_CAPTURE (__builtin_expect(rm_on, 1) && !rm_in_f)
-/* a wrapper's clock: RM_T0 at entry (also the timeline time of its rows), RM_DONE at exit (the
- * collective in progress, if any, is over then) */
-#define RM_T0 uint64_t t0_ = rm_tick = rmrec_ticks()
-#define RM_DONE(op, n) do { rm_t.coll = 0; rmrec_call(rm_R, op, (n), rmrec_ticks() - t0_); } while (0)
+
+/* ---- the time of a call ------------------------------------------------------------------------
+ * Two clock reads (~12 ns each on a virtual machine's TSC) would be most of what a short call
+ * costs, so short calls are timed by sampling: a call of an operation whose latest timed call was
+ * slow (>= rm_slow_ticks) is always timed, weight 1; any other call is timed with probability
+ * 2^-rm_sample_bits (independently, drawn as geometric gaps), and its duration is counted with
+ * weight 2^rm_sample_bits (Horvitz-Thompson: the time per operation is an unbiased estimate; calls,
+ * bytes and pairs stay exact).  RANKMAP_SAMPLE=1 times every call.  An untimed call's rows take
+ * the thread's latest clock reading for the timeline, as long as no timeline bucket boundary has
+ * passed since (rmrec_epoch). */
+extern unsigned rm_sample_bits;
+extern uint64_t rm_slow_ticks;
+
+static inline uint64_t rm_rng(void) {              /* xorshift64 */
+  uint64_t x = rm_t.rng ? rm_t.rng : (rmrec_ticks() | 1);
+  x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+  return rm_t.rng = x;
+}
+/* untimed short calls before the next timed one: failures before a success of probability 2^-bits */
+static inline uint32_t rm_next_skip(void) {
+  unsigned b = rm_sample_bits;
+  if (!b) return 0;
+  uint64_t mask = (1ull << b) - 1;
+  for (uint32_t skip = 0;;) {
+    uint64_t x = rm_rng();
+    for (unsigned i = 0; i + b <= 64; i += b, skip++)
+      if (!((x >> i) & mask)) return skip;
+  }
+}
+void rm_thread_init(void);      /* the calling thread's counters (first call of a thread) */
+
+/* at entry: returns the weight of this call's duration (0: not timed), *t0 its start */
+static inline unsigned rm_clock_in(int op, uint64_t *t0) {
+  if (__builtin_expect(!rm_t.ops, 0)) rm_thread_init();
+  unsigned e = rmrec_epoch;
+  unsigned w = 1;
+  if (!(rm_t.slow[op >> 3] & (1u << (op & 7)))) {
+    if (rm_t.skip) {
+      rm_t.skip--;
+      if (e != rm_t.epoch) { rm_t.epoch = e; rm_t.last = rmrec_ticks(); }
+      rm_tick = rm_t.last;
+      return 0;
+    }
+    rm_t.skip = rm_next_skip();
+    w = 1u << rm_sample_bits;
+  }
+  rm_t.epoch = e;
+  *t0 = rm_tick = rm_t.last = rmrec_ticks();
+  return w;
+}
+static inline void rm_clock_out(int op, uint64_t payload, uint64_t t0, unsigned w) {
+  uint64_t dt = 0;
+  if (w) {
+    rm_t.last = rmrec_ticks();
+    dt = rm_t.last - t0;
+    uint8_t bit = (uint8_t)(1u << (op & 7));
+    if (dt >= rm_slow_ticks) rm_t.slow[op >> 3] |= bit; else rm_t.slow[op >> 3] &= (uint8_t)~bit;
+    dt *= w;
+  }
+  rmrec_opstat_t *o = &rm_t.ops[op];
+  int pl = rm_t.plain;
+  rmrec_add(&o->calls, 1, pl);
+  rmrec_add(&o->bytes, payload, pl);
+  if (dt) rmrec_add(&o->ticks, dt, pl);
+  rmrec_add(&o->hist[rmrec_hist_bin(payload)], 1, pl);
+}
+/* a wrapper's clock: RM_T0 at entry, RM_DONE at exit (the collective in progress, if any, is over then) */
+#define RM_T0(op) uint64_t t0_ = 0; unsigned w_ = rm_clock_in(op, &t0_)
+#define RM_DONE(op, n) do { rm_t.coll = 0; rm_clock_out(op, (n), t0_, w_); } while (0)
 
 /* Count arrays of the v/w collectives: int in MPI_Alltoallv, MPI_Count in MPI_Alltoallv_c.
  * RM_CV(a) makes the view from either; rm_cv(v, i) reads element i. */
@@ -75,7 +154,20 @@ static inline uint64_t rm_hmix(uint64_t k) { k ^= k >> 31; k *= 0x9e3779b97f4a7c
 /* rank translation of one communicator (or window): world rank of each (remote) rank, and the
  * communicator's id in the record's COMM blocks (0 = MPI_COMM_WORLD) */
 typedef struct { int size, me, inter; int *w; uint64_t id; } rm_xl_t;
-rm_xl_t *rm_comm_xl(MPI_Comm comm);
+/* rm_comm_xl: MPI_COMM_WORLD and the communicator this thread translated last (valid while no
+ * communicator was freed since: rm_xt_gen counts frees) inline, the rest through the table */
+typedef struct { uint64_t key; unsigned gen; rm_xl_t *x; } rm_comm_last_t;
+extern rm_xl_t rm_xl_world;
+extern _Atomic unsigned rm_xt_gen;
+extern RM_TLS rm_comm_last_t rm_comm_last;
+rm_xl_t *rm_comm_xl_slow(MPI_Comm comm);
+static inline rm_xl_t *rm_comm_xl(MPI_Comm comm) {
+  if (comm == MPI_COMM_WORLD) return &rm_xl_world;
+  if (rm_comm_last.key == rm_hkey(&comm, sizeof comm) &&
+      rm_comm_last.gen == __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE))
+    return rm_comm_last.x;
+  return rm_comm_xl_slow(comm);
+}
 rm_xl_t *rm_win_xl(MPI_Win win);
 static inline int rm_world(const rm_xl_t *x, int r) {
   if (r < 0 || !x || r >= x->size) return -1;
@@ -85,7 +177,8 @@ static inline int rm_world(const rm_xl_t *x, int r) {
 void rm_setup(void);      /* after PMPI_Init*: open the writer */
 void rm_teardown(void);   /* before PMPI_Finalize: final flush */
 
-int rm_mem(const void *buf);                              /* RMREC_MEM_* */
+int rm_mem(const void *buf);                              /* RMREC_MEM_*: shim_mem.c */
+void rm_mem_init(void);
 
 /* Sizes of the predefined datatypes (never freed, so safe to cache), filled once at setup and
  * read-only afterwards: a hit costs a hash and a compare instead of a PMPI_Type_size call. */
@@ -110,8 +203,32 @@ static inline uint64_t rm_tsz(MPI_Datatype t, MPI_Count count) {
  * in a row set that MPI_Start replays; a persistent collective keeps its signature (sig + 1). */
 typedef struct { int peer, klass, op, mem, dir, origin; uint64_t bytes; } rm_row_t;
 struct rm_rowset { int n, cap; int start_op; uint64_t payload; rm_row_t *rows; int sig; };
-void rm_emit(int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs);
+void rm_rowset_add(rm_rowset_t *rs, int peer, int klass, int op, int mem, int dir, int origin, uint64_t bytes);
+/* a row whose peer attribution is not the call's own (RMREC_ORIGIN_LIBRARY/MIRROR/MODEL): not cached */
 void rm_emit_from(int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs, int origin);
+int rm_row_fill(rm_rowc_t *e, uint64_t key, int peer, int klass, int op, int mem, int dir);
+/* A traffic row of the call (RMREC_ORIGIN_CALL): bytes and messages into the row's counters (found through the thread's row cache,
+ * the writer's table only on a miss), sent bytes also into the timeline cell of the row's time
+ * (rm_tick; the cell is cached until the next timeline bucket, rmrec_epoch). */
+static inline void rm_emit(int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs) {
+  if (peer < 0) return;
+  rm_rowset_t *rs = rm_rs;
+  if (__builtin_expect(rs != NULL, 0)) { rm_rowset_add(rs, peer, klass, op, mem, dir, RMREC_ORIGIN_CALL, bytes); return; }
+  uint64_t key = (1ull << 63) | ((uint64_t)(uint32_t)peer << 24) | ((uint64_t)(op & 0xffff) << 8) |
+                 ((uint64_t)(klass & 0xf) << 4) | ((uint64_t)(mem & 0x7) << 1) | (uint64_t)(dir & 1);
+  rm_rowc_t *e = &rm_t.rowc[(key ^ (key >> 24) ^ (key >> 9)) & (RM_ROWC - 1)];
+  if (__builtin_expect(e->key != key, 0) && !rm_row_fill(e, key, peer, klass, op, mem, dir)) return;
+  int pl = rm_t.plain;
+  rmrec_add(&e->s->bytes, bytes, pl);
+  rmrec_add(&e->s->msgs, msgs, pl);
+  if (dir == RMREC_SEND && bytes) {
+    if (__builtin_expect(e->tl_epoch != rm_t.epoch || !e->tl, 0)) {
+      e->tl = rmrec_tl_cell(rm_R, peer, klass, rm_tick);
+      e->tl_epoch = rm_t.epoch;
+    }
+    if (e->tl) rmrec_add(e->tl, bytes, rm_single);   /* timeline cells are shared by the threads */
+  }
+}
 void rm_replay(const rm_rowset_t *rs);
 rm_rowset_t *rm_rowset_new(int start_op);
 uint64_t rm_start_one(MPI_Request r);   /* counts a persistent send/collective at MPI_Start */
@@ -146,6 +263,7 @@ typedef struct {
   rm_rq_t *e; char *has, *done; MPI_Status *st;
   rm_rq_t e_s[16]; char has_s[16], done_s[16]; MPI_Status st_s[16];
   MPI_Fint *fst;
+  int agg_peer, agg_op, agg_mem; uint64_t agg_bytes, agg_msgs;    /* receive row being summed */
 } rm_multi_t;
 int  rm_multi_get(rm_multi_t *m, int n, const MPI_Request *reqs);     /* returns k */
 MPI_Status *rm_multi_statuses(rm_multi_t *m, MPI_Status *sts);       /* ours if sts is IGNORE */
@@ -178,6 +296,22 @@ void rm_mpit_teardown(void);
 /* accounting: each returns the logical payload in bytes */
 uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm);
 uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st);
+
+/* Bytes a status says were received.  The MPI_Get_elements_x call is a good share of a short
+ * receive's cost, so where the status layout is known (Open MPI: _ucount; MPICH and its
+ * derivatives: count_lo + count_hi_and_cancelled >> 1) it is read directly; rm_setup checks the
+ * reading against MPI_Status_set_elements_x and falls back to the call (rm_status_direct = 0). */
+extern int rm_status_direct;
+static inline int64_t rm_status_bytes(const MPI_Status *st) {
+#if defined(OPEN_MPI)
+  if (rm_status_direct) return (int64_t)st->_ucount;
+#elif defined(MPICH_NUMVERSION) || defined(MPICH_VERSION)
+  if (rm_status_direct)
+    return (int64_t)((((uint64_t)(unsigned)st->count_hi_and_cancelled >> 1) << 32) | (unsigned)st->count_lo);
+#endif
+  MPI_Count c = 0;       /* elements of MPI_BYTE = bytes, beyond 2 GiB too (MPI_Get_count stops there) */
+  return PMPI_Get_elements_x(st, MPI_BYTE, &c) == MPI_SUCCESS ? (int64_t)c : -1;
+}
 /* a receive whose source and length are known when it is set up (partitioned receives) */
 uint64_t rm_p2p_expect(int op, const void *buf, MPI_Count count, MPI_Datatype t, int source, MPI_Comm comm);
 

@@ -115,11 +115,25 @@ void rm_rq_del(const rm_rq_t *e) {
   rq_unlock();
 }
 
+/* the receive row a completed tracked request adds, if any: world peer and bytes */
+static int rq_row(const rm_rq_t *e, const MPI_Status *st, int *peer, uint64_t *bytes) {
+  if (e->kind == RQ_SRECV && e->src >= 0) {
+    *peer = rm_world(e->xl, e->src);
+    *bytes = e->bytes;
+    return *peer >= 0;
+  }
+  if (e->kind != RQ_RECV && e->kind != RQ_PRECV && e->kind != RQ_SRECV) return 0;
+  if (!st || st == MPI_STATUS_IGNORE || st->MPI_SOURCE < 0) return 0;   /* PROC_NULL, inactive */
+  int64_t c = rm_status_bytes(st);
+  *peer = rm_world(e->xl, st->MPI_SOURCE);
+  *bytes = (uint64_t)c;
+  return c >= 0 && *peer >= 0;
+}
+
 void rm_rq_account(const rm_rq_t *e, const MPI_Status *st) {
-  if (e->kind == RQ_RECV || e->kind == RQ_PRECV) rm_p2p_recv(e->op, e->mem, e->xl, st);
-  if (e->kind != RQ_SRECV) return;
-  if (e->src < 0) rm_p2p_recv(e->op, e->mem, e->xl, st);
-  else rm_emit(rm_world(e->xl, e->src), RMREC_P2P, e->op, e->mem, RMREC_RECV, e->bytes, 1);
+  int peer;
+  uint64_t bytes;
+  if (rq_row(e, st, &peer, &bytes)) rm_emit(peer, RMREC_P2P, e->op, e->mem, RMREC_RECV, bytes, 1);
 }
 
 static inline int rq_once(int kind) { return kind == RQ_RECV || kind == RQ_SRECV; }  /* freed at completion */
@@ -168,7 +182,7 @@ uint64_t rm_start_all(int n, const MPI_Request *reqs) {
 /* ---- multi-request completion ------------------------------------------------------------------- */
 
 int rm_multi_get(rm_multi_t *m, int n, const MPI_Request *reqs) {
-  m->n = n; m->k = 0; m->st = NULL; m->fst = NULL;
+  m->n = n; m->k = 0; m->st = NULL; m->fst = NULL; m->agg_msgs = 0;
   m->e = m->e_s; m->has = m->has_s; m->done = m->done_s;
   if (!rm_rq_count || n <= 0) return 0;
   if (n > 16) {
@@ -189,13 +203,29 @@ MPI_Status *rm_multi_statuses(rm_multi_t *m, MPI_Status *sts) {
   return m->st ? m->st : sts;
 }
 
+/* Receives completed together from one peer by one operation become one row (a window of 64
+ * receives from a neighbour is one traffic update, not 64). */
+static void agg_flush(rm_multi_t *m) {
+  if (m->agg_msgs) rm_emit(m->agg_peer, RMREC_P2P, m->agg_op, m->agg_mem, RMREC_RECV, m->agg_bytes, m->agg_msgs);
+  m->agg_msgs = 0;
+}
+
 void rm_multi_done(rm_multi_t *m, int i, const MPI_Status *st) {
   if (i < 0 || i >= m->n || !m->has[i]) return;
-  rm_rq_account(&m->e[i], st);
+  const rm_rq_t *e = &m->e[i];
+  int peer;
+  uint64_t bytes;
+  if (rq_row(e, st, &peer, &bytes)) {
+    if (m->agg_msgs && (peer != m->agg_peer || e->op != m->agg_op || e->mem != m->agg_mem)) agg_flush(m);
+    if (!m->agg_msgs) { m->agg_peer = peer; m->agg_op = e->op; m->agg_mem = e->mem; m->agg_bytes = 0; }
+    m->agg_bytes += bytes;
+    m->agg_msgs++;
+  }
   m->done[i] = 1;
 }
 
 void rm_multi_end(rm_multi_t *m) {
+  agg_flush(m);
   if (m->k) rm_rq_release_n(m->n, m->e, m->done);
   if (m->e != m->e_s) free(m->e);
   if (m->has != m->has_s) free(m->has);

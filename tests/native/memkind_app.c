@@ -1,7 +1,9 @@
 /* memkind_app.c -- ranks 0 and 1 ping-pong from a host, a "device" and a "managed" buffer, the
  * latter two registered with the fake libcuda (tests/native/fake_cuda.c).
  * usage: memkind_app BYTES ITERS.  Each kind: ITERS round trips of BYTES, MPI_Send/MPI_Recv, with
- * the send offset inside the buffer varying (exercises the allocation-range cache). */
+ * the send offset inside the buffer varying (exercises the allocation-range cache).  Then one
+ * message from rank 0 to 1 out of a small malloc'ed (brk heap) buffer: "heap R queries 0" says
+ * it cost no driver call. */
 #include <dlfcn.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -32,7 +34,15 @@ int main(int argc, char **argv) {
       }
     }
   long (*q)(void) = (long (*)(void))dlsym(h, "fake_cuda_queries");
-  printf("rank %d queries %ld\n", rank, q());
+  long before = q();
+  char *small = malloc((size_t)n);             /* the brk heap: known host memory, no driver call */
+  if (rank < 2) {
+    if (rank == 0) MPI_Send(small, n, MPI_CHAR, 1, 9, MPI_COMM_WORLD);
+    else MPI_Recv(small, n, MPI_CHAR, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
+  printf("heap %d queries %ld\n", rank, q() - before);
+  free(small);
+  printf("rank %d queries %ld\n", rank, before);
   MPI_Finalize();
   return 0;
 }

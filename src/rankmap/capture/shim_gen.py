@@ -261,7 +261,7 @@ def gen_c(c: Call) -> str:
     out = [f"int {c.name}({decl}) {{"]
     if not c.plain:
         out.append(f"  if (!RM_CAPTURE) return {call};")
-        out.append("  RM_T0;\n  uint64_t n = 0;")
+        out.append(f"  RM_T0(OP_{c.op});\n  uint64_t n = 0;")
     out.append(_indent(_sub_op(c.code("pre", False), c.op)).rstrip("\n"))
     cond = _status_cond(c, False)
     if cond:
@@ -354,7 +354,7 @@ def gen_f(c: Call, family: str) -> str:
     if family == "f08":      # ierror is OPTIONAL in mpi_f08: absent, it arrives as NULL
         out.append("  MPI_Fint ierr_own_ = MPI_SUCCESS;\n  if (!ierr) ierr = &ierr_own_;")
     if not c.plain:
-        out.append("  RM_T0;\n  uint64_t n = 0;")
+        out.append(f"  RM_T0(OP_{c.op});\n  uint64_t n = 0;")
     out += [f"  {v[0]}" for _p, v in views]
     out.append(_indent(codes["pre"]).rstrip("\n"))
     if cond:

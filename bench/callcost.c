@@ -1,0 +1,104 @@
+/* callcost.c -- what the shim adds per intercepted call, in one process (no peer, no wire).
+ *
+ * usage: callcost [ITERS=20000] [ROUNDS=15]
+ *
+ * Each pattern runs through the PMPI_ entry points (the library alone) and through the MPI_ entry
+ * points (the shim, when LD_PRELOADed), in alternating rounds; the output is the median ns per
+ * pattern of each, in the thread's CPU time (CLOCK_THREAD_CPUTIME_ID): time the process spends
+ * descheduled on a shared machine does not count.  Under valgrind --tool=callgrind the functions plain_<pattern> and
+ * shim_<pattern> are the units whose inclusive instruction counts bench/shim_overhead.py compares
+ * (--callgrind): instructions do not depend on the machine's load.
+ *
+ * Patterns (to MPI_COMM_SELF, 8 bytes; calls per iteration in brackets):
+ *   rate   64 x MPI_Irecv, 64 x MPI_Isend, MPI_Waitall of 128   [129]
+ *   pair   MPI_Irecv, MPI_Send, MPI_Wait                         [3]
+ *   coll   MPI_Allreduce of one double                           [1]
+ * Output lines: <pattern> <calls per iteration> <plain ns/iter> <shim ns/iter>
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define W 64
+
+typedef struct {
+  int (*send)(const void *, int, MPI_Datatype, int, int, MPI_Comm);
+  int (*wait)(MPI_Request *, MPI_Status *);
+  int (*isend)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
+  int (*irecv)(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
+  int (*waitall)(int, MPI_Request *, MPI_Status *);
+  int (*allreduce)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm);
+} api_t;
+
+static const api_t PLAIN = {PMPI_Send, PMPI_Wait, PMPI_Isend, PMPI_Irecv, PMPI_Waitall, PMPI_Allreduce};
+static const api_t SHIM = {MPI_Send, MPI_Wait, MPI_Isend, MPI_Irecv, MPI_Waitall, MPI_Allreduce};
+
+static char sbuf[8 * W], rbuf[8 * W];
+
+static void rate(const api_t *a, int iters) {
+  MPI_Request rq[2 * W];
+  for (int i = 0; i < iters; i++) {
+    for (int k = 0; k < W; k++) a->irecv(rbuf + 8 * k, 8, MPI_CHAR, 0, k, MPI_COMM_SELF, &rq[k]);
+    for (int k = 0; k < W; k++) a->isend(sbuf + 8 * k, 8, MPI_CHAR, 0, k, MPI_COMM_SELF, &rq[W + k]);
+    a->waitall(2 * W, rq, MPI_STATUSES_IGNORE);
+  }
+}
+static void pair(const api_t *a, int iters) {
+  MPI_Request rq;
+  for (int i = 0; i < iters; i++) {
+    a->irecv(rbuf, 8, MPI_CHAR, 0, 1, MPI_COMM_SELF, &rq);
+    a->send(sbuf, 8, MPI_CHAR, 0, 1, MPI_COMM_SELF);
+    a->wait(&rq, MPI_STATUS_IGNORE);
+  }
+}
+static void coll(const api_t *a, int iters) {
+  double x = 1, y;
+  for (int i = 0; i < iters; i++) a->allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_SELF);
+}
+
+/* the units callgrind measures: not inlined, one per pattern and side */
+#define UNIT(p, side, api) __attribute__((noinline)) void side##_##p(int iters) { p(&api, iters); }
+UNIT(rate, plain, PLAIN) UNIT(rate, shim, SHIM)
+UNIT(pair, plain, PLAIN) UNIT(pair, shim, SHIM)
+UNIT(coll, plain, PLAIN) UNIT(coll, shim, SHIM)
+
+static double cpu_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static int cmp(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int iters = argc > 1 ? atoi(argv[1]) : 20000, rounds = argc > 2 ? atoi(argv[2]) : 15;
+  struct { const char *name; int calls, div; void (*f[2])(int); } pat[] = {
+    {"rate", 2 * W + 1, W, {plain_rate, shim_rate}},
+    {"pair", 3, 1, {plain_pair, shim_pair}},
+    {"coll", 1, 1, {plain_coll, shim_coll}},
+  };
+  double *v[2] = {malloc(sizeof(double) * (size_t)rounds), malloc(sizeof(double) * (size_t)rounds)};
+  for (size_t p = 0; p < sizeof pat / sizeof pat[0]; p++) {
+    int n = iters / pat[p].div + 1;
+    pat[p].f[0](n / 10 + 1);
+    pat[p].f[1](n / 10 + 1);
+    for (int r = 0; r < rounds; r++)
+      for (int j = 0; j < 2; j++) {
+        int k = (r + j) % 2;
+        double t0 = cpu_ns();
+        pat[p].f[k](n);
+        v[k][r] = (cpu_ns() - t0) / n;
+      }
+    qsort(v[0], (size_t)rounds, sizeof(double), cmp);
+    qsort(v[1], (size_t)rounds, sizeof(double), cmp);
+    printf("%s %d %.1f %.1f\n", pat[p].name, pat[p].calls, v[0][rounds / 2], v[1][rounds / 2]);
+  }
+  free(v[0]); free(v[1]);
+  MPI_Finalize();
+  return 0;
+}
