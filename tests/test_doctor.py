@@ -48,3 +48,36 @@ def test_mpi_identity_parsing(tmp_path):
     assert doctor.mpi_identity(str(fake)) == "Open MPI 5.0.3"
     fake.write_text("#!/bin/sh\necho hello\n")
     assert doctor.mpi_identity(str(fake)) is None
+
+
+def test_launcher_resolved_through_links(tmp_path):
+    """mpirun/mpiexec are followed through their links (Debian alternatives) to the program that
+    runs, named by MPI and version; a launcher of another MPI than mpicc's is pointed out."""
+    bin_, alt, real = tmp_path / "bin", tmp_path / "alternatives", tmp_path / "real"
+    for d in (bin_, alt, real):
+        d.mkdir()
+    orte = real / "orterun"
+    orte.write_text("#!/bin/sh\necho 'mpirun (Open MPI) 5.0.3'\necho\necho 'Report bugs to ...'\n")
+    hydra = real / "mpiexec.hydra"
+    hydra.write_text("#!/bin/sh\necho 'HYDRA build details:'\necho '    Version:      4.1.2'\n")
+    cc = real / "mpicc.mpich"
+    cc.write_text("#!/bin/sh\nif [ \"$1\" = -showme:version ]; then exit 1; fi\necho 'mpicc for MPICH version 4.1.2'\n")
+    for f in (orte, hydra, cc):
+        f.chmod(0o755)
+    (alt / "mpirun").symlink_to(orte)
+    (bin_ / "mpirun").symlink_to("../alternatives/mpirun")          # relative, as alternatives are
+    (bin_ / "mpiexec").symlink_to(hydra)
+    (bin_ / "mpicc").symlink_to(cc)
+    env = {"PATH": str(bin_), "RANKMAP_NVML_LIB": "/nonexistent/libnvidia-ml.so.1"}
+    p = rankmap("doctor", env=env)
+    assert p.returncode == 0, p.stderr
+    lines = {l[8:].split("  ")[0].strip(): l for l in p.stdout.splitlines()}
+    run = lines["launcher mpirun"]
+    assert run.startswith("OK") and f"Open MPI 5.0.3: {bin_ / 'mpirun'} -> {alt / 'mpirun'} -> {orte}" in run
+    assert "but mpicc is MPICH 4.1.2" in run                         # the shim would be built for MPICH
+    exe = lines["launcher mpiexec"]
+    assert f"MPICH 4.1.2: {bin_ / 'mpiexec'} -> {hydra}" in exe and "but mpicc" not in exe
+    (real / "orterun").write_text("#!/bin/sh\necho something else\n")
+    q = rankmap("doctor", env=env)
+    bad = [l for l in q.stdout.splitlines() if "launcher mpirun" in l][0]
+    assert bad.startswith("missing") and "does not say which MPI it is" in bad

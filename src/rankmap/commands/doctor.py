@@ -103,6 +103,57 @@ def mpi_identity(wrapper: str) -> str | None:
     return None
 
 
+def symlink_chain(path: str) -> list[str]:
+    """``path`` and every link it goes through to the file that runs (Debian alternatives: mpirun ->
+    /etc/alternatives/mpirun -> /usr/bin/mpirun.openmpi -> orterun)."""
+    chain = [path]
+    while os.path.islink(chain[-1]) and len(chain) < 20:
+        nxt = os.readlink(chain[-1])
+        chain.append(os.path.normpath(os.path.join(os.path.dirname(chain[-1]), nxt)))
+    return chain
+
+
+def launcher_identity(path: str) -> str | None:
+    """'Open MPI 4.1.4' / 'MPICH 4.0.2' / 'Intel(R) MPI 2021.9' from the launcher's own ``--version``."""
+    text = _run([path, "--version"]) or ""
+    m = re.search(r"\((Open MPI|OpenRTE|PRRTE)\)\s+v?([\w.]+)", text)
+    if m:
+        return f"{'Open MPI' if m.group(1) != 'PRRTE' else 'PRRTE'} {m.group(2)}"
+    m = re.search(r"HYDRA build details:\s*\n\s*Version:\s*([\w.]+)", text)
+    if m:                                   # MPICH's process manager carries MPICH's version
+        return f"MPICH {m.group(1)}"
+    m = re.search(r"(Intel\(R\) MPI)\s+Library.*?Version\s+([\w.]+)", text)
+    if m:
+        return f"{m.group(1)} {m.group(2)}"
+    return None
+
+
+def _flavour(ident: str | None) -> str | None:
+    return ident.split()[0] if ident else None
+
+
+def check_launchers(mpicc_ident: str | None) -> list[Check]:
+    """What ``mpirun`` and ``mpiexec`` on PATH really run, and whether that is the MPI of ``mpicc``
+    (a job launched by one MPI with a shim built for the other fails, or counts nothing)."""
+    out = []
+    for name in ("mpirun", "mpiexec"):
+        w = shutil.which(name)
+        if not w:
+            continue
+        chain = symlink_chain(w)
+        ident = launcher_identity(w)
+        where = " -> ".join(chain)
+        if not ident:
+            out.append(Check(f"launcher {name}", False, f"{where} does not say which MPI it is (--version)"))
+            continue
+        note = ""
+        if mpicc_ident and _flavour(mpicc_ident) != _flavour(ident):
+            note = (f"; but mpicc is {mpicc_ident}: rankmap profile builds the shim with the mpicc of the "
+                    f"launcher's MPI (or --mpicc)")
+        out.append(Check(f"launcher {name}", True, f"{ident}: {where}{note}"))
+    return out
+
+
 def check_mpi() -> list[Check]:
     out = []
     seen: dict[str, str] = {}
@@ -126,11 +177,7 @@ def check_mpi() -> list[Check]:
             out.append(Check(label, True, f"{ident}: {w}" + (f" (+ {', '.join(also)})" if also else "")))
         else:
             out.append(Check(label, False, f"{w} does not say which MPI it is (-showme:version / -v): check the install"))
-    hydra = _which("mpiexec.hydra")
-    if hydra:
-        v = _run(["mpichversion"]) or ""
-        m = re.search(r"MPICH Version:\s*([\w.]+)", v)
-        out.append(Check("MPI launcher", True, f"{hydra}" + (f" (MPICH {m.group(1)})" if m else "")))
+    out += check_launchers(mpi_identity(default) if default else None)
     if not out:
         out.append(Check("MPI", False, "no mpicc found: apt-get install libopenmpi-dev openmpi-bin (or libmpich-dev mpich)"))
     return out
