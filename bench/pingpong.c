@@ -10,7 +10,8 @@
  *
  * Output (rank 0), medians over the rounds:
  *   lat  <bytes> <plain us> <shim us>      one-way latency, blocking Send/Recv ping-pong
- *   rate <bytes> <plain msg/s> <shim msg/s> windows of 64 Isend + Waitall, 1-byte ack (Recv)
+ *   rate <bytes> <plain msg/s> <shim msg/s> osu_bw / osu_mbw_mr with one pair: windows of 64
+ *                                           Isend (sender) and Irecv (receiver) + Waitall, 1-byte ack
  *   self 8 <plain ns> <shim ns>            Sendrecv of 8 bytes to the calling rank itself
  */
 #include <mpi.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #define WINDOW 64
+#define RATE_MAX 262144      /* message rate / bandwidth sizes: 8 B .. 256 KiB, x8 */
 
 typedef struct {
   int (*send)(const void *, int, MPI_Datatype, int, int, MPI_Comm);
@@ -93,7 +95,7 @@ int main(int argc, char **argv) {
   int scale = argc > 2 ? atoi(argv[2]) : 1, rounds = argc > 3 ? atoi(argv[3]) : 20;
   if (size != 2) { if (!rank) fprintf(stderr, "pingpong needs exactly 2 ranks\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
   buf = calloc((size_t)maxb, 1);
-  wbuf = calloc((size_t)WINDOW * 8192, 1);
+  wbuf = calloc((size_t)WINDOW * RATE_MAX, 1);
   double *v[2] = {malloc(sizeof(double) * (size_t)rounds), malloc(sizeof(double) * (size_t)rounds)};
 
   for (long n = 8; n <= maxb; n *= 2) {
@@ -104,8 +106,8 @@ int main(int argc, char **argv) {
       for (int j = 0; j < 2; j++) { int k = (r + j) % 2; v[k][r] = lat_block(&API[k], n, iters); }
     if (rank == 0) printf("lat %ld %.4f %.4f\n", n, median(v[0], rounds), median(v[1], rounds));
   }
-  for (long n = 8; n <= 8192 && n <= maxb; n *= 32) {
-    int windows = 100 * scale;
+  for (long n = 8; n <= RATE_MAX && n <= maxb; n *= 8) {
+    int windows = (int)(100 * 8192 / (n > 8192 ? n : 8192)) * scale + 1;
     rate_block(&API[0], n, windows / 10 + 1);
     rate_block(&API[1], n, windows / 10 + 1);
     for (int r = 0; r < rounds; r++)

@@ -1,26 +1,32 @@
 #!/usr/bin/env python3
-"""Shim overhead: OSU-style ping-pong latency (8 B .. 4 MiB) and message rate, with and without
-the rankmap PMPI shim, side by side in one run, plus ns per intercepted call.
+"""Shim overhead: OSU-style latency, bandwidth and message rate (2 ranks) with and without the
+rankmap PMPI shim, side by side in one run; ns and instructions per intercepted call in one process.
 
-usage: PYTHONPATH=src python3 bench/shim_overhead.py [--mpicc mpicc] [--mpirun mpirun]
+usage: PYTHONPATH=src python3 bench/shim_overhead.py [--mpi openmpi,mpich] [--mpicc mpicc --mpirun mpirun]
                                    [--reps 3] [--rounds 20] [--max-bytes 4194304] [--scale 1]
-                                   [--baseline-shim OLD/librankmap_mpi.so]
+                                   [--callgrind] [--calls-only] [--recv0] [--baseline-shim OLD/librankmap_mpi.so]
 
-bench/pingpong.c is run on 2 ranks with LD_PRELOAD=librankmap_mpi.so and RANKMAP_RUN_DIR set
-(capture on). Inside that one run every figure alternates, round by round, between blocks that
-call the PMPI_ entry points (the MPI library alone: "plain") and blocks that call the MPI_ entry
-points (through the shim: "shim"), so both see the same machine state; each figure is the median
-over the rounds, and the table shows the median over --reps runs. A control run without the shim
-(both columns then go to the library) shows the method's own noise floor.
+Two ranks (bench/pingpong.c, LD_PRELOAD=librankmap_mpi.so, RANKMAP_RUN_DIR set: capture on). Inside
+that one run every figure alternates, round by round, between blocks that call the PMPI_ entry
+points (the MPI library alone: "plain") and blocks that call the MPI_ entry points (through the
+shim), so both see the same machine state; each figure is the median over the rounds, and the table
+shows the median over --reps runs. A control run without the shim (both columns then go to the
+library) shows the method's own noise floor. Figures: "lat" one-way latency of a blocking
+ping-pong (osu_latency), "rate" messages per second and bandwidth of windows of 64 nonblocking
+messages (osu_bw; at 8 B with one pair, osu_mbw_mr), "self" a Sendrecv to the calling rank.
 
-ns/call is the time the shim adds per intercepted call: for latency (shim - plain) of the one-way
-time / 2 (one MPI_Send and one MPI_Recv on the critical path); for message rate the added time per
-window of 64 MPI_Isend + MPI_Waitall + MPI_Recv (66 calls on the sender) / 66; for self, an
-MPI_Sendrecv to the calling rank (one call).
+One process (bench/callcost.c): the cost of an intercepted call without a peer or a wire, in the
+thread's CPU time (a shared machine's descheduling does not count), and with --callgrind in
+instructions (valgrind --tool=callgrind: independent of the machine's load). Patterns: "rate"
+64 Irecv + 64 Isend + Waitall, "pair" Irecv + Send + Wait, "coll" Allreduce of one double.
 
---baseline-shim compares against another build of the shim (e.g. of an earlier revision, built with
-the same MPI): its runs alternate with the current shim's, rep by rep, and it gets a table of its
-own plus a side-by-side ns/call summary.
+The targets are checked at the end: <= 20 ns per intercepted call (callcost, each pattern) and
+>= 0.85 x the 8-byte message rate (rate 8, shim / plain).
+
+--mpi openmpi,mpich runs the Debian flavours (mpicc.X, mpirun.openmpi / mpiexec.mpich) one after
+the other; --mpicc/--mpirun name one MPI. --baseline-shim compares against another build of the shim
+(same MPI), --recv0 against this shim with RANKMAP_RECV=0: their runs alternate with the shim's,
+rep by rep. --calls-only skips the 2-rank runs.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from rankmap.formats import record as records  # noqa: E402
 from rankmap.capture.shim_build import build_shim  # noqa: E402
+
+FLAVOURS = {"openmpi": ("mpicc.openmpi", "mpirun.openmpi"), "mpich": ("mpicc.mpich", "mpiexec.mpich")}
+TARGET_NS, TARGET_RATE = 20.0, 0.85
 
 
 def launcher(mpirun: str, env: dict[str, str]) -> list[str]:
@@ -84,14 +93,15 @@ def ns_per_call(runs: list[dict], k: tuple[str, int]) -> float:
 CALLCOST_ITERS, CALLCOST_ROUNDS = 4000, 2
 
 
-def callcost_units(exe: Path, shim: Path, work: Path, valgrind: bool) -> dict[str, tuple[int, float, float]]:
+def callcost_units(exe: Path, shim: Path, work: Path, valgrind: bool, extra_env: dict | None = None
+                   ) -> dict[str, tuple[int, float, float]]:
     """Run bench/callcost.c in one process with the shim preloaded (capture on).
 
     Without valgrind: {pattern: (calls per iteration, plain ns, shim ns)} in the thread's CPU time.
     With valgrind (callgrind): {pattern: (calls per iteration, plain Ir, shim Ir)} per iteration,
     from the inclusive instruction counts of the plain_<pattern> and shim_<pattern> functions.
     """
-    env = dict(os.environ, LD_PRELOAD=str(shim), RANKMAP_RUN_DIR=str(work / "callcost-run"))
+    env = dict(os.environ, LD_PRELOAD=str(shim), RANKMAP_RUN_DIR=str(work / "callcost-run"), **(extra_env or {}))
     if not valgrind:
         p = subprocess.run([str(exe), "20000", "15"], capture_output=True, text=True, env=env, timeout=600)
         if p.returncode != 0:
@@ -124,14 +134,15 @@ def callcost_units(exe: Path, shim: Path, work: Path, valgrind: bool) -> dict[st
     return out
 
 
-def callcost_table(ns: dict, ir: dict | None) -> None:
-    print("\nper intercepted call, one process (bench/callcost.c: 8 B to MPI_COMM_SELF; CPU time, median of 15 rounds)")
-    print(f"{'pattern':<8}{'calls':>6}{'plain':>12}{'shim':>12}{'ns/call':>9}" + (f"{'instr/call':>12}" if ir else ""))
+def callcost_table(ns: dict, ir: dict | None, mode: str) -> None:
+    print(f"\nper intercepted call, {mode}, one process (bench/callcost.c: 8 B to MPI_COMM_SELF; CPU time, median of 15 rounds;"
+          "\nspeed = plain / shim time per iteration, for 'rate' the 8 B message rate with sender and receiver on one core)")
+    print(f"{'pattern':<8}{'calls':>6}{'plain':>12}{'shim':>12}{'ns/call':>9}{'speed':>7}" + (f"{'instr/call':>12}" if ir else ""))
     for name, (calls, p0, s0) in ns.items():
         extra = ""
         if ir and name in ir:
             extra = f"{(ir[name][2] - ir[name][1]) / calls:>12.0f}"
-        print(f"{name:<8}{calls:>6}{p0:>9.1f} ns{s0:>9.1f} ns{(s0 - p0) / calls:>9.1f}{extra}")
+        print(f"{name:<8}{calls:>6}{p0:>9.1f} ns{s0:>9.1f} ns{(s0 - p0) / calls:>9.1f}{p0 / s0:>7.2f}{extra}")
 
 
 def table(runs: list[dict], title: str) -> None:
@@ -147,53 +158,95 @@ def table(runs: list[dict], title: str) -> None:
         elif k[0] == "rate":
             ns = (64 / s0 - 64 / p0) * 1e9 / 66
             print(f"{'rate':<6}{k[1]:>9}{p0 / 1e6:>10.3f} M/s{s0 / 1e6:>10.3f} M/s"
-                  f"{(p0 - s0) / p0 * 100:>8.1f}%{ns:>9.0f}")
+                  f"{(p0 - s0) / p0 * 100:>8.1f}%{ns:>9.0f}   {p0 * k[1] / 1e9:.3f} -> {s0 * k[1] / 1e9:.3f} GB/s")
         else:
             print(f"{'self':<6}{k[1]:>9}{p0:>11.1f} ns{s0:>11.1f} ns{(s0 - p0) / p0 * 100:>8.1f}%{s0 - p0:>9.0f}")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mpicc", default="mpicc")
-    ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--max-bytes", type=int, default=4 << 20)
-    ap.add_argument("--scale", type=int, default=1)
-    ap.add_argument("--baseline-shim", default=None, help="another librankmap_mpi.so to compare with")
-    a = ap.parse_args()
-
-    shim = build_shim(a.mpicc)
+def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
+    """Everything for one MPI; returns the figures the target check reads."""
+    shim = build_shim(mpicc)
     work = Path(tempfile.mkdtemp(prefix="rankmap-bench-"))
-    exe = work / "pingpong"
-    subprocess.run([shutil.which(a.mpicc) or a.mpicc, "-O2", str(ROOT / "bench" / "pingpong.c"), "-o", str(exe)],
-                   check=True)
+    cc = shutil.which(mpicc) or mpicc
+    exe, cost = work / "pingpong", work / "callcost"
+    for src, out in (("pingpong.c", exe), ("callcost.c", cost)):
+        subprocess.run([cc, "-O2", str(ROOT / "bench" / src), "-o", str(out)], check=True)
     args = [str(exe), str(a.max_bytes), str(a.scale), str(a.rounds)]
     with_shim, base, control = [], [], []
-    for rep in range(a.reps):
+    for rep in range(0 if a.calls_only else a.reps):
         env = {"LD_PRELOAD": str(shim), "RANKMAP_RUN_DIR": str(work / f"run{rep}")}
         jobs = [(with_shim, env)]
-        if a.baseline_shim:      # alternate which of the two goes first
-            benv = {"LD_PRELOAD": str(Path(a.baseline_shim).resolve()), "RANKMAP_RUN_DIR": str(work / f"base{rep}")}
+        if a.baseline_shim or a.recv0:      # alternate which of the two goes first
+            benv = {"LD_PRELOAD": str(Path(a.baseline_shim or shim).resolve()), "RANKMAP_RUN_DIR": str(work / f"base{rep}")}
+            if a.recv0:
+                benv["RANKMAP_RECV"] = "0"
             jobs = [(base, benv)] + jobs if rep % 2 else jobs + [(base, benv)]
         for out, e in jobs:
-            out.append(run_once(launcher(a.mpirun, e) + args))
-        print(f"  run {rep + 1}/{a.reps} done", file=sys.stderr)
-    control.append(run_once(launcher(a.mpirun, {}) + args))
-    lib = records.read_dir(work / "run0")[0].meta.get("mpi_library", "?")
-    print(f"shim: {shim}\nmpi: {lib}\nhost: {platform.machine()}, "
-          f"{__import__('os').cpu_count()} CPUs\ncommand: {' '.join(sys.argv)}")
-    table(with_shim, f"with the shim (capture on), median of {a.reps} runs x {a.rounds} interleaved rounds")
+            out.append(run_once(launcher(mpirun, e) + args))
+        print(f"  {mpicc}: run {rep + 1}/{a.reps} done", file=sys.stderr)
+    if not a.calls_only:
+        control.append(run_once(launcher(mpirun, {}) + args))
+    modes = {"receives recorded": {}, "RANKMAP_RECV=0 (send side only)": {"RANKMAP_RECV": "0"}}
+    ns = {m: callcost_units(cost, shim, work, False, e) for m, e in modes.items()}
+    ir = {m: callcost_units(cost, shim, work, True, e) for m, e in modes.items()} if a.callgrind else {}
+    lib = " ".join(records.read_dir(work / "callcost-run")[0].meta.get("mpi_library", "?").split())
+    print(f"\n==== {lib.split(',')[0]}\nshim: {shim}\nmpi: {lib}")
+    if with_shim:
+        table(with_shim, f"with the shim (capture on), median of {a.reps} runs x {a.rounds} interleaved rounds")
     if base:
-        table(base, f"baseline shim {a.baseline_shim} (capture on), median of {a.reps} runs x {a.rounds} rounds")
+        what = f"baseline shim {a.baseline_shim}" if a.baseline_shim else "RANKMAP_RECV=0 (send side only)"
+        table(base, f"{what} (capture on), median of {a.reps} runs x {a.rounds} rounds")
         print("\nns per intercepted call, baseline -> this shim (median of the runs' own figures; "
               "sizes up to 1 KiB, rate and self)")
         for k in sorted(with_shim[0], key=lambda k: ({"lat": 0, "rate": 1, "self": 2}[k[0]], k[1])):
             if k[0] == "lat" and k[1] > 1024:
                 continue
             print(f"{k[0]:<6}{k[1]:>9}{ns_per_call(base, k):>9.0f} ->{ns_per_call(with_shim, k):>5.0f}")
-    table(control, "control: no shim loaded (both columns are the library itself)")
+    if control:
+        table(control, "control: no shim loaded (both columns are the library itself)")
+    for m in modes:
+        callcost_table(ns[m], ir.get(m), m)
     shutil.rmtree(work, ignore_errors=True)
+    rate8 = statistics.median(r[("rate", 8)][1] / r[("rate", 8)][0] for r in with_shim) if with_shim else None
+    rate8_b = statistics.median(r[("rate", 8)][1] / r[("rate", 8)][0] for r in base) if base and a.recv0 else None
+    return {"name": lib.split(",")[0], "rate8": rate8, "rate8_recv0": rate8_b,
+            "modes": {m: {"ns": {k: (s0 - p0) / c for k, (c, p0, s0) in ns[m].items()},
+                          "ir": {k: (s0 - p0) / c for k, (c, p0, s0) in ir[m].items()} if m in ir else {},
+                          "rate8_one": ns[m]["rate"][1] / ns[m]["rate"][2]} for m in modes}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mpi", default=None, help="comma-separated flavours: openmpi, mpich")
+    ap.add_argument("--mpicc", default="mpicc")
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--max-bytes", type=int, default=4 << 20)
+    ap.add_argument("--scale", type=int, default=1)
+    ap.add_argument("--callgrind", action="store_true", help="also count instructions per call with callgrind")
+    ap.add_argument("--calls-only", action="store_true", help="only the one-process figures (no 2-rank runs)")
+    ap.add_argument("--baseline-shim", default=None, help="another librankmap_mpi.so to compare with")
+    ap.add_argument("--recv0", action="store_true", help="also run the shim with RANKMAP_RECV=0, alternating")
+    a = ap.parse_args()
+    pairs = [FLAVOURS[f.strip()] for f in a.mpi.split(",")] if a.mpi else [(a.mpicc, a.mpirun)]
+    print(f"host: {platform.machine()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}\n"
+          f"command: {' '.join(sys.argv)}")
+    results = [bench_one(cc, run, a) for cc, run in pairs]
+    print(f"\ntargets: <= {TARGET_NS:.0f} ns per intercepted call (one process), >= {TARGET_RATE} x the 8 B message rate")
+    met = lambda ok: "met" if ok else "not met"  # noqa: E731
+    for r in results:
+        print(r["name"])
+        if r["rate8"] is not None:
+            print(f"  8 B message rate, 2 ranks, receives recorded: {r['rate8']:.2f} x [{met(r['rate8'] >= TARGET_RATE)}]")
+        if r["rate8_recv0"] is not None:
+            print(f"  8 B message rate, 2 ranks, RANKMAP_RECV=0: {r['rate8_recv0']:.2f} x "
+                  f"[{met(r['rate8_recv0'] >= TARGET_RATE)}]")
+        for m, f in r["modes"].items():
+            calls = ", ".join(f"{k} {v:.1f} ns" + (f" / {f['ir'][k]:.0f} instr" if k in f["ir"] else "")
+                              for k, v in f["ns"].items())
+            print(f"  {m}: per call {calls} [{met(all(v <= TARGET_NS for v in f['ns'].values()))}]; "
+                  f"8 B message rate in one process {f['rate8_one']:.2f} x [{met(f['rate8_one'] >= TARGET_RATE)}]")
 
 
 if __name__ == "__main__":

@@ -139,6 +139,19 @@ def test_ring_exact(mpi, tmp_path):
     assert traffic_matrix(recs, what="messages").sum() == p * iters
 
 
+def test_send_side_only(mpi, tmp_path):
+    """RANKMAP_RECV=0: the traffic matrix (sender side) stays exact, receives leave no rows."""
+    p, nbytes, iters = 4, 1000, 3
+    recs = mpi.run(p, "master_worker", 3, 200, 30, rundir=tmp_path / "mw", env={"RANKMAP_RECV": "0"})
+    full = mpi.run(p, "master_worker", 3, 200, 30, rundir=tmp_path / "mw-full")
+    assert (traffic_matrix(recs) == traffic_matrix(full)).all() and traffic_matrix(recs).sum() > 0
+    assert received_matrix(recs).sum() == 0 and received_matrix(full).sum() > 0
+    recs = mpi.run(p, "ring", nbytes, iters, rundir=tmp_path / "ring", env={"RANKMAP_RECV": "0"})
+    for r in recs:
+        assert rows(r) == {((r.world_rank + 1) % p, "p2p", "MPI_Isend", "send"): (nbytes * iters, iters)}
+        assert r.op_time["MPI_Irecv"][0] == iters and r.meta["shim.receives"].startswith("not recorded")
+
+
 def halo_expect(dims: list[int], face: int, iters: int) -> np.ndarray:
     p = math.prod(dims)
     m = np.zeros((p, p), dtype=np.int64)

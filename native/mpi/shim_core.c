@@ -13,6 +13,7 @@
 
 rmrec_t *rm_R;
 int rm_on, rm_single;
+int rm_track_recv = 1;
 RM_TLS rm_tls_t rm_t;
 int rm_wrank, rm_wsize;
 unsigned rm_sample_bits;
@@ -225,6 +226,10 @@ void rm_setup(void) {
   rmrec_single_writer(rm_R, rm_single);
   rmrec_meta(rm_R, "shim.counters", rm_single ? "single-writer (MPI thread level below MULTIPLE)"
                                               : "per-thread shards (MPI_THREAD_MULTIPLE)");
+  const char *rv = getenv("RANKMAP_RECV");
+  rm_track_recv = !(rv && strcmp(rv, "0") == 0);
+  rmrec_meta(rm_R, "shim.receives", rm_track_recv ? "recorded at completion, from the status"
+                                                  : "not recorded (RANKMAP_RECV=0): send side only");
   /* call timing: RANKMAP_SAMPLE = N (a power of two, default 16) times one short call in N */
   const char *se = getenv("RANKMAP_SAMPLE");
   long sample = se && *se ? strtol(se, NULL, 10) : 16;

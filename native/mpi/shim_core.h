@@ -59,6 +59,7 @@ extern RM_TLS rm_tls_t rm_t;
 #define rm_tick (rm_t.tick)
 extern rmrec_t *rm_R;
 extern int rm_on, rm_single;
+extern int rm_track_recv;      /* RANKMAP_RECV (default 1): record receives (from their statuses) */
 extern int rm_wrank, rm_wsize;
 #define RM_CAPTURE (__builtin_expect(rm_on, 1) && !rm_in_f)
 
