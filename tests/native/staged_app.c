@@ -47,7 +47,11 @@ int main(int argc, char **argv) {
   size_t n = argc > 2 ? strtoull(argv[2], NULL, 10) : 1000000;
   int iters = argc > 3 ? atoi(argv[3]) : 5;
   const char *inj = getenv("CUDA_INJECTION64_PATH"), *cupti_path = getenv("RANKMAP_CUPTI");
-  if (inj && *inj) {                     /* cuInit */
+  if (inj && *inj) {                     /* cuInit: the driver (libcuda) is in the process, and loads */
+    if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL)) {          /* the injection library */
+      fprintf(stderr, "staged_app: stand-in libcuda not found\n");
+      return 2;
+    }
     void *h = dlopen(inj, RTLD_NOW | RTLD_LOCAL);
     int (*init)(void) = h ? (int (*)(void))dlsym(h, "InitializeInjection") : NULL;
     if (!init) { fprintf(stderr, "staged_app: cannot load %s\n", inj); return 2; }
