@@ -1,5 +1,7 @@
 /* cuda_pingpong.c -- ping-pong between ranks 0 and 1 from host, pinned-host, managed and device
- * buffers, to check the shim's memory-kind classification.  Needs the CUDA runtime:
+ * buffers, to check the shim's memory-kind classification, including the paths that skip the
+ * driver (a small heap buffer used before and after CUDA is loaded, buffers seen before).
+ * Needs the CUDA runtime:
  *   mpicc cuda_pingpong.c -I$CUDA_HOME/include -L$CUDA_HOME/lib64 -lcudart -o cuda_pingpong
  * usage: cuda_pingpong BYTES ITERS AWARE      (AWARE=1: the MPI is CUDA-aware)
  * Per iteration and kind, rank 0 sends BYTES to rank 1 and rank 1 sends them back (MPI_Send/MPI_Recv):
@@ -7,8 +9,13 @@
  *   device (cudaMalloc): with AWARE=1 passed to MPI directly -> device; with AWARE=0 staged through
  *   a malloc'ed buffer (cudaMemcpy) -> host, plus one 0-byte MPI_Send/MPI_Recv of the device pointer
  *   per iteration (no data touched) so the device classification is still exercised.
- * Expected send bytes of each rank: host 2*BYTES*ITERS (+ BYTES*ITERS staged when AWARE=0),
- * managed BYTES*ITERS, device AWARE ? BYTES*ITERS : 0 (in ITERS messages). */
+ * Then, S = 256 bytes: a small malloc'ed (brk heap) buffer ping-pongs before the first CUDA call
+ * (the driver is not loaded yet) and again at the end (host); a small cudaMalloc'ed buffer (S bytes
+ * if AWARE, else 0) and the middle of the big device buffer (0 bytes) ping-pong too (device).
+ * Expected send (and receive) of each rank, bytes in messages:
+ *   host    2*BYTES*ITERS + 2*S*ITERS (+ BYTES*ITERS staged when AWARE=0) in 4*ITERS (+ ITERS)
+ *   managed BYTES*ITERS in ITERS
+ *   device  AWARE ? BYTES*ITERS + S*ITERS : 0, in 3*ITERS */
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -34,6 +41,9 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int n = argc > 1 ? atoi(argv[1]) : 1 << 20, iters = argc > 2 ? atoi(argv[2]) : 5, aware = argc > 3 ? atoi(argv[3]) : 0;
+  enum { S = 256 };
+  char *small = malloc(S);                     /* the brk heap: known host memory */
+  pingpong(small, S, rank, iters);             /* before any CUDA call: libcuda not loaded yet */
   CK(cudaGetDeviceCount(&ndev));
   CK(cudaSetDevice(rank % ndev));
   char *host = malloc((size_t)n), *stage = malloc((size_t)n), *pinned, *managed, *dev;
@@ -63,8 +73,13 @@ int main(int argc, char **argv) {
     }
     pingpong(dev, 0, rank, iters);             /* 0 bytes: classification only */
   }
+  char *dsmall;
+  CK(cudaMalloc((void **)&dsmall, S));         /* a small allocation, next to others */
+  pingpong(dsmall, aware ? S : 0, rank, iters);
+  pingpong(dev + n / 2, 0, rank, iters);       /* inside an allocation seen before */
+  pingpong(small, S, rank, iters);             /* heap again, CUDA loaded now */
   if (rank == 0) printf("cuda_pingpong: %d bytes x %d iterations, cuda-aware=%d\n", n, iters, aware);
-  cudaFree(dev); cudaFree(managed); cudaFreeHost(pinned); free(host); free(stage);
+  cudaFree(dsmall); cudaFree(dev); cudaFree(managed); cudaFreeHost(pinned); free(host); free(stage); free(small);
   MPI_Finalize();
   return 0;
 }
