@@ -71,7 +71,7 @@ timeout 60 "${LAUNCH[@]}" "$WORK/cuda_pingpong" "$BYTES" "$ITERS" "$AWARE" >> "$
 RC=$?
 echo "exit status: $RC" >> "$REPORT"
 
-"$PY" - "$RUN" "$BYTES" "$ITERS" "$AWARE" >> "$REPORT" <<'PYEOF'
+"$PY" - "$RUN" "$BYTES" "$ITERS" "$AWARE" >> "$REPORT" 2>&1 <<'PYEOF'
 import sys
 from rankmap.formats import record as records
 run, n, iters, aware = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -90,20 +90,20 @@ exp_send = {"host": (2 * n * iters + 2 * S * iters + (0 if aware else n * iters)
 print(f"{'rank':>4} {'dir':>4} {'kind':>8} {'bytes':>12} {'messages':>9}")
 for r in recs:
     split = {}
-    for peer, k, op, mem, d, b, m in r.traffic:
-        if k != "p2p":
+    for t in r.traffic:                    # TrafficRow: by name, so new fields do not break it
+        if t.klass != "p2p":
             continue
-        x = split.setdefault((d, mem), [0, 0])
-        x[0] += b
-        x[1] += m
+        x = split.setdefault((t.direction, t.mem), [0, 0])
+        x[0] += t.bytes
+        x[1] += t.messages
     for (d, mem), (b, m) in sorted(split.items()):
         print(f"{r.world_rank:>4} {d:>4} {mem:>8} {b:>12} {m:>9}")
     check(r.meta.get("cuda") == "loaded", f"rank {r.world_rank} saw CUDA loaded after MPI_Init (meta cuda: {r.meta.get('cuda')})")
     for d in ("send", "recv"):
         got = {mem: tuple(v) for (dd, mem), v in split.items() if dd == d}
         check(got == exp_send, f"rank {r.world_rank} {d} split by memory kind {got} == {exp_send}")
-dev = sum(b for r in recs for t in r.traffic if t[3] == "device" for b in [t[5]])
-tot = sum(t[5] for r in recs for t in r.traffic)
+dev = sum(t.bytes for r in recs for t in r.traffic if t.mem == "device")
+tot = sum(t.bytes for r in recs for t in r.traffic)
 print(f"device-resident share of p2p bytes: {dev / max(tot, 1):.1%} (cuda-aware={aware})")
 sys.exit(min(fails, 100))
 PYEOF
