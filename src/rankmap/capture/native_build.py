@@ -37,13 +37,14 @@ def first_error(text: str) -> str:
 
 
 def compile_cached(out_dir: Path, lib_name: str, commands: Callable[[str], list[list[str]]], what: str,
-                   *, force: bool = False, notes: dict[str, str] | None = None) -> Path:
+                   *, force: bool = False, notes: dict[str, str] | None = None, timeout: float = 300) -> Path:
     """Return ``out_dir/lib_name``, building it first unless it is there (or ``force``).
 
     ``commands(tmp)`` gives the compile commands to try in turn, each writing to ``tmp``; the first
     that succeeds wins (a later one may drop optional flags). ``what`` names the hook and the
     compiler in errors: ``building the <what> failed: <first error line>``. ``notes`` are small
-    text files written beside the library (e.g. what went into the cache key).
+    text files written beside the library (e.g. what went into the cache key). The same path
+    builds executables (the benchmark programs): ``lib_name`` is then the program's name.
     """
     lib = out_dir / lib_name
     if lib.is_file() and not force:
@@ -52,12 +53,12 @@ def compile_cached(out_dir: Path, lib_name: str, commands: Callable[[str], list[
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RankmapError(f"cannot create the build cache {out_dir}: {e.strerror}") from None
-    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=out_dir)
+    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=Path(lib_name).suffix, dir=out_dir)
     os.close(fd)
     try:
         p = None
         for cmd in commands(tmp):
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             if p.returncode == 0:
                 break
         if p is None or p.returncode != 0:

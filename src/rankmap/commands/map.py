@@ -25,6 +25,9 @@ def add_solver_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--objective", choices=OBJECTIVE_CHOICES, default="max",
                    help="what to minimise: the busiest link's congestion (default), the average "
                         "congestion over used links, or hop-bytes")
+    p.add_argument("--measured", nargs="?", const="latest", metavar="RUN",
+                   help="use the GPU-pair bandwidths measured by `rankmap bench p2p` (a stored run id, default "
+                        "the latest) as link strengths")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--job", metavar="JOB", help="a stored job: id or 'latest'")
     src.add_argument("--traffic", metavar="FILE.csv", help="traffic in the export CSV format")
     add_solver_args(p)
-    p.add_argument("--db", metavar="URL", help="store URL (for --job)")
+    p.add_argument("--db", metavar="URL", help="store URL (for --job and --measured)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--output", "-o", metavar="FILE", help="also write the mapping JSON to FILE")
     p.add_argument("--save", action="store_true",
@@ -47,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def solver_options(args: argparse.Namespace) -> dict:
     """The options of :func:`rankmap.pipeline.tune.place` that :func:`add_solver_args` parsed."""
     return dict(topology=args.topology, nodes=args.nodes, ranks_per_gpu=args.ranks_per_gpu, seed=args.seed,
-                time_budget=args.time_budget, objective=args.objective)
+                time_budget=args.time_budget, objective=args.objective,
+                measured=args.measured, db=getattr(args, "db", None))
 
 
 def run(args: argparse.Namespace) -> int:

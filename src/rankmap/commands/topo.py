@@ -23,6 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--list", action="store_true", help="list the built-in fixtures and exit")
     p.add_argument("--format", choices=("table", "json", "nvsmi"), default="table",
                    help="table (default), json (the versioned topology JSON) or nvsmi (nvidia-smi topo -m layout)")
+    p.add_argument("--measured", nargs="?", const="latest", metavar="RUN",
+                   help="use the GPU-pair bandwidths measured by `rankmap bench p2p` (a stored run id, default the "
+                        "latest) as link strengths, shown next to the nominal ones")
+    p.add_argument("--db", metavar="URL", help="store URL for --measured (default $RANKMAP_DB or the SQLite file)")
     p.set_defaults(func=run)
 
 
@@ -68,12 +72,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name:<{width}}  {fixtures.describe(name)}")
         return 0
     topo = resolve(args)
+    nominal = None
+    if args.measured:
+        from rankmap.bench.measured import measured_topology
+        from rankmap.store import open_store
+
+        nominal, topo = topo, measured_topology(topo, open_store(args.db), args.measured)
     if args.format == "json":
         sys.stdout.write(topology_json.dumps(topo))
     elif args.format == "nvsmi":
         sys.stdout.write(nvsmi.format_matrix(topo))
     else:
-        print_table(topo)
+        print_table(topo, nominal)
     return 0
 
 
@@ -81,8 +91,11 @@ def _gbs(x: float) -> str:
     return f"{x:.1f}" if x < 1000 else f"{x:.0f}"
 
 
-def print_table(topo: Topology) -> None:
-    """The human view: matrix, per-GPU affinity and NVLink bundles, NICs, then unknowns and source."""
+def print_table(topo: Topology, nominal: Topology | None = None) -> None:
+    """The human view: matrix, per-GPU affinity and NVLink bundles, NICs, then unknowns and source.
+
+    With ``nominal`` (``--measured``), ``topo`` carries measured link strengths and a table sets the
+    measured GB/s of every GPU pair beside the nominal ones."""
     from rich.console import Console
     from rich.table import Table
 
@@ -115,6 +128,8 @@ def print_table(topo: Topology) -> None:
         nic_s = f"{nic.name or nic.id} ({topo.route(a.id, nic.id).label})" if nic else "-"
         m.add_row(f"GPU{a.index}", *cells, str(cpus), "?" if numa is None else str(numa), nic_s)
     console.print(m)
+    if nominal is not None:
+        print_measured(console, topo, nominal)
 
     lt = Table(title="NVLink bundles of each GPU", title_justify="left")
     for c in ("GPU", "to", "links", "gen", "GB/s per link", "GB/s per direction"):
@@ -157,3 +172,26 @@ def print_table(topo: Topology) -> None:
         for u in topo.unknowns:
             console.print(f"  - {u}", markup=False)
     console.print(f"Source: {topo.source or '?'}", markup=False)
+
+
+def print_measured(console, topo: Topology, nominal: Topology) -> None:
+    """Nominal vs measured bottleneck GB/s of every GPU pair, and where the measurements come from."""
+    from rich.table import Table
+
+    t = Table(title="GPU pairs: nominal vs measured GB/s per direction (measured = rankmap bench p2p)",
+              title_justify="left")
+    for c in ("pair", "route", "nominal", "measured", "measured / nominal"):
+        t.add_column(c, justify="right" if c not in ("pair", "route") else "left")
+    for a in topo.gpus:
+        for b in topo.gpus:
+            if a.id == b.id:
+                continue
+            r = topo.route(a.id, b.id)
+            if not any(topo.links[h.link].measured for h in r.hops):
+                continue
+            nom, mea = nominal.bandwidth(a.id, b.id), topo.bandwidth(a.id, b.id)
+            t.add_row(f"GPU{a.index}->GPU{b.index}", r.label, _gbs(nom), _gbs(mea), f"{mea / nom:.2f}")
+    console.print(t)
+    for n in topo.notes:
+        if n.startswith("link bandwidths measured"):
+            console.print(n, markup=False)

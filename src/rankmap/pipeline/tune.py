@@ -13,8 +13,11 @@ from rankmap.errors import RankmapError
 
 
 def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1, seed: int = 0,
-          time_budget: float = 10.0, objective: str = "max", source: dict | None = None) -> dict:
-    """The mapping JSON of the best placement of ``traffic`` on ``nodes`` x ``topology``."""
+          time_budget: float = 10.0, objective: str = "max", source: dict | None = None,
+          measured: str | None = None, db: str | None = None) -> dict:
+    """The mapping JSON of the best placement of ``traffic`` on ``nodes`` x ``topology``; with
+    ``measured`` (a stored ``rankmap bench p2p`` run id or ``latest``, in the store at ``db``) the
+    topology's links carry the measured GPU-pair bandwidths."""
     from rankmap.mapping.inputs import load_topology
     from rankmap.mapping.platform import Platform, node_model
     from rankmap.mapping.report import to_json
@@ -25,6 +28,11 @@ def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1
     if time_budget <= 0:
         raise RankmapError(f"--time-budget must be positive, got {time_budget}")
     topo = load_topology(topology)
+    if measured:
+        from rankmap.bench.measured import measured_topology
+        from rankmap.store import open_store
+
+        topo = measured_topology(topo, open_store(db), measured)
     platform = Platform(node_model(topo), nodes)
     pl = solve(platform, traffic, ranks_per_gpu=ranks_per_gpu, seed=seed, time_budget=time_budget,
                objective=objective)

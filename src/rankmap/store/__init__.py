@@ -416,6 +416,69 @@ class Store:
             "cuda_activity": self.cuda_activity(job_id), "pvars": self.pvars(job_id), "problems": problems,
         }
 
+    # ------------------------------------------------------------ benchmarks
+    _BENCH_FIGURES = {"latency_us": "latency_us", "bandwidth_GBps": "bandwidth_gbps", "total_GBps": "total_gbps",
+                      "algbw_GBps": "algbw_gbps", "busbw_GBps": "busbw_gbps"}
+    _BENCH_KEYS = ("benchmark", "library", "buffer", "src", "dst", "size")
+
+    def save_bench_run(self, run: dict) -> int:
+        """Keep one benchmark run (the JSON form of ``rankmap.bench.rows.BenchRun``); returns its id."""
+        with self.engine.begin() as c:
+            r = c.execute(S.bench_runs.insert().values(
+                created=_now(), kind=run["kind"], host=run.get("host"), command=run.get("command"),
+                machine=run.get("machine") or {}, ran=list(run.get("ran") or []),
+                not_run=list(run.get("not_run") or []), meta={"notes": list(run.get("notes") or [])}))
+            rid = int(r.inserted_primary_key[0])
+            rows = []
+            for row in run.get("rows") or []:
+                d = {k: row.get(k) for k in self._BENCH_KEYS}
+                d.update({col: row.get(key) for key, col in self._BENCH_FIGURES.items()})
+                d["extra"] = {k: v for k, v in row.items() if k not in self._BENCH_KEYS and k not in self._BENCH_FIGURES}
+                d["run"] = rid
+                rows.append(d)
+            if rows:
+                c.execute(S.bench_results.insert(), rows)
+        return rid
+
+    def bench_runs(self, kind: str | None = None, host: str | None = None, limit: int = 50) -> list[dict]:
+        """Benchmark runs, newest first, without their rows."""
+        t = S.bench_runs
+        q = sa.select(t).order_by(t.c.id.desc()).limit(limit)
+        if kind:
+            q = q.where(t.c.kind == kind)
+        if host:
+            q = q.where(t.c.host == host)
+        with self.engine.connect() as c:
+            out = [dict(r) for r in c.execute(q).mappings()]
+        for d in out:
+            d["created"] = _iso(d["created"])
+        return out
+
+    def bench_run(self, run_id: int) -> dict:
+        """One run with its rows in the JSON row form (figures named as ``rankmap bench --format json`` names them)."""
+        t, res = S.bench_runs, S.bench_results
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(t).where(t.c.id == run_id)).mappings().first()
+            if row is None:
+                raise RankmapError(f"no benchmark run {run_id} in {self.url}")
+            results = c.execute(sa.select(res).where(res.c.run == run_id)).mappings().all()
+        d = dict(row)
+        d["created"] = _iso(d["created"])
+        d["notes"] = (d.pop("meta") or {}).get("notes", [])
+        rows = []
+        for r in results:
+            out = {k: r[k] for k in self._BENCH_KEYS if r[k] is not None}
+            out.update({key: r[col] for key, col in self._BENCH_FIGURES.items() if r[col] is not None})
+            out.update(r["extra"] or {})
+            rows.append(out)
+        d["rows"] = rows
+        return d
+
+    def latest_bench_run(self, kind: str, host: str | None = None) -> dict | None:
+        """The newest run of ``kind`` (on ``host`` when given), with its rows; None if there is none."""
+        runs = self.bench_runs(kind, host, limit=1)
+        return self.bench_run(runs[0]["id"]) if runs else None
+
     # ------------------------------------------------------------ mappings
     def save_mapping(self, mapping: dict, *, job_id: int | None = None, key: str | None = None,
                      world_size: int | None = None, topology: str | None = None,

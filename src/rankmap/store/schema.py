@@ -188,3 +188,36 @@ mappings = Table(
     Column("meta", JSON),
 )
 Index("ix_mappings_key", mappings.c.command_key, mappings.c.world_size)
+
+# Benchmark runs (`rankmap bench p2p|mpi|nccl`) and their rows (rankmap.bench.rows declares the row).
+bench_runs = Table(
+    "bench_runs", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("created", DateTime(timezone=True), nullable=False),
+    Column("kind", String(16), nullable=False),       # 'p2p' | 'mpi' | 'nccl'
+    Column("host", Text),
+    Column("command", Text),                          # the program (and launcher) that measured
+    Column("machine", JSON),                          # GPUs, versions, CUDA-awareness, rank placement
+    Column("ran", JSON),                              # what was measured, said plainly
+    Column("not_run", JSON),                          # what could not be, with the reason
+    Column("meta", JSON),
+)
+Index("ix_bench_runs_kind", bench_runs.c.kind, bench_runs.c.host)
+
+bench_results = Table(
+    "bench_results", metadata,
+    Column("run", Integer, ForeignKey("bench_runs.id", ondelete="CASCADE"), nullable=False),
+    Column("benchmark", String(32), nullable=False),
+    Column("library", String(16)),                    # 'cuda' | 'mpi' | 'nccl'
+    Column("buffer", String(16)),
+    Column("src", Integer),                           # GPU index, -1 = host memory (p2p rows)
+    Column("dst", Integer),
+    Column("size", BigInteger, nullable=False),       # bytes
+    Column("latency_us", Float),
+    Column("bandwidth_gbps", Float),                  # GB/s (1e9 bytes), per direction
+    Column("total_gbps", Float),                      # both directions added (bidirectional rows)
+    Column("algbw_gbps", Float),
+    Column("busbw_gbps", Float),
+    Column("extra", JSON),
+)
+Index("ix_bench_results_run", bench_results.c.run)

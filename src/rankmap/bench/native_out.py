@@ -1,0 +1,132 @@
+"""The one reader of what the benchmark programs print (``native/bench/bench_out.h``).
+
+Each line of their stdout is one JSON object with ``rec``: ``info``, ``device``, ``peer``, ``rank``,
+``result``, ``note``, ``skip`` or ``error``. Lines that are not such objects (an MPI launcher's own
+chatter, a library's warning) are kept apart as ``other`` so an error message can quote them.
+Running a program and reading its lines live here too: every benchmark is a child process with a
+time limit, killed with its whole process group when the limit passes, so a hung GPU or MPI job
+never hangs rankmap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from rankmap.errors import RankmapError
+
+FORMAT = 1                      # RMB_FORMAT of bench_out.h
+EXIT_FAILED, EXIT_NO_GPU, EXIT_USAGE = 3, 4, 5
+KINDS = {"info", "device", "peer", "rank", "result", "note", "skip", "error"}
+
+
+@dataclass
+class Output:
+    """Everything one benchmark program said, sorted by record kind."""
+
+    records: list[dict] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)     # lines that were not records
+    stderr: str = ""
+    returncode: int | None = None
+
+    def of(self, kind: str) -> list[dict]:
+        return [r for r in self.records if r["rec"] == kind]
+
+    @property
+    def info(self) -> dict:
+        """The first info record (what the program found), merged with later ones."""
+        out: dict = {}
+        for r in self.of("info"):
+            for k, v in r.items():
+                out.setdefault(k, v)
+        return out
+
+    @property
+    def errors(self) -> list[dict]:
+        return self.of("error")
+
+    @property
+    def finished(self) -> bool:
+        return any("done" in r for r in self.of("info"))
+
+
+def parse_lines(lines: Sequence[str], source: str = "benchmark") -> Output:
+    """Sort lines into records and other output; a record of a newer format is refused by name."""
+    out = Output()
+    for raw in lines:
+        line = raw.strip()
+        if not line:
+            continue
+        rec = None
+        if line.startswith("{"):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                rec = None
+        if not isinstance(rec, dict) or rec.get("rec") not in KINDS:
+            out.other.append(line)
+            continue
+        if rec["rec"] == "info" and int(rec.get("format", FORMAT)) > FORMAT:
+            raise RankmapError(f"{source} writes output format {rec['format']}, newer than this rankmap reads "
+                               f"({FORMAT}): clear the build cache (RANKMAP_CACHE) or upgrade rankmap")
+        out.records.append(rec)
+    return out
+
+
+def run(argv: Sequence[str], *, what: str, timeout: float, env: dict[str, str] | None = None) -> Output:
+    """Run one benchmark program (or a launcher running it) and read its records.
+
+    Raises :class:`RankmapError` when it cannot start or runs past ``timeout`` seconds (then its
+    whole process group is killed first). A non-zero exit is returned, not raised: the caller
+    decides what a failure means (see :func:`failure`).
+    """
+    try:
+        p = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env, start_new_session=True, errors="replace")
+    except OSError as e:
+        raise RankmapError(f"cannot run {what} ({argv[0]}): {e.strerror or e}") from None
+    timed_out = threading.Event()
+
+    def kill() -> None:
+        timed_out.set()
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    timer = threading.Timer(timeout, kill)
+    timer.start()
+    try:
+        stdout, stderr = p.communicate()
+    except KeyboardInterrupt:
+        kill()
+        p.wait()
+        raise
+    finally:
+        timer.cancel()
+    if timed_out.is_set():
+        raise RankmapError(f"{what} ran longer than {timeout:g} s and was stopped (raise --timeout, or run fewer sizes)")
+    out = parse_lines(stdout.splitlines(), what)
+    out.stderr = stderr
+    out.returncode = p.returncode
+    return out
+
+
+def failure(out: Output, what: str) -> str:
+    """One line saying why a program failed: its error record, else its last words."""
+    for e in out.errors:
+        if e.get("what") == "arguments":
+            return f"{what} refused its arguments: {e.get('message')} (a rankmap bug: please report it)"
+    if out.errors:
+        e = out.errors[0]
+        code = e.get("code")
+        code_s = f" (code {code})" if code not in (None, -1) else ""
+        return f"{what} failed: {e.get('what')}: {e.get('message')}{code_s}"
+    tail = [l.strip() for l in (out.stderr.splitlines() + out.other) if l.strip()]
+    last = next((l for l in reversed(tail) if "error" in l.lower()), tail[-1] if tail else "")
+    return f"{what} exited with status {out.returncode}" + (f": {last}" if last else " and said nothing")
