@@ -127,6 +127,24 @@ def failure(out: Output, what: str) -> str:
         code = e.get("code")
         code_s = f" (code {code})" if code not in (None, -1) else ""
         return f"{what} failed: {e.get('what')}: {e.get('message')}{code_s}"
-    tail = [l.strip() for l in (out.stderr.splitlines() + out.other) if l.strip()]
-    last = next((l for l in reversed(tail) if "error" in l.lower()), tail[-1] if tail else "")
-    return f"{what} exited with status {out.returncode}" + (f": {last}" if last else " and said nothing")
+    return f"{what} exited with status {out.returncode}" + (f": {said}" if (said := last_words(out)) else
+                                                              " and said nothing")
+
+
+def last_words(out: Output) -> str:
+    """The telling line of a program's (or its launcher's) own output: the first sentence of an
+    MPI launcher's boxed message (between lines of dashes), else the last line naming an error."""
+    lines = [l.strip() for l in (out.stderr.splitlines() + out.other) if l.strip()]
+    for i, l in enumerate(lines):
+        if set(l) == {"-"} and i + 1 < len(lines) and set(lines[i + 1]) != {"-"}:
+            block = []
+            for m in lines[i + 1:]:
+                if set(m) == {"-"}:
+                    break
+                block.append(m)
+                if ". " in m or m.endswith((".", ":")):
+                    break
+            text = " ".join(block)
+            return text[:text.index(". ") + 1] if ". " in text else text
+    return next((l for l in reversed(lines) if "error" in l.lower() or "fail" in l.lower()),
+                lines[-1] if lines else "")

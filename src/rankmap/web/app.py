@@ -20,6 +20,8 @@ Endpoints (all GET):
 ``/api/jobs/{job}/pvars``              MPI_T performance variables (``name=``: one over time, per rank)
 ``/api/topology``                      topology + drawing + GPU pair routes (+ loads with ``job=``)
 ``/metrics``                           link counters (dcgm-exporter names) and pair bytes, Prometheus text
+``/api/machine``                       the newest ``rankmap bench`` run of each kind for a host, recent runs
+``/api/bench/{run}``                   one benchmark run with its rows
 
 Every request passes :class:`rankmap.web.security.Guard` (Host check, token, headers).
 """
@@ -355,6 +357,25 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
     def metrics() -> PlainTextResponse:
         return PlainTextResponse(M.render(store), media_type="text/plain; version=0.0.4; charset=utf-8",
                                  headers={"Cache-Control": "no-store"})
+
+    @app.get("/api/machine")
+    def machine(host: str | None = None) -> dict:
+        runs = store.bench_runs(limit=200)
+        hosts = list(dict.fromkeys(r["host"] for r in runs if r["host"]))
+        chosen = host if host is not None else (runs[0]["host"] if runs else None)
+        if host is not None and host not in hosts:
+            raise HTTPException(404, f"no benchmark runs from host {host!r}; hosts: {', '.join(hosts) or 'none'}")
+        latest = {kind: store.latest_bench_run(kind, chosen) for kind in ("p2p", "mpi", "nccl")}
+        history = [{k: r[k] for k in ("id", "kind", "created", "host", "ran", "not_run")} for r in runs
+                   if chosen is None or r["host"] == chosen][:30]
+        return {"hosts": hosts, "host": chosen, "runs": latest, "history": history}
+
+    @app.get("/api/bench/{run_id}")
+    def bench_run(run_id: int) -> dict:
+        try:
+            return store.bench_run(run_id)
+        except RankmapError as e:
+            raise HTTPException(404, str(e)) from None
 
     @app.get("/api/topology")
     def topology(spec: str | None = None, job: str | None = None,

@@ -179,6 +179,8 @@ function selectJob(id) {
   }
   state.jobId = Number(id);
   state.running = false;
+  $("machine").hidden = true;
+  $("machine-link").classList.remove("on");
   for (const li of document.querySelectorAll("#job-list li"))
     li.classList.toggle("selected", li.dataset.job === String(id));
   $("no-job").hidden = true;
@@ -920,6 +922,7 @@ async function start() {
   await loadJobs();
   const id = jobFromHash();
   if (id !== null) selectJob(id);
+  else if (location.hash === "#/machine") showMachine();   // machine.js
 }
 
 function wire() {
@@ -967,6 +970,7 @@ function wire() {
     takeTokenFromHash();
     const id = jobFromHash();
     if (id !== null && id !== state.jobId && state.started) selectJob(id);
+    else if (location.hash === "#/machine" && state.started && $("machine").hidden) showMachine();
   });
   bandInputs();
   start();

@@ -1,0 +1,161 @@
+// rankmap dashboard, machine page: what `rankmap bench p2p|mpi|nccl` measured on a host, from /api/machine.
+// Loaded after app.js and uses its helpers ($, api, el, plotLayout, PLOT_CONFIG, fmtBytes).
+"use strict";
+
+const BUFFER_COLOURS = { host: "#2563eb", device: "#76b900", "device-staged": "#f59e0b", "device-ipc": "#8b5cf6" };
+const P2P_LABELS = {
+  ce_write: "CE, source pushes", ce_read: "CE, destination pulls", ce_bidir_write: "CE both ways (push), total",
+  ce_bidir_read: "CE both ways (pull), total", sm_write: "SM copy on source", sm_read: "SM copy on destination",
+  sm_bidir: "SM both ways, total", latency_ce: "small CE copy (µs)", latency_sm: "dependent load (µs)",
+  h2d_pinned: "host→GPU pinned", d2h_pinned: "GPU→host pinned", h2d_pageable: "host→GPU pageable",
+  d2h_pageable: "GPU→host pageable",
+};
+const machineState = { host: null, data: null };
+
+function sizeLabel(n) {
+  for (const [u, k] of [["GiB", 30], ["MiB", 20], ["KiB", 10]]) if (n >= 2 ** k && n % 2 ** k === 0) return `${n / 2 ** k} ${u}`;
+  return `${n} B`;
+}
+function where(g) { return g === -1 ? "host" : `GPU${g}`; }
+function notRun(run) { return (run && run.not_run && run.not_run.length) ? `not measured: ${run.not_run.join("; ")}` : ""; }
+
+async function showMachine() {
+  if (location.hash !== "#/machine") history.replaceState(null, "", "#/machine");
+  state.jobId = null;
+  clearTimeout(state.jobTimer);
+  for (const li of document.querySelectorAll("#job-list li")) li.classList.remove("selected");
+  $("no-job").hidden = true;
+  $("job").hidden = true;
+  $("machine").hidden = false;
+  $("machine-link").classList.add("on");
+  let data;
+  try {
+    data = await api(`/api/machine${machineState.host ? `?host=${encodeURIComponent(machineState.host)}` : ""}`);
+  } catch (e) {
+    $("machine-empty").hidden = false;
+    $("machine-empty").textContent = e.message;
+    return;
+  }
+  machineState.data = data;
+  machineState.host = data.host;
+  const sel = $("machine-host");
+  sel.textContent = "";
+  for (const h of data.hosts) sel.append(el("option", { value: h }, h));
+  sel.value = data.host || "";
+  $("machine-title").textContent = data.host ? `Machine ${data.host}` : "Machine";
+  const any = Object.values(data.runs).some(Boolean);
+  $("machine-empty").hidden = any;
+  $("machine-cards").hidden = !any;
+  if (!any) return;
+  const dates = Object.values(data.runs).filter(Boolean).map((r) => r.created).sort();
+  $("machine-when").textContent = `newest run ${new Date(dates[dates.length - 1]).toLocaleString()}`;
+  renderP2p(data.runs.p2p);
+  renderMpi(data.runs.mpi);
+  renderNccl(data.runs.nccl);
+  renderRuns(data.history);
+}
+
+function renderP2p(run) {
+  $("p2p-note").textContent = run ? `run #${run.id} · ${notRun(run)}` : "no bench p2p run";
+  const table = $("p2p-table");
+  table.textContent = "";
+  if (!run) { showPlotError("p2p-matrix", "Run `rankmap bench p2p` on this host."); return; }
+  const rows = run.rows;
+  // matrix: copy-engine one way, the better of push and pull
+  const ce = rows.filter((r) => r.benchmark === "ce_write" || r.benchmark === "ce_read");
+  const gpus = [...new Set(ce.flatMap((r) => [r.src, r.dst]))].sort((a, b) => a - b);
+  if (gpus.length) {
+    const z = gpus.map((a) => gpus.map((b) => {
+      const v = ce.filter((r) => r.src === a && r.dst === b).map((r) => r.bandwidth_GBps);
+      return v.length ? Math.max(...v) : null;
+    }));
+    Plotly.react("p2p-matrix", [{
+      type: "heatmap", z, x: gpus.map((g) => `GPU${g}`), y: gpus.map((g) => `GPU${g}`), xgap: 2, ygap: 2,
+      colorscale: [[0, "#eef4fb"], [1, "#08306b"]], zmin: 0, texttemplate: "%{z:.1f}",
+      hovertemplate: "%{y} → %{x}: %{z:.2f} GB/s<extra></extra>", colorbar: { title: { text: "GB/s", side: "right" }, thickness: 12 },
+    }], plotLayout({ xaxis: { title: { text: "destination" } }, yaxis: { title: { text: "source" }, autorange: "reversed" } }), PLOT_CONFIG);
+  } else {
+    showPlotError("p2p-matrix", "No GPU pair was measured (one GPU, or no peer access): see the run's note.");
+  }
+  const t = el("table", { class: "figures" });
+  const head = el("tr");
+  for (const c of ["figure", "from", "to", "size", "value"]) head.append(el("th", {}, c));
+  t.append(head);
+  for (const r of rows) {
+    const tr = el("tr");
+    const value = r.latency_us !== undefined ? `${r.latency_us.toFixed(3)} µs`
+      : `${r.bandwidth_GBps.toFixed(2)} GB/s${r.total_GBps !== undefined ? ` (total ${r.total_GBps.toFixed(1)})` : ""}`;
+    for (const c of [P2P_LABELS[r.benchmark] || r.benchmark, where(r.src), where(r.dst), sizeLabel(r.size), value])
+      tr.append(el("td", {}, c));
+    t.append(tr);
+  }
+  table.append(t);
+}
+
+function bySize(rows, bench, key) {
+  const traces = [];
+  for (const buf of ["host", "device", "device-staged", "device-ipc"]) {
+    const mine = rows.filter((r) => r.benchmark === bench && r.buffer === buf && r[key] !== undefined).sort((a, b) => a.size - b.size);
+    if (!mine.length) continue;
+    traces.push({ type: "scatter", mode: "lines+markers", name: buf, x: mine.map((r) => r.size), y: mine.map((r) => r[key]),
+      line: { color: BUFFER_COLOURS[buf] }, text: mine.map((r) => sizeLabel(r.size)),
+      hovertemplate: `${buf} %{text}: %{y:.3f}<extra></extra>` });
+  }
+  return traces;
+}
+
+function renderMpi(run) {
+  $("mpi-note").textContent = run ? `run #${run.id} · ${(run.machine && run.machine.mpi || "").split(",")[0]} · CUDA-aware: ${run.machine && run.machine.cuda_aware ? "yes" : "no"} · ${notRun(run)}` : "no bench mpi run";
+  if (!run) {
+    showPlotError("mpi-latency", "Run `rankmap bench mpi -- mpirun -np 2` on this host.");
+    showPlotError("mpi-bw", "");
+    return;
+  }
+  const axis = (t) => plotLayout({ xaxis: { type: "log", title: { text: "message size (bytes)" } }, yaxis: { type: "log", title: { text: t } } });
+  const lat = bySize(run.rows, "latency", "latency_us");
+  if (lat.length) Plotly.react("mpi-latency", lat, axis("µs (half round trip)"), PLOT_CONFIG);
+  else showPlotError("mpi-latency", "No latency figures in this run.");
+  const bw = bySize(run.rows, "bw", "bandwidth_GBps");
+  if (bw.length) Plotly.react("mpi-bw", bw, axis("GB/s"), PLOT_CONFIG);
+  else showPlotError("mpi-bw", "No bandwidth figures in this run.");
+}
+
+function renderNccl(run) {
+  const sel = $("nccl-op");
+  $("nccl-note").textContent = run ? `run #${run.id} · NCCL ${run.machine && run.machine.nccl_version || "?"} · ${run.machine && run.machine.ranks} ranks · ${notRun(run)}` : "no bench nccl run";
+  if (!run) { showPlotError("nccl-busbw", "Run `rankmap bench nccl -- mpirun -np 2` on this host."); return; }
+  const ops = [...new Set(run.rows.map((r) => r.benchmark))];
+  const keep = ops.includes(sel.value) ? sel.value : ops[0];
+  sel.textContent = "";
+  for (const o of ops) sel.append(el("option", { value: o }, o));
+  sel.value = keep;
+  const mine = run.rows.filter((r) => r.benchmark === keep);
+  const traces = [];
+  for (const key of [...new Set(mine.map((r) => `${r.library} ${r.buffer}`))]) {
+    const rs = mine.filter((r) => `${r.library} ${r.buffer}` === key).sort((a, b) => a.size - b.size);
+    traces.push({ type: "scatter", mode: "lines+markers", name: key, x: rs.map((r) => r.size), y: rs.map((r) => r.busbw_GBps),
+      text: rs.map((r) => `${sizeLabel(r.size)}: ${r.latency_us.toFixed(1)} µs, algbw ${r.algbw_GBps.toFixed(2)}`),
+      hovertemplate: `${key} %{text}, busbw %{y:.2f} GB/s<extra></extra>` });
+  }
+  Plotly.react("nccl-busbw", traces, plotLayout({ xaxis: { type: "log", title: { text: "size (bytes, nccl-tests' definition)" } },
+    yaxis: { title: { text: "busbw GB/s" }, rangemode: "tozero" } }), PLOT_CONFIG);
+}
+
+function renderRuns(history) {
+  const box = $("bench-runs");
+  box.textContent = "";
+  const ul = el("ul", { class: "runs" });
+  for (const r of history) {
+    const li = el("li");
+    li.append(el("b", {}, `#${r.id} ${r.kind}`), document.createTextNode(` · ${new Date(r.created).toLocaleString()} · measured ${(r.ran || []).join(", ") || "nothing"}`));
+    if (r.not_run && r.not_run.length) li.append(el("div", { class: "not-run" }, `not measured: ${r.not_run.join("; ")}`));
+    ul.append(li);
+  }
+  box.append(ul);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("machine-link").addEventListener("click", (e) => { e.preventDefault(); showMachine(); });
+  $("machine-host").addEventListener("change", () => { machineState.host = $("machine-host").value; showMachine(); });
+  $("nccl-op").addEventListener("change", () => renderNccl(machineState.data && machineState.data.runs.nccl));
+});
