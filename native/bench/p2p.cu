@@ -132,7 +132,8 @@ struct Opts {
   int warmup = 4;                      /* copies before the start event */
   int samples = 3;
   int pageable_loops = 4;
-  int lat_copies = 1000;               /* small copies per latency sample */
+  int lat_copies = 100;                /* small copies per latency sample (a stream holds about 1000 queued
+                                          operations: more behind the gate would block the host) */
   size_t lat_bytes = 8;
   long long chase_steps = 100000;
   size_t chase_bytes = (size_t)64 << 20;

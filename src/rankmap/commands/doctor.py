@@ -185,9 +185,9 @@ def check_mpi() -> list[Check]:
 
 def nccl_version() -> tuple[str, str] | None:
     """(version, where) from libnccl's ncclGetVersion, else from nccl.h."""
-    cands = ["libnccl.so.2", "libnccl.so"] + sorted(glob.glob("/usr/local/cuda*/lib64/libnccl.so*")) + \
-        sorted(glob.glob("/usr/lib/*-linux-gnu/libnccl.so*"))
-    for lib in cands:
+    from rankmap.bench.tools import nccl_candidates
+
+    for lib in nccl_candidates():
         try:
             h = ctypes.CDLL(lib)
             v = ctypes.c_int(0)
@@ -217,9 +217,11 @@ def check_nccl() -> Check:
 
 
 def check_cuda() -> Check:
-    nvcc = _which("nvcc", extra=("/usr/local/cuda/bin/nvcc", "/usr/local/cuda-*/bin/nvcc"))
+    from rankmap.bench.tools import find_nvcc
+
+    nvcc = find_nvcc()
     if not nvcc:
-        return Check("CUDA toolkit", False, "nvcc not found: install the CUDA toolkit (needed only to build GPU benchmarks)")
+        return Check("CUDA toolkit", False, "nvcc not found: install the CUDA toolkit (needed only by `rankmap bench p2p`)")
     m = re.search(r"release ([\d.]+), V([\w.]+)", _run([nvcc, "--version"]) or "")
     return Check("CUDA toolkit", bool(m), f"nvcc {m.group(2)} ({nvcc})" if m else f"{nvcc} --version gave no release")
 
