@@ -12,7 +12,7 @@ ARCH = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
 #: bottom to top; folders on one line are siblings that must not import each other
 LAYERS = [("errors",), ("native_sources",), ("formats",), ("topology",), ("capture",), ("store",),
-          ("mapping", "report"), ("pipeline",), ("web",), ("commands",), ("cli",), ("__main__",)]
+          ("mapping", "report", "bench"), ("pipeline",), ("web",), ("commands",), ("cli",), ("__main__",)]
 #: the one import up the list: the topology JSON's objects are the topology model's (a module that
 #: imports nothing of rankmap but its errors)
 ALLOWED_UP = {("rankmap.formats.topology_json", "rankmap.topology.model")}
