@@ -172,7 +172,7 @@ timeout 60 "$PY" - <<'EOF' 2>&1 | sed 's/^/   /;s/^   \(PASS\|FAIL\)/\1/'
 from fastapi.testclient import TestClient
 from rankmap.store import open_store
 from rankmap.web.app import create_app
-m = TestClient(create_app(open_store(), "live")).get("/api/machine").json()
+m = TestClient(create_app(open_store(), "live"), base_url="http://127.0.0.1:8000").get("/api/machine").json()
 kinds = {k: len(v["rows"]) for k, v in m["runs"].items() if v}
 print(("PASS" if kinds else "FAIL") + f" dashboard machine page data: rows per benchmark kind {kinds}")
 EOF

@@ -41,7 +41,7 @@ def fill(url: str) -> dict[str, int]:
 def test_machine_api(tmp_path):
     url = f"sqlite:///{tmp_path / 'r.db'}"
     ids = fill(url)
-    c = TestClient(create_app(open_store(url), "h200x2-nvswitch"))
+    c = TestClient(create_app(open_store(url), "h200x2-nvswitch"), base_url="http://127.0.0.1:8000")
     m = c.get("/api/machine").json()
     assert m["host"] == "gpu-node" and m["hosts"] == ["gpu-node", "other-node"]
     assert {k: v["id"] for k, v in m["runs"].items()} == {"p2p": ids["p2p"], "mpi": ids["mpi"], "nccl": ids["nccl"]}
@@ -53,5 +53,6 @@ def test_machine_api(tmp_path):
     assert r.status_code == 404 and "no benchmark runs from host 'nowhere'" in r.json()["detail"]
     assert c.get(f"/api/bench/{ids['mpi']}").json()["kind"] == "mpi"
     assert c.get("/api/bench/999").status_code == 404
-    empty = TestClient(create_app(open_store(f"sqlite:///{tmp_path / 'e.db'}"), "h200x2-nvswitch")).get("/api/machine")
+    empty = TestClient(create_app(open_store(f"sqlite:///{tmp_path / 'e.db'}"), "h200x2-nvswitch"),
+                       base_url="http://127.0.0.1:8000").get("/api/machine")
     assert empty.json() == {"hosts": [], "host": None, "runs": {"p2p": None, "mpi": None, "nccl": None}, "history": []}
