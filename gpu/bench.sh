@@ -4,8 +4,12 @@
 #
 #     NVBANDWIDTH=/path/to/nvbandwidth NCCL_TESTS_BUILD=/path/to/nccl-tests/build bash gpu/bench.sh
 #
-# Total budget about 150 s (BUDGET=seconds), building rankmap's CUDA code for this GPU's arch included.
-# Writes $OUT/bench.txt (all it prints) and $OUT/results.json (every raw result), OUT default ./out-bench.
+# Wall time at most 240 s: the measuring steps share BUDGET seconds (default 190, building rankmap's CUDA
+# code for this GPU's arch included), each under `timeout` with a cap of its own; the dashboard check, the
+# comparison and the log writing after them have 40 s more between them. NCCL: $NCCL_HOME/lib when set
+# (the NCCL nccl-tests was built against), else the one PyTorch's wheel brings (see bench/tools.py).
+# Writes $OUT/bench.txt (all it prints) and $OUT/results.json (every raw result, kept under 1 MiB),
+# OUT default ./out-bench.
 #  1. build the benchmark programs: nvcc for this machine's GPU arch only, the MPI's mpicc, cc;
 #  2. rankmap bench p2p (every test), nvbandwidth on the same cases, then the copy-engine tests of both
 #     once more (ours, reference, ours, reference);
@@ -30,8 +34,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
+[ $DRY = 1 ] && [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ] && PY=.venv/bin/python   # the dev install
 OUT=${OUT:-$ROOT/out-bench}
-BUDGET=${BUDGET:-150}
+BUDGET=${BUDGET:-190}
 WORK=$(mktemp -d)
 mkdir -p "$OUT" "$WORK/res"
 export RANKMAP_HOME="$WORK/home" RANKMAP_CACHE="$WORK/cache"
@@ -77,8 +82,8 @@ run() {
 
 main() {
 echo "== rankmap bench on $(hostname), $(date -u +%FT%TZ)$([ $DRY = 1 ] && echo ' (dry: no GPU, stand-in CUDA and NCCL)')"
-nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/   /'
-"${MPIRUN[0]}" --version 2>&1 | head -1 | sed 's/^/   /'
+timeout 10 nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/   /'
+timeout 10 "${MPIRUN[0]}" --version 2>&1 | head -1 | sed 's/^/   /'
 
 # ---- 1. build (timed: nvcc for this GPU's arch only) ----
 s=$(date +%s)
@@ -129,8 +134,8 @@ fi
 
 # ---- 3. MPI: staged vs CUDA IPC ----
 echo "== MPI device buffers: staged vs CUDA IPC"
-run mpi.json 45 "${RM[@]}" bench mpi --format json --timeout @LIMIT@ --buffers device-staged,device-ipc --tests latency,bw,bibw \
-  --sizes "$MPI_SIZES" --trials 2 --max-iters 50 -- "${MPIRUN[@]}"
+run mpi.json 50 "${RM[@]}" bench mpi --format json --timeout @LIMIT@ --buffers device-staged,device-ipc --tests latency,bw,bibw \
+  --sizes "$MPI_SIZES" --trials 2 --max-iters 30 -- "${MPIRUN[@]}"
 
 # ---- 4. NCCL in one process vs nccl-tests, interleaved ----
 echo "== NCCL, one process, both GPUs"
@@ -168,7 +173,7 @@ if [ $DRY = 0 ]; then
     echo "FAIL rankmap topo --measured: $(tail -1 "$WORK/topo-measured.txt.err")"
   fi
 fi
-timeout 60 "$PY" - <<'EOF' 2>&1 | sed 's/^/   /;s/^   \(PASS\|FAIL\)/\1/'
+timeout 15 "$PY" - <<'EOF' 2>&1 | sed 's/^/   /;s/^   \(PASS\|FAIL\)/\1/'
 from fastapi.testclient import TestClient
 from rankmap.store import open_store
 from rankmap.web.app import create_app
@@ -179,27 +184,30 @@ EOF
 
 # ---- 7. side by side ----
 CMP=(); [ $DRY = 1 ] && CMP=(--mpi-max-size 65536 --only mpi --only nccl)
-"$PY" gpu/bench_compare.py --work "$WORK/res" ${CMP[@]+"${CMP[@]}"}
+timeout 15 "$PY" gpu/bench_compare.py --work "$WORK/res" ${CMP[@]+"${CMP[@]}"}
 fails=$?
+[ $fails = 124 ] && echo "FAIL the comparison did not finish in 15 s"
 echo "== done in $(( $(date +%s) - T0 )) s (budget $BUDGET s): $fails FAIL"
 return $(( fails > 100 ? 100 : fails ))
 }
 
 main 2>&1 | tee "$OUT/bench.txt"
 rc=${PIPESTATUS[0]}
-"$PY" - "$WORK/res" "$OUT/results.json" <<'EOF'
+timeout 10 "$PY" - "$WORK/res" "$OUT/results.json" <<'EOF'
 import json, os, sys
 res, out = sys.argv[1], sys.argv[2]
+LIMIT = 1000000                     # the log stays under 1 MiB: the largest results give way first
 doc = {}
 for name in sorted(os.listdir(res)):
     text = open(os.path.join(res, name), errors="replace").read()
-    if name.endswith(".json"):
-        try:
-            doc[name] = json.loads(text)
-            continue
-        except ValueError:
-            pass
-    doc[name] = text[-200000:]
+    try:
+        doc[name] = json.loads(text) if name.endswith(".json") else text
+    except ValueError:
+        doc[name] = text
+while len(json.dumps(doc)) > LIMIT:
+    big = max(doc, key=lambda k: len(json.dumps(doc[k])))
+    text = json.dumps(doc[big])
+    doc[big] = f"(cut to its last {LIMIT // 4} characters) " + text[-(LIMIT // 4):]
 json.dump(doc, open(out, "w"))
 EOF
 rm -rf "$WORK"

@@ -87,3 +87,14 @@ def test_missing_pieces_are_one_line(bench_env, fake_cudart, fake_nccl):
     assert_one_line_error(rankmap("bench", "nccl", env=env), "no usable CUDA GPU here", "nothing measured")
     env = nccl_env(bench_env, fake_cudart, fake_nccl)
     assert_one_line_error(rankmap("bench", "nccl", "--ops", "allreduce", env=env), "unknown operation 'allreduce'")
+
+
+def test_nccl_home_comes_first(tmp_path, monkeypatch):
+    """nccl-tests builds against $NCCL_HOME: with it set, both tools measure that same library."""
+    from rankmap.bench import tools
+
+    monkeypatch.delenv("RANKMAP_NCCL_LIB", raising=False)
+    monkeypatch.setenv("NCCL_HOME", str(tmp_path))
+    assert tools.nccl_candidates()[0] == str(tmp_path / "lib" / "libnccl.so.2")
+    monkeypatch.delenv("NCCL_HOME")
+    assert all(not c.startswith(str(tmp_path)) for c in tools.nccl_candidates())

@@ -1,7 +1,7 @@
 """gpu/bench_compare.py reads nvbandwidth's and nccl-tests' output and meets their cells with ours.
 
 The reference outputs below are written here in those tools' documented layouts (nvbandwidth's
-README, nccl-tests' column header); the numbers are the 2x H200 figures quoted in the task, chosen so
+README, nccl-tests' column header); the numbers are those tools' figures measured on 2x H200 (docs/benchmarks.md), chosen so
 each cell of each matrix is different and a transposed reading would show."""
 
 from __future__ import annotations
@@ -144,3 +144,27 @@ def test_five_percent_off_fails(tmp_path, capsys):
     assert sum(l.startswith("FAIL ce_") for l in fails) == 6
     assert sum(l.startswith("FAIL all_reduce") for l in fails) == 2
     assert rc == len(fails) == 9
+
+
+def write_nccl_mpi(work: Path, libraries: tuple[str, ...], not_run: list[str]) -> None:
+    rows = [Row("all_reduce", 1 << 20, "device" if lib == "nccl" else "device-staged", lib, latency_us=9.0,
+                algbw_GBps=100.0, busbw_GBps=100.0) for lib in libraries]
+    (work / "nccl-mpi.json").write_text(json.dumps(BenchRun("nccl", rows, {"ranks": 2}, [], not_run).to_json()))
+
+
+@pytest.mark.parametrize("libraries, not_run, expect", [
+    (("nccl", "mpi"), [], ["PASS NCCL and MPI collectives measured side by side on the same GPUs"]),
+    (("mpi",), ["nccl: no NCCL library was given"],
+     ["PASS MPI collectives measured on the GPUs under the launcher", "SKIP NCCL under the launcher: nccl: no NCCL "
+                                                                     "library was given"]),
+    (("mpi",), ["nccl: ncclCommInitRank failed"], ["FAIL NCCL and MPI collectives measured side by side on the same GPUs"]),
+    ((), ["nccl: no NCCL library was given"], ["FAIL MPI collectives measured on the GPUs under the launcher",
+                                               "SKIP NCCL under the launcher: nccl: no NCCL library was given"]),
+], ids=["both", "no-nccl-said", "nccl-failed", "nothing"])
+def test_nccl_next_to_mpi_needs_both_unless_nccl_was_absent(tmp_path, capsys, libraries, not_run, expect):
+    write(tmp_path)
+    write_nccl_mpi(tmp_path, libraries, not_run)
+    rc, out = run_compare(tmp_path, capsys)
+    said = [l for l in out.splitlines() if l.startswith(("PASS", "FAIL", "SKIP")) and ("NCCL" in l or "MPI" in l)]
+    assert said == expect
+    assert rc == sum(l.startswith("FAIL") for l in out.splitlines())

@@ -4,7 +4,8 @@ The benchmarks need three outside things, each found the same way everywhere in 
 doctor`` asks these functions too): ``nvcc`` to compile the GPU-pair benchmark, ``libcudart`` for the
 MPI and NCCL benchmarks (loaded at run time, so they build without CUDA), and ``libnccl`` (loaded at run
 time, so nothing is built against NCCL). An environment variable names each one explicitly:
-``RANKMAP_NVCC``, ``RANKMAP_CUDART``, ``RANKMAP_NCCL_LIB`` (``none`` for "there is none");
+``RANKMAP_NVCC``, ``RANKMAP_CUDART``, ``RANKMAP_NCCL_LIB`` (``none`` for "there is none"), and
+``NCCL_HOME`` points at a NCCL install the way it does for nccl-tests;
 ``RANKMAP_CUDA_ARCH`` (e.g. ``90``) overrides the GPU arch the CUDA code is compiled for.
 """
 
@@ -98,8 +99,11 @@ def find_cudart() -> str | None:
 
 
 def nccl_candidates() -> list[str]:
-    """Where libnccl may be: NVIDIA's Python wheel (the one PyTorch uses), the loader's path, CUDA homes."""
+    """Where libnccl may be: ``$NCCL_HOME/lib`` (the convention nccl-tests builds with, so both measure the
+    same library), NVIDIA's Python wheel (the one PyTorch uses), the loader's path, CUDA homes."""
     cands: list[str] = []
+    if os.environ.get("NCCL_HOME"):
+        cands.append(os.path.join(os.environ["NCCL_HOME"], "lib", "libnccl.so.2"))
     for d in _python_wheel_libs("nccl"):
         cands.append(os.path.join(d, "libnccl.so.2"))
     cands += ["libnccl.so.2", "libnccl.so"]
