@@ -16,8 +16,9 @@
 #  3. rankmap bench mpi -- mpirun -np 2: device buffers staged through host memory vs rankmap's CUDA IPC
 #     path, latency / bw / bibw from 8 B to 64 MiB;
 #  4. rankmap bench nccl, one process driving both GPUs: every operation once, then all_reduce 1-128 MiB
-#     interleaved with nccl-tests all_reduce_perf -g 2 (ours, reference, ours, reference), and one
-#     sendrecv_perf;
+#     interleaved with nccl-tests all_reduce_perf -g 2 (ours, reference, ours, reference; the reference
+#     runs one size per invocation, so that each size is warmed up as ours is), one plain nccl-tests
+#     sweep kept for the record, and one sendrecv_perf;
 #  5. rankmap bench nccl -- mpirun -np 2: NCCL and MPI collectives on the same GPUs;
 #  6. rankmap topo --measured and the dashboard's machine data, from the stored runs;
 #  7. gpu/bench_compare.py: the side-by-side tables, one PASS/FAIL line per check (3 % targets).
@@ -142,14 +143,25 @@ echo "== NCCL, one process, both GPUs"
 run nccl-1proc-all.json 30 "${RM[@]}" bench nccl --format json --timeout @LIMIT@ --sizes "$NCCL_SIZES" --iters 20 --trials 3
 AR=(bench nccl --format json --timeout @LIMIT@ --ops all_reduce --sizes "$AR_SIZES" --iters 20 --warmup 5 --trials 5)
 NT_ARGS=(-b "${AR_SIZES%%:*}" -e "${AR_SIZES##*:}" -f 2 -g 2 -n 20 -w 5)
+# nccl-tests warms up once, at the start of a sweep, and then times each size from its first call;
+# rankmap bench warms up at every size. So the reference runs one size per invocation (its -w 5
+# then warms that size), and the plain sweep is kept beside it for the record, not compared.
+# per_size NCCL-TESTS-BINARY MIN MAX ARGS...: one invocation per size, outputs concatenated (a
+# command line, so that run's timeout can start it)
+per_size=(bash -c 'bin=$1 lo=$2 hi=$3; shift 3
+  for ((s = lo; s <= hi; s *= 2)); do "$bin" -b "$s" -e "$s" "$@" || exit; done' per_size)
+bytes_of() { numfmt --from=iec "$1"; }
 for i in 1 2; do
   run "nccl-1proc-$i.json" 25 "${RM[@]}" "${AR[@]}"
   if [ -n "${NCCL_TESTS_BUILD:-}" ]; then
-    LD_LIBRARY_PATH="$NCCL_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" run "all_reduce_perf-$i.txt" 25 \
-      "$NCCL_TESTS_BUILD/all_reduce_perf" "${NT_ARGS[@]}"
+    LD_LIBRARY_PATH="$NCCL_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" run "all_reduce_perf-$i.txt" 40 \
+      "${per_size[@]}" "$NCCL_TESTS_BUILD/all_reduce_perf" "$(bytes_of "${AR_SIZES%%:*}")" "$(bytes_of "${AR_SIZES##*:}")" \
+      -f 2 -g 2 -n 20 -w 5
   fi
 done
 if [ -n "${NCCL_TESTS_BUILD:-}" ]; then
+  LD_LIBRARY_PATH="$NCCL_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" run nccl-tests-sweep.txt 20 \
+    "$NCCL_TESTS_BUILD/all_reduce_perf" "${NT_ARGS[@]}"
   LD_LIBRARY_PATH="$NCCL_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" run sendrecv_perf-1.txt 20 \
     "$NCCL_TESTS_BUILD/sendrecv_perf" "${NT_ARGS[@]}"
 else

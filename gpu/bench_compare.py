@@ -29,6 +29,11 @@ import sys
 FAILS = 0
 
 
+
+def fmt(v: float | None, width: int, places: int) -> str:
+    """A figure, or a dash where there is none."""
+    return f"{v:{width}.{places}f}" if v else f"{'-':>{width}}"
+
 def check(ok: bool, what: str) -> None:
     global FAILS
     FAILS += 0 if ok else 1
@@ -242,8 +247,9 @@ def compare_nccl(work: str, tol: float) -> None:
                 mp = next((r["busbw_GBps"] for r in doc["rows"] if r["benchmark"] == op and r["size"] == size
                            and r["library"] == "mpi"), None)
                 if size >= 1 << 16 and (n or mp):
-                    print(f"| {op:<14} | {mib(size):>8} | {n or float('nan'):8.2f} | {mp or float('nan'):8.2f} | "
-                          f"{(n / mp) if n and mp else float('nan'):8.1f} |")
+                    # a size one side did not run (MPI stops at MPI_MAX to keep the run short) is a dash
+                    print(f"| {op:<14} | {mib(size):>8} | {fmt(n, 8, 2)} | {fmt(mp, 8, 2)} | "
+                          f"{fmt(n / mp if n and mp else None, 8, 1)} |")
         libs = {r["library"] for r in doc["rows"]}
         no_nccl = [n for n in doc.get("not_run", []) if "no NCCL library was given" in n]
         if no_nccl and "nccl" not in libs:    # said by bench nccl itself: the dry run, or a node without NCCL
