@@ -61,6 +61,13 @@ class PgCluster:
     def start(self) -> None:
         self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
                   "--no-sync", "-E", "UTF8")
+        self.resume()
+
+    def pause(self) -> None:
+        """Stop the server the way an outage would (clients cut off), keeping its data."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
         opts = f"-h 127.0.0.1 -p {self.port} -k {self.tmp} -F"
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l",
                   str(self.tmp / "log"), "-w", "-t", "60", "start")
@@ -68,6 +75,8 @@ class PgCluster:
     def stop(self) -> None:
         try:
             self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        except RuntimeError:        # not running (paused by the test)
+            pass
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -84,15 +93,29 @@ class PgCluster:
         return self.url(name)
 
 
-@pytest.fixture(scope="session")
-def pg_cluster():
+def new_cluster() -> PgCluster:
     bindir = _bindir()
     if bindir is None:
         pytest.skip("PostgreSQL server binaries are absent (/usr/lib/postgresql/*/bin): "
                     "scripts/bootstrap --test installs them")
-    cluster = PgCluster(bindir)
+    return PgCluster(bindir)
+
+
+def _running():
+    cluster = new_cluster()
     cluster.start()
     try:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    yield from _running()
+
+
+@pytest.fixture
+def own_pg_cluster():
+    """A cluster of the test's own, which it may stop and start again."""
+    yield from _running()

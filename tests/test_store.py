@@ -11,7 +11,8 @@ import pytest
 from pg import pg_cluster  # noqa: F401  (session fixture)
 from rankmap.errors import RankmapError
 from rankmap.formats.record import PvarDef, TrafficRow
-from rankmap.store import command_key, open_store
+from rankmap.store import Batch, command_key, open_store
+from rankmap.store.batch import TIMELINE_SLOTS, timeline_slot
 
 
 def Row(peer: int, klass: str, operation: str, mem: str, direction: str, nbytes: int, messages: int) -> TrafficRow:
@@ -184,7 +185,7 @@ def test_store_of_schema_1_gains_pair_source(store):
     store.engine.dispose()
     again = open_store(url)
     with again.engine.connect() as c:
-        assert c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar() == S.SCHEMA_VERSION == 2
+        assert c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar() == S.SCHEMA_VERSION == 3
     again.ingest(jid, [FakeRecord(0, world_size=2, traffic=[Row(1, "p2p", "MPI_Send", "host", "send", 3, 1)])])
     assert {(r["src"], r["pair_source"]) for r in again.traffic(jid, by_pair_source=True)} == {(0, "call"), (1, None)}
     assert open_store(url).traffic_matrix(jid).tolist() == [[0, 3], [5, 0]]        # opened again: no change
@@ -252,7 +253,7 @@ def test_profile_is_json(store):
     assert p["job"]["id"] == jid and p["problems"] == rec.problems
     assert p["traffic"][0]["mem"] == "host"
     assert p["link_samples"] == [{"t_ns": 1, "device": 0, "link": "nvlink", "tx_bytes": 10, "rx_bytes": 20}]
-    assert p["timeline"] == [{"source": "mpi", "src": 0, "dst": 1, "class": "p2p", "bucket": 0, "bytes": 1000}]
+    assert p["timeline"] == [{"source": "mpi", "src": 0, "class": "p2p", "width": 1, "bucket": 0, "bytes": 1000}]
 
 
 def test_default_location_and_env(tmp_path, monkeypatch):
@@ -310,3 +311,92 @@ def test_many_processes_open_a_new_store_at_once(tmp_path):
                 results = pool.map(_open_at_once, [(url, barrier)] * 6)
         assert results == ["ok"] * 6
         assert open_store(url).jobs() == []
+
+
+def test_append_adds_deltas_and_keeps_file_positions(store):
+    """Deltas of several polls add up to the totals; each write says how far each file was read,
+    and a second writer starting from an older position is refused instead of counting twice."""
+    jid = new_job(store)
+    for poll in range(3):
+        b = Batch()
+        for r in range(4):
+            b.add(ring(r))                      # each poll: one more ring's worth of counters
+            b.file(f"rank-{r}.mpi.rmrec", None if poll == 0 else 1000 * poll, 1000 * (poll + 1), {"poll": poll})
+        assert store.append(jid, b) > 0
+    m = store.traffic_matrix(jid)
+    assert m[0, 1] == 3000 and m.sum() == 12000 and len(store.traffic(jid)) == 4
+    ops = {(o["rank"], o["operation"]): (o["calls"], o["ns"], o["histogram"]) for o in store.op_stats(jid)}
+    assert ops[(0, "MPI_Send")] == (30, 15000, [0, 0, 0, 30])
+    assert {r["world_rank"]: r["comm_ns"] for r in store.ranks(jid)} == {r: 36000 for r in range(4)}
+    assert [(t["bucket"], t["width"], t["bytes"]) for t in store.timeline(jid) if t["src"] == 0] == [(0, 1, 3000)]
+    assert store.file_states(jid)["rank-2.mpi.rmrec"] == (3000, {"poll": 2})
+    stale = Batch()
+    stale.add(ring(0))
+    stale.file("rank-0.mpi.rmrec", 1000, 2000, {})
+    with pytest.raises(RankmapError, match="rank-0.mpi.rmrec of job .* was stored by another process"):
+        store.append(jid, stale)
+    assert store.traffic_matrix(jid)[0, 1] == 3000          # the refused batch left nothing behind
+
+
+def test_timeline_rows_stay_bounded_and_exact(store):
+    """A long job's timeline: recent buckets one by one, older ones merged into wider slots; every
+    byte kept, and the number of rows grows with the log of the job's length, not the length."""
+    jid = new_job(store, n=2)
+    total, hours = 0, 0
+    rows = []
+    for chunk in range(40):                    # 40 writes of 2000 buckets each: 80 000 buckets
+        b = Batch()
+        tl = [(chunk * 2000 + i, 1, "p2p", 7 + (i % 3)) for i in range(2000)]
+        total += sum(v for *_x, v in tl)
+        b.add(FakeRecord(0, world_size=2, traffic=[], timeline=tl))
+        store.append(jid, b)
+        rows.append(len(store.timeline(jid)))
+    got = store.timeline(jid)
+    assert sum(t["bytes"] for t in got) == total
+    newest = 40 * 2000 - 1
+    for t in got:                              # every slot sits where timeline_slot puts it
+        assert (t["width"], t["bucket"]) == timeline_slot(t["bucket"], newest), t
+        assert t["bucket"] % t["width"] == 0
+    assert [t["bucket"] for t in got if t["width"] == 1][-TIMELINE_SLOTS:] == list(range(newest - TIMELINE_SLOTS + 1, newest + 1))
+    assert rows[-1] < 12 * TIMELINE_SLOTS and rows[-1] - rows[19] < 2 * TIMELINE_SLOTS   # not 80 000
+    del hours
+
+
+def test_job_states(store, tmp_path):
+    import subprocess
+    import sys
+
+    from rankmap.store import process_id
+
+    jid = store.create_job(["a"], profiler=process_id())
+    assert store.job(jid)["state"] == "running"             # this process streams it
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    ident = process_id(gone.pid)
+    gone.wait()
+    dead = store.create_job(["b"], profiler=ident)
+    assert store.job(dead)["state"] == "incomplete"         # its profiler is gone
+    assert store.settle_jobs() == [dead]
+    store.finish_job(jid, exit_status=0)
+    assert [j["state"] for j in store.jobs()] == ["incomplete", "finished"]
+
+
+def test_upgrade_from_version_1(tmp_path):
+    """A store written by rankmap's first schema opens, keeps its jobs, traffic and mappings, and
+    takes appends afterwards."""
+    import sqlite3
+    from pathlib import Path
+
+    db = tmp_path / "v1.db"
+    con = sqlite3.connect(db)
+    con.executescript((Path(__file__).parent / "data" / "store-v1.sql").read_text())
+    con.close()
+    store = open_store(f"sqlite:///{db}")
+    assert [(j["id"], j["state"]) for j in store.jobs()] == [(2, "incomplete"), (1, "finished")]
+    assert store.traffic_matrix(1).tolist() == [[0, 1000], [2000, 0]]
+    assert [(t["src"], t["bucket"], t["width"], t["bytes"]) for t in store.timeline(1)] == \
+        [(0, 0, 1, 600), (1, 0, 1, 1200), (0, 1, 1, 400), (1, 1, 1, 800)]
+    b = Batch()
+    b.add(ring(0, n=2))
+    store.append(1, b)
+    assert store.traffic_matrix(1)[0, 1] == 2000
+    assert open_store(f"sqlite:///{db}").jobs()[1]["state"] == "finished"      # opened again: no second upgrade

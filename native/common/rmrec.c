@@ -143,6 +143,17 @@ static uint32_t crc32_update(uint32_t crc, const void *p, size_t n) {
   return ~crc;
 }
 
+#ifdef RMREC_VIRTUAL_CLOCK
+/* Benchmarks only (bench/rmrec_synth.c): time is what the caller sets, so an hour of a job's
+ * records can be written in seconds by this very writer.  Needs RMREC_NO_TSC (ticks are ns). */
+#if !RMREC_TICKS_ARE_NS
+#error "RMREC_VIRTUAL_CLOCK needs RMREC_NO_TSC"
+#endif
+static _Atomic uint64_t virtual_ns = 1;
+void rmrec_virtual_clock_set(uint64_t ns) { atomic_store(&virtual_ns, ns); }
+uint64_t rmrec_now_ns(void) { return atomic_load(&virtual_ns); }
+static uint64_t wall_ns(void) { return 1700000000000000000ull + atomic_load(&virtual_ns); }
+#else
 uint64_t rmrec_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -153,6 +164,7 @@ static uint64_t wall_ns(void) {
   clock_gettime(CLOCK_REALTIME, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+#endif
 static uint64_t env_u64(const char *name, uint64_t dflt) {
   const char *s = getenv(name);
   if (!s || !*s) return dflt;
@@ -335,7 +347,7 @@ static void calibrate(rmrec_t *c, uint64_t min_span_ns) {
   atomic_store(&c->buckets_per_tick_q64, q >> 64 ? UINT64_MAX : (uint64_t)q);
 }
 
-static void *flush_thread(void *arg);
+static void *flush_thread(void *arg) __attribute__((unused));   /* unused on a virtual clock */
 
 static rmrec_t *open_impl(const char *dir, const char *source, int world_rank, int world_size, int unique);
 
@@ -445,8 +457,10 @@ static rmrec_t *open_impl(const char *dir, const char *source, int world_rank, i
   pthread_mutex_unlock(&open_lock);
 
   atomic_store(&c->enabled, 1);
+#ifndef RMREC_VIRTUAL_CLOCK   /* on a virtual clock the caller flushes, at its own instants */
   if (pthread_create(&c->thread, NULL, flush_thread, c) == 0) c->thread_started = 1;
   else rmrec_meta(c, "flush_thread", "not started: flushes only at close");
+#endif
   return c;
 }
 

@@ -183,6 +183,11 @@ uint64_t rmrec_now_ns(void);
  * (up to the flush thread's wake-up delay after the boundary), and the hook saves a clock read. */
 extern volatile unsigned rmrec_epoch;
 
+#ifdef RMREC_VIRTUAL_CLOCK
+/* Benchmarks: rmrec_now_ns() (and so the ticks, with RMREC_NO_TSC) is whatever was set last. */
+void rmrec_virtual_clock_set(uint64_t ns);
+#endif
+
 /* ---- ticks: the one cheap clock of every rankmap hook ----------------------------------------
  * rmrec_ticks() is the TSC on x86-64 (rdtsc, ~10 ns, no system call) and CLOCK_MONOTONIC ns
  * elsewhere or when built with -DRMREC_NO_TSC.  The conversion is process-wide: a reference pair

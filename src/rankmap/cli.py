@@ -15,7 +15,8 @@ from rankmap import __version__
 from rankmap.errors import RankmapError
 
 # Order is the order of `rankmap --help`. A verb whose module is absent is simply not offered.
-VERBS = ["demo", "topo", "profile", "show", "export", "map", "tune", "run", "monitor", "serve", "bench", "doctor"]
+VERBS = ["demo", "topo", "profile", "ingest", "jobs", "show", "export", "map", "tune", "run", "monitor", "serve",
+         "bench", "doctor"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from rankmap.capture.native_build import build_c_hook
 
@@ -20,9 +21,9 @@ LIBNAME = "librankmap_cuda.so"
 CUPTI_NAMES = ("libcupti.so.13", "libcupti.so.12", "libcupti.so")
 
 
-def build_library(cc: str = "cc") -> Path:
+def build_library(cc: str = "cc", progress: Callable[[str], None] | None = None) -> Path:
     """Compile the library if needed and return the path of the cached ``librankmap_cuda.so``."""
-    return build_c_hook("cuda", LIBNAME, "CUDA activity library", cc)
+    return build_c_hook("cuda", LIBNAME, "CUDA activity library", cc, progress=progress)
 
 
 def _toolkit_dirs() -> list[str]:

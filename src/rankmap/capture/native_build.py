@@ -37,7 +37,8 @@ def first_error(text: str) -> str:
 
 
 def compile_cached(out_dir: Path, lib_name: str, commands: Callable[[str], list[list[str]]], what: str,
-                   *, force: bool = False, notes: dict[str, str] | None = None, timeout: float = 300) -> Path:
+                   *, force: bool = False, notes: dict[str, str] | None = None, timeout: float = 300,
+                   progress: Callable[[str], None] | None = None) -> Path:
     """Return ``out_dir/lib_name``, building it first unless it is there (or ``force``).
 
     ``commands(tmp)`` gives the compile commands to try in turn, each writing to ``tmp``; the first
@@ -45,6 +46,8 @@ def compile_cached(out_dir: Path, lib_name: str, commands: Callable[[str], list[
     compiler in errors: ``building the <what> failed: <first error line>``. ``notes`` are small
     text files written beside the library (e.g. what went into the cache key). The same path
     builds executables (the benchmark programs): ``lib_name`` is then the program's name.
+    ``progress`` hears one line before a build starts (a first build takes seconds: the user
+    should know why).
     """
     lib = out_dir / lib_name
     if lib.is_file() and not force:
@@ -53,6 +56,8 @@ def compile_cached(out_dir: Path, lib_name: str, commands: Callable[[str], list[
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RankmapError(f"cannot create the build cache {out_dir}: {e.strerror}") from None
+    if progress:
+        progress(f"building the {what} (first use; kept in {out_dir} for the next runs)")
     fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=Path(lib_name).suffix, dir=out_dir)
     os.close(fd)
     try:
@@ -107,7 +112,8 @@ def c_hook_sources(folder: str, native: Path | None = None) -> tuple[list[Path],
     return c_files, hashed
 
 
-def build_c_hook(folder: str, lib_name: str, what: str, cc: str = "cc") -> Path:
+def build_c_hook(folder: str, lib_name: str, what: str, cc: str = "cc",
+                 progress: Callable[[str], None] | None = None) -> Path:
     """Compile ``native/<folder>/*.c`` + the record writer into ``lib_name`` (cached) and return its path.
 
     The cache folder ``<cache>/<folder>/<hash>`` is named by every source and header, the compiler's
@@ -124,4 +130,20 @@ def build_c_hook(folder: str, lib_name: str, what: str, cc: str = "cc") -> Path:
         out_dir, lib_name,
         lambda tmp: [[cc_path, *C_HOOK_FLAGS, "-I", str(native_dir() / "common"), "-o", tmp, *map(str, srcs),
                       *C_HOOK_LIBS]],
-        f"{what} with {cc} ({cc_path})")
+        f"{what} with {cc} ({cc_path})", notes={"identity.txt": f"{cc_path}: {cc_version}\n"}, progress=progress)
+
+
+def built() -> list[tuple[str, Path, str]]:
+    """What the cache holds: (hook, library path, what it was built with), newest first."""
+    root = cache_root()
+    out = []
+    for hook, pattern in (("MPI shim", "shim/*/librankmap_mpi.so"), ("NCCL plugin", "nccl/*/librankmap_nccl.so"),
+                          ("CUDA activity library", "cuda/*/librankmap_cuda.so")):
+        for lib in root.glob(pattern):
+            ident = lib.parent / "identity.txt"
+            try:
+                first = ident.read_text().splitlines()[0] if ident.exists() else ""
+            except (OSError, IndexError):
+                first = ""
+            out.append((lib.stat().st_mtime, hook, lib, first))
+    return [(h, lib, first) for _t, h, lib, first in sorted(out, key=lambda x: -x[0])]

@@ -10,15 +10,16 @@ Use: ``NCCL_PROFILER_PLUGIN=<build_plugin()> RANKMAP_RUN_DIR=<dir> torchrun ...`
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from rankmap.capture.native_build import build_c_hook
 
 LIBNAME = "librankmap_nccl.so"
 
 
-def build_plugin(cc: str = "cc") -> Path:
+def build_plugin(cc: str = "cc", progress: Callable[[str], None] | None = None) -> Path:
     """Compile the plugin if needed and return the path of the cached ``librankmap_nccl.so``.
 
     Raises :class:`RankmapError` naming the compiler and the first error line when the build fails.
     """
-    return build_c_hook("nccl", LIBNAME, "NCCL profiler plugin", cc)
+    return build_c_hook("nccl", LIBNAME, "NCCL profiler plugin", cc, progress=progress)

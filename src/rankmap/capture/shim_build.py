@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from rankmap.capture import shim_gen
 from rankmap.capture.native_build import cache_root, compile_cached
@@ -134,7 +135,7 @@ def _write_generated(gen_dir: Path, generated: dict[str, str]) -> None:
         raise RankmapError(f"cannot write the generated shim sources to {gen_dir}: {e.strerror}") from None
 
 
-def build_shim(mpicc: str = "mpicc", force: bool = False) -> Path:
+def build_shim(mpicc: str = "mpicc", force: bool = False, progress: Callable[[str], None] | None = None) -> Path:
     """Return the path of ``librankmap_mpi.so`` built with ``mpicc``, building it if not cached.
 
     Raises :class:`RankmapError` when the wrapper is missing or the build fails (naming the
@@ -159,4 +160,4 @@ def build_shim(mpicc: str = "mpicc", force: bool = False) -> Path:
         return [base + _OPT_FLAGS + tail, base + tail]   # the second in case an optional flag was the problem
 
     return compile_cached(out_dir, LIB_NAME, commands, f"MPI shim with {wrapper}",
-                          force=force, notes={"identity.txt": identity + "\n"})
+                          force=force, notes={"identity.txt": identity + "\n"}, progress=progress)

@@ -246,6 +246,27 @@ def check_tool(name: str, exe: list[str], args: list[str], pattern: str, fix: st
     return Check(name, True, f"{m.group(1) if m else 'present'} ({w})")
 
 
+def check_hooks() -> list[Check]:
+    """Where the C sources are, and which hooks are built and cached (the first profile builds them)."""
+    from rankmap.capture.native_build import built, cache_root
+    from rankmap.errors import RankmapError
+    from rankmap.native_sources import native_dir
+
+    try:
+        out = [Check("native sources", True, str(native_dir()))]
+    except RankmapError as e:
+        return [Check("native sources", False, str(e))]
+    libs = built()
+    for hook in ("MPI shim", "NCCL plugin"):
+        mine = [(lib, ident) for h, lib, ident in libs if h == hook]
+        if not mine:
+            out.append(Check(hook, True, f"not built yet: the first rankmap profile that needs it builds it "
+                                         f"into {cache_root()} (a few seconds)"))
+        for lib, ident in mine:
+            out.append(Check(hook, True, f"built{' for ' + ident if ident else ''}: {lib}"))
+    return out
+
+
 def checks() -> list[Check]:
     out = check_nvml()
     out += check_mpi()
@@ -259,6 +280,7 @@ def checks() -> list[Check]:
     out.append(check_tool("PostgreSQL", ["pg_ctl"], ["--version"], r"\(PostgreSQL\) ([\w.]+)",
                           "pg_ctl not found: apt-get install postgresql (optional store backend; SQLite works without it)",
                           extra=("/usr/lib/postgresql/*/bin/pg_ctl",)))
+    out += check_hooks()
     return out
 
 

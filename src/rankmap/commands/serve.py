@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         raise _import_error(e) from None
     from rankmap.store import open_store
 
-    store = open_store(args.db)
+    store = open_store(args.db, lazy=True)      # a database that is down gets a page that says so
     if args.topology and args.topology != "live":
         from rankmap.topology import load
 
@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
     if args.host in ("0.0.0.0", "::"):
         shown = socket.gethostname()
     url = f"http://{shown}:{args.port}/"
-    print(f"rankmap: dashboard at {url}  (store {store.url}; Ctrl-C to stop)", flush=True)
+    down = "" if store.ready else "; the database does not answer yet, the page says so until it does"
+    print(f"rankmap: dashboard at {url}  (store {store.url}{down}; Ctrl-C to stop)", flush=True)
     if generated:
         print(f"rankmap: this server needs a token; open {url}#token={token}  "
               f"(scripts and Prometheus: Authorization: Bearer {token})", flush=True)

@@ -354,6 +354,16 @@ def _code(names: tuple[str, ...], i: int, what: str) -> str:
     return names[i] if 0 <= i < len(names) else f"{what}#{i}"
 
 
+def _codes_of(names: tuple[str, ...], values: np.ndarray, what: str) -> list[str]:
+    """Names of many codes at once (a numpy lookup; unknown codes named ``<what>#<n>``)."""
+    table = np.array(list(names) + [None], dtype=object)
+    idx = np.where((values >= 0) & (values < len(names)), values, len(names))
+    out = table[idx]
+    for i in np.flatnonzero(idx == len(names)):
+        out[i] = f"{what}#{int(values[i])}"
+    return out.tolist()
+
+
 def _sum_rows(t: np.ndarray, keys: list[str], values: list[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Group the rows of ``t`` by its ``keys`` columns and sum its ``values`` columns.
 
@@ -379,8 +389,11 @@ class RecordReader:
     another process, so an ingest interrupted half-way resumes exactly where it stopped.
     """
 
-    def __init__(self, path: str | Path, state: dict[str, Any] | None = None):
+    def __init__(self, path: str | Path, state: dict[str, Any] | None = None, *, peer_timeline: bool = True):
+        """``peer_timeline=False``: timeline rows summed over peers, ``(bucket, -1, klass, bytes)``
+        (what a store that keeps the bytes each rank sends over time needs, at a fraction of the rows)."""
         self.path = Path(path)
+        self.peer_timeline = peer_timeline
         self.header: Header | None = None
         self.offset = HEADER_SIZE
         self.strings: dict[int, str] = {}
@@ -601,11 +614,12 @@ class RecordReader:
         if t is not None and len(t):
             (peer, op, kl, mem, d, og), (by, ms) = _sum_rows(t, ["peer", "op", "klass", "mem", "dir", "origin"],
                                                              ["bytes", "msgs"])
+            ops = {int(o): self._opname(o) for o in np.unique(op)}
+            labels = [_label(k, g) for k, g in zip(kl.tolist(), og.tolist())]
             rec.traffic = sorted(
-                TrafficRow(p, _code(CLASSES, k, "class"), self._opname(o), _code(MEMS, m, "mem"),
-                           _code(DIRECTIONS, x, "dir"), b, n, _label(k, g))
-                for p, o, k, m, x, g, b, n in zip(peer.tolist(), op.tolist(), kl.tolist(), mem.tolist(),
-                                                  d.tolist(), og.tolist(), by.tolist(), ms.tolist()))
+                TrafficRow(*row) for row in zip(peer.tolist(), _codes_of(CLASSES, kl, "class"),
+                                                [ops[o] for o in op.tolist()], _codes_of(MEMS, mem, "mem"),
+                                                _codes_of(DIRECTIONS, d, "dir"), by.tolist(), ms.tolist(), labels))
         t = tables.pop(BT_OPTIME, None)
         if t is not None and len(t):
             (op,), (calls, ns, by) = _sum_rows(t, ["op"], ["calls", "ns", "bytes"])
@@ -620,9 +634,13 @@ class RecordReader:
                     rec.histogram.setdefault(self._opname(o), [0] * HIST_BINS)[k] += c
         t = tables.pop(BT_TIMELINE, None)
         if t is not None and len(t):
-            (b, peer, kl), (by,) = _sum_rows(t, ["bucket", "peer", "klass"], ["bytes"])
-            rec.timeline = [(x, p, _code(CLASSES, k, "class"), v)
-                            for x, p, k, v in zip(b.tolist(), peer.tolist(), kl.tolist(), by.tolist())]
+            if self.peer_timeline:
+                (b, peer, kl), (by,) = _sum_rows(t, ["bucket", "peer", "klass"], ["bytes"])
+                peers = peer.tolist()
+            else:
+                (b, kl), (by,) = _sum_rows(t, ["bucket", "klass"], ["bytes"])
+                peers = [-1] * len(b)
+            rec.timeline = list(zip(b.tolist(), peers, _codes_of(CLASSES, kl, "class"), by.tolist()))
         _sum_cuda(rec, tables.pop(BT_CUDA_COPY, None), kernels)
         rec.rows = tables
 

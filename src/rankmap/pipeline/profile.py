@@ -1,11 +1,13 @@
 """``profile_command``: run a job with capture injected, stream its records into the store.
 
 The job runs as a child of rankmap with its stdin/stdout/stderr untouched. While it runs, a
-background thread re-reads the rank record files about once a second and replaces each rank's
-totals in the store, so a job that is killed (or a rankmap that is) leaves in the store what the
-ranks had flushed, and ``rankmap serve`` can watch a job live. After the job ends, one final
-ingest reads every file again and the reader's problems (a truncated tail, a rank that never
-finalised) become warnings: the data before the damage is still used.
+background thread appends what the ranks flushed since its last look to the store
+(:mod:`rankmap.pipeline.ingest`: only new blocks are parsed, only changed counters written), so a
+job that is killed (or a rankmap that is) leaves in the store what the ranks had flushed, and
+``rankmap serve`` can watch a job live. After the job ends, one final cycle takes the rest, and the
+reader's problems (a truncated tail, a rank that never finalised) become warnings: the data before
+the damage is still used. The store being away (a database restarted, a file locked) costs the
+job nothing: see :func:`profile_command`.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rankmap.capture import launchers as L
-from rankmap.capture.rundir import RunDir, make_run_dir, utc_now
+from rankmap.capture.rundir import make_run_dir, utc_now
 from rankmap.errors import RankmapError
+from rankmap.pipeline.ingest import MAX_GAP_S, RunIngest, next_wait
 
 
 @dataclass
@@ -36,6 +39,9 @@ class ProfileResult:
     ranks_reporting: int = 0
     bytes_sent: int = 0
     problems: list[str] = field(default_factory=list)
+    stored: bool = True                 # everything reached the store (else see ingest_command)
+    cpu_s: float = 0.0                  # CPU time of rankmap's own process while the job ran
+    ingest_command: str | None = None   # what completes the job when the store was away
 
 
 def _warn(msg: str) -> None:
@@ -52,7 +58,7 @@ def _build_shim(mpicc: str) -> Path:
     except ImportError as e:
         raise RankmapError(f"the MPI shim builder is not available in this installation ({e})") from None
     try:
-        return Path(build_shim(mpicc))
+        return Path(build_shim(mpicc, progress=_note))
     except RankmapError:
         raise
     except (OSError, subprocess.SubprocessError) as e:
@@ -63,7 +69,7 @@ def _build_nccl_plugin(required: bool) -> Path | None:
     """The NCCL profiler plugin; when not ``required`` a failure just leaves NCCL uncaptured."""
     try:
         from rankmap.capture.nccl_build import build_plugin
-        return Path(build_plugin())
+        return Path(build_plugin(progress=_note))
     except ImportError as e:
         if required:
             raise RankmapError(f"the NCCL profiler plugin is not available in this installation ({e})") from None
@@ -90,106 +96,89 @@ def linked_mpi(exe: str) -> str | None:
 
 
 class _Streamer(threading.Thread):
-    """Reads the run directory every ``interval`` seconds and ingests what changed."""
+    """Appends what the ranks flush to the store while the job runs, at a bounded cost.
 
-    def __init__(self, store: Any, job_id: int, run_dir: RunDir, interval: float):
+    Each cycle parses only what the record files gained (:class:`RunIngest`) and appends it. The
+    cycle's own CPU time sets the wait before the next one, so rankmap's share of a core stays near
+    :data:`~rankmap.pipeline.ingest.CPU_BUDGET` however many ranks flush how often
+    (:func:`~rankmap.pipeline.ingest.next_wait`): a small job is stored about every ``interval``
+    seconds, a large one in larger, rarer batches (never rarer than every
+    :data:`~rankmap.pipeline.ingest.MAX_GAP_S`, which is also the heartbeat that tells the store
+    this profiler is alive).
+
+    A store that cannot be reached (or stays locked) does not stop the job: the batch is kept, the
+    writes are retried with backoff, and :meth:`outage` says so once.
+    """
+
+    def __init__(self, ingest: RunIngest, interval: float, on_outage: Callable[[str], None] | None = None):
         super().__init__(name="rankmap-ingest", daemon=True)
-        self.store, self.job_id, self.run_dir, self.interval = store, job_id, run_dir, interval
+        self.ingest, self.interval = ingest, interval
+        self.on_outage = on_outage
         self.stop_event = threading.Event()
-        self.seen: dict[Path, tuple[int, int]] = {}
-        self.sent: dict[Path, int] = {}
-        self.error: BaseException | None = None
-        self.world_size: int | None = None
-        self.nccl_ranks: set[int] = set()
         self.lock = threading.Lock()
+        self.error: BaseException | None = None
+        self.down: str | None = None          # why the store is unreachable, while it is
+        self.outages = 0
+        self.backoff = 0.0
+        self.cpu_s = 0.0
+        self.cycles = 0
 
     def run(self) -> None:
-        while not self.stop_event.wait(self.interval):
+        wait = self.interval
+        while not self.stop_event.wait(wait):
+            t0 = time.thread_time()
             try:
-                self.poll(final=False)
-            except Exception as e:  # the job must go on; the final ingest reports for real
+                self.cycle(final=False)
+            except Exception as e:  # the job must go on; the final cycle reports for real
                 self.error = e
+            wait = next_wait(time.thread_time() - t0, self.interval)
+            if self.down:
+                self.backoff = min(MAX_GAP_S, max(1.0, 2 * self.backoff))
+                wait = max(wait, self.backoff)
 
-    def poll(self, final: bool) -> list[str]:
-        """Ingest changed record files (all of them when ``final``); returns the reader's problems.
+    def cycle(self, final: bool) -> bool:
+        """One poll and write; False when the store could not take the write (the batch is kept)."""
+        from rankmap.store import StoreUnavailable
 
-        NCCL files are ingested together (:meth:`_poll_nccl`): their global ranks and pair traffic
-        come from joining all of them.
-        """
-        from rankmap.capture import collectives
-        from rankmap.formats import record as records
-        problems: list[str] = []
         with self.lock:
-            nccl_changed = False
-            node_of = collectives.node_index(collectives.run_hosts(self.run_dir.path))
-            for path in self.run_dir.record_files():
-                try:
-                    st = path.stat()
-                except OSError:
-                    continue
-                sig = (st.st_size, st.st_mtime_ns)
-                if not final and self.seen.get(path) == sig:
-                    continue
-                if path.name.endswith(".nccl.rmrec"):
-                    nccl_changed = True
-                    continue
-                try:
-                    rec = records.read(path, live=not final)  # a running rank has no finalize marker yet
-                except RankmapError as e:
-                    if final:
-                        problems.append(str(e))
-                    continue  # mid-write header while streaming: next poll
-                collectives.apply(rec, node_of)      # the collective pairs of the recorded facts
-                self.store.ingest(self.job_id, [rec])
-                self.seen[path] = sig
-                self.sent[path] = sum(r[5] for r in rec.traffic if r[4] == "send")
-                self.world_size = max(self.world_size or 0, int(rec.world_size)) or None
-                if final:
-                    problems.extend(rec.problems)
-            if nccl_changed or final:
-                problems.extend(self._poll_nccl(final))
-        return problems
-
-    def _poll_nccl(self, final: bool) -> list[str]:
-        """All NCCL record files at once, through the one pair model (rankmap.capture.nccl_model)."""
-        from rankmap.capture import nccl_graph, nccl_model
-        from rankmap.formats import record as records
-        recs, problems, sigs = [], [], {}
-        for path in self.run_dir.record_files():
-            if not path.name.endswith(".nccl.rmrec"):
-                continue
+            t0 = time.thread_time()
             try:
-                st = path.stat()
-                recs.append(records.read(path, live=not final))
-                sigs[path] = (st.st_size, st.st_mtime_ns)
-            except (OSError, RankmapError) as e:
-                if final:
-                    problems.append(str(e))
-        if not recs:
-            return problems
-        logs = sorted(self.run_dir.path.glob(nccl_model.DEBUG_LOG_GLOB))
-        prof = nccl_model.from_records(recs, self.run_dir.path, nccl_graph.parse_files(logs) if logs else None)
-        out = nccl_model.ingest_records(prof)
-        stale = self.nccl_ranks - set(prof.ranks)           # ranks re-derived since the last poll
-        if stale:
-            self.store.forget_ranks(self.job_id, "nccl", sorted(stale))
-        self.store.ingest(self.job_id, out)
-        self.nccl_ranks = set(prof.ranks)
-        for rec, path in zip(out, [r.path for r in recs]):
-            self.seen[path] = sigs[path]
-            self.sent[path] = sum(t.bytes for t in rec.traffic if t.direction == "send")
-            self.world_size = max(self.world_size or 0, int(rec.world_size)) or None
-            if final:
-                problems.extend(rec.problems)
-        return problems
+                self.ingest.poll(final=final)
+                try:
+                    self.ingest.write()
+                except StoreUnavailable as e:
+                    if self.down is None:
+                        self.outages += 1
+                        if self.on_outage and self.outages == 1:
+                            self.on_outage(str(e))
+                    self.down = str(e)
+                    return False
+                self.down, self.backoff = None, 0.0
+                return True
+            finally:
+                self.cpu_s += time.thread_time() - t0
+                self.cycles += 1
+
+    def finish(self, deadline_s: float) -> bool:
+        """The last cycle (everything the ranks wrote), retried with backoff until ``deadline_s`` passed."""
+        self.stop_event.set()
+        self.join()
+        end = time.monotonic() + deadline_s
+        delay = 0.5
+        while not self.cycle(final=True):
+            if time.monotonic() + delay > end:
+                return False
+            time.sleep(delay)
+            delay = min(8.0, delay * 2)
+        return True
 
     @property
     def ranks_reporting(self) -> int:
-        return len({p.name.split(".")[0] for p in self.seen})
+        return len(self.ingest.ranks)
 
     @property
     def bytes_sent(self) -> int:
-        return sum(self.sent.values())
+        return self.ingest.bytes_sent
 
 
 class _ProgressLine:
@@ -320,7 +309,7 @@ def _cuda_library(mode: str | None) -> tuple[Path | None, str | None, str, str]:
         return None, None, "", "off: no CUPTI library found (set RANKMAP_CUPTI to its path)"
     state = "on" if kinds == "all" else "on: copies"
     try:
-        return build_library(), cupti, kinds, state
+        return build_library(progress=_note), cupti, kinds, state
     except RankmapError as e:
         if strict:
             raise
@@ -346,16 +335,21 @@ def _start_link_sampler(interval_s: float, store: Any, job_id: int) -> Any:
     except Exception:  # no driver, no GPU, no pynvml: profiling goes on without link counters
         return None
     # where and when it samples: the dashboard lines the samples up with the ranks, /metrics labels them
-    store.update_job_meta(job_id, {"link_sampler": {
-        "source": source.kind, "interval_ms": interval_s * 1000, "t0_unix_ns": sampler.t0_unix_ns,
-        "host": hostname(), "gpus": [asdict(g) for g in source.gpus()]}})
+    from rankmap.store import StoreUnavailable
+    try:
+        store.update_job_meta(job_id, {"link_sampler": {
+            "source": source.kind, "interval_ms": interval_s * 1000, "t0_unix_ns": sampler.t0_unix_ns,
+            "host": hostname(), "gpus": [asdict(g) for g in source.gpus()]}})
+    except StoreUnavailable:   # the store is away: the samples wait in the writer, the job goes on
+        pass
     return sampler
 
 
 def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 100, flush_ms: int = 1000,
                     mpicc: str | None = None, progress: bool = True, force_progress: bool = False,
                     run_dir: str | os.PathLike | None = None, nccl: str = "auto", link_sampler: bool = True,
-                    cuda: str | None = None, warn: Callable[[str], None] = _warn) -> ProfileResult:
+                    cuda: str | None = None, warn: Callable[[str], None] = _warn,
+                    store_wait_s: float | None = None) -> ProfileResult:
     """Run ``argv`` with capture injected, stream its records into ``store``; returns the job's result.
 
     ``store`` is a :class:`rankmap.store.Store`, a database URL, or None for the default store.
@@ -365,8 +359,14 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
     (see :func:`_cuda_library`). With ``link_sampler``, the GPUs' NVLink and PCIe byte
     counters are sampled once per timeline bucket while the job runs (where NVML is available). The progress line shows when stderr is a terminal and
     ``progress`` is set, or always with ``force_progress``.
+
+    A store that becomes unreachable while the job runs does not stop it: the records stay in the
+    run directory, writes are retried, and if the store is still away ``store_wait_s`` seconds
+    (``$RANKMAP_STORE_WAIT``, default 20) after the job ended, the result says so
+    (``stored=False``) with the ``rankmap ingest`` command that completes the job.
     """
-    from rankmap.store import Store, command_key, open_store
+    from rankmap.pipeline.ingest import RunIngest, ingest_command, new_run_uid
+    from rankmap.store import Store, StoreUnavailable, command_key, open_store, process_id
 
     if bucket_ms <= 0 or flush_ms <= 0:
         raise RankmapError("--bucket-ms and --flush-ms must be positive")
@@ -374,6 +374,8 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
         raise RankmapError(f"--nccl must be auto, on or off, not {nccl!r}")
     if cuda is not None and cuda not in CUDA_MODES:
         raise RankmapError(f"--cuda-activity must be {', '.join(CUDA_MODES)}, not {cuda!r}")
+    if store_wait_s is None:
+        store_wait_s = float(os.environ.get("RANKMAP_STORE_WAIT") or 20)
     argv = list(argv)
     launcher = L.recognise(argv)
     rd = make_run_dir(run_dir)        # before the slow part: an unwritable place fails at once
@@ -389,17 +391,25 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
     inj = L.prepare(launcher, run_dir=rd.path, shim=shim, nccl_plugin=plugin, cuda_lib=cuda_lib, cupti=cupti,
                     cuda_kinds=cuda_kinds, bucket_ms=bucket_ms, flush_ms=flush_ms)
     key = command_key(argv)
+    uid = new_run_uid()
     job_id = store.create_job(argv, launcher=launcher.kind, world_size=launcher.world_size, run_dir=rd.path,
-                              key=key, meta={"injected": inj.injected, "mpicc": mpicc_used,
-                                             "bucket_ms": bucket_ms, "flush_ms": flush_ms,
-                                             "cuda_activity": cuda_state})
-    rd.write_job({"job_id": job_id, "store": store.url, "command": argv, "launched": inj.argv,
+                              key=key, run_uid=uid, profiler=process_id(),
+                              meta={"injected": inj.injected, "mpicc": mpicc_used,
+                                    "bucket_ms": bucket_ms, "flush_ms": flush_ms, "cuda_activity": cuda_state})
+    rd.write_job({"job_id": job_id, "run_uid": uid, "store": store.url, "command": argv, "launched": inj.argv,
                   "launcher": launcher.kind, "world_size": launcher.world_size, "start": utc_now(),
-                  "env": inj.injected, "mpicc": mpicc_used})
+                  "env": inj.injected, "mpicc": mpicc_used, "bucket_ms": bucket_ms, "flush_ms": flush_ms})
 
-    streamer = _Streamer(store, job_id, rd, interval=min(1.0, max(0.2, flush_ms / 1000)))
+    completes = ingest_command(rd.path, store)
+
+    def outage(why: str) -> None:
+        warn(f"{why}; job {job_id} goes on and its records stay in {rd.path}; retrying")
+
+    streamer = _Streamer(RunIngest(store, job_id, rd.path, resume=False),
+                         interval=min(1.0, max(0.2, flush_ms / 1000)), on_outage=outage)
     show = force_progress or (progress and sys.stderr.isatty())
     t0 = time.monotonic_ns()
+    cpu0 = time.process_time()
     with _Signals() as sigs:
         try:
             child = subprocess.Popen(inj.argv, env=inj.env)
@@ -416,16 +426,14 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
         else:
             rc = _wait(child)
     elapsed = time.monotonic_ns() - t0
+    cpu_s = time.process_time() - cpu0        # rankmap's own process while the job ran (not the job)
     status = rc if rc >= 0 else 128 - rc
-    streamer.stop_event.set()
-    streamer.join()
-    try:
-        problems = streamer.poll(final=True)
-    except Exception as e:  # the job's status still counts: say what could not be stored
-        from sqlalchemy.exc import SQLAlchemyError
-        if not isinstance(e, SQLAlchemyError):
-            raise
-        problems = [f"storing the records of {rd.path} failed: {str(e).splitlines()[0]}"]
+    stored = streamer.finish(store_wait_s)
+    ing = streamer.ingest
+    problems = ing.problems()
+    if streamer.error is not None and stored:
+        problems.append(f"a write to the store failed while the job ran ({streamer.error}); "
+                        f"the final one stored everything")
     sampled: dict = {}
     if sampler is not None:
         sampler.stop()
@@ -435,17 +443,29 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
         finally:
             sampler.source.close()
         problems += sampler.warnings + sampler.on_sample.warnings
-        info = (store.job(job_id).get("meta") or {}).get("link_sampler") or {}
+        try:
+            info = (store.job(job_id).get("meta") or {}).get("link_sampler") or {}
+        except StoreUnavailable:
+            info = {}
         sampled = {"link_sampler": {**info, "cost": sampler.cost.as_dict()}}
     for p in problems:
         warn(p)
-    sizes = {r["world_rank"] for r in store.ranks(job_id)}
-    ws = streamer.world_size or launcher.world_size
-    store.finish_job(job_id, exit_status=status, elapsed_ns=elapsed, world_size=ws,
-                     meta={"problems": len(problems), **sampled,
-                           "signal": signal.Signals(sigs.received).name if sigs.received else None})
+    sizes = ing.world_ranks
+    ws = ing.world_size or launcher.world_size
     rd.write_job({"end": utc_now(), "exit_status": status, "elapsed_ns": elapsed, "ranks_reporting": len(sizes),
-                  "world_size": ws})
+                  "world_size": ws, "rankmap_cpu_s": round(cpu_s, 3)})
+    meta = {"problems": len(problems), "signal": signal.Signals(sigs.received).name if sigs.received else None,
+            "rankmap_cpu_s": round(cpu_s, 3), "ingest_cycles": streamer.cycles,
+            "ingest_cpu_s": round(streamer.cpu_s, 3), "store_outages": streamer.outages, **sampled}
+    if stored:
+        try:
+            store.finish_job(job_id, exit_status=status, elapsed_ns=elapsed, world_size=ws, meta=meta)
+        except StoreUnavailable as e:
+            stored = False
+            if streamer.outages == 0:
+                outage(str(e))
+    if not stored:
+        warn(f"job {job_id} is incomplete in the store {store.url}; complete it with: {completes}")
     if status != 0:
         _note(f"job exited with status {status}; kept records up to last flush")
     if not sizes:
@@ -456,7 +476,8 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
         warn(f"only {len(sizes)} of {ws} ranks wrote records (missing: {shown})")
     return ProfileResult(job_id=job_id, exit_status=status, run_dir=rd.path, launcher=launcher.kind,
                          world_size=ws, elapsed_ns=elapsed, ranks_reporting=len(sizes),
-                         bytes_sent=streamer.bytes_sent, problems=problems)
+                         bytes_sent=streamer.bytes_sent, problems=problems, stored=stored, cpu_s=cpu_s,
+                         ingest_command=None if stored else completes)
 
 
 def _wait(child: subprocess.Popen) -> int:

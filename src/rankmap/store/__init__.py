@@ -3,8 +3,13 @@
 One :class:`Store` over one SQLAlchemy engine. The default is a SQLite file under
 ``${RANKMAP_HOME:-~/.rankmap}``; ``RANKMAP_DB`` or an explicit URL points it elsewhere, e.g.
 ``postgresql+psycopg://user@host/db`` so a team shares one database. The store never
-imports the capture layer: :meth:`Store.ingest` takes any objects shaped like the record
-reader's ``RankRecord``.
+imports the capture layer: :meth:`Store.append` and :meth:`Store.ingest` take any objects shaped
+like the record reader's ``RankRecord``.
+
+Writes are append-only (:meth:`Store.append`): counters are added into rows keyed by what they
+count, and how far each record file was read is kept in the same transaction, so a write costs
+what changed and an interrupted ingest resumes exactly. A store that cannot be reached (or stays
+locked) raises :class:`StoreUnavailable`, which callers that must go on (a running job) catch.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import socket
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -22,9 +29,56 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
 from rankmap.errors import RankmapError
+from rankmap.store import migrate
 from rankmap.store import schema as S
+from rankmap.store.batch import Batch, add_histograms, level_threshold
 
-__all__ = ["Store", "open_store", "default_url", "command_key", "rankmap_home"]
+__all__ = ["Store", "StoreUnavailable", "Batch", "open_store", "default_url", "command_key", "rankmap_home"]
+
+#: a job whose profiler runs on another host and has not written for this long is no longer running
+STALE_S = 600
+
+
+class StoreUnavailable(RankmapError):
+    """The database cannot be reached, or stays locked: the data is not lost, only not stored yet."""
+
+    exit_code = 3
+
+
+def _outage(e: BaseException, url: str) -> StoreUnavailable:
+    msg = str(getattr(e, "orig", None) or e).strip().splitlines()
+    return StoreUnavailable(f"the store {url} is unreachable: {msg[0] if msg else type(e).__name__}")
+
+
+def process_id(pid: int | None = None) -> str:
+    """``"host pid start"``: a process, told apart from a later one that reuses its pid."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()} {pid} {_start_ticks(pid)}"
+
+
+def _start_ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def process_alive(ident: str | None) -> bool | None:
+    """Whether the process ``ident`` (:func:`process_id`) runs; None when it is on another host."""
+    try:
+        host, pid, start = (ident or "").split()
+    except ValueError:
+        return None
+    if host != socket.gethostname():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return _start_ticks(int(pid)) == int(start)
 
 
 def rankmap_home() -> Path:
@@ -68,52 +122,6 @@ def command_key(argv: Sequence[str]) -> str:
     return shlex.join(out)
 
 
-def _get(row: Any, name: str, index: int) -> Any:
-    """A field of a reader row, whether it is a dataclass/namedtuple, a mapping or a plain tuple."""
-    if isinstance(row, dict):
-        return row[name]
-    if hasattr(row, name):
-        return getattr(row, name)
-    return row[index]
-
-
-#: what a row's ``label`` may say of its pair attribution (formats.record.TrafficRow, NCCL's rows)
-PAIR_SOURCES = ("call", "library", "mirror", "model")
-
-
-def _pair_source(row: Any) -> str | None:
-    """The row's pair source (its ``label``, one of :data:`PAIR_SOURCES` from this rankmap's readers):
-    None for rows that carry none (plain 7-tuples)."""
-    if isinstance(row, dict):
-        v = row.get("label", row.get("pair_source"))
-    elif hasattr(row, "label"):
-        v = row.label
-    else:
-        v = row[7] if len(row) > 7 else None
-    return None if v is None else str(v)
-
-
-def _trim(h: list[int]) -> list[int]:
-    """A histogram without its trailing empty buckets (64 bins, mostly empty, per operation)."""
-    while h and h[-1] == 0:
-        h.pop()
-    return h
-
-
-def _pvar_rows(job_id: int, source: str, rank: int, rec: Any) -> list[dict]:
-    """The rank's MPI_T performance variable samples as ``pvars`` rows (records without any: none)."""
-    defs = getattr(rec, "pvar_defs", None) or {}
-    rows = []
-    for vid, t_ns, values in getattr(rec, "pvar_samples", None) or []:
-        d = defs.get(vid)
-        if d is None:
-            continue
-        vals = [v if isinstance(v, int) else float(v) for v in values]
-        rows.append({"job": job_id, "source": source, "rank": rank, "t_ns": int(t_ns), "name": str(d.name),
-                     "class": str(d.cls), "value": float(sum(vals)) if vals else None, "values": vals})
-    return rows
-
-
 def _iso(t: datetime | None) -> str | None:
     if t is None:
         return None
@@ -129,35 +137,50 @@ def _now() -> datetime:
 class Store:
     """Queries and writes over the rankmap schema; cheap to create, one per process is plenty."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, ready: bool = True):
         self.engine = engine
         self.url = engine.url.render_as_string(hide_password=True)
+        self.ready = ready          # the schema was checked (see open_store(lazy=True))
+
+    def ensure_schema(self) -> None:
+        """For a store opened while it was away: check (and create) the schema once it answers."""
+        if not self.ready:
+            with self._guard():
+                _create_schema(self.engine)
+            self.ready = True
 
     # ---------------------------------------------------------------- jobs
     def create_job(self, command: Sequence[str] | str, *, launcher: str = "plain",
                    world_size: int | None = None, run_dir: str | os.PathLike | None = None,
                    key: str | None = None, hosts: Sequence[str] | None = None,
-                   meta: dict | None = None) -> int:
-        """Record a job about to be launched; returns its id."""
+                   meta: dict | None = None, run_uid: str | None = None, profiler: str | None = None) -> int:
+        """Record a job about to be launched (state ``running``); returns its id.
+
+        ``profiler`` (:func:`process_id`) names the process that will stream the job's records: once
+        it is gone the job no longer counts as running, whatever was stored."""
         argv = shlex.split(command) if isinstance(command, str) else list(command)
-        with self.engine.begin() as c:
+        with self._guard(), self.engine.begin() as c:
             r = c.execute(S.jobs.insert().values(
                 created=_now(), command=shlex.join(argv), command_key=key or command_key(argv),
                 launcher=launcher, world_size=world_size, hosts=list(hosts) if hosts else None,
-                run_dir=str(run_dir) if run_dir is not None else None, meta=meta or {}))
+                run_dir=str(run_dir) if run_dir is not None else None, meta=meta or {}, state="running",
+                run_uid=run_uid, profiler=profiler, heartbeat=_now() if profiler else None))
             return int(r.inserted_primary_key[0])
 
-    def finish_job(self, job_id: int, *, exit_status: int, elapsed_ns: int | None = None,
-                   world_size: int | None = None, meta: dict | None = None) -> None:
+    def finish_job(self, job_id: int, *, exit_status: int | None, elapsed_ns: int | None = None,
+                   world_size: int | None = None, meta: dict | None = None, state: str = "finished",
+                   ended: datetime | None = None) -> None:
         """Record how the job ended; ``meta`` is merged into what the job already has."""
-        with self.engine.begin() as c:
+        if state not in S.JOB_STATES:
+            raise ValueError(state)
+        with self._guard(), self.engine.begin() as c:
             old = c.execute(sa.select(S.jobs.c.meta).where(S.jobs.c.id == job_id)).scalar_one_or_none()
             merged = dict(old or {})
             merged.update(meta or {})
             hosts = sorted({h for (h,) in c.execute(
                 sa.select(S.ranks.c.host).where(S.ranks.c.job == job_id).distinct()) if h})
-            values: dict[str, Any] = dict(ended=_now(), exit_status=exit_status, elapsed_ns=elapsed_ns,
-                                          meta=merged)
+            values: dict[str, Any] = dict(ended=ended or _now(), exit_status=exit_status, elapsed_ns=elapsed_ns,
+                                          meta=merged, state=state, profiler=None)
             if hosts:
                 values["hosts"] = hosts
             if world_size is not None:
@@ -166,13 +189,13 @@ class Store:
 
     def update_job_meta(self, job_id: int, meta: dict) -> None:
         """Merge ``meta`` into a job's meta while it runs (what a running job learns about itself)."""
-        with self.engine.begin() as c:
+        with self._guard(), self.engine.begin() as c:
             old = c.execute(sa.select(S.jobs.c.meta).where(S.jobs.c.id == job_id)).scalar_one_or_none()
             c.execute(S.jobs.update().where(S.jobs.c.id == job_id).values(meta={**(old or {}), **meta}))
 
     def resolve_job(self, spec: str | int) -> int:
         """``'latest'`` or a job id -> a job id that exists."""
-        with self.engine.connect() as c:
+        with self._guard(), self.engine.connect() as c:
             if str(spec) == "latest":
                 jid = c.execute(sa.select(sa.func.max(S.jobs.c.id))).scalar()
                 if jid is None:
@@ -186,8 +209,23 @@ class Store:
                 raise RankmapError(f"unknown job {spec!r} in {self.url}")
             return jid
 
+    @staticmethod
+    def _state(row: Any) -> str:
+        """The job's state as stored, except that a job whose profiler is gone is no longer running."""
+        if row["state"] != "running" or not row["profiler"]:
+            return row["state"]
+        alive = process_alive(row["profiler"])
+        if alive is False:
+            return "incomplete"
+        hb = row["heartbeat"]
+        if alive is None and hb is not None:
+            hb = hb if hb.tzinfo else hb.replace(tzinfo=timezone.utc)
+            if (_now() - hb).total_seconds() > STALE_S:
+                return "incomplete"
+        return "running"
+
     def job(self, job_id: int) -> dict:
-        with self.engine.connect() as c:
+        with self._guard(), self.engine.connect() as c:
             row = c.execute(sa.select(S.jobs).where(S.jobs.c.id == job_id)).mappings().first()
             if row is None:
                 raise RankmapError(f"unknown job {job_id!r} in {self.url}")
@@ -195,14 +233,54 @@ class Store:
             if not d.get("hosts"):
                 d["hosts"] = sorted({h for (h,) in c.execute(
                     sa.select(S.ranks.c.host).where(S.ranks.c.job == job_id).distinct()) if h})
-        d["created"], d["ended"] = _iso(d["created"]), _iso(d["ended"])
+        d["state"] = self._state(d)
+        d["created"], d["ended"], d["heartbeat"] = _iso(d["created"]), _iso(d["ended"]), _iso(d["heartbeat"])
         return d
 
     def jobs(self, limit: int = 50) -> list[dict]:
         """The most recent jobs first."""
-        with self.engine.connect() as c:
+        with self._guard(), self.engine.connect() as c:
             ids = c.execute(sa.select(S.jobs.c.id).order_by(S.jobs.c.id.desc()).limit(limit)).scalars().all()
         return [self.job(i) for i in ids]
+
+    def job_list(self, limit: int = 50) -> list[dict]:
+        """One line per job, newest first: id, state, command, ranks, bytes, start, duration (``rankmap jobs``)."""
+        j, r, t = S.jobs, S.ranks, S.traffic
+        nranks = (sa.select(sa.func.count(sa.distinct(r.c.world_rank))).where(r.c.job == j.c.id)
+                  .scalar_subquery())
+        nbytes = sa.select(sa.func.coalesce(sa.func.sum(t.c.bytes), 0)).where(t.c.job == j.c.id).scalar_subquery()
+        q = (sa.select(j.c.id, j.c.state, j.c.profiler, j.c.heartbeat, j.c.command, j.c.world_size, j.c.created,
+                       j.c.elapsed_ns, j.c.exit_status, j.c.run_dir, nranks.label("ranks"), nbytes.label("bytes"))
+             .order_by(j.c.id.desc()).limit(limit))
+        with self._guard(), self.engine.connect() as c:
+            rows = c.execute(q).mappings().all()
+        out = []
+        for row in rows:
+            state = self._state(row)
+            created = row["created"] if row["created"].tzinfo else row["created"].replace(tzinfo=timezone.utc)
+            dur = row["elapsed_ns"] / 1e9 if row["elapsed_ns"] is not None else (
+                (_now() - created).total_seconds() if state == "running" else None)
+            out.append({"id": row["id"], "state": state, "command": row["command"], "ranks": int(row["ranks"] or 0),
+                        "world_size": row["world_size"], "bytes": int(row["bytes"] or 0), "start": _iso(created),
+                        "duration_s": None if dur is None else round(dur, 3), "exit_status": row["exit_status"],
+                        "run_dir": row["run_dir"]})
+        return out
+
+    def settle_jobs(self) -> list[int]:
+        """Store ``incomplete`` for every job still marked running whose profiler is gone; their ids."""
+        with self._guard(), self.engine.begin() as c:
+            rows = c.execute(sa.select(S.jobs.c.id, S.jobs.c.state, S.jobs.c.profiler, S.jobs.c.heartbeat)
+                             .where(S.jobs.c.state == "running")).mappings().all()
+            gone = [r["id"] for r in rows if self._state(r) == "incomplete"]
+            if gone:
+                c.execute(S.jobs.update().where(S.jobs.c.id.in_(gone), S.jobs.c.state == "running")
+                          .values(state="incomplete"))
+        return gone
+
+    def job_by_run(self, run_uid: str) -> int | None:
+        """The job whose run directory has this id (its ``job.json``), if stored."""
+        with self._guard(), self.engine.connect() as c:
+            return c.execute(sa.select(sa.func.max(S.jobs.c.id)).where(S.jobs.c.run_uid == run_uid)).scalar()
 
     def find_job(self, key: str, world_size: int | None) -> int | None:
         """The latest successful profile of the same command and size that recorded something."""
@@ -210,105 +288,198 @@ class Store:
         q = (sa.select(S.jobs.c.id).where(S.jobs.c.command_key == key, S.jobs.c.exit_status == 0, has_ranks)
              .order_by(S.jobs.c.id.desc()).limit(1))
         q = q.where(S.jobs.c.world_size.is_(None) if world_size is None else S.jobs.c.world_size == world_size)
-        with self.engine.connect() as c:
+        with self._guard(), self.engine.connect() as c:
             return c.execute(q).scalar()
 
     # -------------------------------------------------------------- ingest
-    def ingest(self, job_id: int, records: Iterable[Any]) -> int:
-        """Store the current totals of each rank record, replacing what that rank had stored.
+    @contextmanager
+    def _guard(self):
+        """Database errors that mean "not reachable now" (a server down, a file locked) become
+        :class:`StoreUnavailable`; anything else is a bug and propagates as it is."""
+        try:
+            yield
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:
+            raise _outage(e, self.url) from None
+        except sa.exc.DBAPIError as e:
+            if e.connection_invalidated:
+                raise _outage(e, self.url) from None
+            raise
 
-        A record file only grows (its totals are cumulative), so streaming ingestion re-reads it
-        and replaces that rank's rows: no double counting however often it runs. Traffic comes from
-        the rank's *send* rows (src = the rank), plus its one-sided *receive* rows (an ``MPI_Get``
-        moves bytes from the target, which records nothing, to the origin). Returns the number of
-        records stored.
+    def file_states(self, job_id: int) -> dict[str, tuple[int, dict]]:
+        """How far each record file of the job was stored: name -> (bytes, reader state)."""
+        t = S.ingest_files
+        with self._guard(), self.engine.connect() as c:
+            return {n: (int(o), dict(st)) for n, o, st in
+                    c.execute(sa.select(t.c.name, t.c.done_bytes, t.c.state).where(t.c.job == job_id))}
+
+    def append(self, job_id: int, batch: Batch) -> int:
+        """Add a batch of counters to the job, with the file positions it reaches, in one transaction.
+
+        Each file's stored position must still be where the batch started reading it: a second
+        process ingesting the same files fails here instead of counting their blocks twice.
+        Returns the rows written. Also the profiler's heartbeat (see :meth:`job`).
         """
-        n = 0
-        for rec in records:
-            self._ingest_one(job_id, rec)
-            n += 1
+        with self._guard(), self.engine.begin() as c:
+            n = self._write(c, job_id, batch)
+            c.execute(S.jobs.update().where(S.jobs.c.id == job_id, S.jobs.c.profiler.is_not(None))
+                      .values(heartbeat=_now()))
         return n
 
-    def _ingest_one(self, job_id: int, rec: Any) -> None:
-        rank, source = int(rec.world_rank), str(rec.source)
-        totals: dict[tuple, list[int]] = {}
-        for row in rec.traffic:
-            peer = int(_get(row, "peer", 0))
-            klass = str(_get(row, "klass", 1))
-            direction = str(_get(row, "direction", 4))
-            if direction == "send":
-                src, dst = rank, peer
-            elif klass == "rma":
-                src, dst = peer, rank
-            else:
-                continue
-            k = (src, dst, klass, str(_get(row, "operation", 2)), str(_get(row, "mem", 3)), _pair_source(row))
-            t = totals.setdefault(k, [0, 0])
-            t[0] += int(_get(row, "bytes", 5))
-            t[1] += int(_get(row, "messages", 6))
-        traffic_rows = [dict(job=job_id, source=source, reporter=rank, src=s, dst=d, **{"class": k},
-                             operation=op, mem=mem, bytes=b, messages=m, pair_source=ps)
-                        for (s, d, k, op, mem, ps), (b, m) in totals.items()]
-        hist = dict(getattr(rec, "histogram", None) or {})
-        op_time = dict(getattr(rec, "op_time", None) or {})
-        payload = dict(getattr(rec, "payload", None) or {})
-        op_rows = []
-        for op in sorted(set(op_time) | set(hist)):
-            calls, ns = op_time.get(op, (0, 0))
-            op_rows.append(dict(job=job_id, rank=rank, source=source, operation=str(op), calls=int(calls),
-                                ns=int(ns), payload=int(payload.get(op, 0)),
-                                histogram=_trim([int(x) for x in hist.get(op, [])])))
-        tl: dict[tuple, int] = {}
-        for e in getattr(rec, "timeline", None) or []:
-            k = (int(_get(e, "bucket", 0)), int(_get(e, "peer", 1)), str(_get(e, "klass", 2)))
-            tl[k] = tl.get(k, 0) + int(_get(e, "bytes", 3))
-        tl_rows = [dict(job=job_id, source=source, src=rank, dst=p, bucket=b, bytes=v, **{"class": k})
-                   for (b, p, k), v in tl.items()]
-        pvar_rows = _pvar_rows(job_id, source, rank, rec)
-        comm_ns = sum(int(ns) for _, ns in op_time.values())
-        rank_row = dict(job=job_id, world_rank=rank, source=source, host=getattr(rec, "host", None),
-                        pid=getattr(rec, "pid", None), start_ns=getattr(rec, "start_ns", None),
-                        elapsed_ns=getattr(rec, "elapsed_ns", None), comm_ns=comm_ns,
-                        finalized=bool(getattr(rec, "finalized", True)),
-                        problems=list(getattr(rec, "problems", None) or []))
-        cuda = _cuda_rows(job_id, rank, rec) if source == "cuda" else {}
-        with self.engine.begin() as c:
-            for table in cuda:
-                c.execute(table.delete().where(table.c.job == job_id, table.c.rank == rank))
-            for table, rows in cuda.items():
-                if rows:
-                    c.execute(table.insert(), rows)
-            c.execute(S.ranks.delete().where(S.ranks.c.job == job_id, S.ranks.c.world_rank == rank,
-                                             S.ranks.c.source == source))
-            c.execute(S.traffic.delete().where(S.traffic.c.job == job_id, S.traffic.c.reporter == rank,
-                                               S.traffic.c.source == source))
-            c.execute(S.op_stats.delete().where(S.op_stats.c.job == job_id, S.op_stats.c.rank == rank,
-                                                S.op_stats.c.source == source))
-            c.execute(S.timeline.delete().where(S.timeline.c.job == job_id, S.timeline.c.src == rank,
-                                                S.timeline.c.source == source))
-            c.execute(S.pvars.delete().where(S.pvars.c.job == job_id, S.pvars.c.rank == rank,
-                                             S.pvars.c.source == source))
-            c.execute(S.ranks.insert(), [rank_row])
-            for table, rows in ((S.traffic, traffic_rows), (S.op_stats, op_rows), (S.timeline, tl_rows),
-                                (S.pvars, pvar_rows)):
-                if rows:
-                    c.execute(table.insert(), rows)
+    def ingest(self, job_id: int, records: Iterable[Any], *, timeline: bool = True) -> int:
+        """Store the current *totals* of each rank record, replacing what that rank had stored.
+
+        For callers that hold totals rather than deltas: a source whose rows are derived from all
+        its files at once (NCCL's pair model), a synthetic job, tests. ``timeline=False`` leaves the
+        ranks' timeline alone (appended separately). Returns the number of records stored.
+        """
+        records = list(records)
+        batch = Batch()
+        for rec in records:
+            batch.add(rec, timeline=timeline)
+        with self._guard(), self.engine.begin() as c:
+            for rank, source in batch.ranks:
+                self._forget(c, job_id, source, [rank], timeline=timeline)
+            self._write(c, job_id, batch)
+            for rec in records:
+                if str(rec.source) == "cuda":          # CUDA activity: its own tables, replaced too
+                    rank = int(rec.world_rank)
+                    for table, rows in _cuda_rows(job_id, rank, rec).items():
+                        c.execute(table.delete().where(table.c.job == job_id, table.c.rank == rank))
+                        if rows:
+                            c.execute(table.insert(), rows)
+        return len(records)
 
     def forget_ranks(self, job_id: int, source: str, ranks: Sequence[int]) -> None:
         """Drop what ``ranks`` of ``source`` stored (a source whose ranks are derived at ingest, NCCL's,
         may renumber its files while a job runs)."""
-        ranks = [int(r) for r in ranks]
-        with self.engine.begin() as c:
-            c.execute(S.ranks.delete().where(S.ranks.c.job == job_id, S.ranks.c.source == source,
-                                             S.ranks.c.world_rank.in_(ranks)))
-            for t, col in ((S.traffic, S.traffic.c.reporter), (S.op_stats, S.op_stats.c.rank),
-                           (S.timeline, S.timeline.c.src), (S.pvars, S.pvars.c.rank)):
-                c.execute(t.delete().where(t.c.job == job_id, t.c.source == source, col.in_(ranks)))
+        with self._guard(), self.engine.begin() as c:
+            self._forget(c, job_id, source, [int(r) for r in ranks], timeline=True)
+
+    @staticmethod
+    def _forget(c: Any, job_id: int, source: str, ranks: list[int], *, timeline: bool) -> None:
+        tables = [(S.ranks, S.ranks.c.world_rank), (S.traffic, S.traffic.c.reporter), (S.op_stats, S.op_stats.c.rank),
+                  (S.pvars, S.pvars.c.rank)]
+        if timeline:
+            tables.append((S.timeline, S.timeline.c.src))
+        for t, col in tables:
+            c.execute(t.delete().where(t.c.job == job_id, t.c.source == source, col.in_(ranks)))
+
+    def _write(self, c: Any, job_id: int, b: Batch) -> int:
+        f = S.ingest_files
+        if b.files:
+            have = dict(c.execute(sa.select(f.c.name, f.c.done_bytes)
+                                  .where(f.c.job == job_id, f.c.name.in_(list(b.files)))).all())
+            new, old = [], []
+            for name, (before, after, state) in b.files.items():
+                if have.get(name) != before:
+                    raise RankmapError(f"record file {name} of job {job_id} was stored by another process meanwhile "
+                                       f"(it is at byte {have.get(name)}, this ingest read from byte {before}): "
+                                       f"stop one of them")
+                (new if name not in have else old).append(dict(job=job_id, name=name, done_bytes=after, state=state))
+            if new:
+                c.execute(f.insert(), new)
+            if old:
+                c.execute(f.update().where(f.c.job == sa.bindparam("j"), f.c.name == sa.bindparam("n"))
+                          .values(done_bytes=sa.bindparam("d"), state=sa.bindparam("s")),
+                          [dict(j=r["job"], n=r["name"], d=r["done_bytes"], s=r["state"]) for r in old])
+        rows = 0
+        if b.traffic:
+            rows += self._upsert_raw(c, S.traffic, ["job", "source", "reporter", "src", "dst", "class", "operation",
+                                                    "mem", "pair_source", "bytes", "messages"],
+                                     [(job_id, *k, v[0], v[1]) for k, v in b.traffic.items()], 9,
+                                     add=["bytes", "messages"])
+        if b.ops:
+            o = S.op_stats
+            ranks = sorted({k[0] for k in b.ops})
+            old = {(r, src, op): (calls, ns, pay, hist) for r, src, op, calls, ns, pay, hist in c.execute(
+                sa.select(o.c.rank, o.c.source, o.c.operation, o.c.calls, o.c.ns, o.c.payload, o.c.histogram)
+                .where(o.c.job == job_id, o.c.rank.in_(ranks)))}
+            out = []
+            for k, (calls, ns, pay, hist) in b.ops.items():
+                c0, n0, p0, h0 = old.get(k, (0, 0, 0, []))
+                out.append(dict(job=job_id, rank=k[0], source=k[1], operation=k[2], calls=c0 + calls, ns=n0 + ns,
+                                payload=(p0 or 0) + pay, histogram=add_histograms(h0 or [], hist)))
+            rows += self._upsert(c, o, out, ["job", "rank", "source", "operation"],
+                                 replace=["calls", "ns", "payload", "histogram"])
+        if b.ranks:
+            rows += self._upsert(c, S.ranks, [dict(job=job_id, world_rank=r, source=src, **v)
+                                              for (r, src), v in b.ranks.items()],
+                                 ["job", "world_rank", "source"], add=["comm_ns"],
+                                 replace=["host", "pid", "start_ns", "elapsed_ns", "finalized", "problems"])
+        if b.timeline:
+            rows += self._append_timeline(c, job_id, b)
+        if b.pvars:
+            c.execute(S.pvars.insert(), [dict(job=job_id, **r) for r in b.pvars])
+            rows += len(b.pvars)
+        return rows
+
+    def _upsert(self, c: Any, table: sa.Table, rows: list[dict], keys: list[str], *,
+                add: Sequence[str] = (), replace: Sequence[str] = ()) -> int:
+        """INSERT ... ON CONFLICT (keys) DO UPDATE: ``add`` columns summed, ``replace`` ones overwritten."""
+        if not rows:
+            return 0
+        if self.engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        stmt = insert(table)
+        ex = stmt.excluded
+        sets = {k: table.c[k] + ex[k] for k in add}
+        sets.update({k: ex[k] for k in replace})
+        c.execute(stmt.on_conflict_do_update(index_elements=[table.c[k] for k in keys], set_=sets), rows)
+        return len(rows)
+
+    def _upsert_raw(self, c: Any, table: sa.Table, cols: list[str], rows: list[tuple], nkeys: int, *,
+                    add: Sequence[str]) -> int:
+        """:meth:`_upsert` for plain columns (no JSON), straight to the driver's executemany: the hot
+        path of a streaming ingest (thousands of counters a second), where SQLAlchemy's per-row
+        parameter processing would cost more than the database."""
+        if not rows:
+            return 0
+        q = self.engine.dialect.identifier_preparer.quote
+        ph = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        name = q(table.name)
+        sets = ", ".join(f"{q(k)} = {name}.{q(k)} + excluded.{q(k)}" for k in add)
+        sql = (f"INSERT INTO {name} ({', '.join(q(k) for k in cols)}) VALUES ({', '.join([ph] * len(cols))}) "
+               f"ON CONFLICT ({', '.join(q(k) for k in cols[:nkeys])}) DO UPDATE SET {sets}")
+        c.exec_driver_sql(sql, rows)
+        return len(rows)
+
+    def _append_timeline(self, c: Any, job_id: int, b: Batch) -> int:
+        """New timeline counters into their slots, then older slots merged into wider ones."""
+        from rankmap.store.batch import timeline_slot
+
+        t = S.timeline
+        newest = max(b.newest_bucket, c.execute(sa.select(sa.func.max(t.c.bucket))
+                                                .where(t.c.job == job_id, t.c.width == 1)).scalar() or 0)
+        slots: dict[tuple, int] = {}
+        for (source, src, klass, bucket), v in b.timeline.items():
+            w, start = timeline_slot(bucket, newest)
+            k = (source, src, klass, w, start)
+            slots[k] = slots.get(k, 0) + v
+        n = self._upsert_raw(c, t, ["job", "width", "bucket", "source", "src", "class", "bytes"],
+                             [(job_id, w, st, s, r, k, v) for (s, r, k, w, st), v in slots.items()], 6, add=["bytes"])
+        level = 0
+        while True:
+            edge = level_threshold(level + 1, newest)
+            if edge <= 0:
+                break
+            w, w2 = 1 << level, 1 << (level + 1)
+            c.execute(sa.text(
+                "INSERT INTO timeline (job, source, src, class, width, bucket, bytes) "
+                "SELECT job, source, src, class, :w2, (bucket / :w2) * :w2, SUM(bytes) FROM timeline "
+                "WHERE job = :j AND width = :w AND bucket < :edge "
+                "GROUP BY job, source, src, class, (bucket / :w2) * :w2 "
+                "ON CONFLICT (job, width, bucket, source, src, class) DO UPDATE SET bytes = timeline.bytes + excluded.bytes"),
+                dict(j=job_id, w=w, w2=w2, edge=edge))
+            c.execute(t.delete().where(t.c.job == job_id, t.c.width == w, t.c.bucket < edge))
+            level += 1
+        return n
 
     def cuda_activity(self, job_id: int) -> dict[str, list[dict]]:
         """The job's CUDA activity rows: ``copies``, ``kernels``, ``timeline`` and ``ranks``."""
         out: dict[str, list[dict]] = {}
-        with self.engine.connect() as c:
+        with self._guard(), self.engine.connect() as c:
             for key, t, order in (("copies", S.cuda_copies, ("rank", "kind", "src_dev", "dst_dev", "src_mem", "dst_mem")),
                                   ("kernels", S.cuda_kernels, ("rank", "device", "name")),
                                   ("timeline", S.cuda_timeline, ("bucket", "rank", "what")),
@@ -322,12 +493,12 @@ class Store:
         rows = [dict(job=job_id, t_ns=int(s["t_ns"]), device=int(s["device"]), link=str(s["link"]),
                      tx_bytes=s.get("tx_bytes"), rx_bytes=s.get("rx_bytes")) for s in samples]
         if rows:
-            with self.engine.begin() as c:
+            with self._guard(), self.engine.begin() as c:
                 c.execute(S.link_samples.insert(), rows)
 
     # ------------------------------------------------------------- queries
     def ranks(self, job_id: int) -> list[dict]:
-        with self.engine.connect() as c:
+        with self._guard(), self.engine.connect() as c:
             rows = c.execute(sa.select(S.ranks).where(S.ranks.c.job == job_id)
                              .order_by(S.ranks.c.world_rank, S.ranks.c.source)).mappings().all()
         return [{k: v for k, v in r.items() if k != "job"} for r in rows]
@@ -344,12 +515,12 @@ class Store:
              .where(t.c.job == job_id).group_by(*keys).order_by(*keys))
         if classes:
             q = q.where(t.c["class"].in_(list(classes)))
-        with self.engine.connect() as c:
+        with self._guard(), self.engine.connect() as c:
             return [dict(r, bytes=int(r["bytes"]), messages=int(r["messages"])) for r in c.execute(q).mappings()]
 
     def world_size(self, job_id: int) -> int:
         """The job's size as launched, or as seen in its records when the command did not say."""
-        with self.engine.connect() as c:
+        with self._guard(), self.engine.connect() as c:
             ws = c.execute(sa.select(S.jobs.c.world_size).where(S.jobs.c.id == job_id)).scalar()
             seen = c.execute(sa.select(sa.func.max(S.ranks.c.world_rank)).where(S.ranks.c.job == job_id)).scalar()
             hi = c.execute(sa.select(sa.func.max(S.traffic.c.src), sa.func.max(S.traffic.c.dst))
@@ -372,25 +543,27 @@ class Store:
         """Bytes by where the send buffer lived: device, host, managed, unknown."""
         t = S.traffic
         q = sa.select(t.c.mem, sa.func.sum(t.c.bytes)).where(t.c.job == job_id).group_by(t.c.mem)
-        with self.engine.connect() as c:
+        with self._guard(), self.engine.connect() as c:
             return {m: int(b) for m, b in c.execute(q)}
 
     def op_stats(self, job_id: int) -> list[dict]:
-        with self.engine.connect() as c:
+        with self._guard(), self.engine.connect() as c:
             rows = c.execute(sa.select(S.op_stats).where(S.op_stats.c.job == job_id)
                              .order_by(S.op_stats.c.rank, S.op_stats.c.source, S.op_stats.c.operation)).mappings()
             return [{k: v for k, v in r.items() if k != "job"} for r in rows]
 
     def timeline(self, job_id: int) -> list[dict]:
+        """Bytes each rank sent (to all peers) per slot: ``bucket`` the slot's first bucket, ``width``
+        its buckets (1 for recent ones; older slots are wider, see :mod:`rankmap.store.batch`)."""
         t = S.timeline
-        with self.engine.connect() as c:
+        with self._guard(), self.engine.connect() as c:
             rows = c.execute(sa.select(t).where(t.c.job == job_id)
-                             .order_by(t.c.bucket, t.c.src, t.c.dst, t.c["class"])).mappings()
+                             .order_by(t.c.bucket, t.c.src, t.c["class"], t.c.source)).mappings()
             return [{k: v for k, v in r.items() if k != "job"} for r in rows]
 
     def link_samples(self, job_id: int) -> list[dict]:
         t = S.link_samples
-        with self.engine.connect() as c:
+        with self._guard(), self.engine.connect() as c:
             rows = c.execute(sa.select(t).where(t.c.job == job_id).order_by(t.c.t_ns, t.c.device, t.c.link))
             return [{k: v for k, v in r.items() if k != "job"} for r in rows.mappings()]
 
@@ -401,7 +574,7 @@ class Store:
         q = sa.select(t).where(t.c.job == job_id).order_by(t.c["name"], t.c.rank, t.c.source, t.c.t_ns)
         if name is not None:
             q = q.where(t.c["name"] == name)
-        with self.engine.connect() as c:
+        with self._guard(), self.engine.connect() as c:
             return [{k: v for k, v in r.items() if k != "job"} for r in c.execute(q).mappings()]
 
     def profile(self, job_id: int) -> dict:
@@ -409,7 +582,7 @@ class Store:
         ranks = self.ranks(job_id)
         problems = [p for r in ranks for p in (r.get("problems") or [])]
         return {
-            "format": "rankmap-profile", "version": 1,
+            "format": "rankmap-profile", "version": 2,
             "job": self.job(job_id), "ranks": ranks,
             "traffic": self.traffic(job_id, by_mem=True, by_pair_source=True), "op_stats": self.op_stats(job_id),
             "timeline": self.timeline(job_id), "link_samples": self.link_samples(job_id),
@@ -494,7 +667,7 @@ class Store:
             j = self.job(job_id)
             key = key if key is not None else j["command_key"]
             world_size = world_size if world_size is not None else j["world_size"]
-        with self.engine.begin() as c:
+        with self._guard(), self.engine.begin() as c:
             r = c.execute(S.mappings.insert().values(
                 job=job_id, created=_now(), command_key=key, world_size=world_size, topology=topology,
                 mapping=mapping, max_congestion_before=max_before, avg_congestion_before=avg_before,
@@ -509,7 +682,7 @@ class Store:
         q = q.where(m.c.world_size.is_(None) if world_size is None else m.c.world_size == world_size)
         if topology is not None:
             q = q.where(m.c.topology == topology)
-        with self.engine.connect() as c:
+        with self._guard(), self.engine.connect() as c:
             row = c.execute(q).mappings().first()
         if row is None:
             return None
@@ -535,8 +708,12 @@ def _cuda_rows(job_id: int, rank: int, rec: Any) -> dict[sa.Table, list[dict]]:
     }
 
 
-def open_store(url: str | None = None) -> Store:
-    """Open (and create on first use) the store at ``url``, ``$RANKMAP_DB``, or the default SQLite file."""
+def open_store(url: str | None = None, *, lazy: bool = False) -> Store:
+    """Open (and create on first use) the store at ``url``, ``$RANKMAP_DB``, or the default SQLite file.
+
+    ``lazy``: a store that cannot be reached now is still returned (not ready; its queries raise
+    :class:`StoreUnavailable` until it answers), for a dashboard that must say the database is down.
+    """
     url = _normalise_url(url or default_url())
     try:
         u = make_url(url)
@@ -555,6 +732,8 @@ def open_store(url: str | None = None) -> Store:
         kw: dict[str, Any] = {}
         if u.get_backend_name() == "sqlite":
             kw["connect_args"] = {"timeout": 30}
+        else:                       # a server restarted under a long job: reconnect, do not fail
+            kw["pool_pre_ping"] = True
         engine = sa.create_engine(u, **kw)
         if u.get_backend_name() == "sqlite":
             sa.event.listen(engine, "connect", _sqlite_pragmas)
@@ -564,6 +743,11 @@ def open_store(url: str | None = None) -> Store:
                                f"rankmap's ({S.SCHEMA_VERSION}): upgrade rankmap")
     except ImportError as e:
         raise RankmapError(f"the driver for {shown} is not installed ({e.name}): pip install 'rankmap[postgres]'") from None
+    except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:
+        if lazy:
+            return Store(engine, ready=False)
+        msg = str(getattr(e, "orig", None) or e).strip().splitlines()
+        raise RankmapError(f"cannot open the store {shown}: {msg[0] if msg else type(e).__name__}") from None
     except sa.exc.SQLAlchemyError as e:
         msg = str(getattr(e, "orig", None) or e).strip().splitlines()
         raise RankmapError(f"cannot open the store {shown}: {msg[0] if msg else type(e).__name__}") from None
@@ -584,13 +768,18 @@ def _create_schema(engine: Engine, attempts: int = 5) -> int:
             with engine.begin() as c:
                 if engine.dialect.name == "postgresql":
                     c.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK_KEY})
+                old = None
+                if sa.inspect(c).has_table(S.meta_info.name):
+                    old = c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar()
+                if old is not None and old < S.SCHEMA_VERSION:
+                    migrate.before_create(c, old)
                 S.metadata.create_all(c)
-                version = c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar()
-                if version is None:
+                if old is not None and old < S.SCHEMA_VERSION:
+                    migrate.after_create(c, old)
+                version = old
+                if old is None or old < S.SCHEMA_VERSION:
                     c.execute(S.meta_info.insert().values(version=S.SCHEMA_VERSION))
                     version = S.SCHEMA_VERSION
-                elif version < S.SCHEMA_VERSION:
-                    version = _upgrade(c, int(version))
                 return int(version)
         except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError) as e:
             text = str(getattr(e, "orig", e)).lower()
@@ -599,19 +788,6 @@ def _create_schema(engine: Engine, attempts: int = 5) -> int:
                 raise
             time.sleep(0.05 * (attempt + 1))
     raise AssertionError("unreachable")
-
-
-def _upgrade(c: sa.Connection, version: int) -> int:
-    """Bring a store made by an older rankmap to this schema, in the schema transaction.
-
-    ``create_all`` adds new tables but never new columns of existing ones: those are added here,
-    each step only if the column is missing (a concurrent opener on SQLite may have added it; its
-    "duplicate column" makes the caller try again). Rows stored before keep NULL there.
-    """
-    if version < 2 and "pair_source" not in {col["name"] for col in sa.inspect(c).get_columns("traffic")}:
-        c.execute(sa.text("ALTER TABLE traffic ADD COLUMN pair_source VARCHAR(8)"))
-    c.execute(S.meta_info.insert().values(version=S.SCHEMA_VERSION))
-    return S.SCHEMA_VERSION
 
 
 #: Any fixed 64-bit number: the advisory lock that serialises schema creation on PostgreSQL.

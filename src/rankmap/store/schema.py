@@ -5,8 +5,18 @@ tables, and the same ``Table`` objects must create the schema on both back ends.
 messages and times are int64 (``BigInteger``), as everywhere in rankmap; structured
 side data (histograms, mapping, free-form metadata) is ``JSON``, which both back ends store.
 
-Rows that come from a rank's record file carry ``(job, rank, source)`` so one rank's data can
-be replaced as a whole when its record file grows (streaming ingestion re-reads totals).
+Rows that come from a rank's record file carry ``(job, rank, source)``. Ingest is append-only:
+each write adds the counters a file gained since the last one into rows keyed by what they count
+(``ON CONFLICT ... DO UPDATE SET bytes = bytes + excluded.bytes``), and ``ingest_files`` keeps, in
+the same transaction, how far each file has been read. So a write costs what changed, never what
+the job has accumulated, and an interrupted ingest resumes exactly where it stopped.
+
+The timeline is kept at a bounded number of rows however long a job runs: the newest buckets at
+their own width, older ones merged into slots of 2, 4, 8 ... buckets (``width``), see
+``rankmap.store.timeline_levels``.
+
+Version 2 (this one) added job states, ``ingest_files``, the unique keys of the counters and the
+timeline's ``width`` (the timeline is per sending rank; version 1 kept it per rank pair).
 """
 
 from __future__ import annotations
@@ -14,7 +24,10 @@ from __future__ import annotations
 from sqlalchemy import (JSON, BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index,
                         Integer, MetaData, String, Table, Text)
 
-SCHEMA_VERSION = 2          # 2: traffic.pair_source (older stores gain it on open)
+SCHEMA_VERSION = 3          # 2: traffic.pair_source; 3: job states, unique counter keys, ingest_files
+#: job states: the profiler is alive / it saw the job end and stored everything / it is gone and
+#: the store may lack part of the job (``rankmap ingest`` of the run directory completes it)
+JOB_STATES = ("running", "finished", "incomplete")
 
 metadata = MetaData()
 
@@ -37,8 +50,14 @@ jobs = Table(
     Column("elapsed_ns", BigInteger),
     Column("run_dir", Text),
     Column("meta", JSON),
+    Column("state", String(16), nullable=False, server_default="running"),   # JOB_STATES
+    Column("run_uid", String(40)),                    # the run directory's own id (its job.json)
+    Column("profiler", Text),                         # "host pid start" of the rankmap that streams it:
+    Column("heartbeat", DateTime(timezone=True)),     # its last write; a job whose profiler is gone
+                                                      # is no longer running
 )
 Index("ix_jobs_key", jobs.c.command_key, jobs.c.world_size)
+Index("ix_jobs_run_uid", jobs.c.run_uid)
 
 ranks = Table(
     "ranks", metadata,
@@ -71,7 +90,8 @@ traffic = Table(
     # before rows carried it (docs/collective-models.md)
     Column("pair_source", String(8)),
 )
-Index("ix_traffic_job", traffic.c.job, traffic.c.reporter, traffic.c.source)
+Index("ux_traffic_key", traffic.c.job, traffic.c.source, traffic.c.reporter, traffic.c.src, traffic.c.dst,
+      traffic.c["class"], traffic.c.operation, traffic.c.mem, traffic.c.pair_source, unique=True)
 
 op_stats = Table(
     "op_stats", metadata,
@@ -84,19 +104,28 @@ op_stats = Table(
     Column("payload", BigInteger),                    # logical payload bytes of the calls
     Column("histogram", JSON),                        # message counts per power-of-two size bucket
 )
-Index("ix_op_stats_job", op_stats.c.job, op_stats.c.rank, op_stats.c.source)
+Index("ux_op_stats_key", op_stats.c.job, op_stats.c.rank, op_stats.c.source, op_stats.c.operation, unique=True)
 
 timeline = Table(
     "timeline", metadata,
     Column("job", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
     Column("source", String(8), nullable=False),
-    Column("src", Integer, nullable=False),
-    Column("dst", Integer, nullable=False),
+    Column("src", Integer, nullable=False),           # the sending rank (all its peers together)
     Column("class", String(16), nullable=False),
-    Column("bucket", Integer, nullable=False),
+    Column("width", Integer, nullable=False),         # buckets in this slot: 1, 2, 4, ... (older: wider)
+    Column("bucket", Integer, nullable=False),        # first bucket of the slot (a multiple of width)
     Column("bytes", BigInteger, nullable=False),
 )
-Index("ix_timeline_job", timeline.c.job, timeline.c.src, timeline.c.source)
+Index("ux_timeline_key", timeline.c.job, timeline.c.width, timeline.c.bucket, timeline.c.source, timeline.c.src,
+      timeline.c["class"], unique=True)
+
+ingest_files = Table(
+    "ingest_files", metadata,
+    Column("job", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("name", Text, primary_key=True),           # the record file's name in the run directory
+    Column("done_bytes", BigInteger, nullable=False), # bytes of it stored so far
+    Column("state", JSON, nullable=False),            # the reader's state there (rankmap.formats.record)
+)
 
 pvars = Table(
     "pvars", metadata,                                # MPI_T performance variables, per rank over time

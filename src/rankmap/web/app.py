@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import sqlalchemy as sa
 from fastapi import FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
@@ -42,7 +43,7 @@ from fastapi.staticfiles import StaticFiles
 from rankmap import __version__
 from rankmap.errors import RankmapError
 from rankmap.mapping.traffic import job_matrices
-from rankmap.store import Store
+from rankmap.store import Store, StoreUnavailable
 from rankmap.topology import Topology
 from rankmap.formats.topology_json import to_dict
 from rankmap.web import cluster as C
@@ -108,6 +109,10 @@ class _Topologies:
         return t
 
 
+def _down(why: str) -> JSONResponse:
+    return JSONResponse({"detail": f"the database is down: {why}", "store_down": True}, status_code=503)
+
+
 def _ints(x: Any) -> Any:
     """numpy scalars and arrays as plain JSON numbers."""
     if isinstance(x, np.ndarray):
@@ -134,6 +139,26 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
     app.state.store = store
     app.state.topologies = topologies
 
+    @app.middleware("http")
+    async def schema_first(request, call_next):
+        """A store that was down when the server started gets its schema checked once it answers."""
+        if request.url.path.startswith("/api/") and request.url.path != "/api/info" and not store.ready:
+            try:
+                store.ensure_schema()
+            except StoreUnavailable as e:
+                return _down(str(e))
+        return await call_next(request)
+
+    @app.exception_handler(StoreUnavailable)
+    def unavailable(_request, e: StoreUnavailable) -> JSONResponse:
+        return _down(str(e))
+
+    @app.exception_handler(sa.exc.OperationalError)
+    @app.exception_handler(sa.exc.InterfaceError)
+    def unreachable(_request, e: Exception) -> JSONResponse:   # the dashboard's own queries
+        msg = str(getattr(e, "orig", None) or e).strip().splitlines()
+        return _down(f"the store {store.url} is unreachable: {msg[0] if msg else type(e).__name__}")
+
     @app.exception_handler(RankmapError)
     def _rankmap_error(_request, exc: RankmapError) -> JSONResponse:  # noqa: ANN001
         return JSONResponse({"detail": str(exc)}, status_code=422)
@@ -141,6 +166,8 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
     def job_id(spec: str) -> int:
         try:
             return store.resolve_job(spec)
+        except StoreUnavailable:
+            raise
         except RankmapError as e:
             raise HTTPException(404, str(e)) from None
 

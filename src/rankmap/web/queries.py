@@ -90,21 +90,37 @@ def operations(store: Store, job_id: int) -> list[dict[str, Any]]:
 
 
 def timeline(store: Store, job_id: int, bucket_ms: float) -> dict[str, Any]:
-    """Bytes sent per time bucket and class, summed over rank pairs, with empty buckets filled."""
+    """Bytes sent per time slot and class, summed over ranks, with empty slots filled.
+
+    Recent slots are one bucket wide, older ones wider (the store coarsens them, see
+    :mod:`rankmap.store.batch`); each value is bytes per *bucket* (a wide slot's bytes divided by
+    its width), so the curve keeps its scale where the resolution changes. ``slot_ms`` gives each
+    point's width."""
     t = S.timeline
-    q = (sa.select(t.c.bucket, t.c["class"], sa.func.sum(t.c.bytes))
-         .where(t.c.job == job_id).group_by(t.c.bucket, t.c["class"]))
+    q = (sa.select(t.c.bucket, t.c.width, t.c["class"], sa.func.sum(t.c.bytes))
+         .where(t.c.job == job_id).group_by(t.c.bucket, t.c.width, t.c["class"]))
     with store.engine.connect() as c:
-        rows = [(int(b), k, int(v or 0)) for b, k, v in c.execute(q)]
+        rows = [(int(b), int(w), k, int(v or 0)) for b, w, k, v in c.execute(q)]
     if not rows:
-        return {"bucket_ms": bucket_ms, "t_s": [], "series": {}}
-    lo, hi = min(r[0] for r in rows), max(r[0] for r in rows)
-    classes = sorted({r[1] for r in rows})
-    series = {k: [0] * (hi - lo + 1) for k in classes}
-    for b, k, v in rows:
-        series[k][b - lo] += v
-    return {"bucket_ms": bucket_ms, "t_s": [round((lo + i) * bucket_ms / 1000, 6) for i in range(hi - lo + 1)],
-            "series": series}
+        return {"bucket_ms": bucket_ms, "t_s": [], "slot_ms": [], "series": {}}
+    starts: list[tuple[int, int]] = []
+    end = None
+    for b, w in sorted({(b, w) for b, w, _k, _v in rows}):
+        p = b if end is None else end
+        while p < b:                     # a gap: zeros, as wide as the slot after it
+            starts.append((p, min(w, b - p)))
+            p += starts[-1][1]
+        starts.append((b, w))
+        end = b + w
+    index = {b: i for i, (b, _w) in enumerate(starts)}
+    classes = sorted({r[2] for r in rows})
+    series: dict[str, list] = {k: [0] * len(starts) for k in classes}
+    for b, w, k, v in rows:
+        series[k][index[b]] += v
+    for k in classes:
+        series[k] = [v if w == 1 else v / w for v, (_b, w) in zip(series[k], starts)]
+    return {"bucket_ms": bucket_ms, "t_s": [round(b * bucket_ms / 1000, 6) for b, _w in starts],
+            "slot_ms": [w * bucket_ms for _b, w in starts], "series": series}
 
 
 def link_series(samples: list[dict]) -> list[dict[str, Any]]:

@@ -183,32 +183,54 @@ def _frame_bytes(t: np.ndarray, c: np.ndarray, edges: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------ model
 def model_frames(store: Store, job_id: int, t0_ns: int, bucket_s: float, frame_s: float, frames: int,
                  placement: V.Placement, n: int, gpu_index: list[int]) -> np.ndarray | None:
-    """``(frames, G, G)`` bytes between GPU positions per frame, from the job's timeline (same node only)."""
+    """``(frames, G, G)`` bytes between GPU positions per frame (same node only).
+
+    The store keeps what each rank sent per time slot (all its peers together; older slots wider,
+    see :mod:`rankmap.store.batch`): a slot's bytes go to the rank's peers in the proportions of
+    its traffic over the whole job, and over the frames the slot spans, evenly."""
     t, r = S.timeline, S.ranks
     with store.engine.connect() as c:
         starts = {(int(w), s): int(st) for w, s, st in c.execute(
             sa.select(r.c.world_rank, r.c.source, r.c.start_ns).where(r.c.job == job_id)) if st is not None}
-        rows = c.execute(sa.select(t.c.src, t.c.source, t.c.dst, t.c.bucket, sa.func.sum(t.c.bytes))
+        rows = c.execute(sa.select(t.c.src, t.c.source, t.c.bucket, t.c.width, sa.func.sum(t.c.bytes))
                          .where(t.c.job == job_id)
-                         .group_by(t.c.src, t.c.source, t.c.dst, t.c.bucket)).all()
+                         .group_by(t.c.src, t.c.source, t.c.bucket, t.c.width)).all()
     if not rows:
         return None
+    T = store.traffic_matrix(job_id).astype(float)
     pos = {g: i for i, g in enumerate(gpu_index)}
     G = len(gpu_index)
-    out = np.zeros((frames, G, G))
     node = placement.node
-    for src, source, dst, bucket, b in rows:
-        src, dst = int(src), int(dst)
-        if src == dst or src >= n or dst >= n or not b:
+    share: dict[int, np.ndarray] = {}           # src -> (G, G) fraction of its bytes on each GPU pair
+    for src in range(min(n, T.shape[0])):
+        total = T[src].sum()
+        ga = pos.get(placement.gpu[src])
+        if total <= 0 or ga is None:
             continue
-        if node and node[src] != node[dst]:
-            continue  # off this node: the cluster view draws it
-        ga, gb = pos.get(placement.gpu[src]), pos.get(placement.gpu[dst])
-        if ga is None or gb is None or ga == gb:
+        m = np.zeros((G, G))
+        for dst in np.nonzero(T[src])[0]:
+            dst = int(dst)
+            if dst == src or dst >= n or (node and node[src] != node[dst]):
+                continue  # off this node: the cluster view draws it
+            gb = pos.get(placement.gpu[dst])
+            if gb is not None and gb != ga:
+                m[ga, gb] += T[src, dst] / total
+        if m.any():
+            share[src] = m
+    out = np.zeros((frames, G, G))
+    for src, source, bucket, width, b in rows:
+        m = share.get(int(src))
+        if m is None or not b:
             continue
-        at = (starts.get((src, source), t0_ns) - t0_ns) / 1e9 + int(bucket) * bucket_s
-        f = min(max(int(at // frame_s), 0), frames - 1)
-        out[f, ga, gb] += float(b)
+        begin = (starts.get((int(src), source), t0_ns) - t0_ns) / 1e9 + int(bucket) * bucket_s
+        end = begin + int(width) * bucket_s
+        f0 = min(max(int(begin // frame_s), 0), frames - 1)
+        f1 = min(max(int(np.ceil(end / frame_s)) - 1, f0), frames - 1)
+        for f in range(f0, f1 + 1):
+            lo, hi = max(begin, f * frame_s), min(end, (f + 1) * frame_s)
+            frac = (hi - lo) / (end - begin) if f1 > f0 else 1.0
+            if frac > 0:
+                out[f] += float(b) * frac * m
     return out
 
 
@@ -340,7 +362,7 @@ def _has_timeline(store: Store, job_id: int) -> bool:
 def _timeline_span(store: Store, job_id: int, t0: int, bucket_s: float) -> float:
     """Seconds from the job's zero to the end of its last timeline bucket."""
     t, r = S.timeline, S.ranks
-    q = (sa.select(t.c.src, t.c.source, sa.func.max(t.c.bucket)).where(t.c.job == job_id)
+    q = (sa.select(t.c.src, t.c.source, sa.func.max(t.c.bucket + t.c.width - 1)).where(t.c.job == job_id)
          .group_by(t.c.src, t.c.source))
     with store.engine.connect() as c:
         starts = {(int(w), s): int(st) for w, s, st in c.execute(

@@ -116,6 +116,7 @@ function titled(node, text) {
   return node;
 }
 function statusPill(job) {
+  if (job.state === "incomplete") return el("span", { class: "pill bad", title: "rankmap stopped before it stored everything: rankmap ingest RUN_DIR completes it" }, "incomplete");
   if (job.exit_status === null || job.exit_status === undefined) return el("span", { class: "pill run" }, "running");
   if (job.exit_status === 0) return el("span", { class: "pill ok" }, "exit 0");
   return el("span", { class: "pill bad" }, `exit ${job.exit_status}`);
@@ -148,7 +149,18 @@ function thresholds() {
 // ------------------------------------------------------------------ jobs
 async function loadJobs() {
   let data;
-  try { data = await api("/api/jobs"); } catch (e) { return; }
+  clearTimeout(state.jobsTimer);
+  try {
+    data = await api("/api/jobs");
+    $("store-down").hidden = true;
+  } catch (e) {
+    if (e.status === 503) {           // the database is down: say so, and look again
+      $("store-down").textContent = `${e.message}. This page tries again every ${JOBS_POLL_MS / 1000} s.`;
+      $("store-down").hidden = false;
+    }
+    state.jobsTimer = setTimeout(loadJobs, JOBS_POLL_MS);
+    return;
+  }
   const list = $("job-list");
   list.textContent = "";
   $("jobs-count").textContent = data.jobs.length ? `(${data.jobs.length})` : "";

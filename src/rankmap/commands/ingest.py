@@ -1,0 +1,29 @@
+"""``rankmap ingest RUN_DIR [--db URL]``: store a run directory's record files (again, idempotently)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ingest", help="store the record files of a run directory (after a store outage, or "
+                                      "gathered from other nodes)",
+                       description="Read the record files of RUN_DIR and store what the store lacks: the rest "
+                                   "of a job the store could not take while it ran, or the record files of other "
+                                   "nodes copied into the run directory. Running it again adds nothing. The job is "
+                                   "the one the run directory's job.json names, created when the store has none.")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (rankmap profile prints it)")
+    p.add_argument("--db", metavar="URL", help="store URL (default $RANKMAP_DB or the SQLite file in ~/.rankmap)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankmap.pipeline.ingest import ingest_run
+    from rankmap.store import open_store
+
+    res = ingest_run(args.run_dir, open_store(args.db))
+    for p in res.problems:
+        print(f"rankmap: warning: {p}")
+    how = "created" if res.created else "completed"
+    print(f"job {res.job_id} {how} from {res.files} record file(s): {res.rows} rows written, state {res.state}")
+    return 0

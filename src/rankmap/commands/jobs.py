@@ -1,0 +1,46 @@
+"""``rankmap jobs [--format json]``: the stored jobs, newest first."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("jobs", help="list the stored jobs: id, state, command, ranks, bytes, start, duration",
+                       description="The stored jobs, newest first. A job is running while the rankmap that "
+                                   "profiles it is alive, finished when it stored everything, incomplete when "
+                                   "it is gone without (rankmap ingest RUN_DIR completes it).")
+    p.add_argument("--db", metavar="URL", help="store URL (default $RANKMAP_DB or the SQLite file in ~/.rankmap)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--limit", type=int, default=50, metavar="N", help="at most N jobs (default 50)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    from rankmap.store import open_store
+
+    store = open_store(args.db)
+    store.settle_jobs()
+    rows = store.job_list(args.limit)
+    if args.format == "json":
+        json.dump(rows, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    from rankmap.report.summary import human_bytes
+
+    t = Table(title=f"jobs in {store.url}", title_justify="left")
+    for c, j in (("id", "right"), ("state", "left"), ("ranks", "right"), ("bytes", "right"),
+                 ("start (UTC)", "left"), ("duration", "right"), ("command", "left")):
+        t.add_column(c, justify=j, overflow="fold")
+    for r in rows:
+        dur = "" if r["duration_s"] is None else f"{r['duration_s']:.1f} s"
+        t.add_row(str(r["id"]), r["state"], str(r["ranks"]), human_bytes(r["bytes"]),
+                  (r["start"] or "")[:19].replace("T", " "), dur, r["command"])
+    Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(t)
+    return 0

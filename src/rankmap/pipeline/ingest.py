@@ -1,0 +1,308 @@
+"""Record files of a run directory into the store, incrementally: what ``rankmap profile`` streams
+while a job runs and what ``rankmap ingest RUN_DIR`` does afterwards.
+
+:class:`RunIngest` keeps one :class:`~rankmap.formats.record.RecordReader` per record file, so a
+poll parses only the blocks appended since the last one, and sums them into a
+:class:`~rankmap.store.Batch`; a write appends the batch with each file's new position in one
+transaction. Nothing is re-read and nothing is replaced, so the cost of a poll is what the ranks
+flushed since the previous one, however long the job has run. Positions live in the store, so a
+later ``rankmap ingest`` (after a store outage, or with the run directories of other nodes copied
+in) goes on exactly from there: running it twice adds nothing.
+
+NCCL files are the exception the pair model makes: their pair traffic is derived from all of them
+at once (:mod:`rankmap.capture.nccl_model`), so their totals (operation tables, small) are kept
+in memory and their derived rows replaced at each write; their timeline is appended like MPI's.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timezone
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rankmap.capture.rundir import RunDir
+from rankmap.errors import RankmapError
+from rankmap.formats import record as R
+from rankmap.store import Batch, Store
+
+
+def merge_totals(total: R.RankRecord | None, delta: R.RankRecord) -> R.RankRecord:
+    """``total`` + ``delta`` of one file (their timeline left out: it is appended, not kept)."""
+    if total is None:
+        return replace(delta, timeline=[], traffic=list(delta.traffic), op_time=dict(delta.op_time),
+                       payload=dict(delta.payload), histogram={k: list(v) for k, v in delta.histogram.items()},
+                       meta=dict(delta.meta), communicators=list(delta.communicators))
+    t: dict[tuple, list[int]] = {row[:5]: [row[5], row[6]] for row in total.traffic}
+    for row in delta.traffic:
+        v = t.setdefault(row[:5], [0, 0])
+        v[0] += row[5]
+        v[1] += row[6]
+    total.traffic = sorted(k + tuple(v) for k, v in t.items())
+    for op, (calls, ns) in delta.op_time.items():
+        c0, n0 = total.op_time.get(op, (0, 0))
+        total.op_time[op] = (c0 + calls, n0 + ns)
+    for op, b in delta.payload.items():
+        total.payload[op] = total.payload.get(op, 0) + b
+    for op, h in delta.histogram.items():
+        old = total.histogram.setdefault(op, [0] * len(h))
+        total.histogram[op] = [a + b for a, b in zip(old, h)]
+    total.meta.update(delta.meta)
+    known = {(c.id, c.name): c for c in total.communicators}
+    known.update({(c.id, c.name): c for c in delta.communicators})
+    total.communicators = list(known.values())
+    total.elapsed_ns, total.finalized = delta.elapsed_ns, delta.finalized
+    total.flushes += delta.flushes
+    total.blocks += delta.blocks
+    total.problems = list(delta.problems)
+    return total
+
+
+#: the share of one core a streaming ingest allows itself (see :func:`next_wait`)
+CPU_BUDGET = 0.01
+#: never longer between two writes: also the heartbeat that tells the store the profiler lives
+MAX_GAP_S = 30.0
+
+
+def next_wait(spent_cpu_s: float, interval_s: float, budget: float = CPU_BUDGET) -> float:
+    """Seconds until the next poll+write, after one that cost ``spent_cpu_s`` of CPU.
+
+    At least ``interval_s`` (the profile's pace, from the flush interval); longer when a cycle is
+    expensive, so that cycles take about ``budget`` of a core: a large job is stored in larger,
+    rarer batches instead of slowing down. The cost of a cycle is what the ranks flushed since
+    the last one, so a longer wait does not make the next cycle costlier per second of the job.
+    """
+    return min(MAX_GAP_S, max(interval_s, spent_cpu_s / budget))
+
+
+class RunIngest:
+    """Follows the record files of one run directory and appends what they add to one stored job."""
+
+    def __init__(self, store: Store, job_id: int, run_dir: str | Path, *, resume: bool = True):
+        self.store, self.job_id, self.run_dir = store, job_id, RunDir(Path(run_dir))
+        self.stored: dict[str, tuple[int, dict]] = store.file_states(job_id) if resume else {}
+        self.readers: dict[str, R.RecordReader] = {}
+        self.nccl_readers: dict[str, R.RecordReader] = {}    # from the start: the pair model needs totals
+        self.nccl_totals: dict[str, R.RankRecord] = {}
+        self.nccl_rank_of: dict[str, int] = {}             # file -> global rank, as last derived
+        self.nccl_out: list | None = None                  # derived rows not yet written
+        self.nccl_ranks: set[int] = set()                  # ranks whose derived rows are stored
+        self.nccl_problems: list[str] = []                 # the readers' and the pair model's notes
+        self.batch = Batch()
+        self.sent: dict[str, int] = {}
+        self.ranks: set[str] = set()                       # record files that reported something
+        self.world_ranks: set[int] = set()
+        self.world_size: int | None = None
+        self.header_problems: dict[str, str] = {}
+        # per MPI record file: what its collective calls need from earlier blocks (a delta holds
+        # only its own): communicators by id and the META entries (the MPI library, its settings)
+        self.coll_ctx: dict[str, tuple[dict, dict]] = {}
+        self.node_of = None                                # world rank -> node, from the ranks' hosts
+        self.hosts_seen = 0
+
+    # ------------------------------------------------------------------ reading
+    def _reader(self, path: Path) -> R.RecordReader:
+        r = self.readers.get(path.name)
+        if r is None:
+            state = self.stored.get(path.name, (0, None))[1]
+            r = self.readers[path.name] = R.RecordReader(path, state=state, peer_timeline=False)
+        return r
+
+    def poll(self, *, final: bool = False) -> None:
+        """Parse what every record file gained since the last poll into the pending batch.
+
+        ``final``: the ranks are done; an incomplete last block and a missing finalize marker are
+        then problems (reported in the ranks' rows), and a file whose header cannot be read is one.
+        """
+        for path in self.run_dir.record_files():
+            name = path.name
+            reader = self._reader(path)
+            before = self.stored[name][0] if name in self.stored else None
+            start = reader.offset
+            try:
+                delta = reader.poll(final=final)
+            except RankmapError as e:           # not a record file (or its header is damaged)
+                if final:
+                    self.header_problems[name] = str(e)
+                continue
+            if delta is None or (reader.offset == start and not final and name in self.stored):
+                continue
+            delta.problems = reader.problems(live=not final) + delta.problems
+            if delta.source == "nccl":
+                self._poll_nccl(path, final)
+                rank = self.nccl_rank_of.get(name, delta.world_rank)
+                self.batch.add(replace(delta, world_rank=rank, traffic=[], op_time={}, payload={}, histogram={}))
+                self.batch.ranks.pop((rank, "nccl"), None)     # its rank row comes from the pair model
+            else:
+                self._collectives(path, delta)
+                self.batch.add(delta)
+                self.sent[name] = self.sent.get(name, 0) + delta.bytes_sent
+            self.batch.file(name, before, reader.offset, reader.state())
+            self.stored[name] = (reader.offset, reader.state())
+            self.ranks.add(name.split(".")[0])
+            self.world_ranks.add(self.nccl_rank_of.get(name, delta.world_rank) if delta.source == "nccl"
+                                 else delta.world_rank)
+            self.world_size = max(self.world_size or 0, delta.world_size) or None
+
+    def _collectives(self, path: Path, delta: R.RankRecord) -> None:
+        """The collective pair rows of the calls ``delta`` recorded (capture.collectives), derived
+        with the file's communicators and META so far; a file resumed from a stored position has its
+        context read once from the whole file (the recovery path only)."""
+        from rankmap.capture import collectives
+
+        ctx = self.coll_ctx.get(path.name)
+        if ctx is None:
+            comms, meta = {}, {}
+            if self.stored.get(path.name, (0, None))[1]:
+                whole = R.RecordReader(path).poll(final=False)
+                if whole is not None:
+                    comms = {c.id: c for c in whole.communicators}
+                    meta = dict(whole.meta)
+            ctx = self.coll_ctx[path.name] = (comms, meta)
+        comms, meta = ctx
+        comms.update({c.id: c for c in delta.communicators})
+        meta.update(delta.meta)
+        if not delta.coll_calls:
+            return
+        if self.node_of is None or len(self.world_ranks) > self.hosts_seen:
+            self.node_of = collectives.node_index(collectives.run_hosts(self.run_dir.path))
+            self.hosts_seen = len(self.world_ranks)
+        view = replace(delta, communicators=list(comms.values()), meta=dict(meta))
+        collectives.apply(view, self.node_of)
+        delta.traffic, delta.timeline, delta.coll_calls = view.traffic, view.timeline, []
+
+    def _poll_nccl(self, path: Path, final: bool) -> None:
+        r = self.nccl_readers.get(path.name)
+        if r is None:
+            r = self.nccl_readers[path.name] = R.RecordReader(path)
+        delta = r.poll(final=final)
+        if delta is None:
+            return
+        delta.problems = r.problems(live=not final)
+        self.nccl_totals[path.name] = merge_totals(self.nccl_totals.get(path.name), delta)
+        from rankmap.capture import nccl_graph, nccl_model
+
+        logs = sorted(self.run_dir.path.glob(nccl_model.DEBUG_LOG_GLOB))
+        prof = nccl_model.from_records(list(self.nccl_totals.values()), self.run_dir.path,
+                                       nccl_graph.parse_files(logs) if logs else None)
+        self.nccl_out = nccl_model.ingest_records(prof)
+        self.nccl_rank_of = {rec.path.name: int(rec.world_rank) for rec in self.nccl_out}
+        self.nccl_problems = [p for rec in self.nccl_out for p in rec.problems]
+        for rec in self.nccl_out:
+            self.sent[rec.path.name] = sum(t.bytes for t in rec.traffic if t.direction == "send")
+            self.world_size = max(self.world_size or 0, int(rec.world_size)) or None
+
+    # ------------------------------------------------------------------ writing
+    def pending(self) -> bool:
+        return bool(len(self.batch)) or self.nccl_out is not None
+
+    def write(self) -> int:
+        """Append the pending batch (and NCCL's re-derived rows); returns the rows written.
+
+        Raises :class:`~rankmap.store.StoreUnavailable` with the batch kept: a later write sends it.
+        """
+        rows = 0
+        if self.nccl_out is not None:
+            ranks = {int(r.world_rank) for r in self.nccl_out}
+            stale = self.nccl_ranks - ranks                  # ranks re-derived since the last write
+            if stale:
+                self.store.forget_ranks(self.job_id, "nccl", sorted(stale))
+            rows += self.store.ingest(self.job_id, self.nccl_out, timeline=False)
+            self.nccl_ranks, self.nccl_out = ranks, None
+        rows += self.store.append(self.job_id, self.batch)
+        self.batch = Batch()
+        return rows
+
+    # ------------------------------------------------------------------ reporting
+    @property
+    def bytes_sent(self) -> int:
+        return sum(self.sent.values())
+
+    def problems(self) -> list[str]:
+        """What the readers found (damaged blocks, ranks that never finalised, unreadable files)."""
+        out = list(self.header_problems.values())
+        for name, r in sorted(self.readers.items()):
+            if r.header is not None and r.header.source != "nccl":
+                out += r.problems(live=False)
+        return out + self.nccl_problems
+
+
+# ---------------------------------------------------------------------- rankmap ingest RUN_DIR
+@dataclass
+class IngestResult:
+    job_id: int
+    created: bool
+    rows: int
+    state: str
+    files: int
+    problems: list[str] = field(default_factory=list)
+
+
+def new_run_uid() -> str:
+    return secrets.token_hex(8)
+
+
+def ingest_run(run_dir: str | Path, store: Store) -> IngestResult:
+    """Store what the record files of ``run_dir`` hold and the store lacks (idempotent).
+
+    The job is the one the run directory's ``job.json`` names (by its run id), created from it
+    when this store has none: how the run directories of a job profiled into another store, or
+    gathered from several nodes, come in. A job whose profiler is still running is refused: it
+    is being ingested already.
+    """
+    rd = RunDir(Path(run_dir).expanduser().absolute())
+    if not rd.path.is_dir():
+        raise RankmapError(f"run directory {rd.path} does not exist")
+    info = rd.read_job()
+    files = rd.record_files()
+    if not files and not info:
+        raise RankmapError(f"{rd.path} is not a run directory: no job.json and no rank-*.rmrec files")
+    uid = info.get("run_uid")
+    jid = store.job_by_run(uid) if uid else None
+    created = jid is None
+    if jid is None:
+        jid = _create_from(store, rd, info)
+    else:
+        j = store.job(jid)
+        if j["state"] == "running":
+            host, pid, _ = (j.get("profiler") or "? ? ?").split()
+            raise RankmapError(f"job {jid} is still being profiled (rankmap pid {pid} on {host}) and streams "
+                               f"{rd.path} itself: ingest it after that ends")
+    ing = RunIngest(store, jid, rd.path)
+    ing.poll(final=True)
+    rows = ing.write()
+    problems = ing.problems()
+    done = "exit_status" in info
+    state = "finished" if done else "incomplete"
+    store.finish_job(jid, exit_status=info.get("exit_status"), elapsed_ns=info.get("elapsed_ns"),
+                     world_size=info.get("world_size") or ing.world_size, state=state, ended=_when(info.get("end")),
+                     meta={"ingested_from": str(rd.path), "problems": len(problems)})
+    return IngestResult(jid, created, rows, state, len(files), problems)
+
+
+def _when(stamp: str | None) -> datetime | None:
+    """A ``job.json`` time (``2024-05-01T12:00:00.000000Z``), None if absent or unreadable."""
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc) if stamp else None
+    except ValueError:
+        return None
+
+
+def _create_from(store: Store, rd: RunDir, info: dict[str, Any]) -> int:
+    command = info.get("command") or [f"(run directory {rd.path})"]
+    uid = info.get("run_uid")
+    if not uid:                       # a directory from before run ids, or gathered by hand: give it one
+        uid = new_run_uid()
+        if rd.job_file.exists() or info:
+            rd.write_job({"run_uid": uid})
+    meta = {k: info[k] for k in ("env", "mpicc", "bucket_ms", "flush_ms") if k in info}
+    return store.create_job(command, launcher=info.get("launcher") or "plain", world_size=info.get("world_size"),
+                            run_dir=rd.path, run_uid=uid, meta=meta)
+
+
+def ingest_command(run_dir: Path, store: Store) -> str:
+    """The exact command that completes a job the store could not take while it ran."""
+    import shlex
+
+    return f"rankmap ingest {shlex.quote(str(run_dir))} --db {shlex.quote(store.url)}"

@@ -1,0 +1,133 @@
+"""Incremental ingest of real MPI jobs: `rankmap ingest` of a run directory, store outages, job states."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, assert_one_line_error, rankmap
+from pg import own_pg_cluster  # noqa: F401  (fixture)
+
+MPIRUN = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np"]
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory) -> Path:
+    """examples/mpi/pairs_every_ms.c built with Open MPI."""
+    if not shutil.which("mpicc.openmpi"):
+        pytest.skip("Open MPI (mpicc.openmpi) is not installed")
+    out = tmp_path_factory.mktemp("pairs") / "pairs_every_ms"
+    subprocess.run(["mpicc.openmpi", "-O2", "-o", str(out), str(ROOT / "examples" / "mpi" / "pairs_every_ms.c")],
+                   check=True)
+    return out
+
+
+def matrix(csv_text: str, n: int) -> list[list[int]]:
+    m = [[0] * n for _ in range(n)]
+    for r in csv.DictReader(io.StringIO(csv_text)):
+        m[int(r["src"])][int(r["dst"])] += int(r["bytes"])
+    return m
+
+
+def expected(n: int, nbytes: int, rounds: int) -> list[list[int]]:
+    return [[0 if i == j else nbytes * rounds for j in range(n)] for i in range(n)]
+
+
+def test_ingest_of_a_run_directory_matches_the_streamed_job(pairs, tmp_path):
+    """A streamed job and the same run directory ingested into a fresh store export the same
+    matrix, exactly; ingesting again adds nothing; a wrong directory is one line."""
+    n, nbytes, rounds = 4, 1024, 300
+    env = {"RANKMAP_HOME": str(tmp_path / "home"), "RANKMAP_DB": f"sqlite:///{tmp_path / 'a.db'}"}
+    p = rankmap("profile", "--no-summary", "--flush-ms", "100", "--bucket-ms", "10", "--",
+                *MPIRUN, str(n), str(pairs), str(nbytes), str(rounds), "1000", env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    streamed = rankmap("export", "latest", env=env).stdout
+    assert matrix(streamed, n) == expected(n, nbytes, rounds)
+    jobs = json.loads(rankmap("jobs", "--format", "json", env=env).stdout)
+    assert jobs[0]["state"] == "finished" and jobs[0]["bytes"] == n * (n - 1) * nbytes * rounds
+    run_dir = jobs[0]["run_dir"]
+
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    for attempt in range(2):
+        q = rankmap("ingest", run_dir, "--db", fresh, env=env)
+        assert q.returncode == 0, q.stderr
+        assert ("created" if attempt == 0 else "completed") in q.stdout and "state finished" in q.stdout
+        assert rankmap("export", "latest", "--db", fresh, env=env).stdout == streamed
+    again = json.loads(rankmap("jobs", "--format", "json", "--db", fresh, env=env).stdout)
+    assert len(again) == 1 and again[0]["state"] == "finished" and again[0]["exit_status"] == 0
+    # the streamed store too: ingesting its own run directory again changes nothing
+    assert rankmap("ingest", run_dir, env=env).returncode == 0
+    assert rankmap("export", "latest", env=env).stdout == streamed
+    assert_one_line_error(rankmap("ingest", str(tmp_path), "--db", fresh, env=env), "is not a run directory")
+    assert_one_line_error(rankmap("ingest", str(tmp_path / "nope"), "--db", fresh, env=env), "does not exist")
+
+
+def test_postgresql_stopped_in_the_middle_of_a_job(pairs, own_pg_cluster, tmp_path):
+    """The database goes away while a real MPI job runs: the job runs on and rankmap exits with its
+    status, says once what happened and how to complete it, the job shows as incomplete, and
+    `rankmap ingest` brings in every byte."""
+    pg = own_pg_cluster
+    url = pg.new_database()
+    n, nbytes, rounds, status = 4, 1024, 6000, 5
+    env = dict(__import__("os").environ, RANKMAP_HOME=str(tmp_path / "home"), RANKMAP_STORE_WAIT="3")
+    env.pop("RANKMAP_DB", None)
+    run_dir = tmp_path / "run"
+    job = subprocess.Popen([sys.executable, "-m", "rankmap", "profile", "--no-summary", "--db", url, "--flush-ms",
+                            "200", "--run-dir", str(run_dir), "--", *MPIRUN, str(n), str(pairs), str(nbytes),
+                            str(rounds), "1000", str(status)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:          # something stored: the job is well under way
+            p = rankmap("jobs", "--format", "json", "--db", url, env=env)
+            rows = json.loads(p.stdout) if p.returncode == 0 else []
+            if rows and rows[0]["bytes"] > 0:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("nothing was stored within 120 s")
+        assert job.poll() is None, "the job ended before the database could be stopped: make it longer"
+        pg.pause()
+        out, err = job.communicate(timeout=600)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == status, err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("rankmap:")]
+    assert len([line for line in lines if "is unreachable" in line]) == 1, err
+    completes = [line for line in lines if "rankmap ingest" in line]
+    assert len(completes) == 1 and f"rankmap ingest {run_dir} --db {url}" in completes[0], err
+
+    pg.resume()
+    rows = json.loads(rankmap("jobs", "--format", "json", "--db", url, env=env).stdout)
+    assert rows[0]["state"] == "incomplete" and rows[0]["bytes"] < n * (n - 1) * nbytes * rounds
+    cmd = completes[0].split("complete it with: ", 1)[1].split()
+    assert cmd[:2] == ["rankmap", "ingest"]
+    q = rankmap(*cmd[1:], env=env)
+    assert q.returncode == 0, q.stderr
+    rows = json.loads(rankmap("jobs", "--format", "json", "--db", url, env=env).stdout)
+    assert (rows[0]["state"], rows[0]["exit_status"]) == ("finished", status)
+    assert matrix(rankmap("export", "latest", "--db", url, env=env).stdout, n) == expected(n, nbytes, rounds)
+
+
+def test_ingest_refuses_a_job_that_is_still_streamed(tmp_path):
+    from rankmap.capture.rundir import make_run_dir
+    from rankmap.errors import RankmapError
+    from rankmap.pipeline.ingest import ingest_run
+    from rankmap.store import open_store, process_id
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    rd = make_run_dir(tmp_path / "run")
+    jid = store.create_job(["x"], run_uid="abc", profiler=process_id(), run_dir=rd.path)
+    rd.write_job({"run_uid": "abc", "job_id": jid, "command": ["x"]})
+    with pytest.raises(RankmapError, match=f"job {jid} is still being profiled"):
+        ingest_run(rd.path, store)

@@ -1,0 +1,65 @@
+"""rankmap as a user installs it: a wheel in a fresh virtual environment, run away from the checkout."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+
+def test_wheel_in_a_fresh_venv_profiles_a_real_mpi_job(tmp_path):
+    """The wheel carries the C sources: installed into a fresh venv and run from a directory that is
+    not the checkout, it builds the MPI shim on first use (saying so) and records a real job exactly."""
+    if not shutil.which("mpicc.openmpi"):
+        pytest.skip("Open MPI (mpicc.openmpi) is not installed")
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+                   check=True, capture_output=True, timeout=600)
+    (wheel,) = wheels.glob("rankmap-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    p = subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+    away = tmp_path / "elsewhere"
+    away.mkdir()
+    prog = away / "pairs_every_ms"
+    subprocess.run(["mpicc.openmpi", "-O2", "-o", str(prog), str(ROOT / "examples" / "mpi" / "pairs_every_ms.c")],
+                   check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANKMAP_", "PYTHON", "VIRTUAL_ENV"))}
+    env.update(RANKMAP_HOME=str(away / "home"), RANKMAP_CACHE=str(away / "cache"))
+
+    def rankmap(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(venv / "bin" / "rankmap"), *args], capture_output=True, text=True, cwd=away,
+                              env=env, timeout=600)
+
+    where = subprocess.run([str(py), "-c", "import rankmap.native_sources as n, rankmap; "
+                            "print(rankmap.__file__); print(n.native_dir())"],
+                           capture_output=True, text=True, cwd=away, env=env, check=True).stdout.split()
+    site = str(venv / "lib")
+    assert where[0].startswith(site) and where[1].startswith(site), where      # not the checkout's
+    n, nbytes, rounds = 4, 1000, 40
+    p = rankmap("profile", "--no-summary", "--", "mpirun.openmpi", "--allow-run-as-root", "--oversubscribe",
+                "-np", str(n), str(prog), str(nbytes), str(rounds), "0")
+    assert p.returncode == 0, p.stderr
+    assert "rankmap: building the MPI shim with" in p.stderr and "first use" in p.stderr
+    m = [[0] * n for _ in range(n)]
+    for r in csv.DictReader(io.StringIO(rankmap("export", "latest").stdout)):
+        m[int(r["src"])][int(r["dst"])] += int(r["bytes"])
+    assert m == [[0 if i == j else nbytes * rounds for j in range(n)] for i in range(n)]
+    doctor = rankmap("doctor").stdout
+    assert f"native sources  {where[1]}" in doctor and "MPI shim        built for" in doctor
+    again = rankmap("profile", "--no-summary", "--", "mpirun.openmpi", "--allow-run-as-root", "--oversubscribe",
+                    "-np", "2", str(prog), "10", "5", "0")
+    assert again.returncode == 0 and "building" not in again.stderr, again.stderr    # cached now
+    assert Path(where[1], "common", "rmrec_layout.h").is_file()
