@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("fastapi", reason="the dashboard needs the web extra")
-from fastapi.testclient import TestClient  # noqa: E402
 
 from pg import own_pg_cluster  # noqa: E402,F401  (fixture)
 from rankmap.store import open_store  # noqa: E402
 from rankmap.web.app import create_app  # noqa: E402
+from test_web_api import local_client  # noqa: E402
 
 
 def test_serve_answers_503_while_postgresql_is_down(own_pg_cluster):
@@ -17,7 +17,7 @@ def test_serve_answers_503_while_postgresql_is_down(own_pg_cluster):
     url = pg.new_database()
     store = open_store(url)
     jid = store.create_job(["mpirun", "-np", "2", "./a"], world_size=2)
-    client = TestClient(create_app(open_store(url, lazy=True), "dgx1-v100"))
+    client = local_client(create_app(open_store(url, lazy=True), "dgx1-v100"))
     assert client.get("/api/jobs").json()["jobs"][0]["id"] == jid
     pg.pause()
     for path in ("/api/jobs", f"/api/jobs/{jid}", f"/api/jobs/{jid}/matrix", f"/api/jobs/{jid}/timeline"):
@@ -37,7 +37,7 @@ def test_serve_starts_on_a_database_that_is_not_up_yet(own_pg_cluster, tmp_path)
     pg.pause()
     store = open_store(url, lazy=True)
     assert not store.ready
-    client = TestClient(create_app(store, "dgx1-v100"))
+    client = local_client(create_app(store, "dgx1-v100"))
     r = client.get("/api/jobs")
     assert r.status_code == 503 and "the database is down" in r.json()["detail"]
     pg.resume()

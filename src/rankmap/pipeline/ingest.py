@@ -9,9 +9,11 @@ flushed since the previous one, however long the job has run. Positions live in 
 later ``rankmap ingest`` (after a store outage, or with the run directories of other nodes copied
 in) goes on exactly from there: running it twice adds nothing.
 
-NCCL files are the exception the pair model makes: their pair traffic is derived from all of them
-at once (:mod:`rankmap.capture.nccl_model`), so their totals (operation tables, small) are kept
-in memory and their derived rows replaced at each write; their timeline is appended like MPI's.
+Two sources are exceptions. NCCL's pair traffic is derived from all its files at once
+(:mod:`rankmap.capture.nccl_model`), so their totals (operation tables, small) are kept in memory
+and their derived rows replaced at each write; their timeline is appended like MPI's. CUDA
+activity files (copies, kernels, their own timeline) are kept as totals too and replaced
+(``Store.ingest``); their per-bucket activity grows with the job, the one part of a poll that does.
 """
 
 from __future__ import annotations
@@ -33,13 +35,18 @@ def merge_totals(total: R.RankRecord | None, delta: R.RankRecord) -> R.RankRecor
     if total is None:
         return replace(delta, timeline=[], traffic=list(delta.traffic), op_time=dict(delta.op_time),
                        payload=dict(delta.payload), histogram={k: list(v) for k, v in delta.histogram.items()},
-                       meta=dict(delta.meta), communicators=list(delta.communicators))
+                       meta=dict(delta.meta), communicators=list(delta.communicators),
+                       cuda_copies=list(delta.cuda_copies), cuda_kernels=list(delta.cuda_kernels),
+                       cuda_timeline=list(delta.cuda_timeline))
     t: dict[tuple, list[int]] = {row[:5]: [row[5], row[6]] for row in total.traffic}
     for row in delta.traffic:
         v = t.setdefault(row[:5], [0, 0])
         v[0] += row[5]
         v[1] += row[6]
     total.traffic = sorted(k + tuple(v) for k, v in t.items())
+    total.cuda_copies = _add_rows(total.cuda_copies, delta.cuda_copies, 5)
+    total.cuda_kernels = _add_rows(total.cuda_kernels, delta.cuda_kernels, 2)
+    total.cuda_timeline = _add_rows(total.cuda_timeline, delta.cuda_timeline, 2)
     for op, (calls, ns) in delta.op_time.items():
         c0, n0 = total.op_time.get(op, (0, 0))
         total.op_time[op] = (c0 + calls, n0 + ns)
@@ -76,6 +83,20 @@ def next_wait(spent_cpu_s: float, interval_s: float, budget: float = CPU_BUDGET)
     return min(MAX_GAP_S, max(interval_s, spent_cpu_s / budget))
 
 
+def _add_rows(a: list[tuple], b: list[tuple], nkeys: int) -> list[tuple]:
+    """Rows keyed by their first ``nkeys`` fields, the rest summed."""
+    out: dict[tuple, list[int]] = {row[:nkeys]: list(row[nkeys:]) for row in a}
+    for row in b:
+        v = out.setdefault(row[:nkeys], [0] * (len(row) - nkeys))
+        for i, x in enumerate(row[nkeys:]):
+            v[i] += x
+    return sorted(k + tuple(v) for k, v in out.items())
+
+
+#: sources whose stored rows are re-derived from each file's totals rather than appended
+WHOLE_FILE_SOURCES = ("nccl", "cuda")
+
+
 class RunIngest:
     """Follows the record files of one run directory and appends what they add to one stored job."""
 
@@ -83,8 +104,10 @@ class RunIngest:
         self.store, self.job_id, self.run_dir = store, job_id, RunDir(Path(run_dir))
         self.stored: dict[str, tuple[int, dict]] = store.file_states(job_id) if resume else {}
         self.readers: dict[str, R.RecordReader] = {}
-        self.nccl_readers: dict[str, R.RecordReader] = {}    # from the start: the pair model needs totals
+        self.total_readers: dict[str, R.RecordReader] = {}   # from the start: totals of NCCL, CUDA files
         self.nccl_totals: dict[str, R.RankRecord] = {}
+        self.cuda_totals: dict[str, R.RankRecord] = {}
+        self.cuda_dirty = False
         self.nccl_rank_of: dict[str, int] = {}             # file -> global rank, as last derived
         self.nccl_out: list | None = None                  # derived rows not yet written
         self.nccl_ranks: set[int] = set()                  # ranks whose derived rows are stored
@@ -129,7 +152,10 @@ class RunIngest:
             if delta is None or (reader.offset == start and not final and name in self.stored):
                 continue
             delta.problems = reader.problems(live=not final) + delta.problems
-            if delta.source == "nccl":
+            if delta.source == "cuda":
+                self.cuda_totals[name] = self._totals(path, final, self.cuda_totals.get(name))
+                self.cuda_dirty = True
+            elif delta.source == "nccl":
                 self._poll_nccl(path, final)
                 rank = self.nccl_rank_of.get(name, delta.world_rank)
                 self.batch.add(replace(delta, world_rank=rank, traffic=[], op_time={}, payload={}, histogram={}))
@@ -172,15 +198,22 @@ class RunIngest:
         collectives.apply(view, self.node_of)
         delta.traffic, delta.timeline, delta.coll_calls = view.traffic, view.timeline, []
 
-    def _poll_nccl(self, path: Path, final: bool) -> None:
-        r = self.nccl_readers.get(path.name)
+    def _totals(self, path: Path, final: bool, total: R.RankRecord | None) -> R.RankRecord | None:
+        """A whole-file source's totals, read from the file's start once per process, then followed."""
+        r = self.total_readers.get(path.name)
         if r is None:
-            r = self.nccl_readers[path.name] = R.RecordReader(path)
+            r = self.total_readers[path.name] = R.RecordReader(path)
         delta = r.poll(final=final)
         if delta is None:
-            return
+            return total
         delta.problems = r.problems(live=not final)
-        self.nccl_totals[path.name] = merge_totals(self.nccl_totals.get(path.name), delta)
+        return merge_totals(total, delta)
+
+    def _poll_nccl(self, path: Path, final: bool) -> None:
+        total = self._totals(path, final, self.nccl_totals.get(path.name))
+        if total is None:
+            return
+        self.nccl_totals[path.name] = total
         from rankmap.capture import nccl_graph, nccl_model
 
         logs = sorted(self.run_dir.path.glob(nccl_model.DEBUG_LOG_GLOB))
@@ -195,7 +228,7 @@ class RunIngest:
 
     # ------------------------------------------------------------------ writing
     def pending(self) -> bool:
-        return bool(len(self.batch)) or self.nccl_out is not None
+        return bool(len(self.batch)) or self.nccl_out is not None or self.cuda_dirty
 
     def write(self) -> int:
         """Append the pending batch (and NCCL's re-derived rows); returns the rows written.
@@ -210,6 +243,9 @@ class RunIngest:
                 self.store.forget_ranks(self.job_id, "nccl", sorted(stale))
             rows += self.store.ingest(self.job_id, self.nccl_out, timeline=False)
             self.nccl_ranks, self.nccl_out = ranks, None
+        if self.cuda_dirty:
+            rows += self.store.ingest(self.job_id, list(self.cuda_totals.values()))
+            self.cuda_dirty = False
         rows += self.store.append(self.job_id, self.batch)
         self.batch = Batch()
         return rows
@@ -223,9 +259,9 @@ class RunIngest:
         """What the readers found (damaged blocks, ranks that never finalised, unreadable files)."""
         out = list(self.header_problems.values())
         for name, r in sorted(self.readers.items()):
-            if r.header is not None and r.header.source != "nccl":
+            if r.header is not None and r.header.source not in WHOLE_FILE_SOURCES:
                 out += r.problems(live=False)
-        return out + self.nccl_problems
+        return out + self.nccl_problems + [p for t in self.cuda_totals.values() for p in t.problems]
 
 
 # ---------------------------------------------------------------------- rankmap ingest RUN_DIR
