@@ -63,6 +63,11 @@ def test_ingest_of_a_run_directory_matches_the_streamed_job(pairs, tmp_path):
         assert rankmap("export", "latest", "--db", fresh, env=env).stdout == streamed
     again = json.loads(rankmap("jobs", "--format", "json", "--db", fresh, env=env).stdout)
     assert len(again) == 1 and again[0]["state"] == "finished" and again[0]["exit_status"] == 0
+    table = rankmap("jobs", "--db", fresh, env=env)               # the table a person reads
+    assert table.returncode == 0, table.stderr
+    cells = [[c.strip() for c in line.strip().strip("│").split("│")] for line in table.stdout.splitlines()]
+    assert [str(again[0]["id"]), "finished", str(n)] in [c[:3] for c in cells], table.stdout
+    assert "mpirun.openmpi" in table.stdout
     # the streamed store too: ingesting its own run directory again changes nothing
     assert rankmap("ingest", run_dir, env=env).returncode == 0
     assert rankmap("export", "latest", env=env).stdout == streamed
@@ -131,3 +136,53 @@ def test_ingest_refuses_a_job_that_is_still_streamed(tmp_path):
     rd.write_job({"run_uid": "abc", "job_id": jid, "command": ["x"]})
     with pytest.raises(RankmapError, match=f"job {jid} is still being profiled"):
         ingest_run(rd.path, store)
+
+
+def test_a_locked_sqlite_store_delays_the_ingest_and_loses_nothing(pairs, tmp_path, monkeypatch):
+    """Another process holds the SQLite file locked for a while during a real MPI job: the job
+    runs on, rankmap says once that the store is locked, retries, and stores every byte once
+    the lock is gone; the job ends finished with the job's own status."""
+    import sqlite3
+    import threading
+
+    import rankmap.store as store_mod
+    from rankmap.pipeline.profile import profile_command
+
+    monkeypatch.setattr(store_mod, "SQLITE_BUSY_S", 0.2)      # give up waiting on the lock quickly
+    db = tmp_path / "s.db"
+    url = f"sqlite:///{db}"
+    store = store_mod.open_store(url)
+    n, nbytes, rounds, status = 4, 1024, 6000, 3
+    held = threading.Event()
+
+    def lock_while_it_streams() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            rows = store.job_list(1)
+            if rows and rows[0]["bytes"] > 0:
+                break
+            time.sleep(0.2)
+        con = sqlite3.connect(db, isolation_level=None)
+        con.execute("BEGIN EXCLUSIVE")
+        held.set()
+        time.sleep(4)
+        con.execute("COMMIT")
+        con.close()
+
+    locker = threading.Thread(target=lock_while_it_streams)
+    locker.start()
+    said: list[str] = []
+    try:
+        res = profile_command([*MPIRUN, str(n), str(pairs), str(nbytes), str(rounds), "1000", str(status)],
+                              store=url, flush_ms=200, progress=False, run_dir=tmp_path / "run", nccl="off",
+                              cuda="off", link_sampler=False, warn=said.append, store_wait_s=60)
+    finally:
+        locker.join()
+    assert held.is_set()
+    assert res.exit_status == status and res.stored, said
+    locked = [m for m in said if "database is locked" in m]
+    assert len(locked) == 1 and f"job {res.job_id} goes on" in locked[0], said
+    assert not [m for m in said if "rankmap ingest" in m], said
+    job = store.job(res.job_id)
+    assert (job["state"], job["exit_status"], job["meta"]["store_outages"]) == ("finished", status, 1)
+    assert store.traffic_matrix(res.job_id).tolist() == expected(n, nbytes, rounds)

@@ -342,7 +342,7 @@ def test_timeline_rows_stay_bounded_and_exact(store):
     """A long job's timeline: recent buckets one by one, older ones merged into wider slots; every
     byte kept, and the number of rows grows with the log of the job's length, not the length."""
     jid = new_job(store, n=2)
-    total, hours = 0, 0
+    total = 0
     rows = []
     for chunk in range(40):                    # 40 writes of 2000 buckets each: 80 000 buckets
         b = Batch()
@@ -359,7 +359,6 @@ def test_timeline_rows_stay_bounded_and_exact(store):
         assert t["bucket"] % t["width"] == 0
     assert [t["bucket"] for t in got if t["width"] == 1][-TIMELINE_SLOTS:] == list(range(newest - TIMELINE_SLOTS + 1, newest + 1))
     assert rows[-1] < 12 * TIMELINE_SLOTS and rows[-1] - rows[19] < 2 * TIMELINE_SLOTS   # not 80 000
-    del hours
 
 
 def test_job_states(store, tmp_path):

@@ -37,6 +37,9 @@ __all__ = ["Store", "StoreUnavailable", "Batch", "open_store", "default_url", "c
 
 #: a job whose profiler runs on another host and has not written for this long is no longer running
 STALE_S = 600
+#: how long a write waits for a SQLite file another process holds locked before the store counts as
+#: unavailable (a profile then keeps the batch and retries; see pipeline/profile.py)
+SQLITE_BUSY_S = 30.0
 
 
 class StoreUnavailable(RankmapError):
@@ -731,7 +734,7 @@ def open_store(url: str | None = None, *, lazy: bool = False) -> Store:
     try:
         kw: dict[str, Any] = {}
         if u.get_backend_name() == "sqlite":
-            kw["connect_args"] = {"timeout": 30}
+            kw["connect_args"] = {"timeout": SQLITE_BUSY_S}
         else:                       # a server restarted under a long job: reconnect, do not fail
             kw["pool_pre_ping"] = True
         engine = sa.create_engine(u, **kw)
