@@ -197,6 +197,19 @@ def test_store_agrees_with_the_records(mpi, examples, home, tmp_path):
         assert got_ps == want_ps, (name, got_ps, want_ps)
         if name == "alltoall":
             assert {ps for (op, ps) in got_ps if op == "MPI_Alltoall"} == {"library" if mpi == "openmpi" else "mirror"}
+        # the run directory ingested afterwards into a fresh store: the same pairs, collectives too
+        fresh = f"sqlite:///{tmp_path / (name + '-fresh.db')}"
+        q = rankmap("ingest", str(run), "--db", fresh, env=home)
+        assert q.returncode == 0, q.stderr
+        again = open_store(fresh)
+        for klass in ("p2p", "collective", "rma"):
+            assert again.traffic_matrix(again.resolve_job("latest"), classes=[klass]).tolist() == \
+                store.traffic_matrix(jid, classes=[klass]).tolist(), (name, klass)
+        assert len(again.pvars(again.resolve_job("latest"))) == len(want_pv)
+        assert sorted((r["src"], r["dst"], r["class"], r["operation"], r["pair_source"], r["bytes"])
+                      for r in again.traffic(again.resolve_job("latest"), by_pair_source=True)) == \
+            sorted((r["src"], r["dst"], r["class"], r["operation"], r["pair_source"], r["bytes"])
+                   for r in store.traffic(jid, by_pair_source=True))
         if name == "rma":   # origin world r = p-1-i Gets COUNT/2 doubles from sub-rank (i+2)%p
             gets = store.traffic_matrix(jid, classes=["rma"])
             for i in range(n):
