@@ -169,28 +169,6 @@ def test_pair_source_of_each_row(store, tmp_path):
     assert to_csv(store, jid).splitlines()[0] == "src,dst,class,operation,bytes,messages"
 
 
-def test_store_of_schema_1_gains_pair_source(store):
-    """A store made before rows carried their pair source: opening it adds the column (old rows
-    NULL) and says version 2; ingest then stores the label."""
-    import sqlalchemy as sa
-    from rankmap.store import schema as S
-    jid = new_job(store, n=2)
-    with store.engine.begin() as c:
-        c.execute(sa.text("ALTER TABLE traffic DROP COLUMN pair_source"))
-        c.execute(S.meta_info.delete())
-        c.execute(S.meta_info.insert().values(version=1))
-        c.execute(sa.text("INSERT INTO traffic (job, source, src, dst, class, operation, mem, bytes, messages, "
-                          f"reporter) VALUES ({jid}, 'mpi', 1, 0, 'p2p', 'MPI_Send', 'host', 5, 1, 1)"))
-    url = store.engine.url.render_as_string(hide_password=False)
-    store.engine.dispose()
-    again = open_store(url)
-    with again.engine.connect() as c:
-        assert c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar() == S.SCHEMA_VERSION == 3
-    again.ingest(jid, [FakeRecord(0, world_size=2, traffic=[Row(1, "p2p", "MPI_Send", "host", "send", 3, 1)])])
-    assert {(r["src"], r["pair_source"]) for r in again.traffic(jid, by_pair_source=True)} == {(0, "call"), (1, None)}
-    assert open_store(url).traffic_matrix(jid).tolist() == [[0, 3], [5, 0]]        # opened again: no change
-
-
 def test_job_lifecycle_and_resolution(store):
     with pytest.raises(RankmapError, match="no jobs"):
         store.resolve_job("latest")
@@ -380,8 +358,8 @@ def test_job_states(store, tmp_path):
 
 
 def test_upgrade_from_version_1(tmp_path):
-    """A store written by rankmap's first schema opens, keeps its jobs, traffic and mappings, and
-    takes appends afterwards."""
+    """A store written by rankmap's first schema opens (gaining the pair source column, the job
+    states and the counters' keys), keeps its jobs, traffic and mappings, and takes appends afterwards."""
     import sqlite3
     from pathlib import Path
 
@@ -398,4 +376,11 @@ def test_upgrade_from_version_1(tmp_path):
     b.add(ring(0, n=2))
     store.append(1, b)
     assert store.traffic_matrix(1)[0, 1] == 2000
+    import sqlalchemy as sa
+    from rankmap.store import schema as S
+    with store.engine.connect() as c:
+        assert c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar() == S.SCHEMA_VERSION == 3
+    # rows of version 1 carry no pair source; the appended ones say theirs
+    assert {(r["src"], r["pair_source"]) for r in store.traffic(1, by_pair_source=True)} == \
+        {(0, None), (1, None), (0, "call")}
     assert open_store(f"sqlite:///{db}").jobs()[1]["state"] == "finished"      # opened again: no second upgrade
