@@ -61,7 +61,9 @@ def run_once(exe: Path, load: list[str], config: str, lib: Path, cupti: str | No
         raise SystemExit(f"cuda_activity: {exe.name} {' '.join(load)} ({config}) failed: "
                          f"{(p.stderr or p.stdout).strip().splitlines()[-1:]}")
     ns = float(p.stdout.split("ns_per_op", 1)[1].split()[0])
-    note = next((l for l in p.stderr.splitlines() if l.startswith("rankmap:")), "")
+    # the first thing rankmap says about the run (a first use also says it builds the hooks: not that)
+    note = next((l for l in p.stderr.splitlines()
+                 if l.startswith("rankmap:") and not l.startswith("rankmap: building ")), "")
     return ns, note
 
 
