@@ -220,3 +220,58 @@ def test_store_writer_keeps_rows_through_an_outage():
     assert w.warnings == ["storing link samples failed (kept, retrying): could not connect to server"]
     w([LinkSample(5, 0, 6, 7, None, None)])      # next batch: both go in, in order
     assert [r["t_ns"] for r in st.rows] == [0, 0, 5] and w.pending == [] and w.written == 3
+
+
+def _burn_on(nv: FakeNvml, gpus: set) -> None:
+    """Make the fake's GPM snapshot of the GPUs in ``gpus`` burn 3 ms of CPU, as the driver's did on
+    an H200 while a job created its contexts."""
+    real = nv.nvmlGpmSampleGet
+
+    def slow(h, s):
+        if h in gpus:
+            t = time.thread_time_ns()
+            while time.thread_time_ns() - t < 3_000_000:
+                pass
+        return real(h, s)
+    nv.nvmlGpmSampleGet = slow
+
+
+def test_a_stalled_gpm_read_backs_that_gpu_off_and_loses_no_bytes():
+    nv = fake()
+    src = GpmSource(nv)
+    stalled: set = set()
+    _burn_on(nv, stalled)
+    s = LinkSampler(src, interval_s=1.0)
+    s.sample_once()                                   # the zero point, both GPUs
+    stalled.add(src.handles[0])
+    assert [x.gpu for x in s.sample_once()] == [0, 1]  # GPU 0's read stalls: it is held back
+    stalled.clear()
+    assert [x.gpu for x in s.sample_once()] == [1]     # within BACKOFF_NS: GPU 0 skipped, GPU 1 read
+    assert s.cost.skipped == 1 and s.cost.reads == 5
+    assert s.cost.per_gpu_sample_cpu_ms == pytest.approx(s.cost.read_cpu_ns / 6 / 1e6)
+    last = s.sample_once(every_gpu=True)               # the last sample reads every GPU
+    assert [x.gpu for x in last] == [0, 1]
+    # GPU 0's skipped interval is in its next read: its bytes match GPU 1's timeline rate for rate
+    t = s.totals()
+    secs = last[0].t_ns / 1e9
+    assert t[0].nvlink_tx == pytest.approx(100 * GB * secs, rel=0.02)
+    assert t[1].nvlink_rx == pytest.approx(100 * GB * secs, rel=0.02)
+    src.close()
+
+
+def test_field_value_reads_are_never_skipped():
+    nv = fake()
+    src = FieldSource(nv)
+    real = nv.nvmlDeviceGetFieldValues
+
+    def slow(h, ids):
+        t = time.thread_time_ns()
+        while time.thread_time_ns() - t < 3_000_000:
+            pass
+        return real(h, ids)
+    nv.nvmlDeviceGetFieldValues = slow
+    s = LinkSampler(src, interval_s=1.0)
+    for _ in range(3):
+        assert [x.gpu for x in s.sample_once()] == [0, 1]   # counters read, however slow
+    assert s.cost.skipped == 0
+    src.close()
