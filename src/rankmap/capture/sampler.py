@@ -319,14 +319,6 @@ def open_source(kind: str = "auto", nvml: Any = None) -> FieldSource | GpmSource
 
 
 READ_RING = 4096  # wall times of the last reads kept for the median (a fixed array: no per-read allocation)
-# A GPM read that burns more CPU than this means the driver is stalled: measured on 2x H200 (driver
-# 580.159.04, bench/gpm_timeline.py), reads cost 0.2 ms CPU except while a job creates its CUDA
-# contexts and NCCL communicator, when single reads burnt 3-92 ms inside the driver. Such a GPU is
-# then left alone for BACKOFF_NS: GPM integrates rates between snapshots and the counters are
-# cumulative, so a skipped read loses no bytes (the next one covers the longer interval, which the
-# utilisation view spreads by interpolation).
-SLOW_READ_CPU_NS = 2_000_000
-BACKOFF_NS = 1_000_000_000
 
 
 @dataclass
@@ -342,8 +334,7 @@ class SamplerCost:
     """
 
     samples: int = 0          # sample_once calls
-    reads: int = 0            # GPU reads (samples x GPUs, less the skipped ones)
-    skipped: int = 0          # GPU reads left out while a GPU's driver was stalled (see BACKOFF_NS)
+    reads: int = 0            # GPU reads (samples x GPUs)
     read_ns: int = 0          # wall time inside source.read, all GPUs
     read_cpu_ns: int = 0      # sampler thread CPU time inside source.read, all GPUs
     max_read_ns: int = 0      # slowest single GPU read (wall)
@@ -367,10 +358,8 @@ class SamplerCost:
 
     @property
     def per_gpu_sample_cpu_ms(self) -> float | None:
-        """CPU time of the reads per GPU per sample taken: the sampler's own cost per GPU per sample
-        (a read skipped while the driver stalled costs nothing and counts as a sample of cost 0)."""
-        n = self.reads + self.skipped
-        return self.read_cpu_ns / n / 1e6 if n else None
+        """Mean CPU time of one GPU read: the sampler's own cost per GPU per sample."""
+        return self.read_cpu_ns / self.reads / 1e6 if self.reads else None
 
     @property
     def median_read_ms(self) -> float | None:
@@ -386,7 +375,7 @@ class SamplerCost:
 
     def as_dict(self) -> dict:
         w = self.wall_ns
-        return {"samples": self.samples, "reads": self.reads, "skipped": self.skipped, "per_gpu_sample_ms": self.per_gpu_sample_ms,
+        return {"samples": self.samples, "reads": self.reads, "per_gpu_sample_ms": self.per_gpu_sample_ms,
                 "per_gpu_sample_cpu_ms": self.per_gpu_sample_cpu_ms, "median_read_ms": self.median_read_ms,
                 "max_read_ms": self.max_read_ns / 1e6, "thread_cpu_s": self.thread_cpu_ns / 1e9,
                 "callback_cpu_s": self.callback_cpu_ns / 1e9, "wall_s": w / 1e9, "cpu_share": self.cpu_share,
@@ -416,7 +405,6 @@ class LinkSampler:
         self._thread: threading.Thread | None = None
         self._first: dict[int, Counters] = {}
         self._last: dict[int, LinkSample] = {}
-        self._hold: dict[int, int] = {}  # GPU -> monotonic ns until which its reads are skipped
         self.t0_ns = 0               # monotonic time of the first sample
         self.t0_unix_ns = 0          # the same instant on the wall clock (to line samples up with jobs)
         self._lock = threading.Lock()
@@ -425,11 +413,8 @@ class LinkSampler:
     def _since(first: int | None, now: int | None) -> int | None:
         return None if first is None or now is None else now - first
 
-    def sample_once(self, every_gpu: bool = False) -> list[LinkSample]:
-        """Take one sample of every GPU (the first call sets the zero point). A GPM GPU whose last
-        read stalled in the driver is skipped for ``BACKOFF_NS`` unless ``every_gpu`` (the last
-        sample, which the totals need)."""
-        backoff = getattr(self.source, "kind", "") == "gpm"
+    def sample_once(self) -> list[LinkSample]:
+        """Take one sample of every GPU (the first call sets the zero point)."""
         with self._lock:
             cpu0 = time.thread_time_ns()
             now = time.monotonic_ns()
@@ -437,15 +422,9 @@ class LinkSampler:
                 self.t0_ns, self.t0_unix_ns = now, time.time_ns()
             batch: list[LinkSample] = []
             for g in range(self.source.gpu_count()):
-                if not every_gpu and now < self._hold.get(g, 0):
-                    self.cost.skipped += 1
-                    continue
                 c0, r0 = time.thread_time_ns(), time.perf_counter_ns()
                 c = self.source.read(g)
-                cpu = time.thread_time_ns() - c0
-                self.cost.add_read(time.perf_counter_ns() - r0, cpu)
-                if backoff and cpu > SLOW_READ_CPU_NS:
-                    self._hold[g] = now + BACKOFF_NS
+                self.cost.add_read(time.perf_counter_ns() - r0, time.thread_time_ns() - c0)
                 f = self._first.setdefault(g, c)
                 s = LinkSample(now - self.t0_ns, g, self._since(f.nvlink_tx, c.nvlink_tx),
                                self._since(f.nvlink_rx, c.nvlink_rx), self._since(f.pcie_tx, c.pcie_tx),
@@ -496,7 +475,7 @@ class LinkSampler:
         if self._thread:
             self._thread.join()
         try:
-            self.sample_once(every_gpu=True)
+            self.sample_once()
         except Exception as e:  # noqa: BLE001
             self.warnings.append(f"link sampler: last sample failed: {e}")
         return self.samples
