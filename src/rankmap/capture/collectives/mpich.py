@@ -595,44 +595,10 @@ def _bcast_scatter_allgather(p: int, root: int, nbytes: int, ring: bool) -> tupl
                 sends[r].append(((r + 1) % p, max(0, min(sc, nbytes - rel_j * sc))))
                 j = (j - 1) % p
         return tuple(tuple(s) for s in sends)
-    curr = [max(0, min(sc, nbytes - ((r - root) % p) * sc)) for r in range(p)]
-    last = [0] * p
-    mask, i = 1, 0
-    while mask < p:
-        before = curr[:]
-        for r in range(p):
-            rr = (r - root) % p
-            rd = rr ^ mask
-            if rd < p:
-                dst = (rd + root) % p
-                sends[r].append((dst, before[r]))
-                last[r] = before[dst]
-                curr[r] += last[r]
-        fix_of = {}
-        for r in range(p):
-            rr = (r - root) % p
-            dtr = ((rr ^ mask) >> i) << i
-            mtr = (rr >> i) << i
-            if dtr + mask > p:
-                fix_of[r] = p - mtr - mask
-        k = i
-        tmp = mask >> 1
-        while tmp:
-            sends_now = []
-            for r, done in fix_of.items():
-                rr = (r - root) % p
-                rd = rr ^ tmp
-                troot = (rr >> k) << k
-                if rd > rr and rr < troot + done and rd >= troot + done:
-                    sends_now.append((r, (rd + root) % p, last[r]))
-            for src, dst, nb in sends_now:
-                sends[src].append((dst, nb))
-                last[dst] = nb
-                curr[dst] += nb
-            tmp >>= 1
-            k -= 1
-        mask <<= 1
-        i += 1
+    # the recursive-doubling allgather of the scattered chunks, in ranks relative to the root
+    rel = _rd_allgather(p, tuple(max(0, min(sc, nbytes - q * sc)) for q in range(p)))
+    for r in range(p):
+        sends[r].extend(((d + root) % p, n) for d, n in rel[(r - root) % p])
     return tuple(tuple(s) for s in sends)
 
 
@@ -885,10 +851,6 @@ def _rd_allgather(p: int, blocks: tuple[int, ...]) -> tuple[tuple[tuple[int, int
     sends: list[list[tuple[int, int]]] = [[] for _ in range(p)]
     curr = list(blocks)
     last = [0] * p
-
-    def span(lo: int, hi: int) -> int:
-        return sum(blocks[max(lo, 0):min(hi, p)])
-
     mask, i = 1, 0
     while mask < p:
         before = curr[:]
