@@ -746,6 +746,22 @@ def _halving_steps(vrank: int, rank: int, count: int, pof2: int, rem: int):
     return sends, rindex, sindex, rcount, scount
 
 
+def _fold_extra_ranks(out: Out, r: int, count: int, rem: int, ts: int) -> int:
+    """The first step of Rabenseifner's reduce and allreduce (both in Open MPI's ``tuned``): the first
+    2 x ``rem`` ranks pair up, odd sends both halves to even, even sends the upper half to odd;
+    returns the rank's place among the power-of-two survivors, -1 for a rank that drops out."""
+    if r >= 2 * rem:
+        return r - rem
+    lh = count // 2
+    rh = count - lh
+    if r % 2:
+        out.send(r - 1, lh, ts)
+        out.send(r - 1, rh, ts)
+        return -1
+    out.send(r + 1, rh, ts)
+    return r // 2
+
+
 def _reduce_redscat_gather(out: Out, c: Call, count: int, ts: int, root: int) -> None:
     p, r = c.p, c.rank
     nsteps = _hibit(p)
@@ -755,18 +771,7 @@ def _reduce_redscat_gather(out: Out, c: Call, count: int, ts: int, root: int) ->
             out.send(root, count, ts)
         return
     rem = p - pof2
-    if r < 2 * rem:
-        lh = count // 2
-        rh = count - lh
-        if r % 2:
-            out.send(r - 1, lh, ts)
-            out.send(r - 1, rh, ts)
-            vrank = -1
-        else:
-            out.send(r + 1, rh, ts)
-            vrank = r // 2
-    else:
-        vrank = r - rem
+    vrank = _fold_extra_ranks(out, r, count, rem, ts)
     rcount = [0] * nsteps
     if vrank != -1:
         sends, rindex, sindex, rcount, scount = _halving_steps(vrank, r, count, pof2, rem)
@@ -843,18 +848,7 @@ def allreduce(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) 
         if count < pof2 or not c.is_commutative:
             return allreduce(out, c, 1, 0, 0, prm)
         rem = p - pof2
-        if r < 2 * rem:
-            lh = count // 2
-            rh = count - lh
-            if r % 2:
-                out.send(r - 1, lh, ts)
-                out.send(r - 1, rh, ts)
-                vrank = -1
-            else:
-                out.send(r + 1, rh, ts)
-                vrank = r // 2
-        else:
-            vrank = r - rem
+        vrank = _fold_extra_ranks(out, r, count, rem, ts)
         if vrank != -1:
             sends, rindex, sindex, rcount, scount = _halving_steps(vrank, r, count, pof2, rem)
             for dest, n in sends:
