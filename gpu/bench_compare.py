@@ -31,8 +31,8 @@ FAILS = 0
 
 
 def fmt(v: float | None, width: int, places: int) -> str:
-    """A figure, or a dash where there is none."""
-    return f"{v:{width}.{places}f}" if v else f"{'-':>{width}}"
+    """A figure, or a dash where there is none (a size or a test one side did not run)."""
+    return f"{'-':>{width}}" if v is None else f"{v:{width}.{places}f}"
 
 def check(ok: bool, what: str) -> None:
     global FAILS
@@ -150,8 +150,7 @@ def compare_p2p(work: str, tol: float) -> None:
             pair = f"{'H' if s == -1 else s}->{'H' if d == -1 else d}"
             unit = " (us)" if key == "latency_us" else (" total" if key == "total_GBps" else "")
             ratio = v / r if r else None
-            print(f"| {bench + unit:<34} | {pair:>6} | {v:9.2f} | {r if r is not None else float('nan'):11.2f} | "
-                  f"{ratio if ratio else float('nan'):6.3f} |")
+            print(f"| {bench + unit:<34} | {pair:>6} | {v:9.2f} | {fmt(r, 11, 2)} | {fmt(ratio or None, 6, 3)} |")
             if target and nvb:
                 if r is None:
                     check(False, f"{bench} {pair}: no nvbandwidth figure to compare with")
@@ -217,8 +216,7 @@ def compare_nccl(work: str, tol: float) -> None:
         v = statistics.median(mine[size])
         refs = [r[size][2] for r in ref_runs if size in r]
         ref = statistics.median(refs) if refs else None
-        print(f"| {mib(size):>8} | {v:8.1f} | {ref if ref else float('nan'):10.1f} | "
-              f"{v / ref if ref else float('nan'):6.3f} |")
+        print(f"| {mib(size):>8} | {v:8.1f} | {fmt(ref or None, 10, 1)} | {fmt(v / ref if ref else None, 6, 3)} |")
         if size >= 1 << 20 and ref_runs:
             if ref is None:
                 check(False, f"all_reduce {mib(size)}: no nccl-tests figure")
@@ -248,7 +246,7 @@ def compare_nccl(work: str, tol: float) -> None:
                            and r["library"] == "mpi"), None)
                 if size >= 1 << 16 and (n or mp):
                     # a size one side did not run (MPI stops at MPI_MAX to keep the run short) is a dash
-                    print(f"| {op:<14} | {mib(size):>8} | {fmt(n, 8, 2)} | {fmt(mp, 8, 2)} | "
+                    print(f"| {op:<14} | {mib(size):>8} | {fmt(n or None, 8, 2)} | {fmt(mp or None, 8, 2)} | "
                           f"{fmt(n / mp if n and mp else None, 8, 1)} |")
         libs = {r["library"] for r in doc["rows"]}
         no_nccl = [n for n in doc.get("not_run", []) if "no NCCL library was given" in n]
