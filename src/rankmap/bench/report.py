@@ -120,8 +120,8 @@ def print_mpi(run: dict[str, Any]) -> None:
             cells = [_fmt(vals.get(b), 2) for b in bufs]
             if compare and vals.get("device-staged") and vals.get("device-ipc"):
                 s, i = vals["device-staged"], vals["device-ipc"]
-                cells.append(f"{(s / i if lat else i / s):.2f}x faster" if (s / i if lat else i / s) >= 1
-                             else f"{(i / s if lat else s / i):.2f}x slower")
+                gain = s / i if lat else i / s            # > 1: IPC is the faster path
+                cells.append(f"{gain:.2f}x faster" if gain >= 1 else f"{1 / gain:.2f}x slower")
             elif compare:
                 cells.append("-")
             t.add_row(human_size(size), *cells)
