@@ -93,7 +93,7 @@ def capture(run_dir: str, before: str, after: str, kind: str, spec: str, replays
     g0, g1 = int(ordinals.get(0, 0)), int(ordinals.get(1, 1))
     # The profile counts a captured call once, as if it ran at capture; it did not (capture only records
     # it): it ran once per replay. So the wire carried profile + (replays - 1) x the graph's bytes.
-    unseen = captured_wire(prof) * (replays - 1) if replays else captured_wire(prof) * 0
+    unseen = captured_wire(prof) * max(replays - 1, 0)
     if replays:
         print(f"   {replays} replays of the graph, counted once in the profile: "
               f"{unseen[0, 1]:.0f} / {unseen[1, 0]:.0f} bytes more on the wire")
