@@ -10,7 +10,7 @@ life: it samples every GPU through ``GpmSource`` at ``--interval`` (the thread C
 wall time of each read kept with its timestamp), starts the load ``--before`` seconds in, notes
 when the load says it is ``loading`` (its communicator is up), when it exits, and samples
 ``--after`` seconds more. Default load: ``torchrun --nproc_per_node=<GPUs>`` of an all-reduce loop
-of 256 MiB for ``--load-s`` seconds (PyTorch and NCCL needed).
+of 256 MiB for ``--load-s`` seconds (``bench/nccl_load.py``; PyTorch and NCCL needed).
 
 Prints, per phase (before, start-up, steady, shutdown+after): reads, CPU per read (median, mean,
 max), reads above 1 ms CPU, and the share of one core the reads take at the interval.
@@ -24,7 +24,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -35,18 +34,6 @@ sys.path.insert(0, str(ROOT / "src"))
 from rankmap.capture.sampler import GpmSource  # noqa: E402
 from rankmap.pipeline.monitor import parse_interval  # noqa: E402
 
-LOAD = '''import os, time, torch, torch.distributed as dist
-local = int(os.environ["LOCAL_RANK"]); torch.cuda.set_device(local)
-dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-x = torch.ones(64 << 20, device="cuda"); dist.all_reduce(x); torch.cuda.synchronize()
-if dist.get_rank() == 0: print("loading", flush=True)
-end = time.monotonic() + float(os.environ.get("LOAD_S", "8"))
-while True:
-    for _ in range(10): dist.all_reduce(x)
-    stop = torch.tensor([float(time.monotonic() > end)], device="cuda"); dist.all_reduce(stop)
-    if stop.item() > 0: break
-dist.destroy_process_group()
-'''
 
 
 def main() -> int:
@@ -61,12 +48,9 @@ def main() -> int:
     src = GpmSource()
     n = src.gpu_count()
     load = [x for x in args.load if x != "--"]
-    tmp = None
     if not load:
-        tmp = tempfile.NamedTemporaryFile("w", suffix=".py", delete=False)
-        tmp.write(LOAD)
-        tmp.close()
-        load = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", tmp.name]
+        load = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+                str(ROOT / "bench" / "nccl_load.py")]
     reads: list[tuple[float, int, int, int]] = []  # (t s, gpu, cpu ns, wall ns)
     marks: dict[str, float] = {}
     t0 = time.monotonic()
@@ -102,8 +86,6 @@ def main() -> int:
     stop.set()
     th.join()
     src.close()
-    if tmp:
-        os.unlink(tmp.name)
     lo = marks.get("loading", marks["end"])
     phases = [("before the job", 0.0, marks["start"]), ("job start-up", marks["start"], lo),
               ("steady load", lo, marks["end"]), ("job end + after", marks["end"], float("inf"))]

@@ -103,32 +103,6 @@ if r == 0:
     print(f"allreduce: {dist.get_world_size()} ranks, 21 x {x.numel() * 4} bytes")
 dist.destroy_process_group()
 EOF
-  cat > "$WORK/load.py" <<'EOF'
-"""NVLink load for the bare-call measurement: all-reduces of 256 MiB (fp32) in a loop, up to LOAD_S
-seconds (rank 0's clock decides, every rank stops together); prints 'loading' once the traffic runs."""
-import os
-import time
-import torch
-import torch.distributed as dist
-dist.init_process_group("nccl")
-r = dist.get_rank()
-torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", r)))
-x = torch.ones(1 << 26, device="cuda")
-stop = torch.zeros(1, device="cuda")
-dist.all_reduce(x)
-torch.cuda.synchronize()
-end = time.monotonic() + float(os.environ.get("LOAD_S", "20"))
-if r == 0:
-    print(f"loading: {dist.get_world_size()} ranks, all-reduce of {x.numel() * 4} bytes in a loop", flush=True)
-while True:
-    for _ in range(4):
-        dist.all_reduce(x)
-    stop.fill_(1.0 if r == 0 and time.monotonic() > end else 0.0)
-    dist.all_reduce(stop)
-    if stop.item() > 0:
-        break
-dist.destroy_process_group()
-EOF
   cat > "$WORK/compare.py" <<'EOF'
 """The checks of steps 3-6. argv: store URL, monitor JSON, DATA before, DATA after, serve URL, metrics file,
 bare-call figures of step 1 (JSON; may be missing)."""
@@ -312,7 +286,7 @@ main() {
   if [ "$DRY" = 1 ]; then
     LOAD=($PY -c 'import time; print("loading: a sleep (DRY)", flush=True); time.sleep(30)')
   else
-    LOAD=(timeout 60 env LOAD_S=20 torchrun --nproc_per_node=2 "$WORK/load.py")
+    LOAD=(timeout 60 env LOAD_S=20 torchrun --nproc_per_node=2 "$ROOT/bench/nccl_load.py")
   fi
   timeout 90 $PY bench/monitor_cost.py --reads 200 --seconds 3 --bare 200 --json "$WORK/bare.json" -- "${LOAD[@]}"
   rc=$?
