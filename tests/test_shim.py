@@ -751,3 +751,24 @@ def test_thread_multiple(mpi, tmp_path):
     for rec in recs:
         assert rec.op_time["MPI_Waitall"][0] == nt * iters and rec.problems == []
         assert rec.meta["shim.counters"].startswith("per-thread shards")
+
+
+@pytest.mark.parametrize("level", ["single", "multiple"])
+def test_receives_off_the_fast_path_exact(mpi, tmp_path, level):
+    """Receives completed out of posting order, wildcard and short, PROC_NULL, cancelled, by every
+    any/some call, thousands pending at once, one pending under churn, mixed with sends and with a
+    persistent receive: each counted exactly, below MPI_THREAD_MULTIPLE (the receive log) and at
+    it (the locked table)."""
+    app = _build_app(mpi, tmp_path, "recv_edge_app")
+    recs = mpi.run(2, str(app), *(["multiple"] if level == "multiple" else []), rundir=tmp_path / "run")
+    if level == "multiple" and recs[0].meta["shim.counters"].startswith("single-writer"):
+        pytest.skip(f"{mpi.name} here does not provide MPI_THREAD_MULTIPLE")
+    for rec in recs:
+        q = 1 - rec.world_rank
+        got = {k: v for k, v in rows(rec).items() if k[3] == "recv"}
+        assert got == {(q, "p2p", "MPI_Irecv", "recv"): (360 + 7 + 48 + 3000 + 5005 + 24 + 18 + 12,
+                                                         8 + 1 + 16 + 3000 + 2501 + 4 + 2 + 3),
+                       (q, "p2p", "MPI_Recv_init", "recv"): (12, 3)}
+        assert rec.op_time["MPI_Irecv"][0] == 8 + 1 + 1 + 4 * 5 + 3000 + 1 + 2500 + 4 + 2 + 1 + 3
+        assert rec.meta["shim.counters"].startswith("single-writer" if level == "single" else "per-thread")
+    assert (traffic_matrix(recs, klass="p2p") == received_matrix(recs, klass="p2p")).all()

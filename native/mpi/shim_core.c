@@ -216,7 +216,10 @@ void rm_setup(void) {
   rm_status_direct = 1;
   for (MPI_Count v = 1; v < ((MPI_Count)1 << 40) && rm_status_direct; v = v * 977 + 3) {
     memset(&probe, 0x5a, sizeof probe);
-    rm_status_direct = PMPI_Status_set_elements_x(&probe, MPI_BYTE, v) == MPI_SUCCESS && rm_status_bytes(&probe) == v;
+    rm_status_direct = PMPI_Status_set_elements_x(&probe, MPI_BYTE, v) == MPI_SUCCESS &&
+                       PMPI_Status_set_cancelled(&probe, 0) == MPI_SUCCESS && rm_status_bytes(&probe) == v;
+    if (rm_status_direct)        /* and the cancelled flag: set, it must read as no message */
+      rm_status_direct = PMPI_Status_set_cancelled(&probe, 1) == MPI_SUCCESS && rm_status_bytes(&probe) == -1;
   }
   /* Below MPI_THREAD_MULTIPLE the application never has two MPI calls in flight, so nothing the
    * wrappers update is written concurrently: plain adds, no request-table lock. */
@@ -306,6 +309,13 @@ void rm_replay(const rm_rowset_t *rs) {
 }
 
 /* ---- point-to-point ------------------------------------------------------------------------ */
+
+int64_t rm_status_bytes_call(const MPI_Status *st) {
+  int cancelled = 0;
+  if (PMPI_Test_cancelled(st, &cancelled) == MPI_SUCCESS && cancelled) return -1;
+  MPI_Count c = 0;       /* elements of MPI_BYTE = bytes, beyond 2 GiB too (MPI_Get_count stops there) */
+  return PMPI_Get_elements_x(st, MPI_BYTE, &c) == MPI_SUCCESS ? (int64_t)c : -1;
+}
 
 uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm) {
   uint64_t n = rm_tsz(t, count);

@@ -178,7 +178,17 @@ static inline int rm_world(const rm_xl_t *x, int r) {
 void rm_setup(void);      /* after PMPI_Init*: open the writer */
 void rm_teardown(void);   /* before PMPI_Finalize: final flush */
 
-int rm_mem(const void *buf);                              /* RMREC_MEM_*: shim_mem.c */
+/* RMREC_MEM_* of a buffer (shim_mem.c): a granule classified before is one load and a compare,
+ * inline; everything else (sentinels, first sight, CUDA) in rm_mem_slow */
+#define RM_MK_SLOTS 4096
+extern _Atomic uint64_t rm_mk_cache[RM_MK_SLOTS];   /* (64 KiB granule << 2) | kind, 0 = empty */
+int rm_mem_slow(const void *buf);
+static inline int rm_mem(const void *buf) {
+  uint64_t g = (uint64_t)(uintptr_t)buf >> 16;
+  uint64_t c = __atomic_load_n((uint64_t *)&rm_mk_cache[g & (RM_MK_SLOTS - 1)], __ATOMIC_RELAXED);
+  if (__builtin_expect(c != 0 && (c >> 2) == g, 1)) return (int)(c & 3);
+  return rm_mem_slow(buf);
+}
 void rm_mem_init(void);
 
 /* Sizes of the predefined datatypes (never freed, so safe to cache), filled once at setup and
@@ -238,14 +248,35 @@ uint64_t rm_start_all(int n, const MPI_Request *reqs);
 rm_rowset_t *rm_persist_begin(int op);
 void rm_persist_end(rm_rowset_t *rs, MPI_Request req);
 
-/* request tracking */
+/* request tracking: one hash table for every kind (locked under MPI_THREAD_MULTIPLE), and below
+ * MPI_THREAD_MULTIPLE a cheaper home for the most common kind, the nonblocking receive: a log in
+ * posting order (shim_req.c) */
 enum { RQ_RECV = 1, RQ_PRECV = 2, RQ_PSTART = 3, RQ_MSG = 4, RQ_SRECV = 5 };
+enum { RQ_IN_TABLE = 0, RQ_IN_LOG = 1 };
 typedef struct {
-  uint64_t key, seq; int kind, op, mem; rm_xl_t *xl; rm_rowset_t *rs;
+  uint64_t key, seq; int kind, op, mem, where; rm_xl_t *xl; rm_rowset_t *rs;
   int src; uint64_t bytes;          /* RQ_SRECV: the posted source (comm rank) and length */
 } rm_rq_t;
-extern volatile int rm_rq_count;
+extern volatile int rm_rq_count;    /* entries in the table */
+/* The receive log: the receive of sequence number s at e[s & (cap - 1)], key 0 once completed;
+ * the live ones lie in [head, tail), head live or equal to tail; full when tail == lim
+ * (head + cap).  Used only when rm_single. */
+typedef struct { uint64_t key; rm_xl_t *xl; int op, mem; uint64_t spare; } rm_rle_t;
+typedef struct { rm_rle_t *e; uint64_t cap, head, tail, lim; int live; } rm_rlog_t;
+extern rm_rlog_t rm_rl;
+static inline int rm_rq_pending(void) { return rm_rq_count | rm_rl.live; }
 void rm_rq_put(MPI_Request req, int kind, int op, int mem, rm_xl_t *xl, rm_rowset_t *rs);
+int rm_rl_room(void);
+/* a nonblocking receive (MPI_Irecv, MPI_Imrecv): appended to the log, or into the table if the
+ * MPI calls of threads may overlap */
+static inline void rm_rq_put_recv(MPI_Request req, int op, int mem, rm_xl_t *xl) {
+  if (!rm_single) { rm_rq_put(req, RQ_RECV, op, mem, xl, NULL); return; }
+  if (req == MPI_REQUEST_NULL) return;
+  if (__builtin_expect(rm_rl.tail == rm_rl.lim, 0) && !rm_rl_room()) return;
+  rm_rle_t *e = &rm_rl.e[rm_rl.tail & (rm_rl.cap - 1)];
+  e->key = rm_hkey(&req, sizeof req); e->xl = xl; e->op = op; e->mem = mem;
+  rm_rl.tail++; rm_rl.live++;
+}
 /* The receive half of MPI_Isendrecv(_replace).  MPICH 4.0 completes these requests without
  * filling the status, so with a named source the posted source and length are counted (a shorter
  * message counts as the posted length); with MPI_ANY_SOURCE the status decides. */
@@ -253,22 +284,26 @@ void rm_rq_put_srecv(MPI_Request req, int op, int mem, MPI_Comm comm, int source
 int  rm_rq_get(MPI_Request req, rm_rq_t *out);
 void rm_rq_del(const rm_rq_t *e);
 void rm_rq_done(const rm_rq_t *e, const MPI_Status *st);  /* a tracked request completed */
-/* batch forms for the multi-request completions: one lock for n requests */
-int  rm_rq_get_n(int n, const MPI_Request *reqs, rm_rq_t *e, char *has);   /* returns # tracked */
-void rm_rq_account(const rm_rq_t *e, const MPI_Status *st);               /* count, keep entry */
-void rm_rq_release_n(int n, const rm_rq_t *e, const char *sel);           /* drop completed RQ_RECV */
-/* The requests of one MPI_Waitall/Testall/Waitany/...: looked up before the call (k = how many
- * are tracked), accounted per completed request, released together by rm_multi_end. */
+/* The requests of one MPI_Waitall/Testall/Waitany/...: looked up before the call, accounted per
+ * completed request, released by the accounting (log entries) or together by rm_multi_end (table
+ * entries).  Log entries found are kept as runs (requests i.. i+n-1 are the log's s.. s+n-1: one
+ * run for a window posted and completed in the same order), table entries as copies.  These lists
+ * and our status arrays are the thread's, grown once, not allocated per call. */
+typedef struct { int i, n; uint64_t s; } rm_run_t;
+typedef struct { int i, done; rm_rq_t e; } rm_tfound_t;
+typedef struct { int peer, op, mem; uint64_t bytes, msgs; } rm_agg_t;   /* a receive row being summed */
 typedef struct {
-  int n, k;
-  rm_rq_t *e; char *has, *done; MPI_Status *st;
-  rm_rq_t e_s[16]; char has_s[16], done_s[16]; MPI_Status st_s[16];
-  MPI_Fint *fst;
-  int agg_peer, agg_op, agg_mem; uint64_t agg_bytes, agg_msgs;    /* receive row being summed */
+  int n, k, nr, nt, own, freed;     /* requests; tracked; runs; table copies; own buffers (a nested
+                                       call); log entries released */
+  rm_run_t *r; rm_tfound_t *t; MPI_Status *st; MPI_Fint *fst;
+  rm_agg_t agg;
 } rm_multi_t;
 int  rm_multi_get(rm_multi_t *m, int n, const MPI_Request *reqs);     /* returns k */
 MPI_Status *rm_multi_statuses(rm_multi_t *m, MPI_Status *sts);       /* ours if sts is IGNORE */
+MPI_Fint *rm_multi_fbuf(rm_multi_t *m, size_t n);                    /* n MPI_Fint of ours */
+int  rm_multi_has(const rm_multi_t *m, int i);                        /* request i is tracked */
 void rm_multi_done(rm_multi_t *m, int i, const MPI_Status *st);      /* request i completed */
+void rm_multi_done_all(rm_multi_t *m, const MPI_Status *sts);        /* all completed (Waitall) */
 void rm_multi_end(rm_multi_t *m);
 /* matched probes: MPI_Message -> communicator until MPI_Mrecv/MPI_Imrecv takes it */
 void rm_msg_put(MPI_Message msg, MPI_Comm comm);
@@ -298,20 +333,23 @@ void rm_mpit_teardown(void);
 uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm);
 uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st);
 
-/* Bytes a status says were received.  The MPI_Get_elements_x call is a good share of a short
- * receive's cost, so where the status layout is known (Open MPI: _ucount; MPICH and its
- * derivatives: count_lo + count_hi_and_cancelled >> 1) it is read directly; rm_setup checks the
- * reading against MPI_Status_set_elements_x and falls back to the call (rm_status_direct = 0). */
+/* Bytes a status says were received, -1 if the request was cancelled (a cancelled receive is no
+ * message; MPICH fills its source with 0).  The MPI_Get_elements_x call is a good share of a short
+ * receive's cost, so where the status layout is known (Open MPI: _ucount, _cancelled; MPICH and its
+ * derivatives: count_lo + count_hi_and_cancelled) it is read directly; rm_setup checks the reading
+ * against MPI_Status_set_elements_x / MPI_Status_set_cancelled and falls back to the calls
+ * (rm_status_direct = 0). */
 extern int rm_status_direct;
+int64_t rm_status_bytes_call(const MPI_Status *st);   /* through MPI_Test_cancelled, MPI_Get_elements_x */
 static inline int64_t rm_status_bytes(const MPI_Status *st) {
 #if defined(OPEN_MPI)
-  if (rm_status_direct) return (int64_t)st->_ucount;
+  if (rm_status_direct) return st->_cancelled ? -1 : (int64_t)st->_ucount;
 #elif defined(MPICH_NUMVERSION) || defined(MPICH_VERSION)
   if (rm_status_direct)
-    return (int64_t)((((uint64_t)(unsigned)st->count_hi_and_cancelled >> 1) << 32) | (unsigned)st->count_lo);
+    return st->count_hi_and_cancelled & 1 ? -1
+         : (int64_t)((((uint64_t)(unsigned)st->count_hi_and_cancelled >> 1) << 32) | (unsigned)st->count_lo);
 #endif
-  MPI_Count c = 0;       /* elements of MPI_BYTE = bytes, beyond 2 GiB too (MPI_Get_count stops there) */
-  return PMPI_Get_elements_x(st, MPI_BYTE, &c) == MPI_SUCCESS ? (int64_t)c : -1;
+  return rm_status_bytes_call(st);
 }
 /* a receive whose source and length are known when it is set up (partitioned receives) */
 uint64_t rm_p2p_expect(int op, const void *buf, MPI_Count count, MPI_Datatype t, int source, MPI_Comm comm);

@@ -149,7 +149,7 @@ uint64_t rm_start_all_f(int n, const MPI_Fint *reqs) {
 }
 
 int rm_multi_get_f(rm_multi_t *m, int n, const MPI_Fint *reqs) {
-  if (!rm_rq_count || n <= 0) return rm_multi_get(m, 0, NULL);
+  if (!rm_rq_pending() || n <= 0) return rm_multi_get(m, 0, NULL);
   MPI_Request s[16], *c = n <= 16 ? s : malloc(sizeof *c * (size_t)n);
   if (!c) return rm_multi_get(m, 0, NULL);
   for (int i = 0; i < n; i++) c[i] = PMPI_Request_f2c(reqs[i]);
@@ -160,14 +160,13 @@ int rm_multi_get_f(rm_multi_t *m, int n, const MPI_Fint *reqs) {
 
 MPI_Fint *rm_multi_fstatuses_x(rm_multi_t *m, MPI_Fint *sts, int f08) {
   if (!rm_fstatuses_ignored_x(sts, f08)) return sts;
-  m->fst = malloc(sizeof(MPI_Fint) * (size_t)m->n * RM_F_STATUS_SIZE);
-  if (!m->fst) { m->k = 0; return sts; }
-  return m->fst;
+  MPI_Fint *b = rm_multi_fbuf(m, (size_t)m->n * RM_F_STATUS_SIZE);
+  return b ? b : sts;
 }
 
 void rm_multi_done_fx(rm_multi_t *m, int i, const MPI_Fint *sts, int slot, int f08) {
   MPI_Status st;
-  if (i < 0 || i >= m->n || !m->has[i] || rm_fstatuses_ignored_x(sts, f08)) return;
+  if (!rm_multi_has(m, i) || rm_fstatuses_ignored_x(sts, f08)) return;
   const MPI_Status *c = rm_fstatus_x(sts + (size_t)slot * RM_F_STATUS_SIZE, &st, f08);
   if (c != MPI_STATUS_IGNORE) rm_multi_done(m, i, c);
 }

@@ -3,7 +3,9 @@
  * of the process, without a driver call for a host buffer on the hot path.
  *
  * Order of the checks, cheapest first:
- *   1. the 64 KiB granule was classified before (a direct-mapped cache of answers);
+ *   1. the 64 KiB granule was classified before (a direct-mapped cache of answers, read inline:
+ *      rm_mem in shim_core.h; the granules of the sentinels MPI_BOTTOM / MPI_IN_PLACE are never
+ *      cached, so they always come here);
  *   2. the buffer lies in the brk heap (never device or managed memory: the driver maps those);
  *   3. CUDA is not loaded in the process -- host.  The shim never loads libcuda itself: it asks
  *      for it with RTLD_NOLOAD, at MPI_Init and again whenever a library was loaded since the
@@ -25,8 +27,9 @@
 
 typedef int (*cu_attrs_fn)(unsigned n, int *attrs, void **data, unsigned long long ptr);
 static cu_attrs_fn _Atomic cu_attrs;
-#define MK_SLOTS 4096
-static _Atomic uint64_t mk_cache[MK_SLOTS];   /* (64 KiB granule << 2) | kind, 0 = empty */
+#define MK_SLOTS RM_MK_SLOTS
+#define mk_cache rm_mk_cache
+_Atomic uint64_t rm_mk_cache[RM_MK_SLOTS];
 #define MR_SLOTS 64
 static struct { _Atomic uint64_t lo, hi; _Atomic int kind; } mk_range[MR_SLOTS];
 static _Atomic unsigned mk_nrange;
@@ -89,11 +92,13 @@ static int in_heap(uintptr_t a) {
 }
 
 static inline int remember(uint64_t g, int kind) {
+  if (g == 0 || g == (uint64_t)(uintptr_t)MPI_IN_PLACE >> 16 || g == (uint64_t)(uintptr_t)MPI_BOTTOM >> 16)
+    return kind;                                        /* the inline check must miss these */
   atomic_store_explicit(&mk_cache[g & (MK_SLOTS - 1)], (g << 2) | (uint64_t)kind, memory_order_relaxed);
   return kind;
 }
 
-int rm_mem(const void *buf) {
+int rm_mem_slow(const void *buf) {
   if (!buf || buf == MPI_IN_PLACE || buf == MPI_BOTTOM) return RMREC_MEM_UNKNOWN;
   uint64_t a = (uint64_t)(uintptr_t)buf, g = a >> 16;
   uint64_t c = atomic_load_explicit(&mk_cache[g & (MK_SLOTS - 1)], memory_order_relaxed);

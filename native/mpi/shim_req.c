@@ -2,6 +2,20 @@
  * shim_req.c -- request tracking of the rankmap PMPI shim: receives (counted when they complete,
  * from the status), persistent requests (their rows replayed at every MPI_Start), matched-probe
  * messages, and the batch lookups of the multi-request completion calls.
+ *
+ * Two homes for a tracked request:
+ *   the table: open addressing by handle, backward-shift delete, a spinlock under
+ *     MPI_THREAD_MULTIPLE.  Every kind lives here when the MPI calls of threads may overlap, and
+ *     the long-lived kinds (persistent requests, matched-probe messages, MPI_Isendrecv) always.
+ *   the receive log (rm_rl), below MPI_THREAD_MULTIPLE: nonblocking receives in posting order.
+ *     A receive is appended (a few stores, no hash); completion calls name requests mostly in
+ *     the order they were posted, so a lookup first compares the handle with the entry after the
+ *     previous match (a cursor), and only otherwise asks a hash index of the log, built lazily
+ *     (handle -> latest sequence number; entries may be stale, each hit is checked against the
+ *     log; rebuilt when half full).  A completed entry gets key 0 and the head moves over such
+ *     entries; a full log is compacted in place when at most half of it is live, else doubled.
+ *     A batch stops looking for log entries once it has found all live ones, so the sends of a
+ *     window cost no lookup.
  */
 #include "shim_core.h"
 
@@ -66,20 +80,25 @@ static int rq_find_locked(MPI_Request req, rm_rq_t *out) {
   return 0;
 }
 
+static int64_t rl_find(uint64_t key, uint64_t from);
+static void rl_copy(uint64_t s, rm_rq_t *out);
+static int rq_get_table(MPI_Request req, rm_rq_t *out);
+
 int rm_rq_get(MPI_Request req, rm_rq_t *out) {
+  if (req == MPI_REQUEST_NULL) return 0;
+  if (rm_rl.live) {
+    int64_t s = rl_find(hkey(&req, sizeof req), rm_rl.head);
+    if (s >= 0) { rl_copy((uint64_t)s, out); return 1; }
+  }
+  return rm_rq_count && rq_get_table(req, out);
+}
+
+static int rq_get_table(MPI_Request req, rm_rq_t *out) {
   if (req == MPI_REQUEST_NULL || !rm_rq_count) return 0;
   rq_lock();
   int found = rq_find_locked(req, out);
   rq_unlock();
   return found;
-}
-
-int rm_rq_get_n(int n, const MPI_Request *reqs, rm_rq_t *e, char *has) {
-  int k = 0;
-  rq_lock();
-  for (int i = 0; i < n; i++) k += (has[i] = (char)rq_find_locked(reqs[i], &e[i]));
-  rq_unlock();
-  return k;
 }
 
 /* delete with backward shift, only if the entry is still the one that was looked up */
@@ -109,14 +128,17 @@ static void rq_del_locked(const rm_rq_t *e) {
   }
 }
 
+static void rl_release(const rm_rq_t *e);
+
 void rm_rq_del(const rm_rq_t *e) {
+  if (e->where == RQ_IN_LOG) { rl_release(e); return; }
   rq_lock();
   rq_del_locked(e);
   rq_unlock();
 }
 
 /* the receive row a completed tracked request adds, if any: world peer and bytes */
-static int rq_row(const rm_rq_t *e, const MPI_Status *st, int *peer, uint64_t *bytes) {
+static inline int rq_row(const rm_rq_t *e, const MPI_Status *st, int *peer, uint64_t *bytes) {
   if (e->kind == RQ_SRECV && e->src >= 0) {
     *peer = rm_world(e->xl, e->src);
     *bytes = e->bytes;
@@ -130,25 +152,12 @@ static int rq_row(const rm_rq_t *e, const MPI_Status *st, int *peer, uint64_t *b
   return c >= 0 && *peer >= 0;
 }
 
-void rm_rq_account(const rm_rq_t *e, const MPI_Status *st) {
+static inline int rq_once(int kind) { return kind == RQ_RECV || kind == RQ_SRECV; }  /* freed at completion */
+
+void rm_rq_done(const rm_rq_t *e, const MPI_Status *st) {
   int peer;
   uint64_t bytes;
   if (rq_row(e, st, &peer, &bytes)) rm_emit(peer, RMREC_P2P, e->op, e->mem, RMREC_RECV, bytes, 1);
-}
-
-static inline int rq_once(int kind) { return kind == RQ_RECV || kind == RQ_SRECV; }  /* freed at completion */
-
-void rm_rq_release_n(int n, const rm_rq_t *e, const char *sel) {
-  int any = 0;
-  for (int i = 0; i < n && !any; i++) any = sel[i] && rq_once(e[i].kind);
-  if (!any) return;
-  rq_lock();
-  for (int i = 0; i < n; i++) if (sel[i] && rq_once(e[i].kind)) rq_del_locked(&e[i]);
-  rq_unlock();
-}
-
-void rm_rq_done(const rm_rq_t *e, const MPI_Status *st) {
-  rm_rq_account(e, st);
   if (rq_once(e->kind)) rm_rq_del(e);
 }
 
@@ -168,7 +177,7 @@ void rm_persist_end(rm_rowset_t *rs, MPI_Request req) {
 
 uint64_t rm_start_one(MPI_Request r) {
   rm_rq_t e;
-  if (!rm_rq_get(r, &e) || e.kind != RQ_PSTART || !e.rs) return 0;
+  if (!rq_get_table(r, &e) || e.kind != RQ_PSTART || !e.rs) return 0;
   rm_replay(e.rs);
   return e.rs->payload;
 }
@@ -179,60 +188,333 @@ uint64_t rm_start_all(int n, const MPI_Request *reqs) {
   return sum;
 }
 
+/* ---- the receive log (below MPI_THREAD_MULTIPLE) ------------------------------------------------ */
+
+rm_rlog_t rm_rl;
+typedef struct { uint64_t key, seq; } rl_idx_t;
+static rl_idx_t *rl_idx;                 /* lazy index: key -> latest sequence number */
+static uint64_t rl_icap, rl_iused, rl_hashed;   /* entries before rl_hashed are indexed */
+
+static inline rm_rle_t *rl_at(uint64_t s) { return &rm_rl.e[s & (rm_rl.cap - 1)]; }
+
+static void rl_idx_put(uint64_t key, uint64_t s) {
+  uint64_t m = rl_icap - 1, i = hmix(key) & m;
+  while (rl_idx[i].key && rl_idx[i].key != key) i = (i + 1) & m;
+  if (!rl_idx[i].key) { rl_idx[i].key = key; rl_iused++; }
+  rl_idx[i].seq = s;
+}
+
+/* a fresh index of the live entries indexed so far, sized for 4x the live ones */
+static int rl_reindex(void) {
+  uint64_t cap = 1024;
+  while (cap < 4 * (uint64_t)rm_rl.live) cap *= 2;
+  if (cap != rl_icap) {
+    rl_idx_t *n = calloc(cap, sizeof *n);
+    if (!n) return 0;
+    free(rl_idx);
+    rl_idx = n; rl_icap = cap;
+  } else memset(rl_idx, 0, cap * sizeof *rl_idx);
+  rl_iused = 0;
+  if (rl_hashed < rm_rl.head) rl_hashed = rm_rl.head;
+  for (uint64_t s = rm_rl.head; s < rl_hashed; s++)
+    if (rl_at(s)->key) rl_idx_put(rl_at(s)->key, s);
+  return 1;
+}
+
+/* the live entry of key, through the index (brought up to the tail first); -1 if none */
+static int64_t rl_find_slow(uint64_t key) {
+  if (!rm_rl.live) return -1;
+  if (rl_hashed < rm_rl.head) rl_hashed = rm_rl.head;
+  for (; rl_hashed < rm_rl.tail; rl_hashed++) {
+    uint64_t k = rl_at(rl_hashed)->key;
+    if (!k) continue;
+    if ((rl_iused + 1) * 2 > rl_icap && !rl_reindex()) {      /* no memory: scan the log */
+      for (uint64_t s = rm_rl.head; s < rm_rl.tail; s++) if (rl_at(s)->key == key) return (int64_t)s;
+      return -1;
+    }
+    rl_idx_put(k, rl_hashed);
+  }
+  if (!rl_icap) return -1;
+  uint64_t m = rl_icap - 1;
+  for (uint64_t i = hmix(key) & m; rl_idx[i].key; i = (i + 1) & m)
+    if (rl_idx[i].key == key) {
+      uint64_t s = rl_idx[i].seq;
+      return s >= rm_rl.head && s < rm_rl.tail && rl_at(s)->key == key ? (int64_t)s : -1;
+    }
+  return -1;
+}
+
+/* the live entry of key: the one at `from` (a cursor) if it matches, else through the index */
+static int64_t rl_find(uint64_t key, uint64_t from) {
+  if (from < rm_rl.tail && rl_at(from)->key == key) return (int64_t)from;
+  return rl_find_slow(key);
+}
+
+/* the log entry as a table entry (for the single-request calls) */
+static void rl_copy(uint64_t s, rm_rq_t *out) {
+  const rm_rle_t *e = rl_at(s);
+  *out = (rm_rq_t){.key = e->key, .seq = s, .kind = RQ_RECV, .op = e->op, .mem = e->mem, .where = RQ_IN_LOG,
+                   .xl = e->xl, .src = -1};
+}
+
+/* after entries were released: the head onto the first live entry */
+static inline void rl_trim(void) {
+  if (!rm_rl.live) rm_rl.head = rm_rl.tail;
+  else while (rm_rl.head < rm_rl.tail && !rl_at(rm_rl.head)->key) rm_rl.head++;
+  rm_rl.lim = rm_rl.head + rm_rl.cap;
+}
+
+static void rl_release(const rm_rq_t *e) {
+  if (e->seq < rm_rl.head || e->seq >= rm_rl.tail || rl_at(e->seq)->key != e->key) return;
+  rl_at(e->seq)->key = 0;
+  rm_rl.live--;
+  rl_trim();
+}
+
+/* The log is full: compact it in place (live entries renumbered after the old tail, so no stale
+ * index entry can name them) when at most half is live, else double it.  0: out of memory. */
+int rm_rl_room(void) {
+  uint64_t cap = rm_rl.cap;
+  if (cap && (uint64_t)rm_rl.live <= cap / 2) {
+    uint64_t j = 0, base = rm_rl.tail;
+    for (uint64_t s = rm_rl.head; s < rm_rl.tail; s++) {
+      rm_rle_t *e = rl_at(s);
+      if (!e->key) continue;
+      rm_rle_t *d = rl_at(base + j++);   /* = slot (head + j): never after e's slot */
+      if (d != e) *d = *e;
+    }
+    rm_rl.head = base; rm_rl.tail = base + j;
+    rl_hashed = base; rl_iused = 0;
+    if (rl_idx) memset(rl_idx, 0, rl_icap * sizeof *rl_idx);
+  } else {
+    uint64_t ncap = cap ? 2 * cap : 1024;
+    rm_rle_t *n = malloc(ncap * sizeof *n);
+    if (!n) { rmrec_fail(rm_R, "out of memory for pending receives"); return 0; }
+    for (uint64_t s = rm_rl.head; s < rm_rl.tail; s++) n[s & (ncap - 1)] = *rl_at(s);
+    free(rm_rl.e);
+    rm_rl.e = n; rm_rl.cap = ncap;
+  }
+  rm_rl.lim = rm_rl.head + rm_rl.cap;
+  return 1;
+}
+
 /* ---- multi-request completion ------------------------------------------------------------------- */
 
+/* The thread's buffers for the batch calls, grown once.  A completion call nested in another on
+ * the same thread (a callback of the library) gets buffers of its own, freed at its end. */
+typedef struct { rm_run_t *r; rm_tfound_t *t; MPI_Status *st; MPI_Fint *fst; size_t nr, nt, nst, nfst; int busy; } mbuf_t;
+static RM_TLS mbuf_t mb;
+
+static void *grow(void **p, size_t *cap, size_t need, size_t size, int own) {
+  if (own) return malloc(need * size);
+  if (need <= *cap) return *p;
+  size_t c = *cap ? *cap : 64;
+  while (c < need) c *= 2;
+  void *n = malloc(c * size);
+  if (!n) return NULL;
+  free(*p);
+  *p = n; *cap = c;
+  return n;
+}
+#define GROW(field, cnt, need, own) ((__typeof__(mb.field))grow((void **)&mb.field, &mb.cnt, (need), sizeof *mb.field, (own)))
+
+/* request i's table entry, copied (another thread may move it once the lock is gone) */
+static void multi_table(rm_multi_t *m, int i, MPI_Request r) {
+  if (r == MPI_REQUEST_NULL) return;
+  if (!m->t && !(m->t = GROW(t, nt, (size_t)m->n, m->own))) return;
+  rm_tfound_t *t = &m->t[m->nt];
+  if (rq_find_locked(r, &t->e)) { t->i = i; t->done = 0; m->nt++; }
+}
+
 int rm_multi_get(rm_multi_t *m, int n, const MPI_Request *reqs) {
-  m->n = n; m->k = 0; m->st = NULL; m->fst = NULL; m->agg_msgs = 0;
-  m->e = m->e_s; m->has = m->has_s; m->done = m->done_s;
-  if (!rm_rq_count || n <= 0) return 0;
-  if (n > 16) {
-    m->e = malloc(sizeof(rm_rq_t) * (size_t)n);
-    m->has = malloc((size_t)n);
-    m->done = malloc((size_t)n);
-    if (!m->e || !m->has || !m->done) { rm_multi_end(m); m->n = 0; return 0; }
+  m->n = n; m->k = 0; m->nr = 0; m->nt = 0; m->freed = 0; m->agg.msgs = 0;
+  m->r = NULL; m->t = NULL; m->st = NULL; m->fst = NULL;
+  if (n <= 0 || !rm_rq_pending()) { m->own = 0; return 0; }
+  m->own = mb.busy;
+  int left = rm_rl.live, i = 0, nr = 0;
+  rq_lock();
+  if (left && (m->r = GROW(r, nr, (size_t)n, m->own))) {
+    /* the log: first the entry after the previous match (a cursor), then the index */
+    rm_run_t *R = m->r;
+    const rm_rle_t *L = rm_rl.e;
+    uint64_t mask = rm_rl.cap - 1, tail = rm_rl.tail, cur = rm_rl.head, next_s = 0;
+    int next_i = -1;
+    for (; i < n; i++) {
+      /* in order: a run of requests that are the log's next entries, compared in a tight loop */
+      if (cur < tail && L[cur & mask].key == hkey(&reqs[i], sizeof reqs[i])) {
+        uint64_t room = tail - cur, wrap = mask + 1 - (cur & mask);
+        if (room > wrap) room = wrap;
+        if (room > (uint64_t)left) room = (uint64_t)left;
+        if (room > (uint64_t)(n - i)) room = (uint64_t)(n - i);
+        const rm_rle_t *p = &L[cur & mask] + 1;
+        uint64_t c = 1;
+        while (c < room && p->key == hkey(&reqs[i + (int)c], sizeof reqs[i])) { p++; c++; }
+        if (i == next_i && cur == next_s) R[nr - 1].n += (int)c;
+        else R[nr++] = (rm_run_t){i, (int)c, cur};
+        i += (int)c; cur += c; next_i = i; next_s = cur;
+        left -= (int)c;
+        if (!left) break;              /* every live receive found: the rest are not in the log */
+        while (cur < tail && !L[cur & mask].key) cur++;
+        i--;
+        continue;
+      }
+      MPI_Request r = reqs[i];
+      int64_t f = r == MPI_REQUEST_NULL ? -1 : rl_find_slow(hkey(&r, sizeof r));
+      if (f < 0) { if (rm_rq_count) multi_table(m, i, r); continue; }
+      uint64_t s = (uint64_t)f;
+      if (i == next_i && s == next_s) R[nr - 1].n++;
+      else R[nr++] = (rm_run_t){i, 1, s};
+      next_i = i + 1; next_s = s + 1;
+      if (!--left) { i++; break; }
+      for (cur = s + 1; cur < tail && !L[cur & mask].key; cur++) {}
+    }
   }
-  memset(m->done, 0, (size_t)n);
-  m->k = rm_rq_get_n(n, reqs, m->e, m->has);
+  m->nr = nr;
+  if (rm_rq_count)
+    for (; i < n; i++) multi_table(m, i, reqs[i]);
+  rq_unlock();
+  m->k = rm_rl.live - left + m->nt;
+  if (!nr && !m->nt) {                 /* nothing tracked: nothing held */
+    if (m->own) { free(m->r); free(m->t); m->own = 0; }
+    m->r = NULL; m->t = NULL; m->k = 0;
+    return 0;
+  }
+  if (!m->own) mb.busy = 1;
   return m->k;
 }
 
 MPI_Status *rm_multi_statuses(rm_multi_t *m, MPI_Status *sts) {
   if (sts != MPI_STATUSES_IGNORE) return sts;
-  m->st = m->n <= 16 ? m->st_s : malloc(sizeof(MPI_Status) * (size_t)m->n);
+  m->st = GROW(st, nst, (size_t)m->n, m->own);
   if (!m->st) m->k = 0;            /* out of memory: give up counting these receives */
   return m->st ? m->st : sts;
 }
 
+MPI_Fint *rm_multi_fbuf(rm_multi_t *m, size_t n) {
+  m->fst = GROW(fst, nfst, n, m->own);
+  if (!m->fst) m->k = 0;
+  return m->fst;
+}
+
 /* Receives completed together from one peer by one operation become one row (a window of 64
  * receives from a neighbour is one traffic update, not 64). */
-static void agg_flush(rm_multi_t *m) {
-  if (m->agg_msgs) rm_emit(m->agg_peer, RMREC_P2P, m->agg_op, m->agg_mem, RMREC_RECV, m->agg_bytes, m->agg_msgs);
-  m->agg_msgs = 0;
+static void agg_emit(rm_agg_t a) {
+  if (a.msgs) rm_emit(a.peer, RMREC_P2P, a.op, a.mem, RMREC_RECV, a.bytes, a.msgs);
+}
+static inline __attribute__((always_inline)) void agg_add(rm_agg_t *a, int peer, int op, int mem, uint64_t bytes) {
+  if (a->msgs && (peer != a->peer || op != a->op || mem != a->mem)) { agg_emit(*a); a->msgs = 0; }
+  if (!a->msgs) { a->peer = peer; a->op = op; a->mem = mem; a->bytes = 0; }
+  a->bytes += bytes;
+  a->msgs++;
+}
+
+/* a log entry completed with status st: its row into the sum, the entry released (key 0; the
+ * count and the head follow in rm_multi_end).  Returns 1 if it was live. */
+static inline __attribute__((always_inline)) int log_take(rm_agg_t *a, rm_rle_t *e, const MPI_Status *st) {
+  if (!e->key) return 0;
+  int src = st->MPI_SOURCE;
+  if (src >= 0) {                                            /* else PROC_NULL */
+    int64_t c = rm_status_bytes(st);
+    int peer = rm_world(e->xl, src);
+    if (c >= 0 && peer >= 0) agg_add(a, peer, e->op, e->mem, (uint64_t)c);
+  }
+  e->key = 0;
+  return 1;
+}
+
+static void table_take(rm_agg_t *a, rm_tfound_t *t, const MPI_Status *st) {
+  int peer;
+  uint64_t bytes;
+  if (t->done) return;
+  if (rq_row(&t->e, st, &peer, &bytes)) agg_add(a, peer, t->e.op, t->e.mem, bytes);
+  t->done = 1;
+}
+
+void rm_multi_done_all(rm_multi_t *m, const MPI_Status *sts) {
+  rm_agg_t a = m->agg;
+  rm_rle_t *L = rm_rl.e;
+  uint64_t mask = rm_rl.cap - 1;
+  int freed = 0, lsrc = -1, lpeer = -1;
+  const rm_xl_t *lx = NULL;            /* the latest translation: a window comes from few peers */
+  int peer = a.peer, op = a.op, mem = a.mem;   /* the row being summed, in registers */
+  uint64_t bytes = a.bytes, msgs = a.msgs;
+  for (int j = 0; j < m->nr; j++) {
+    const rm_run_t r = m->r[j];
+    const MPI_Status *st = &sts[r.i];
+    freed += r.n;
+    for (int q = 0; q < r.n; q++, st++) {
+      rm_rle_t *e = &L[(r.s + (uint64_t)q) & mask];
+      int src = st->MPI_SOURCE;
+      if (src >= 0) {                                        /* else PROC_NULL */
+        int64_t c = rm_status_bytes(st);
+        if (e->xl != lx || src != lsrc) { lx = e->xl; lsrc = src; lpeer = rm_world(lx, src); }
+        if (c >= 0 && lpeer >= 0) {
+          if (msgs && lpeer == peer && e->op == op && e->mem == mem) { bytes += (uint64_t)c; msgs++; }
+          else {
+            agg_emit((rm_agg_t){peer, op, mem, bytes, msgs});
+            peer = lpeer; op = e->op; mem = e->mem; bytes = (uint64_t)c; msgs = 1;
+          }
+        }
+      }
+      e->key = 0;              /* each request completes once: no live check needed here */
+    }
+  }
+  a = (rm_agg_t){peer, op, mem, bytes, msgs};
+  for (int j = 0; j < m->nt; j++) table_take(&a, &m->t[j], &sts[m->t[j].i]);
+  m->agg = a;
+  m->freed += freed;
+}
+
+/* request i among the runs (the log's sequence number, -1 if none) or the table copies */
+static int64_t run_of(const rm_multi_t *m, int i) {
+  int lo = 0, hi = m->nr - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    const rm_run_t *r = &m->r[mid];
+    if (i < r->i) hi = mid - 1;
+    else if (i >= r->i + r->n) lo = mid + 1;
+    else return (int64_t)(r->s + (uint64_t)(i - r->i));
+  }
+  return -1;
+}
+static rm_tfound_t *table_of(const rm_multi_t *m, int i) {
+  int lo = 0, hi = m->nt - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if (m->t[mid].i == i) return &m->t[mid];
+    if (m->t[mid].i < i) lo = mid + 1; else hi = mid - 1;
+  }
+  return NULL;
+}
+
+int rm_multi_has(const rm_multi_t *m, int i) {
+  return m->k && i >= 0 && i < m->n && (run_of(m, i) >= 0 || table_of(m, i));
 }
 
 void rm_multi_done(rm_multi_t *m, int i, const MPI_Status *st) {
-  if (i < 0 || i >= m->n || !m->has[i]) return;
-  const rm_rq_t *e = &m->e[i];
-  int peer;
-  uint64_t bytes;
-  if (rq_row(e, st, &peer, &bytes)) {
-    if (m->agg_msgs && (peer != m->agg_peer || e->op != m->agg_op || e->mem != m->agg_mem)) agg_flush(m);
-    if (!m->agg_msgs) { m->agg_peer = peer; m->agg_op = e->op; m->agg_mem = e->mem; m->agg_bytes = 0; }
-    m->agg_bytes += bytes;
-    m->agg_msgs++;
-  }
-  m->done[i] = 1;
+  if (!m->k || i < 0 || i >= m->n) return;
+  int64_t s = run_of(m, i);
+  if (s >= 0) { m->freed += log_take(&m->agg, rl_at((uint64_t)s), st); return; }
+  rm_tfound_t *t = table_of(m, i);
+  if (t) table_take(&m->agg, t, st);
 }
 
 void rm_multi_end(rm_multi_t *m) {
-  agg_flush(m);
-  if (m->k) rm_rq_release_n(m->n, m->e, m->done);
-  if (m->e != m->e_s) free(m->e);
-  if (m->has != m->has_s) free(m->has);
-  if (m->done != m->done_s) free(m->done);
-  if (m->st && m->st != m->st_s) free(m->st);
-  free(m->fst);
-  m->e = m->e_s; m->has = m->has_s; m->done = m->done_s; m->st = NULL; m->fst = NULL; m->k = 0;
+  if (!m->r && !m->t) return;          /* nothing tracked: nothing held */
+  agg_emit(m->agg);
+  m->agg.msgs = 0;
+  if (m->freed) { rm_rl.live -= m->freed; rl_trim(); }
+  int any = 0;
+  for (int j = 0; j < m->nt && !any; j++) any = m->t[j].done && rq_once(m->t[j].e.kind);
+  if (any) {
+    rq_lock();
+    for (int j = 0; j < m->nt; j++) if (m->t[j].done && rq_once(m->t[j].e.kind)) rq_del_locked(&m->t[j].e);
+    rq_unlock();
+  }
+  if (m->own) { free(m->r); free(m->t); free(m->st); free(m->fst); }
+  else mb.busy = 0;
+  m->k = m->nr = m->nt = m->own = m->freed = 0;
+  m->r = NULL; m->t = NULL; m->st = NULL; m->fst = NULL;
 }
 
 /* ---- matched probes ----------------------------------------------------------------------------- */
@@ -254,7 +536,7 @@ void rm_msg_put(MPI_Message msg, MPI_Comm comm) {
 
 rm_xl_t *rm_msg_take(MPI_Message msg) {
   rm_rq_t e;
-  if (msg == MPI_MESSAGE_NULL || msg == MPI_MESSAGE_NO_PROC || !rm_rq_get(msg_key(msg), &e)) return NULL;
+  if (msg == MPI_MESSAGE_NULL || msg == MPI_MESSAGE_NO_PROC || !rq_get_table(msg_key(msg), &e)) return NULL;
   rm_rq_del(&e);
   return e.kind == RQ_MSG ? e.xl : NULL;
 }
