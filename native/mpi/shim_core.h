@@ -221,7 +221,7 @@ int rm_row_fill(rm_rowc_t *e, uint64_t key, int peer, int klass, int op, int mem
 /* A traffic row of the call (RMREC_ORIGIN_CALL): bytes and messages into the row's counters (found through the thread's row cache,
  * the writer's table only on a miss), sent bytes also into the timeline cell of the row's time
  * (rm_tick; the cell is cached until the next timeline bucket, rmrec_epoch). */
-static inline void rm_emit(int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs) {
+static inline __attribute__((always_inline)) void rm_emit(int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs) {
   if (peer < 0) return;
   rm_rowset_t *rs = rm_rs;
   if (__builtin_expect(rs != NULL, 0)) { rm_rowset_add(rs, peer, klass, op, mem, dir, RMREC_ORIGIN_CALL, bytes); return; }
@@ -341,15 +341,19 @@ uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st);
  * (rm_status_direct = 0). */
 extern int rm_status_direct;
 int64_t rm_status_bytes_call(const MPI_Status *st);   /* through MPI_Test_cancelled, MPI_Get_elements_x */
-static inline int64_t rm_status_bytes(const MPI_Status *st) {
+/* the fields themselves: only where rm_status_direct says they read right */
+static inline int64_t rm_status_fields(const MPI_Status *st) {
 #if defined(OPEN_MPI)
-  if (rm_status_direct) return st->_cancelled ? -1 : (int64_t)st->_ucount;
+  return st->_cancelled ? -1 : (int64_t)st->_ucount;
 #elif defined(MPICH_NUMVERSION) || defined(MPICH_VERSION)
-  if (rm_status_direct)
-    return st->count_hi_and_cancelled & 1 ? -1
-         : (int64_t)((((uint64_t)(unsigned)st->count_hi_and_cancelled >> 1) << 32) | (unsigned)st->count_lo);
-#endif
+  return st->count_hi_and_cancelled & 1 ? -1
+       : (int64_t)((((uint64_t)(unsigned)st->count_hi_and_cancelled >> 1) << 32) | (unsigned)st->count_lo);
+#else
   return rm_status_bytes_call(st);
+#endif
+}
+static inline int64_t rm_status_bytes(const MPI_Status *st) {
+  return rm_status_direct ? rm_status_fields(st) : rm_status_bytes_call(st);
 }
 /* a receive whose source and length are known when it is set up (partitioned receives) */
 uint64_t rm_p2p_expect(int op, const void *buf, MPI_Count count, MPI_Datatype t, int source, MPI_Comm comm);

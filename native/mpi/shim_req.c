@@ -430,39 +430,40 @@ static void table_take(rm_agg_t *a, rm_tfound_t *t, const MPI_Status *st) {
   t->done = 1;
 }
 
-void rm_multi_done_all(rm_multi_t *m, const MPI_Status *sts) {
-  rm_agg_t a = m->agg;
+/* The runs of one batch completed (statuses sts): their rows summed in registers, entries
+ * released.  `direct`: rm_status_direct, a constant in each of the two copies rm_multi_done_all
+ * makes, so the status read is a field read or a call without a test per receive. */
+static inline __attribute__((always_inline)) void runs_done(rm_multi_t *m, const MPI_Status *sts, int direct) {
   rm_rle_t *L = rm_rl.e;
   uint64_t mask = rm_rl.cap - 1;
-  int freed = 0, lsrc = -1, lpeer = -1;
+  int lsrc = -1, lpeer = -1;
   const rm_xl_t *lx = NULL;            /* the latest translation: a window comes from few peers */
-  int peer = a.peer, op = a.op, mem = a.mem;   /* the row being summed, in registers */
-  uint64_t bytes = a.bytes, msgs = a.msgs;
+  int peer = m->agg.msgs ? m->agg.peer : -1, op = m->agg.op, mem = m->agg.mem;   /* the row being summed */
+  uint64_t bytes = m->agg.bytes, msgs = m->agg.msgs;
   for (int j = 0; j < m->nr; j++) {
     const rm_run_t r = m->r[j];
     const MPI_Status *st = &sts[r.i];
-    freed += r.n;
+    m->freed += r.n;
     for (int q = 0; q < r.n; q++, st++) {
       rm_rle_t *e = &L[(r.s + (uint64_t)q) & mask];
       int src = st->MPI_SOURCE;
-      if (src >= 0) {                                        /* else PROC_NULL */
-        int64_t c = rm_status_bytes(st);
-        if (e->xl != lx || src != lsrc) { lx = e->xl; lsrc = src; lpeer = rm_world(lx, src); }
-        if (c >= 0 && lpeer >= 0) {
-          if (msgs && lpeer == peer && e->op == op && e->mem == mem) { bytes += (uint64_t)c; msgs++; }
-          else {
-            agg_emit((rm_agg_t){peer, op, mem, bytes, msgs});
-            peer = lpeer; op = e->op; mem = e->mem; bytes = (uint64_t)c; msgs = 1;
-          }
-        }
-      }
-      e->key = 0;              /* each request completes once: no live check needed here */
+      e->key = 0;              /* each request completes once: released here, no live check */
+      if (src < 0) continue;   /* PROC_NULL (not tracked, but as the library says) */
+      int64_t c = direct ? rm_status_fields(st) : rm_status_bytes_call(st);
+      if (c < 0) continue;     /* cancelled */
+      if (e->xl != lx || src != lsrc) { lx = e->xl; lsrc = src; lpeer = rm_world(lx, src); }
+      if (lpeer < 0) continue;
+      if (lpeer == peer && e->op == op && e->mem == mem) { bytes += (uint64_t)c; msgs++; continue; }
+      agg_emit((rm_agg_t){peer, op, mem, bytes, msgs});
+      peer = lpeer; op = e->op; mem = e->mem; bytes = (uint64_t)c; msgs = 1;
     }
   }
-  a = (rm_agg_t){peer, op, mem, bytes, msgs};
-  for (int j = 0; j < m->nt; j++) table_take(&a, &m->t[j], &sts[m->t[j].i]);
-  m->agg = a;
-  m->freed += freed;
+  m->agg = (rm_agg_t){peer, op, mem, bytes, msgs};
+}
+
+void rm_multi_done_all(rm_multi_t *m, const MPI_Status *sts) {
+  if (rm_status_direct) runs_done(m, sts, 1); else runs_done(m, sts, 0);
+  for (int j = 0; j < m->nt; j++) table_take(&m->agg, &m->t[j], &sts[m->t[j].i]);
 }
 
 /* request i among the runs (the log's sequence number, -1 if none) or the table copies */
