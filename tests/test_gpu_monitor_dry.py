@@ -30,7 +30,8 @@ def test_monitor_script_dry_run(tmp_path):
     assert "FAIL" not in log and "Traceback" not in log, log
     for want in ("PASS gpm: ", "PASS rankmap monitor started", "PASS /metrics DCGM_FI_PROF_NVLINK_TX_BYTES",
                  "PASS link gpu0<->nvswitch0 coloured from its measured counters", "PASS rankmap monitor ended cleanly",
-                 "SKIP profile sampler NVLink bytes", "CPU per GPU per sample during the job",
+                 "SKIP profile sampler NVLink bytes", "CPU per GPU per sample over its session",
+                 "== 3b. a second NCCL job", "stalled in the driver (> 2 ms CPU)",
                  "rankmap: dashboard at http://127.0.0.1:"):
         assert want in log, (want, log)
     # the monitor against the DATA (payload) counters of its own span; the fake's 3 % protocol overhead

@@ -99,6 +99,81 @@ def test_gpm_integral_matches_the_true_bytes(jitter_ns, step):
     src.close()
 
 
+@pytest.mark.parametrize("guarded", [True, False])
+def test_gpm_stalled_snapshot_is_not_an_end_point(monkeypatch, guarded):
+    """A read that stalls in the driver took its snapshot at some unknown instant of a long call. The
+    traffic starts exactly there: taking the call's midpoint as the snapshot's instant loses the
+    bytes of half the call; skipping the snapshot and integrating from the last good one to the next
+    keeps every byte. Unguarded (the old rule), the same scenario is far off: the check can fail."""
+    import rankmap.capture.sampler as sm
+    if not guarded:
+        monkeypatch.setattr(sm, "SNAP_MAX_NS", 10**12)
+    rate = 100 * GB
+    nv = fake(rates=[[rate, rate, 0, 0]])
+    start: dict[str, int] = {}
+    nv.true_bytes = lambda gpu, t: ([int(rate * (t - start["t"]) / 1e9)] * 2 + [0, 0]
+                                    if "t" in start and t > start["t"] else [0, 0, 0, 0])
+    nv.on_stall = lambda gpu, t: start.setdefault("t", t)
+    src = GpmSource(nv)
+    time.sleep(0.01)
+    assert src.read(0).nvlink_tx == 0
+    nv.stall_next_ms = 30.0
+    stalled = src.read(0)
+    time.sleep(0.01)
+    got = src.read(0).nvlink_tx
+    want = nv.history[0][-1][0]        # every byte since the traffic started
+    assert want > rate * 0.03
+    if guarded:
+        assert src.discarded == 1 and stalled.nvlink_tx == 0
+        assert abs(got - want) / want < 0.01, (got, want)
+    else:
+        assert src.discarded == 0 and abs(got - want) / want > 0.2, (got, want)
+    src.close()
+
+
+def test_sampler_holds_after_a_stalled_read_and_resumes():
+    """A read that burns more than stall_ms of CPU ends that tick (the other GPU is not read) and
+    keeps the sampler off the GPUs for hold_s; a stall right after the hold doubles it (up to
+    max_hold_s); then sampling goes on. stall_ms=None reads on."""
+
+    class Stalling:
+        kind = "test"
+
+        def __init__(self, stall_at=(7, 8)):
+            self.reads, self.stall_at = [], stall_at
+
+        def gpu_count(self):
+            return 2
+
+        def read(self, gpu):
+            self.reads.append((time.monotonic(), gpu))
+            if len(self.reads) in self.stall_at:    # GPU 0 of the 4th tick, then the first read after
+                t = time.thread_time_ns()
+                while time.thread_time_ns() - t < 4_000_000:
+                    pass
+            return Counters(len(self.reads), 0, None, None)
+
+    src = Stalling()
+    s = LinkSampler(src, interval_s=0.005, stall_ms=2.0, hold_s=0.04, max_hold_s=0.1, keep=True).start()
+    time.sleep(0.35)
+    s.stop()
+    assert s.cost.stalls == 2 and s.cost.held >= 12
+    (t1, g1), (t2, g2), (t3, g3) = src.reads[6:9]
+    assert g1 == g2 == g3 == 0                     # GPU 1 was left alone in each stalled tick ...
+    assert t2 - t1 >= 0.04                         # ... every GPU for hold_s ...
+    assert t3 - t2 >= 0.08                         # ... then twice that
+    s._stalled()
+    assert s._hold_ns == 100_000_000               # and never more than max_hold_s
+    assert len(src.reads) >= 20                    # then sampling went on
+    assert {x.gpu for x in s.samples[-2:]} == {0, 1}  # the last sample reads every GPU
+
+    src = Stalling()
+    s = LinkSampler(src, interval_s=0.005, stall_ms=None, keep=False).start()
+    time.sleep(0.06)
+    s.stop()
+    assert s.cost.stalls == 0 and s.cost.held == 0 and src.reads[7][1] == 1
+
+
 def test_gpm_rate_units_nvlink_1024000_pcie_mib():
     """The driver's NVLink GPM rate is bytes / 1024 / 1000 per second (measured on an H200 against the
     DATA counters, see GPM_NVLINK_UNIT), the PCIe one MiB/s as documented: one second of a known

@@ -87,6 +87,11 @@ class FakeNvml:
         self.inits = 0
         self.calls: dict[str, int] = {}
         self.history: dict[int, list[list[int]]] = {}  # per GPU: the true counts at every read
+        # a driver stall: the next nvmlGpmSampleGet takes its snapshot on entry, then spins this many ms
+        # of CPU (as the real driver does while a job sets up its contexts); on_stall(gpu, t_ns) is told
+        # the snapshot's instant
+        self.stall_next_ms = 0.0
+        self.on_stall = None
         for k, v in globals().items():  # the module's constants, as attributes of the instance too
             if k.startswith("NVML_"):
                 setattr(self, k, v)
@@ -189,6 +194,13 @@ class FakeNvml:
         s.gpu, s.counts = h, true  # GPM counts payload, like the DATA fields
         self.history.setdefault(h, []).append(true)
         s.t = t + (self.rng.randint(-jitter, jitter) if jitter else 0)  # the GPU's own timestamp
+        if self.stall_next_ms:
+            spin, self.stall_next_ms = self.stall_next_ms, 0.0
+            if self.on_stall:
+                self.on_stall(h, t)
+            c0 = time.thread_time_ns()
+            while time.thread_time_ns() - c0 < spin * 1e6:
+                pass
         return s
 
     def nvmlGpmMetricsGet(self, g: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:

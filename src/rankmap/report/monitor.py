@@ -39,6 +39,10 @@ def print_monitor(res: Any, console: Console | None = None) -> None:
                   f"(median {c['median_read_ms']:.3f} ms, slowest {c['max_read_ms']:.3f} ms); rankmap used "
                   f"{share * 100:.2f} % of one core (sampler thread {c['cpu_share'] * 100:.2f} %, of which store "
                   f"writes {c['callback_cpu_share'] * 100:.2f} %)")
+        if c.get("stalls"):
+            con.print(f"{c['stalls']} reads stalled in the driver (a job setting up or tearing "
+                      f"down its GPU contexts); {c['held']} ticks were skipped after them, their bytes carried "
+                      f"by the next reads")
     else:
         con.print(f"cost: {c['samples']} samples")
     for row in res.data_check or []:
