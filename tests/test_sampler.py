@@ -133,8 +133,8 @@ def test_gpm_stalled_snapshot_is_not_an_end_point(monkeypatch, guarded):
 
 def test_sampler_holds_after_a_stalled_read_and_resumes():
     """A read that burns more than stall_ms of CPU ends that tick (the other GPU is not read) and
-    keeps the sampler off the GPUs for hold_s; a stall right after the hold doubles it (up to
-    max_hold_s); then sampling goes on. stall_ms=None reads on."""
+    keeps the sampler off the GPUs for hold_s, again after each stall; then sampling goes on.
+    stall_ms=None reads on."""
 
     class Stalling:
         kind = "test"
@@ -154,16 +154,13 @@ def test_sampler_holds_after_a_stalled_read_and_resumes():
             return Counters(len(self.reads), 0, None, None)
 
     src = Stalling()
-    s = LinkSampler(src, interval_s=0.005, stall_ms=2.0, hold_s=0.04, max_hold_s=0.1, keep=True).start()
+    s = LinkSampler(src, interval_s=0.005, stall_ms=2.0, hold_s=0.04, keep=True).start()
     time.sleep(0.35)
     s.stop()
     assert s.cost.stalls == 2 and s.cost.held >= 12
     (t1, g1), (t2, g2), (t3, g3) = src.reads[6:9]
     assert g1 == g2 == g3 == 0                     # GPU 1 was left alone in each stalled tick ...
-    assert t2 - t1 >= 0.04                         # ... every GPU for hold_s ...
-    assert t3 - t2 >= 0.08                         # ... then twice that
-    s._stalled()
-    assert s._hold_ns == 100_000_000               # and never more than max_hold_s
+    assert t2 - t1 >= 0.04 and t3 - t2 >= 0.04    # ... and every GPU for hold_s, after each stall
     assert len(src.reads) >= 20                    # then sampling went on
     assert {x.gpu for x in s.samples[-2:]} == {0, 1}  # the last sample reads every GPU
 

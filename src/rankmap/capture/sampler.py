@@ -20,8 +20,8 @@ Two ways to read them, chosen per node (``open_source``):
 when it tears them down), a single NVML read can spin 3-100 ms of CPU inside the driver, waiting
 behind the job's own driver work; at 10 Hz a handful of those outweigh every other read of a job's
 life. Two rules keep that cheap and exact: :class:`LinkSampler` leaves every GPU alone for
-``hold_s`` (1 s; doubled up to 3 s while the stalls keep coming) after a read that burnt more than
-``stall_ms`` (2 ms) of CPU, so a burst of stalls costs one slow read instead of ten; and :class:`GpmSource` does not use a snapshot whose call took
+``hold_s`` (1 s) after a read that burnt more than ``stall_ms`` (2 ms) of CPU, so a burst of stalls
+costs one slow read instead of ten; and :class:`GpmSource` does not use a snapshot whose call took
 longer than ``SNAP_MAX_NS`` as an end point of the integral (the snapshot lies somewhere in a call of
 milliseconds, so its instant is unknown), the next good snapshot closes the interval instead. GPM
 rates between snapshots up to 4 s apart were measured exact on 2x H200 (within 0.05 % of the DATA
@@ -64,9 +64,9 @@ GPM_UNITS = (GPM_NVLINK_UNIT, GPM_NVLINK_UNIT, GPM_PCIE_UNIT, GPM_PCIE_UNIT)
 # (or, where the rate changes at that moment, adds or loses them). Normal calls take 0.04-0.3 ms.
 SNAP_MAX_NS = 1_000_000
 # ... unless the last good snapshot is this old: then the slow one is taken as it is (GPM was measured
-# exact across 4 s; a driver that stays slow must not freeze the totals). Above LinkSampler's longest
-# hold (3 s), so that the first read after a hold may still be skipped.
-SNAP_MAX_GAP_NS = 4_000_000_000
+# exact across 4 s; a driver that stays slow must not freeze the totals). Above LinkSampler's hold
+# (1 s), so that the first read after a hold may still be skipped.
+SNAP_MAX_GAP_NS = 2_000_000_000
 SOURCES = ("auto", "gpm", "fields")
 
 
@@ -435,12 +435,9 @@ class LinkSampler:
     cost: SamplerCost = field(default_factory=SamplerCost)
     stall_ms: float | None = 2.0
     hold_s: float = 1.0
-    max_hold_s: float = 3.0
 
     def __post_init__(self) -> None:
         self._hold_until = 0         # monotonic ns before which the loop takes no sample
-        self._hold_ns = 0            # the current hold: doubles while stalls keep coming
-        self._last_stall = -(1 << 62)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._first: dict[int, Counters] = {}
@@ -491,15 +488,9 @@ class LinkSampler:
             return batch
 
     def _stalled(self) -> None:
-        """Hold the sampler after a stalled read: ``hold_s``, doubled (up to ``max_hold_s``) when the
-        stall comes within 2 s of the end of the previous hold (a job's set-up stalls in bursts)."""
-        now = time.monotonic_ns()
+        """Hold the sampler for ``hold_s`` after a stalled read (a job's set-up stalls in bursts)."""
         self.cost.stalls += 1
-        base, top = int(self.hold_s * 1e9), int(self.max_hold_s * 1e9)
-        same_burst = now - self._last_stall < self._hold_ns + 2_000_000_000
-        self._hold_ns = min(2 * self._hold_ns, top) if same_burst and self._hold_ns else base
-        self._last_stall = now
-        self._hold_until = now + self._hold_ns
+        self._hold_until = time.monotonic_ns() + int(self.hold_s * 1e9)
 
     def _loop(self) -> None:
         next_t = time.monotonic()
