@@ -87,7 +87,7 @@ def main() -> int:
     class Tagged:
         """The source, noting which GPU is being read (for the list of slow reads)."""
 
-        kind, gpu, tx, skipped = src.kind, 0, None, False
+        kind, gap_safe, gpu, tx, skipped = src.kind, src.gap_safe, 0, None, False
 
         def gpu_count(self) -> int:
             return n

@@ -137,7 +137,7 @@ def test_sampler_holds_after_a_stalled_read_and_resumes():
     stall_ms=None reads on."""
 
     class Stalling:
-        kind = "test"
+        kind, gap_safe = "test", True
 
         def __init__(self, stall_at=(7, 8)):
             self.reads, self.stall_at = [], stall_at
@@ -164,11 +164,15 @@ def test_sampler_holds_after_a_stalled_read_and_resumes():
     assert len(src.reads) >= 20                    # then sampling went on
     assert {x.gpu for x in s.samples[-2:]} == {0, 1}  # the last sample reads every GPU
 
-    src = Stalling()
-    s = LinkSampler(src, interval_s=0.005, stall_ms=None, keep=False).start()
-    time.sleep(0.06)
-    s.stop()
-    assert s.cost.stalls == 0 and s.cost.held == 0 and src.reads[7][1] == 1
+    for off in ("stall_ms", "gap_safe"):  # no guard asked for, or a source whose counters wrap (fields)
+        src = Stalling()
+        if off == "gap_safe":
+            src.gap_safe = False
+        s = LinkSampler(src, interval_s=0.005, stall_ms=None if off == "stall_ms" else 2.0, keep=False).start()
+        time.sleep(0.06)
+        s.stop()
+        assert s.cost.stalls == 0 and s.cost.held == 0 and src.reads[7][1] == 1
+    assert not FieldSource.gap_safe and GpmSource.gap_safe
 
 
 def test_gpm_rate_units_nvlink_1024000_pcie_mib():

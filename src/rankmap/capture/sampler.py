@@ -190,6 +190,7 @@ class FieldSource(_Nvml):
     """Counters read with ``nvmlDeviceGetFieldValues``: NVLink DATA KiB (all links) and PCIe bytes."""
 
     kind = "fields"
+    gap_safe = False  # the 32-bit PCIe counters wrap every ~78 ms at full speed: no read may be skipped
 
     def __init__(self, nvml: Any = None) -> None:
         super().__init__(nvml)
@@ -245,6 +246,7 @@ class GpmSource(_Nvml):
     """
 
     kind = "gpm"
+    gap_safe = True  # rates between any two snapshots: reads may be skipped (LinkSampler's stall guard)
 
     def __init__(self, nvml: Any = None) -> None:
         super().__init__(nvml)
@@ -423,7 +425,9 @@ class LinkSampler:
 
     A read that burns more than ``stall_ms`` of CPU means the driver is busy with a job's set-up
     (module docstring): the rest of that tick's GPUs are left unread and no GPU is read for
-    ``hold_s``; the next reads carry the bytes of the gap. ``stall_ms=None`` reads every tick.
+    ``hold_s``; the next reads carry the bytes of the gap. Only for a source that says it is
+    ``gap_safe`` (GPM; not the field values, whose PCIe counters wrap between two skipped reads);
+    ``stall_ms=None`` reads every tick whatever the source.
     """
 
     source: CounterSource
@@ -438,6 +442,7 @@ class LinkSampler:
 
     def __post_init__(self) -> None:
         self._hold_until = 0         # monotonic ns before which the loop takes no sample
+        self._guard = self.stall_ms is not None and getattr(self.source, "gap_safe", False)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._first: dict[int, Counters] = {}
@@ -472,7 +477,7 @@ class LinkSampler:
                                self._since(f.pcie_rx, c.pcie_rx))
                 self._last[g] = s
                 batch.append(s)
-                if self.stall_ms is not None and cpu > self.stall_ms * 1e6:
+                if self._guard and cpu > self.stall_ms * 1e6:
                     self._stalled()
                     if not every_gpu:
                         break
