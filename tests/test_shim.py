@@ -591,7 +591,8 @@ def _build_app(mpi, tmp_path: Path, name: str, *libs: str) -> Path:
 # ---- memory kind through a stand-in libcuda ----------------------------------------------------------
 
 def test_memory_kind_classification(mpi, tmp_path):
-    """A fake libcuda.so.1 (tests/native/fake_cuda.c) marks two buffers device and managed."""
+    """A fake libcuda.so.1 (tests/native/fake_cuda.c) marks two buffers device and managed; blocking
+    and nonblocking receives (whose buffer's kind is looked up at completion) get the kind too."""
     cc = shutil.which("cc") or shutil.which("gcc")
     libdir = tmp_path / "lib"
     libdir.mkdir()
@@ -606,7 +607,10 @@ def test_memory_kind_classification(mpi, tmp_path):
     recs = records.read_dir(run)
     for r in recs:
         assert r.meta["cuda"] == "loaded"
-        split = {(t[3], t[4]): (t[5], t[6]) for t in r.traffic}
+        split: dict[tuple, tuple[int, int]] = {}          # summed over the receiving operations
+        for t in r.traffic:
+            b0, n0 = split.get((t[3], t[4]), (0, 0))
+            split[(t[3], t[4])] = (b0 + t[5], n0 + t[6])
         exp = {(mem, d): (n * iters, iters) for mem in ("host", "device", "managed") for d in ("send", "recv")}
         extra = ("host", "send" if r.world_rank == 0 else "recv")        # the small heap buffer
         exp[extra] = (n * (iters + 1), iters + 1)

@@ -260,8 +260,9 @@ typedef struct {
 extern volatile int rm_rq_count;    /* entries in the table */
 /* The receive log: the receive of sequence number s at e[s & (cap - 1)], key 0 once completed;
  * the live ones lie in [head, tail), head live or equal to tail; full when tail == lim
- * (head + cap).  Used only when rm_single. */
-typedef struct { uint64_t key; rm_xl_t *xl; int op, mem; uint64_t spare; } rm_rle_t;
+ * (head + cap).  Used only when rm_single.  The buffer's memory kind is looked up at completion,
+ * where a window's buffers mostly share one granule (one lookup for many receives). */
+typedef struct { uint64_t key; rm_xl_t *xl; const void *buf; int op, spare; } rm_rle_t;
 typedef struct { rm_rle_t *e; uint64_t cap, head, tail, lim; int live; } rm_rlog_t;
 extern rm_rlog_t rm_rl;
 static inline int rm_rq_pending(void) { return rm_rq_count | rm_rl.live; }
@@ -269,12 +270,11 @@ void rm_rq_put(MPI_Request req, int kind, int op, int mem, rm_xl_t *xl, rm_rowse
 int rm_rl_room(void);
 /* a nonblocking receive (MPI_Irecv, MPI_Imrecv): appended to the log, or into the table if the
  * MPI calls of threads may overlap */
-static inline void rm_rq_put_recv(MPI_Request req, int op, int mem, rm_xl_t *xl) {
-  if (!rm_single) { rm_rq_put(req, RQ_RECV, op, mem, xl, NULL); return; }
-  if (req == MPI_REQUEST_NULL) return;
+static inline void rm_rq_put_recv(MPI_Request req, int op, const void *buf, rm_xl_t *xl) {
+  if (!rm_single) { rm_rq_put(req, RQ_RECV, op, rm_mem(buf), xl, NULL); return; }
   if (__builtin_expect(rm_rl.tail == rm_rl.lim, 0) && !rm_rl_room()) return;
-  rm_rle_t *e = &rm_rl.e[rm_rl.tail & (rm_rl.cap - 1)];
-  e->key = rm_hkey(&req, sizeof req); e->xl = xl; e->op = op; e->mem = mem;
+  rm_rle_t *e = &rm_rl.e[rm_rl.tail & (rm_rl.cap - 1)];    /* (a successful MPI_Irecv's request */
+  e->key = rm_hkey(&req, sizeof req); e->xl = xl; e->buf = buf; e->op = op;   /* is never null) */
   rm_rl.tail++; rm_rl.live++;
 }
 /* The receive half of MPI_Isendrecv(_replace).  MPICH 4.0 completes these requests without

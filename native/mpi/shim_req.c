@@ -253,7 +253,7 @@ static int64_t rl_find(uint64_t key, uint64_t from) {
 /* the log entry as a table entry (for the single-request calls) */
 static void rl_copy(uint64_t s, rm_rq_t *out) {
   const rm_rle_t *e = rl_at(s);
-  *out = (rm_rq_t){.key = e->key, .seq = s, .kind = RQ_RECV, .op = e->op, .mem = e->mem, .where = RQ_IN_LOG,
+  *out = (rm_rq_t){.key = e->key, .seq = s, .kind = RQ_RECV, .op = e->op, .mem = rm_mem(e->buf), .where = RQ_IN_LOG,
                    .xl = e->xl, .src = -1};
 }
 
@@ -416,7 +416,7 @@ static inline __attribute__((always_inline)) int log_take(rm_agg_t *a, rm_rle_t 
   if (src >= 0) {                                            /* else PROC_NULL */
     int64_t c = rm_status_bytes(st);
     int peer = rm_world(e->xl, src);
-    if (c >= 0 && peer >= 0) agg_add(a, peer, e->op, e->mem, (uint64_t)c);
+    if (c >= 0 && peer >= 0) agg_add(a, peer, e->op, rm_mem(e->buf), (uint64_t)c);
   }
   e->key = 0;
   return 1;
@@ -436,8 +436,9 @@ static void table_take(rm_agg_t *a, rm_tfound_t *t, const MPI_Status *st) {
 static inline __attribute__((always_inline)) void runs_done(rm_multi_t *m, const MPI_Status *sts, int direct) {
   rm_rle_t *L = rm_rl.e;
   uint64_t mask = rm_rl.cap - 1;
-  int lsrc = -1, lpeer = -1;
+  int lsrc = -1, lpeer = -1, lmem = 0;
   const rm_xl_t *lx = NULL;            /* the latest translation: a window comes from few peers */
+  uint64_t lg = UINT64_MAX;            /* the latest buffer granule (its memory kind lmem) */
   int peer = m->agg.msgs ? m->agg.peer : -1, op = m->agg.op, mem = m->agg.mem;   /* the row being summed */
   uint64_t bytes = m->agg.bytes, msgs = m->agg.msgs;
   for (int j = 0; j < m->nr; j++) {
@@ -453,9 +454,11 @@ static inline __attribute__((always_inline)) void runs_done(rm_multi_t *m, const
       if (c < 0) continue;     /* cancelled */
       if (e->xl != lx || src != lsrc) { lx = e->xl; lsrc = src; lpeer = rm_world(lx, src); }
       if (lpeer < 0) continue;
-      if (lpeer == peer && e->op == op && e->mem == mem) { bytes += (uint64_t)c; msgs++; continue; }
+      uint64_t g = (uint64_t)(uintptr_t)e->buf >> 16;
+      if (g != lg) { lg = g; lmem = rm_mem(e->buf); }
+      if (lpeer == peer && e->op == op && lmem == mem) { bytes += (uint64_t)c; msgs++; continue; }
       agg_emit((rm_agg_t){peer, op, mem, bytes, msgs});
-      peer = lpeer; op = e->op; mem = e->mem; bytes = (uint64_t)c; msgs = 1;
+      peer = lpeer; op = e->op; mem = lmem; bytes = (uint64_t)c; msgs = 1;
     }
   }
   m->agg = (rm_agg_t){peer, op, mem, bytes, msgs};

@@ -1,7 +1,9 @@
 /* memkind_app.c -- ranks 0 and 1 ping-pong from a host, a "device" and a "managed" buffer, the
  * latter two registered with the fake libcuda (tests/native/fake_cuda.c).
- * usage: memkind_app BYTES ITERS.  Each kind: ITERS round trips of BYTES, MPI_Send/MPI_Recv, with
- * the send offset inside the buffer varying (exercises the allocation-range cache).  Then one
+ * usage: memkind_app BYTES ITERS.  Each kind: ITERS round trips of BYTES, MPI_Send there and back,
+ * received with MPI_Recv, MPI_Irecv + MPI_Wait and MPI_Irecv + MPI_Waitall (the kind of a nonblocking
+ * receive's buffer is looked up when it completes), with the offset inside the buffer varying
+ * (exercises the allocation-range cache).  Then one
  * message from rank 0 to 1 out of a small malloc'ed (brk heap) buffer: "heap R queries 0" says
  * it cost no driver call. */
 #include <dlfcn.h>
@@ -25,11 +27,16 @@ int main(int argc, char **argv) {
   for (int k = 0; k < 3; k++)
     for (int i = 0; i < iters; i++) {
       char *p = buf[k] + (size_t)i * 200000 % (sz - (size_t)n);
-      if (rank == 0) {
+      MPI_Request rq;
+      if (rank == 0) {              /* the reply: a nonblocking receive, completed by MPI_Wait */
         MPI_Send(p, n, MPI_CHAR, 1, k, MPI_COMM_WORLD);
-        MPI_Recv(p, n, MPI_CHAR, 1, k, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      } else if (rank == 1) {
-        MPI_Recv(p, n, MPI_CHAR, 0, k, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Irecv(p, n, MPI_CHAR, 1, k, MPI_COMM_WORLD, &rq);
+        MPI_Wait(&rq, MPI_STATUS_IGNORE);
+      } else if (rank == 1) {       /* MPI_Recv and MPI_Irecv + MPI_Waitall in turn */
+        if (i % 2) {
+          MPI_Irecv(p, n, MPI_CHAR, 0, k, MPI_COMM_WORLD, &rq);
+          MPI_Waitall(1, &rq, MPI_STATUSES_IGNORE);
+        } else MPI_Recv(p, n, MPI_CHAR, 0, k, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         MPI_Send(p, n, MPI_CHAR, 0, k, MPI_COMM_WORLD);
       }
     }
