@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
 
-from conftest import rankmap
+from conftest import assert_one_line_error, rankmap
 from rankmap.mapping import patterns, simgrid
 from rankmap.mapping.cost import default_mapping
 from rankmap.mapping.platform import Platform, node_model
@@ -78,9 +80,87 @@ def test_demo(tmp_path):
 
 def test_demo_synthetic(tmp_path):
     env = {"RANKMAP_HOME": str(tmp_path), "RANKMAP_DB": f"sqlite:///{tmp_path / 'd.db'}"}
-    p = rankmap("demo", "--synthetic", "--no-simulate", env=env, timeout=600)
+    p = rankmap("demo", "--synthetic", "--no-simulate", "--topology", "dgx1-v100", env=env, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "synthetic" in p.stdout and "proven optimal" in p.stdout
+    # 2x2x2 halo, weights 3/2/1 per dimension (x2 neighbours, 1 MiB faces, 5 iterations). GPU-resident,
+    # the default puts the weight-3 pair of ranks 0 and 1 on the single NVLink GPU0-GPU1: 31.5 MB at
+    # 25 GB/s; the best order puts weight-3 pairs on double links and leaves at most a weight-2 pair
+    # (21.0 MB) on a single one: 3/2. Host-staged, the PCIe switch uplinks carry two GPUs' bytes whatever
+    # the order.
+    face = 5 * (1 << 20) * 2
+    rec = _summary(p.stdout, "as recorded, host-staged")
+    wif = _summary(p.stdout, "what-if, GPU-resident")
+    assert rec[0] == rec[1] and rec[2] == 1.0
+    assert wif[0] == pytest.approx(3 * face / 25e9 * 1e3, abs=1e-3)
+    assert wif[1] == pytest.approx(2 * face / 25e9 * 1e3, abs=1e-3)
+    assert wif[2] == 1.5
+
+
+def _summary(out: str, label: str) -> tuple[float, float, float]:
+    """(default ms, rankmap ms, factor) of the demo's summary line for ``label``."""
+    m = re.search(re.escape(label) + r": max link congestion ([\d.]+) ms -> ([\d.]+) ms \(([\d.]+)x\)",
+                  " ".join(out.split()))  # whitespace as one space: rich pads labels and wraps long lines
+    assert m, (label, out)
+    return float(m[1]), float(m[2]), float(m[3])
+
+
+def _simgrid(out: str, routes: str) -> float:
+    m = re.search(r"SimGrid \(smpirun\) [^(]* \(" + re.escape(routes) + r"\): default [\d.]+ ms -> rankmap [\d.]+ ms "
+                  r"\(([\d.]+)x\)", " ".join(out.split()))
+    assert m, (routes, out)
+    return float(m[1])
+
+
+def test_demo_shows_recorded_traffic_and_the_gpu_resident_what_if(tmp_path):
+    """Both blocks, in order and labelled; the what-if's factor is what `rankmap map --as-gpu-resident`
+    computes for the stored job; both mappings are stored with their basis, the recorded one newest."""
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    p = rankmap("demo", "--topology", "dgx1-v100", env={"RANKMAP_HOME": str(tmp_path), "RANKMAP_DB": db}, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    i, j = out.index("AS RECORDED: host-staged"), out.index("WHAT-IF: the same traffic GPU-resident")
+    assert i < j < out.index("summary")
+    assert "placement cannot shorten the busiest link" in out[i:j]
+    assert "recorded as host-staged are counted as GPU-resident" in out[j:]
+    rec = _summary(out, "as recorded, host-staged")
+    wif = _summary(out, "what-if, GPU-resident")
+    assert rec[2] == 1.0 and wif[2] > 1.0
+    from rankmap.store import open_store
+
+    st = open_store(db)
+    jid = st.resolve_job("latest")
+    m = rankmap("map", "--job", str(jid), "--db", db, "--topology", "dgx1-v100", "--as-gpu-resident",
+                "--format", "json")
+    assert m.returncode == 0, m.stderr
+    doc = json.loads(m.stdout)
+    assert doc["traffic_basis"] == "gpu-resident" and doc["assumption"]
+    assert f"{doc['improvement']['max']:.2f}" == f"{wif[2]:.2f}"
+    assert (f"{doc['default']['max_congestion'] * 1e3:.3f}", f"{doc['max_congestion'] * 1e3:.3f}") == \
+        (f"{wif[0]:.3f}", f"{wif[1]:.3f}")
+    latest = st.latest_mapping(st.job(jid)["command_key"], 8)
+    assert latest["mapping"]["traffic_basis"] == "as-recorded" and latest["meta"]["traffic_basis"] == "as-recorded"
+    import sqlalchemy as sa
+    from rankmap.store import schema as S
+
+    with st.engine.connect() as c:
+        rows = c.execute(sa.select(S.mappings).where(S.mappings.c.job == jid)).mappings().all()
+    bases = {r["mapping"]["traffic_basis"]: r for r in rows}
+    assert set(bases) == {"as-recorded", "gpu-resident"}
+    assert bases["gpu-resident"]["mapping"]["mapping"] == doc["mapping"]
+    if simgrid.available():
+        assert _simgrid(out, "host-staged routes, as recorded") == 1.0
+        assert _simgrid(out, "GPU-to-GPU routes, what-if") > 1.0
+
+
+def test_demo_one_block(tmp_path):
+    env = {"RANKMAP_HOME": str(tmp_path), "RANKMAP_DB": f"sqlite:///{tmp_path / 'd.db'}"}
+    assert_one_line_error(rankmap("demo", "--as-recorded", "--as-gpu-resident", env=env),
+                          "--as-recorded and --as-gpu-resident")
+    p = rankmap("demo", "--synthetic", "--no-simulate", "--topology", "dgx1-v100", "--as-gpu-resident", env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "WHAT-IF" in p.stdout and "AS RECORDED" not in p.stdout
+    assert _summary(p.stdout, "what-if, GPU-resident")[2] == 1.5
 
 
 def test_platform_xml_routes_host_staged_pairs_via_the_host():

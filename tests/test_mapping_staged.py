@@ -387,3 +387,58 @@ def test_multinode_placement_with_host_staged_traffic():
     # each node's share is proven optimal for the split (the split itself weighs all bytes alike,
     # so across nodes the result is not guaranteed to beat the default: see docs/placement.md)
     assert pl.info["nodes_proven_optimal"] == 2
+
+
+# ----------------------------------------------------------------------------- the GPU-resident what-if
+def test_map_as_gpu_resident_places_the_same_bytes_gpu_to_gpu(tmp_path):
+    """``--as-gpu-resident`` places a host-staged job as if every byte went GPU to GPU: the same answer
+    as the six-column export (which carries no memory kinds), labelled as a what-if in JSON and text,
+    in the stored mapping and in ``rankmap run``."""
+    B = 1_000_000_000
+    db = f"sqlite:///{tmp_path / 'rankmap.db'}"
+    jid = _host_ring_job(db, B)
+    base = ["--db", db, "--topology", "dgx1-v100", "--format", "json"]
+    rec = json.loads(rankmap("map", "--job", str(jid), *base).stdout)
+    assert rec["traffic_basis"] == "as-recorded" and rec["assumption"] is None
+    assert rec["improvement"]["max"] == 1.0  # all host-staged: PCIe and QPI whatever the order
+    p = rankmap("map", "--job", str(jid), "--as-gpu-resident", *base)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["traffic_basis"] == "gpu-resident"
+    assert doc["assumption"].startswith("what-if:") and "8.000 GB recorded as host-staged" in doc["assumption"]
+    assert doc["recorded_host_staged_bytes"] == 8 * B
+    assert doc["host_staged"]["host_staged_bytes"] == 0 and doc["host_staged"]["peer_to_peer_bytes"] == 8 * B
+    # the default ring crosses GPU pairs with no NVLink (3 -> 4, 7 -> 0); rankmap's stays on NVLink
+    assert {l["kind"] for l in doc["links"] if l["after_bytes"]} == {"nvlink"}
+    assert {l["kind"] for l in doc["links"] if l["before_bytes"]} > {"nvlink"}
+    assert doc["improvement"]["max"] > 1.5
+    six = tmp_path / "six.csv"
+    assert rankmap("export", str(jid), "--db", db, "-o", str(six)).returncode == 0
+    peer = json.loads(rankmap("map", "--traffic", str(six), "--topology", "dgx1-v100", "--format", "json").stdout)
+    assert peer["links"] == doc["links"] and peer["mapping"] == doc["mapping"]
+    t = rankmap("map", "--job", str(jid), "--db", db, "--topology", "dgx1-v100", "--as-gpu-resident", "--save")
+    assert t.returncode == 0, t.stderr
+    assert "what-if: the 8.000 GB recorded as host-staged are counted as GPU-resident" in t.stdout
+    assert "(what-if: computed as if GPU-resident)" in t.stdout
+    row = open_store(db).latest_mapping(open_store(db).job(jid)["command_key"], 8)
+    assert row["meta"]["traffic_basis"] == "gpu-resident" and row["mapping"]["traffic_basis"] == "gpu-resident"
+    r = rankmap("run", "--db", db, "--topology", "dgx1-v100", "--dry-run", "--", "mpirun", "-np", "8", "./ring",
+                env={"RANKMAP_HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert f"mapping {row['id']} is a what-if:" in r.stderr and "gains nothing" in r.stderr
+
+
+def test_map_as_gpu_resident_without_host_staged_bytes_is_an_error(tmp_path):
+    """Nothing host-staged: the what-if would be the recorded traffic under a misleading label."""
+    B = 1_000_000
+    db = f"sqlite:///{tmp_path / 'rankmap.db'}"
+    jid = _host_ring_job(db, B)
+    six = tmp_path / "six.csv"
+    assert rankmap("export", str(jid), "--db", db, "-o", str(six)).returncode == 0
+    assert_one_line_error(rankmap("map", "--traffic", str(six), "--topology", "dgx1-v100", "--as-gpu-resident"),
+                          "six.csv", "--by-mem", "--as-gpu-resident would change nothing")
+    T = patterns.ring(8, nbytes=1000)
+    dev = tmp_path / "dev.csv"
+    write_csv(dev, T, host=np.zeros_like(T))  # a mem column saying every byte was in device memory
+    assert_one_line_error(rankmap("map", "--traffic", str(dev), "--topology", "dgx1-v100", "--as-gpu-resident"),
+                          "dev.csv (host-staged rows need the mem column", "has no host-staged bytes")

@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--job", metavar="JOB", help="a stored job: id or 'latest'")
     src.add_argument("--traffic", metavar="FILE.csv", help="traffic in the export CSV format")
     add_solver_args(p)
+    p.add_argument("--as-gpu-resident", action="store_true",
+                   help="what-if: place the traffic as if its host-staged bytes had stayed in GPU memory and gone "
+                        "GPU to GPU over the node's links (a CUDA-aware MPI or NCCL); every output says so")
     p.add_argument("--db", metavar="URL", help="store URL (for --job and --measured)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--output", "-o", metavar="FILE", help="also write the mapping JSON to FILE")
@@ -64,13 +67,15 @@ def run(args: argparse.Namespace) -> int:
     if args.traffic:
         traffic = tr.read_csv(args.traffic)
         source = {"traffic": args.traffic}
+        what = f"{args.traffic} (host-staged rows need the mem column, which `rankmap export --by-mem` writes)"
     else:
         from rankmap.store import open_store
 
         store = open_store(args.db)
         traffic, job = tr.from_job(store, args.job)
         source = {"job": job["id"], "command": job.get("command")}
-    doc = place(traffic, source=source, **solver_options(args))
+        what = f"job {job['id']}"
+    doc = place(traffic, source=source, as_gpu_resident=args.as_gpu_resident, what=what, **solver_options(args))
     saved = None
     if args.save:
         from rankmap.pipeline.tune import store_mapping
@@ -92,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         print_text(doc)
     if saved is not None:
         how = f"rankmap run -- {job['command']}" if job.get("command") else "rankmap run -- <its command>"
-        print(f"stored as mapping {saved} of job {job['id']}; launch with: {how}",
+        basis = " (what-if: computed as if GPU-resident)" if args.as_gpu_resident else ""
+        print(f"stored as mapping {saved} of job {job['id']}{basis}; launch with: {how}",
               file=sys.stderr if args.format == "json" else sys.stdout)
     return 0

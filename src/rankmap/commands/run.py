@@ -32,6 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import shlex
     import subprocess
+    import sys
     from pathlib import Path
 
     from rankmap.capture.launchers import recognise
@@ -59,6 +60,12 @@ def run(args: argparse.Namespace) -> int:
                                f"{shlex.join(cmd)}` first (or pass --mapping FILE)")
         m = mapping_json.from_dict(row["mapping"], f"stored mapping {row['id']}")
         name, tag = f"mapping {row['id']}", f"mapping-{row['id']}"
+    from rankmap.mapping import basis
+
+    if basis.is_what_if(m.doc):
+        # a placement for GPU-resident traffic: right for a CUDA-aware MPI or NCCL, no gain for host-staged bytes
+        print(f"rankmap: note: {name} is a {m.doc.get('assumption')}; with an MPI that stages through host "
+              f"memory this placement gains nothing", file=sys.stderr)
     if ws is not None and ws != m.world_size:
         raise RankmapError(f"{name} places {m.world_size} ranks but the command starts {ws}")
     topo = load_topology(args.topology)

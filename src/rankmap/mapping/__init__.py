@@ -4,5 +4,5 @@
 ``automorph`` (node solvers), ``solve`` (one or many nodes), ``traffic`` and ``inputs`` (what the verbs
 read), ``report`` (mapping JSON and tables), ``launch`` and ``execwrap`` (running on a mapping),
 ``simgrid`` (the independent judge), ``patterns`` and ``synth`` (synthetic traffic and topologies),
-``demo``. See docs/placement.md.
+``basis`` (the traffic as recorded or the GPU-resident what-if). See docs/placement.md.
 """

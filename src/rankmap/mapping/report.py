@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from rankmap.formats.mapping_json import FORMAT, VERSION
+from rankmap.mapping import basis as B
 from rankmap.mapping.objective import DESCRIPTION
 from rankmap.mapping.solve import Placement
 
@@ -20,7 +21,8 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def to_json(pl: Placement, *, topology: str, ranks_per_gpu: int = 1, source: dict | None = None,
-            link_rows: int | None = None) -> dict[str, Any]:
+            link_rows: int | None = None, basis: dict | None = None) -> dict[str, Any]:
+    """``basis``: the fields of :func:`rankmap.mapping.basis.fields` (default: the traffic as recorded)."""
     n = len(pl.gpu_of)
     s, d = pl.score, pl.default
     links = []
@@ -53,6 +55,8 @@ def to_json(pl: Placement, *, topology: str, ranks_per_gpu: int = 1, source: dic
         "default_kept": bool(pl.default_kept), "notes": list(pl.notes),
         "info": {k: v for k, v in pl.info.items()},
         "links": links, "source": source or {},
+        # what the traffic was taken to be: as recorded, or the GPU-resident what-if (with its assumption)
+        **(basis or B.fields(B.AS_RECORDED)),
         # bytes staged through host memory (mem = host in the profile, or the CSV's mem column) and
         # how many of them the cost model routed GPU -> host -> GPU (the in-node ones)
         "host_staged": dict(pl.staging),
@@ -73,6 +77,8 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
     con = console or Console(highlight=False, width=None if sys.stdout.isatty() else 132)
     con.print(f"[bold]placement of {doc['world_size']} ranks on {doc['nodes']} x {doc['topology']}"
               f" ({doc['gpus_per_node']} GPUs per node, {doc['ranks_per_gpu']} rank(s) per GPU)[/bold]")
+    if B.is_what_if(doc):
+        con.print(f"[bold]{doc['assumption']}[/bold]")
     t = Table(title="link loads: default -> rankmap (busiest first)", title_justify="left")
     for c, j in (("link", "left"), ("kind", "left"), ("GB/s", "right"), ("before GB", "right"),
                  ("before ms", "right"), ("after GB", "right"), ("after ms", "right")):
@@ -101,6 +107,9 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
         con.print(line)
         for note in hs.get("notes", []):
             con.print(f"note: {note}")
+    elif B.is_what_if(doc):
+        con.print(f"host-staged traffic: none in this what-if; recorded host-staged "
+                  f"{doc.get('recorded_host_staged_bytes', 0) / 1e9:.3f} GB, placed here GPU to GPU")
     m = Table(title="mapping", title_justify="left")
     for c in ("rank", "node", "GPU", "CPUs", "NIC"):
         m.add_column(c)

@@ -14,10 +14,14 @@ from rankmap.errors import RankmapError
 
 def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1, seed: int = 0,
           time_budget: float = 10.0, objective: str = "max", source: dict | None = None,
-          measured: str | None = None, db: str | None = None) -> dict:
+          measured: str | None = None, db: str | None = None, as_gpu_resident: bool = False,
+          what: str = "the traffic") -> dict:
     """The mapping JSON of the best placement of ``traffic`` on ``nodes`` x ``topology``; with
     ``measured`` (a stored ``rankmap bench p2p`` run id or ``latest``, in the store at ``db``) the
-    topology's links carry the measured GPU-pair bandwidths."""
+    topology's links carry the measured GPU-pair bandwidths. ``as_gpu_resident``: place the what-if
+    in which the host-staged bytes went GPU to GPU (:mod:`rankmap.mapping.basis`; ``what`` names the
+    traffic in the error when none of it is host-staged), and say so in the document."""
+    from rankmap.mapping import basis as B
     from rankmap.mapping.inputs import load_topology
     from rankmap.mapping.platform import Platform, node_model
     from rankmap.mapping.report import to_json
@@ -27,6 +31,10 @@ def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1
         raise RankmapError(f"--nodes must be at least 1, got {nodes}")
     if time_budget <= 0:
         raise RankmapError(f"--time-budget must be positive, got {time_budget}")
+    recorded = traffic
+    if as_gpu_resident:
+        traffic = B.gpu_resident(traffic, what)
+    fields = B.fields(B.GPU_RESIDENT if as_gpu_resident else B.AS_RECORDED, recorded)
     topo = load_topology(topology)
     if measured:
         from rankmap.bench.measured import measured_topology
@@ -36,7 +44,7 @@ def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1
     platform = Platform(node_model(topo), nodes)
     pl = solve(platform, traffic, ranks_per_gpu=ranks_per_gpu, seed=seed, time_budget=time_budget,
                objective=objective)
-    return to_json(pl, topology=topo.name, ranks_per_gpu=ranks_per_gpu, source=source)
+    return to_json(pl, topology=topo.name, ranks_per_gpu=ranks_per_gpu, source=source, basis=fields)
 
 
 @dataclass
@@ -87,4 +95,5 @@ def store_mapping(store: Any, doc: dict, job_id: int | None, *, key: str | None 
     return store.save_mapping(doc, job_id=job_id, key=key, world_size=world_size, topology=doc["topology"],
                               max_before=doc["default"]["max_congestion"], avg_before=doc["default"]["avg_congestion"],
                               max_after=doc["max_congestion"], avg_after=doc["avg_congestion"], optimal=doc["optimal"],
-                              meta={"solver": doc["solver"], "nodes": doc["nodes"], **(meta or {})})
+                              meta={"solver": doc["solver"], "nodes": doc["nodes"],
+                                    "traffic_basis": doc.get("traffic_basis", "as-recorded"), **(meta or {})})

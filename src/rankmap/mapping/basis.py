@@ -1,0 +1,55 @@
+"""The basis of a placement: the traffic as recorded, or the what-if of GPU-resident buffers.
+
+A profile taken with an MPI that is not CUDA-aware (Debian's Open MPI and MPICH, the PyPI wheels)
+records host-staged bytes: GPU -> host memory -> GPU, over PCIe and the CPU links, where no rank
+order can help. ``--as-gpu-resident`` asks what the same bytes would cost if they stayed in GPU
+memory and went GPU to GPU over the node's links, as a CUDA-aware MPI or NCCL carries them. That is
+an assumption about another run, not a fact of this one, so every mapping document carries its
+basis (``traffic_basis``, and ``assumption`` in words when it is the what-if) and every report
+prints it: a what-if is never shown or stored as if it were what the job did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from rankmap.errors import RankmapError
+from rankmap.mapping.cost import Traffic
+
+AS_RECORDED = "as-recorded"
+GPU_RESIDENT = "gpu-resident"
+BASES = (AS_RECORDED, GPU_RESIDENT)
+
+
+def gpu_resident(traffic: Traffic, what: str) -> Traffic:
+    """``traffic`` with its host-staged part counted as peer-to-peer (every byte GPU to GPU).
+
+    ``what`` names the traffic for the error raised when nothing in it is host-staged: the what-if
+    would then be the recorded traffic under a misleading label (a CSV without its ``mem`` column,
+    for one, says nothing about where buffers lived, and is already placed GPU to GPU).
+    """
+    if traffic.host is None or traffic.host_total <= 0:
+        raise RankmapError(f"{what} has no host-staged bytes, so --as-gpu-resident would change nothing: "
+                           f"its traffic is already placed GPU to GPU")
+    return replace(traffic, host=None)
+
+
+def fields(basis: str, recorded: Traffic | None = None) -> dict[str, Any]:
+    """The mapping JSON's basis fields; ``recorded`` (the traffic before the what-if) gives the bytes
+    the what-if moved off the host route."""
+    if basis not in BASES:
+        raise RankmapError(f"unknown traffic basis {basis!r} (one of {', '.join(BASES)})")
+    if basis == AS_RECORDED:
+        return {"traffic_basis": AS_RECORDED, "assumption": None}
+    staged = recorded.host_total if recorded is not None else 0.0
+    return {"traffic_basis": GPU_RESIDENT,
+            "assumption": (f"what-if: the {staged / 1e9:.3f} GB recorded as host-staged are counted as "
+                           f"GPU-resident, carried GPU to GPU over the node's links as a CUDA-aware MPI or "
+                           f"NCCL would; the recorded job did not move them that way"),
+            "recorded_host_staged_bytes": staged}
+
+
+def is_what_if(doc: dict) -> bool:
+    """Whether a mapping document was computed on the GPU-resident what-if."""
+    return doc.get("traffic_basis") == GPU_RESIDENT
