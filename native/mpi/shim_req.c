@@ -430,38 +430,46 @@ static void table_take(rm_agg_t *a, rm_tfound_t *t, const MPI_Status *st) {
   t->done = 1;
 }
 
-/* The runs of one batch completed (statuses sts): their rows summed in registers, entries
- * released.  `direct`: rm_status_direct, a constant in each of the two copies rm_multi_done_all
- * makes, so the status read is a field read or a call without a test per receive. */
+/* The runs of one batch completed (statuses sts): their rows summed, entries released.  A receive
+ * whose communicator, source, buffer granule and operation are those of the one before joins its
+ * row at once (the common case: a window from one peer); only a change looks up the world rank
+ * and the memory kind.  `direct`: rm_status_direct, a constant in each of the two copies
+ * rm_multi_done_all makes, so the status read is a field read (or a call) with no test per receive. */
 static inline __attribute__((always_inline)) void runs_done(rm_multi_t *m, const MPI_Status *sts, int direct) {
   rm_rle_t *L = rm_rl.e;
   uint64_t mask = rm_rl.cap - 1;
-  int lsrc = -1, lpeer = -1, lmem = 0;
-  const rm_xl_t *lx = NULL;            /* the latest translation: a window comes from few peers */
-  uint64_t lg = UINT64_MAX;            /* the latest buffer granule (its memory kind lmem) */
-  int peer = m->agg.msgs ? m->agg.peer : -1, op = m->agg.op, mem = m->agg.mem;   /* the row being summed */
-  uint64_t bytes = m->agg.bytes, msgs = m->agg.msgs;
+  rm_agg_t a = m->agg;                 /* the row being summed: peer, op, mem (bytes, msgs below) */
+  uint64_t bytes = a.bytes, msgs = a.msgs;
+  const rm_xl_t *lx = NULL;            /* what the last receive summed had: never matched at first */
+  int lsrc = -1, lop = 0;
+  uint64_t lg = 0;
   for (int j = 0; j < m->nr; j++) {
     const rm_run_t r = m->r[j];
     const MPI_Status *st = &sts[r.i];
     m->freed += r.n;
-    for (int q = 0; q < r.n; q++, st++) {
-      rm_rle_t *e = &L[(r.s + (uint64_t)q) & mask];
-      int src = st->MPI_SOURCE;
+    rm_rle_t *e = &L[r.s & mask], *wrap = L + mask + 1;
+    for (int q = 0; q < r.n; q++, st++, e++) {
+      if (e == wrap) e = L;    /* a run may go round the end of the log */
       e->key = 0;              /* each request completes once: released here, no live check */
+      int src = st->MPI_SOURCE;
       if (src < 0) continue;   /* PROC_NULL (not tracked, but as the library says) */
       int64_t c = direct ? rm_status_fields(st) : rm_status_bytes_call(st);
       if (c < 0) continue;     /* cancelled */
-      if (e->xl != lx || src != lsrc) { lx = e->xl; lsrc = src; lpeer = rm_world(lx, src); }
-      if (lpeer < 0) continue;
       uint64_t g = (uint64_t)(uintptr_t)e->buf >> 16;
-      if (g != lg) { lg = g; lmem = rm_mem(e->buf); }
-      if (lpeer == peer && e->op == op && lmem == mem) { bytes += (uint64_t)c; msgs++; continue; }
-      agg_emit((rm_agg_t){peer, op, mem, bytes, msgs});
-      peer = lpeer; op = e->op; mem = lmem; bytes = (uint64_t)c; msgs = 1;
+      if (src == lsrc && e->xl == lx && g == lg && e->op == lop) { bytes += (uint64_t)c; msgs++; continue; }
+      int peer = rm_world(e->xl, src);
+      lsrc = peer < 0 ? -1 : src; lx = e->xl; lg = g; lop = e->op;
+      if (peer < 0) continue;
+      int mem = rm_mem(e->buf);
+      if (msgs && peer == a.peer && e->op == a.op && mem == a.mem) { bytes += (uint64_t)c; msgs++; continue; }
+      a.bytes = bytes; a.msgs = msgs;
+      agg_emit(a);
+      a = (rm_agg_t){peer, e->op, mem, (uint64_t)c, 1};
+      bytes = (uint64_t)c; msgs = 1;
     }
   }
-  m->agg = (rm_agg_t){peer, op, mem, bytes, msgs};
+  a.bytes = bytes; a.msgs = msgs;
+  m->agg = a;
 }
 
 void rm_multi_done_all(rm_multi_t *m, const MPI_Status *sts) {

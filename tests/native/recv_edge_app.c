@@ -17,6 +17,8 @@
  *   I  a receive cancelled (MPI_Cancel + MPI_Wait): no row                               0 / 0
  *   J  3 rounds of MPI_Waitall over a persistent receive (MPI_Recv_init, 4 B) and an
  *      MPI_Irecv (4 B)                                                      Irecv 12 / 3, Recv_init 12 / 3
+ *   K  30 rounds of 300 receives of 1 B completed by one MPI_Waitall (windows that go round the end
+ *      of the shim's receive log)                                                     9000 / 9000
  * Exits with 2 if the library did not do as meant (H's flag set, I not cancelled).
  */
 #include <mpi.h>
@@ -132,6 +134,14 @@ int main(int argc, char **argv) {
     MPI_Waitall(2, pj, MPI_STATUSES_IGNORE);
   }
   MPI_Request_free(&pj[0]);
+
+  /* K: windows round the end of the log */
+  for (int round = 0; round < 30; round++) {
+    for (int k = 0; k < 300; k++) MPI_Irecv(rb + k, 1, MPI_CHAR, q, 1000, MPI_COMM_WORLD, &rq[k]);
+    for (int k = 0; k < 300; k++) MPI_Isend(sb, 1, MPI_CHAR, q, 1000, MPI_COMM_WORLD, &sq[k]);
+    MPI_Waitall(300, rq, MPI_STATUSES_IGNORE);
+    MPI_Waitall(300, sq, MPI_STATUSES_IGNORE);
+  }
 
   MPI_Finalize();
   return 0;
