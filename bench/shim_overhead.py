@@ -28,8 +28,8 @@ The targets are checked at the end: <= 20 ns per intercepted call (callcost, eac
 
 --mpi openmpi,mpich runs the Debian flavours (mpicc.X, mpirun.openmpi / mpiexec.mpich) one after
 the other; --mpicc/--mpirun name one MPI. --baseline-shim compares against another build of the shim
-(same MPI), --recv0 against this shim with RANKMAP_RECV=0: their runs alternate with the shim's,
-rep by rep. --calls-only skips the 2-rank runs.
+(same MPI; its one-process figures are printed too), --recv0 against this shim with RANKMAP_RECV=0:
+their runs alternate with the shim's, rep by rep. --calls-only skips the 2-rank runs.
 """
 
 from __future__ import annotations
@@ -192,9 +192,12 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
         print(f"  {mpicc}: run {rep + 1}/{a.reps} done", file=sys.stderr)
     if not a.calls_only:
         control.append(run_once(launcher(mpirun, {}) + args))
-    modes = {"receives recorded": {}, "RANKMAP_RECV=0 (send side only)": {"RANKMAP_RECV": "0"}}
-    ns = {m: callcost_units(cost, shim, work, False, e) for m, e in modes.items()}
-    ir = {m: callcost_units(cost, shim, work, True, e) for m, e in modes.items()} if a.callgrind else {}
+    modes = {"receives recorded": (shim, {}), "RANKMAP_RECV=0 (send side only)": (shim, {"RANKMAP_RECV": "0"})}
+    if a.baseline_shim:                 # the one-process figures of the other build too
+        old = Path(a.baseline_shim).resolve()
+        modes.update({f"baseline shim, {m}": (old, e) for m, (_s, e) in list(modes.items())})
+    ns = {m: callcost_units(cost, sh, work, False, e) for m, (sh, e) in modes.items()}
+    ir = {m: callcost_units(cost, sh, work, True, e) for m, (sh, e) in modes.items()} if a.callgrind else {}
     lib = " ".join(records.read_dir(work / "callcost-run")[0].meta.get("mpi_library", "?").split())
     print(f"\n==== {lib.split(',')[0]}\nshim: {shim}\nmpi: {lib}")
     if with_shim:
