@@ -431,45 +431,52 @@ static void table_take(rm_agg_t *a, rm_tfound_t *t, const MPI_Status *st) {
 }
 
 /* The runs of one batch completed (statuses sts): their rows summed, entries released.  A receive
- * whose communicator, source, buffer granule and operation are those of the one before joins its
- * row at once (the common case: a window from one peer); only a change looks up the world rank
- * and the memory kind.  `direct`: rm_status_direct, a constant in each of the two copies
- * rm_multi_done_all makes, so the status read is a field read (or a call) with no test per receive. */
+ * whose communicator, source, buffer granule and operation are those of the one summed before
+ * joins its row at once (the common case: a window from one peer); only a change looks up the
+ * world rank and the memory kind.  `direct`: rm_status_direct, a constant in each of the two
+ * copies rm_multi_done_all makes, so the status read is a field read (or a call) with no test. */
+typedef struct { rm_agg_t a; const rm_xl_t *lx; int lsrc, lop; uint64_t lg; } rd_t;
+
+static inline __attribute__((always_inline)) void seg_done(rd_t *d, rm_rle_t *e, const MPI_Status *st, int n,
+                                                         int direct) {
+  for (rm_rle_t *end = e + n; e < end; e++, st++) {
+    e->key = 0;                /* each request completes once: released here, no live check */
+    int src = st->MPI_SOURCE;
+    int64_t c = direct ? rm_status_fields(st) : rm_status_bytes_call(st);
+    uint64_t g = (uint64_t)(uintptr_t)e->buf >> 16;
+    if (src == d->lsrc && c >= 0 && e->xl == d->lx && g == d->lg && e->op == d->lop) {
+      d->a.bytes += (uint64_t)c;
+      d->a.msgs++;
+      continue;
+    }
+    if (src < 0 || c < 0) continue;          /* PROC_NULL (as the library says), cancelled */
+    int peer = rm_world(e->xl, src);
+    d->lsrc = peer < 0 ? -1 : src; d->lx = e->xl; d->lg = g; d->lop = e->op;   /* lsrc -1: never matches */
+    if (peer < 0) continue;
+    int mem = rm_mem(e->buf);
+    if (d->a.msgs && peer == d->a.peer && e->op == d->a.op && mem == d->a.mem) {
+      d->a.bytes += (uint64_t)c;
+      d->a.msgs++;
+      continue;
+    }
+    agg_emit(d->a);
+    d->a = (rm_agg_t){peer, e->op, mem, (uint64_t)c, 1};
+  }
+}
+
 static inline __attribute__((always_inline)) void runs_done(rm_multi_t *m, const MPI_Status *sts, int direct) {
   rm_rle_t *L = rm_rl.e;
-  uint64_t mask = rm_rl.cap - 1;
-  rm_agg_t a = m->agg;                 /* the row being summed: peer, op, mem (bytes, msgs below) */
-  uint64_t bytes = a.bytes, msgs = a.msgs;
-  const rm_xl_t *lx = NULL;            /* what the last receive summed had: never matched at first */
-  int lsrc = -1, lop = 0;
-  uint64_t lg = 0;
+  uint64_t cap = rm_rl.cap;
+  rd_t d = {m->agg, NULL, -1, 0, 0};
   for (int j = 0; j < m->nr; j++) {
     const rm_run_t r = m->r[j];
-    const MPI_Status *st = &sts[r.i];
+    uint64_t s0 = r.s & (cap - 1);
+    int n1 = (uint64_t)r.n <= cap - s0 ? r.n : (int)(cap - s0);   /* a run may go round the end */
     m->freed += r.n;
-    rm_rle_t *e = &L[r.s & mask], *wrap = L + mask + 1;
-    for (int q = 0; q < r.n; q++, st++, e++) {
-      if (e == wrap) e = L;    /* a run may go round the end of the log */
-      e->key = 0;              /* each request completes once: released here, no live check */
-      int src = st->MPI_SOURCE;
-      if (src < 0) continue;   /* PROC_NULL (not tracked, but as the library says) */
-      int64_t c = direct ? rm_status_fields(st) : rm_status_bytes_call(st);
-      if (c < 0) continue;     /* cancelled */
-      uint64_t g = (uint64_t)(uintptr_t)e->buf >> 16;
-      if (src == lsrc && e->xl == lx && g == lg && e->op == lop) { bytes += (uint64_t)c; msgs++; continue; }
-      int peer = rm_world(e->xl, src);
-      lsrc = peer < 0 ? -1 : src; lx = e->xl; lg = g; lop = e->op;
-      if (peer < 0) continue;
-      int mem = rm_mem(e->buf);
-      if (msgs && peer == a.peer && e->op == a.op && mem == a.mem) { bytes += (uint64_t)c; msgs++; continue; }
-      a.bytes = bytes; a.msgs = msgs;
-      agg_emit(a);
-      a = (rm_agg_t){peer, e->op, mem, (uint64_t)c, 1};
-      bytes = (uint64_t)c; msgs = 1;
-    }
+    seg_done(&d, L + s0, &sts[r.i], n1, direct);
+    if (n1 < r.n) seg_done(&d, L, &sts[r.i + n1], r.n - n1, direct);
   }
-  a.bytes = bytes; a.msgs = msgs;
-  m->agg = a;
+  m->agg = d.a;
 }
 
 void rm_multi_done_all(rm_multi_t *m, const MPI_Status *sts) {
