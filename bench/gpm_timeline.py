@@ -93,9 +93,9 @@ def main() -> int:
             return n
 
         def read(self, g: int):  # noqa: ANN201
-            self.gpu, d0 = g, getattr(src, "discarded", 0)
+            self.gpu, d0 = g, src.discarded
             c = src.read(g)
-            self.tx, self.skipped = c.nvlink_tx, getattr(src, "discarded", 0) > d0
+            self.tx, self.skipped = c.nvlink_tx, src.discarded > d0
             return c
 
     tagged = Tagged()
@@ -139,7 +139,8 @@ def main() -> int:
     fields.close()
     lo = marks.get("loading", marks["end"])
     phases = [("before the job", 0.0, marks["start"]), ("job start-up", marks["start"], lo),
-              ("steady load", lo, marks["end"]), ("job end + after", marks["end"], float("inf"))]
+              ("steady load", lo, marks["end"]), ("job end + after", marks["end"], float("inf")),
+              ("whole run", 0.0, float("inf"))]
     print(f"GPM reads of {n} GPUs every {args.interval} through one job's life (load exit {rc}); "
           f"start {marks['start']:.1f} s, communicator up {lo:.1f} s, end {marks['end']:.1f} s; "
           f"GPM streaming {now_state} (was {was})")
@@ -153,12 +154,9 @@ def main() -> int:
         share = 100 * sum(cpu) / 1e3 / span
         print(f"{name:<18}{len(cpu):>7}{statistics.median(cpu):>12.4f}{statistics.fmean(cpu):>13.4f}"
               f"{max(cpu):>12.3f}{sum(c > 1 for c in cpu):>7}{share:>9.3f}")
-    cpu = [r[2] / 1e6 for r in reads]
-    print(f"{'whole run':<18}{len(cpu):>7}{statistics.median(cpu):>12.4f}{statistics.fmean(cpu):>13.4f}"
-          f"{max(cpu):>12.3f}{sum(c > 1 for c in cpu):>7}{100 * sum(cpu) / 1e3 / reads[-1][0]:>9.3f}")
     c = sampler.cost
     print(f"   {c.reads} reads; {c.stalls} stalled (> 2 ms CPU), {c.held} ticks held after them, "
-          f"{getattr(src, 'discarded', 0)} snapshots not used as end points")
+          f"{src.discarded} snapshots not used as end points")
     for g in range(n):
         for i, name in enumerate(("TX", "RX")):
             gpm = getattr(tot[g], ("nvlink_tx", "nvlink_rx")[i]) or 0
