@@ -50,6 +50,13 @@ def fields(basis: str, recorded: Traffic | None = None) -> dict[str, Any]:
             "recorded_host_staged_bytes": staged}
 
 
+def apply(basis: str, traffic: Traffic, what: str) -> tuple[Traffic, dict[str, Any]]:
+    """The traffic to place on ``basis`` and the mapping JSON's basis fields for it: the recorded
+    traffic as it is, or its GPU-resident what-if (``what`` names it, see :func:`gpu_resident`)."""
+    placed = gpu_resident(traffic, what) if basis == GPU_RESIDENT else traffic
+    return placed, fields(basis, traffic)
+
+
 def is_what_if(doc: dict) -> bool:
     """Whether a mapping document was computed on the GPU-resident what-if."""
     return doc.get("traffic_basis") == GPU_RESIDENT

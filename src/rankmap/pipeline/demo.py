@@ -164,11 +164,11 @@ def place_block(args, basis: str, traffic: Traffic, topo, pf: Platform, source: 
     """Place ``traffic`` on ``basis`` (the recorded traffic or its GPU-resident what-if), print the block
     and judge it; returns the mapping JSON."""
     heading, _, routes = HEADINGS[basis]
-    tr = traffic if basis == B.AS_RECORDED else B.gpu_resident(traffic, f"job {source['job']}")
+    tr, fields = B.apply(basis, traffic, f"job {source['job']}")
     con.print()
     con.rule(f"[bold]{heading}[/bold]", align="left")
     pl = place(pf, tr, time_budget=10.0)
-    doc = to_json(pl, topology=topo.name, source=source, basis=B.fields(basis, traffic))
+    doc = to_json(pl, topology=topo.name, source=source, basis=fields)
     print_text(doc, console=con, max_links=16)
     if basis == B.AS_RECORDED and traffic.host_total > 0.5 * traffic.total and (doc["improvement"]["max"] or 1) < 1.01:
         con.print("halo4d keeps its halos in host memory (a plain MPI program, as programs must with an MPI that is "

@@ -31,10 +31,7 @@ def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1
         raise RankmapError(f"--nodes must be at least 1, got {nodes}")
     if time_budget <= 0:
         raise RankmapError(f"--time-budget must be positive, got {time_budget}")
-    recorded = traffic
-    if as_gpu_resident:
-        traffic = B.gpu_resident(traffic, what)
-    fields = B.fields(B.GPU_RESIDENT if as_gpu_resident else B.AS_RECORDED, recorded)
+    traffic, fields = B.apply(B.GPU_RESIDENT if as_gpu_resident else B.AS_RECORDED, traffic, what)
     topo = load_topology(topology)
     if measured:
         from rankmap.bench.measured import measured_topology
@@ -92,8 +89,10 @@ def store_mapping(store: Any, doc: dict, job_id: int | None, *, key: str | None 
                   world_size: int | None = None, meta: dict | None = None) -> int:
     """Keep a mapping JSON with its figures, found again by ``rankmap run`` for the job's command
     (``key``/``world_size`` default to the job's) and shown by the dashboard for the job."""
+    from rankmap.mapping.basis import AS_RECORDED
+
     return store.save_mapping(doc, job_id=job_id, key=key, world_size=world_size, topology=doc["topology"],
                               max_before=doc["default"]["max_congestion"], avg_before=doc["default"]["avg_congestion"],
                               max_after=doc["max_congestion"], avg_after=doc["avg_congestion"], optimal=doc["optimal"],
                               meta={"solver": doc["solver"], "nodes": doc["nodes"],
-                                    "traffic_basis": doc.get("traffic_basis", "as-recorded"), **(meta or {})})
+                                    "traffic_basis": doc.get("traffic_basis", AS_RECORDED), **(meta or {})})
