@@ -453,14 +453,7 @@ static inline __attribute__((always_inline)) void seg_done(rd_t *d, rm_rle_t *e,
     int peer = rm_world(e->xl, src);
     d->lsrc = peer < 0 ? -1 : src; d->lx = e->xl; d->lg = g; d->lop = e->op;   /* lsrc -1: never matches */
     if (peer < 0) continue;
-    int mem = rm_mem(e->buf);
-    if (d->a.msgs && peer == d->a.peer && e->op == d->a.op && mem == d->a.mem) {
-      d->a.bytes += (uint64_t)c;
-      d->a.msgs++;
-      continue;
-    }
-    agg_emit(d->a);
-    d->a = (rm_agg_t){peer, e->op, mem, (uint64_t)c, 1};
+    agg_add(&d->a, peer, e->op, rm_mem(e->buf), (uint64_t)c);
   }
 }
 
