@@ -54,8 +54,13 @@ int cudaMalloc(void **p, size_t n) {
   if (nsegs == 256) return 2;        /* cudaErrorMemoryAllocation */
   struct seg *s = &segs[nsegs];
   if (nsegs == 0) atexit(cleanup);
-  snprintf(s->name, sizeof s->name, "/rmfake-%d-%d", (int)getpid(), seq++);
-  int fd = shm_open(s->name, O_CREAT | O_RDWR | O_EXCL, 0600);
+  /* A process killed before its atexit (an aborted MPI job) leaves its segments behind, and a later
+   * process can get the same pid: skip names that exist instead of failing on them. */
+  int fd = -1;
+  for (int tries = 0; fd < 0 && tries < 1000; tries++) {
+    snprintf(s->name, sizeof s->name, "/rmfake-%d-%d", (int)getpid(), seq++);
+    fd = shm_open(s->name, O_CREAT | O_RDWR | O_EXCL, 0600);
+  }
   if (fd < 0) return 2;
   if (ftruncate(fd, (off_t)(n ? n : 1)) != 0) { close(fd); shm_unlink(s->name); return 2; }
   s->p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
