@@ -588,6 +588,41 @@ def _build_app(mpi, tmp_path: Path, name: str, *libs: str) -> Path:
     return app
 
 
+def test_repeated_send_arguments_follow_their_meaning(mpi, tmp_path):
+    """The shim remembers recent sends by their arguments (tests/native/send_memo_app.c): the same
+    arguments through a reversed communicator then a world-ordered one (after a free that may reuse
+    the handle), through a 2-int then a 3-int derived type, and through MPI_Isend and MPI_Send, each
+    land on their own pair, payload and operation; sends to MPI_PROC_NULL leave no row."""
+    app = _build_app(mpi, tmp_path, "send_memo_app")
+    p = 3
+    recs = mpi.run(p, str(app), rundir=tmp_path / "run")
+    for rec in recs:
+        me = rec.world_rank
+        nxt, prv = (me + 1) % p, (me - 1) % p
+        assert rows(rec, "p2p") == {
+            (nxt, "p2p", "MPI_Isend", "send"): (5 * 8 + 5 * 8 + 5 * 12 + 5 * 16, 20),
+            (prv, "p2p", "MPI_Isend", "send"): (5 * 8, 5),
+            (nxt, "p2p", "MPI_Send", "send"): (5 * 16, 5),
+            (nxt, "p2p", "MPI_Recv", "recv"): (5 * 8, 5),
+            (prv, "p2p", "MPI_Recv", "recv"): (5 * 8 + 5 * 8 + 5 * 12 + 10 * 16, 25),
+        }
+        assert rec.op_time["MPI_Send"][0] == 10 and rec.op_time["MPI_Isend"][0] == 25
+
+
+def test_sampling_draw_is_its_definition(mpi, tmp_path):
+    """Which short calls get timed (tests/native/skip_test.c): the shim's one-step draw of the gap
+    to the next timed call equals the field-by-field geometric draw it replaces, for the same
+    generator state, and has the geometric mean."""
+    from rankmap.capture.shim_build import native_dir
+
+    exe = tmp_path / "skip_test"
+    subprocess.run([MPIS[mpi.name]["cc"], "-std=gnu11", "-O2", "-I", str(native_dir() / "mpi"), "-I",
+                    str(native_dir() / "common"), "-I", str(mpi.shim.parent / "src"),
+                    str(ROOT / "tests" / "native" / "skip_test.c"), "-o", str(exe)], check=True, capture_output=True)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout + r.stderr
+
+
 # ---- memory kind through a stand-in libcuda ----------------------------------------------------------
 
 def test_memory_kind_classification(mpi, tmp_path):

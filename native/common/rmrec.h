@@ -167,7 +167,7 @@ rmrec_slot_t *rmrec_slot(rmrec_t *c, int shard, int origin, int peer, int klass,
                          int dir);  /* NULL: off */
 rmrec_opstat_t *rmrec_opstats(rmrec_t *c, int shard);       /* array indexed by op; NULL: no shard */
 _Atomic uint64_t *rmrec_tl_cell(rmrec_t *c, int peer, int klass, uint64_t ticks);  /* NULL: none */
-static inline void rmrec_add(_Atomic uint64_t *p, uint64_t v, int plain) {
+static inline __attribute__((always_inline)) void rmrec_add(_Atomic uint64_t *p, uint64_t v, int plain) {
   if (plain) __atomic_store_n((uint64_t *)p, __atomic_load_n((uint64_t *)p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
   else __atomic_fetch_add((uint64_t *)p, v, __ATOMIC_RELAXED);
 }

@@ -260,6 +260,22 @@ void rm_teardown(void) {
 
 /* ---- emitting rows ------------------------------------------------------------------------- */
 
+uint32_t rm_next_skip_call(void) { return rm_next_skip(); }
+
+void rm_clock_out_timed(int op, uint64_t payload, uint64_t t0, unsigned w) {
+  rm_t.last = rmrec_ticks();
+  uint64_t dt = rm_t.last - t0;
+  uint8_t bit = (uint8_t)(1u << (op & 7));
+  if (dt >= rm_slow_ticks) rm_t.slow[op >> 3] |= bit; else rm_t.slow[op >> 3] &= (uint8_t)~bit;
+  dt *= w;
+  rmrec_opstat_t *o = &rm_t.ops[op];
+  int pl = rm_t.plain;
+  rmrec_add(&o->calls, 1, pl);
+  rmrec_add(&o->bytes, payload, pl);
+  if (dt) rmrec_add(&o->ticks, dt, pl);
+  rmrec_add(&o->hist[rmrec_hist_bin(payload)], 1, pl);
+}
+
 void rm_thread_init(void) {
   int shard = rm_single ? 0 : rmrec_shard(rm_R);
   rmrec_opstat_t *o = rmrec_opstats(rm_R, shard);
@@ -317,11 +333,23 @@ int64_t rm_status_bytes_call(const MPI_Status *st) {
   return PMPI_Get_elements_x(st, MPI_BYTE, &c) == MPI_SUCCESS ? (int64_t)c : -1;
 }
 
-uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm) {
+/* a send the thread has not memoised (rm_p2p_send): accounted, then remembered in c if it can be */
+uint64_t rm_p2p_send_slow(rm_sc_t *c, int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm) {
   uint64_t n = rm_tsz(t, count);
   if (dest < 0) return n;               /* MPI_PROC_NULL */
-  int w = rm_world(rm_comm_xl(comm), dest);
-  rm_emit(w, RMREC_P2P, op, rm_mem(buf), RMREC_SEND, n, 1);
+  unsigned gen = __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE);   /* before translating */
+  int w = rm_world(rm_comm_xl(comm), dest), mem = rm_mem(buf);
+  rm_emit(w, RMREC_P2P, op, mem, RMREC_SEND, n, 1);
+  if (w < 0 || rm_rs) return n;
+  if (count > 0 && t != MPI_DATATYPE_NULL) {           /* the payload is fixed for a predefined type only */
+    const rm_ts_t *ts = &rm_ts_tab[rm_ts_slot(t)];
+    if (!(ts->size > 0 && ts->t == t)) return n;
+  }
+  uint64_t key = rm_row_key(w, RMREC_P2P, op, mem, RMREC_SEND);
+  rm_rowc_t *e = rm_rowc_of(key);
+  if (e->key != key) return n;          /* no row (the record is full) */
+  *c = (rm_sc_t){.comm = comm, .t = t, .count = count, .dest = dest, .op = op, .mem = mem, .peer = w, .gen = gen,
+                 .n = n, .s = e->s, .tl = e->tl, .tl_epoch = e->tl_epoch};
   return n;
 }
 

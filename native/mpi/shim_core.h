@@ -41,17 +41,26 @@ enum {
  *   ops, shard, plain: the operation counters this thread adds to (its own rmrec shard under
  *     MPI_THREAD_MULTIPLE, else the shared ones) and whether it is their only writer;
  *   rowc: pointers to the traffic rows this thread updated last (see rm_emit);
+ *   sc: the sends this thread accounted last, by their arguments (see rm_p2p_send);
  *   coll, coll_mem: the collective in progress on this thread (operation id + 1, 0 for none) and
  *   its buffer's memory kind: what the library's own messages are attributed to (shim_coll.c). */
 typedef struct rm_rowset rm_rowset_t;
 typedef struct { uint64_t key; rmrec_slot_t *s; _Atomic uint64_t *tl; unsigned tl_epoch; } rm_rowc_t;
 #define RM_ROWC 16
+/* A send's accounting memoised by its arguments (rm_p2p_send): the payload of a predefined type,
+ * the row (slot) its world peer, operation and memory kind lead to, and its timeline cell. */
+typedef struct {
+  MPI_Comm comm; MPI_Datatype t; MPI_Count count; int dest, op, mem, peer; unsigned gen;
+  uint64_t n; rmrec_slot_t *s; _Atomic uint64_t *tl; unsigned tl_epoch;
+} rm_sc_t;
+#define RM_SC 8
 typedef struct {
   int in_f; uint32_t skip; rm_rowset_t *rs; uint64_t tick, last, rng; unsigned epoch;
   int shard, plain; rmrec_opstat_t *ops;
   int coll, coll_mem;
   uint8_t slow[(RMREC_MAX_OPS + 7) / 8];
   rm_rowc_t rowc[RM_ROWC];
+  rm_sc_t sc[RM_SC];
 } rm_tls_t;
 extern RM_TLS rm_tls_t rm_t;
 #define rm_in_f (rm_t.in_f)
@@ -85,6 +94,16 @@ static inline uint32_t rm_next_skip(void) {
   unsigned b = rm_sample_bits;
   if (!b) return 0;
   uint64_t mask = (1ull << b) - 1;
+  if (64 % b == 0) {
+    /* the first all-zero b-bit field of x, found at once: (x - L) & ~x & H (L: a 1 at the bottom of
+     * every field, H: at the top) has its lowest set bit in the lowest zero field (a borrow starts
+     * only at a zero field, so the fields below it are exact) */
+    uint64_t lo = ~0ull / mask, hi = lo << (b - 1);
+    for (uint32_t skip = 0;; skip += 64 / b) {
+      uint64_t x = rm_rng(), z = (x - lo) & ~x & hi;
+      if (z) return skip + (uint32_t)__builtin_ctzll(z) / b;
+    }
+  }
   for (uint32_t skip = 0;;) {
     uint64_t x = rm_rng();
     for (unsigned i = 0; i + b <= 64; i += b, skip++)
@@ -92,9 +111,10 @@ static inline uint32_t rm_next_skip(void) {
   }
 }
 void rm_thread_init(void);      /* the calling thread's counters (first call of a thread) */
+uint32_t rm_next_skip_call(void);   /* rm_next_skip out of line: once per timed call */
 
 /* at entry: returns the weight of this call's duration (0: not timed), *t0 its start */
-static inline unsigned rm_clock_in(int op, uint64_t *t0) {
+static inline __attribute__((always_inline)) unsigned rm_clock_in(int op, uint64_t *t0) {
   if (__builtin_expect(!rm_t.ops, 0)) rm_thread_init();
   unsigned e = rmrec_epoch;
   unsigned w = 1;
@@ -105,27 +125,21 @@ static inline unsigned rm_clock_in(int op, uint64_t *t0) {
       rm_tick = rm_t.last;
       return 0;
     }
-    rm_t.skip = rm_next_skip();
+    rm_t.skip = rm_next_skip_call();
     w = 1u << rm_sample_bits;
   }
   rm_t.epoch = e;
   *t0 = rm_tick = rm_t.last = rmrec_ticks();
   return w;
 }
-static inline void rm_clock_out(int op, uint64_t payload, uint64_t t0, unsigned w) {
-  uint64_t dt = 0;
-  if (w) {
-    rm_t.last = rmrec_ticks();
-    dt = rm_t.last - t0;
-    uint8_t bit = (uint8_t)(1u << (op & 7));
-    if (dt >= rm_slow_ticks) rm_t.slow[op >> 3] |= bit; else rm_t.slow[op >> 3] &= (uint8_t)~bit;
-    dt *= w;
-  }
+void rm_clock_out_timed(int op, uint64_t payload, uint64_t t0, unsigned w);
+/* at exit: the operation's counters; a timed call's duration out of line (one call in 16) */
+static inline __attribute__((always_inline)) void rm_clock_out(int op, uint64_t payload, uint64_t t0, unsigned w) {
+  if (__builtin_expect(w != 0, 0)) { rm_clock_out_timed(op, payload, t0, w); return; }
   rmrec_opstat_t *o = &rm_t.ops[op];
   int pl = rm_t.plain;
   rmrec_add(&o->calls, 1, pl);
-  rmrec_add(&o->bytes, payload, pl);
-  if (dt) rmrec_add(&o->ticks, dt, pl);
+  if (payload) rmrec_add(&o->bytes, payload, pl);
   rmrec_add(&o->hist[rmrec_hist_bin(payload)], 1, pl);
 }
 /* a wrapper's clock: RM_T0 at entry, RM_DONE at exit (the collective in progress, if any, is over then) */
@@ -218,6 +232,12 @@ void rm_rowset_add(rm_rowset_t *rs, int peer, int klass, int op, int mem, int di
 /* a row whose peer attribution is not the call's own (RMREC_ORIGIN_LIBRARY/MIRROR/MODEL): not cached */
 void rm_emit_from(int peer, int klass, int op, int mem, int dir, uint64_t bytes, uint64_t msgs, int origin);
 int rm_row_fill(rm_rowc_t *e, uint64_t key, int peer, int klass, int op, int mem, int dir);
+/* a call row's key in the thread's row cache, and its place there */
+static inline uint64_t rm_row_key(int peer, int klass, int op, int mem, int dir) {
+  return (1ull << 63) | ((uint64_t)(uint32_t)peer << 24) | ((uint64_t)(op & 0xffff) << 8) |
+         ((uint64_t)(klass & 0xf) << 4) | ((uint64_t)(mem & 0x7) << 1) | (uint64_t)(dir & 1);
+}
+static inline rm_rowc_t *rm_rowc_of(uint64_t key) { return &rm_t.rowc[(key ^ (key >> 24) ^ (key >> 9)) & (RM_ROWC - 1)]; }
 /* A traffic row of the call (RMREC_ORIGIN_CALL): bytes and messages into the row's counters (found through the thread's row cache,
  * the writer's table only on a miss), sent bytes also into the timeline cell of the row's time
  * (rm_tick; the cell is cached until the next timeline bucket, rmrec_epoch). */
@@ -225,9 +245,8 @@ static inline __attribute__((always_inline)) void rm_emit(int peer, int klass, i
   if (peer < 0) return;
   rm_rowset_t *rs = rm_rs;
   if (__builtin_expect(rs != NULL, 0)) { rm_rowset_add(rs, peer, klass, op, mem, dir, RMREC_ORIGIN_CALL, bytes); return; }
-  uint64_t key = (1ull << 63) | ((uint64_t)(uint32_t)peer << 24) | ((uint64_t)(op & 0xffff) << 8) |
-                 ((uint64_t)(klass & 0xf) << 4) | ((uint64_t)(mem & 0x7) << 1) | (uint64_t)(dir & 1);
-  rm_rowc_t *e = &rm_t.rowc[(key ^ (key >> 24) ^ (key >> 9)) & (RM_ROWC - 1)];
+  uint64_t key = rm_row_key(peer, klass, op, mem, dir);
+  rm_rowc_t *e = rm_rowc_of(key);
   if (__builtin_expect(e->key != key, 0) && !rm_row_fill(e, key, peer, klass, op, mem, dir)) return;
   int pl = rm_t.plain;
   rmrec_add(&e->s->bytes, bytes, pl);
@@ -330,7 +349,34 @@ void rm_mpit_sample(rmrec_t *c, int final);   /* from the flush hook */
 void rm_mpit_teardown(void);
 
 /* accounting: each returns the logical payload in bytes */
-uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm);
+uint64_t rm_p2p_send_slow(rm_sc_t *c, int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm);
+/* A send: its row and timeline cell.  Codes send the same arguments again and again (a window of
+ * MPI_Isend, a halo exchange's few neighbours), so the thread remembers its last sends by their
+ * arguments: a repeat costs the compares, the buffer's memory kind and the counter updates instead
+ * of the datatype size, the communicator's translation and the row's key (about a hundred
+ * instructions less per send).  Only sends whose payload cannot change are remembered (predefined
+ * datatypes); a freed communicator (rm_xt_gen) or a row set being filled (rm_rs) goes the long way. */
+static inline __attribute__((always_inline))
+uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm) {
+  rm_sc_t *c = &rm_t.sc[((unsigned)dest ^ (unsigned)count ^ ((unsigned)op << 1)) & (RM_SC - 1)];
+  if (__builtin_expect(c->s != NULL && c->dest == dest && c->count == count && c->t == t && c->comm == comm &&
+                       c->op == op && !rm_rs, 1) &&
+      __builtin_expect(c->gen == __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE) && c->mem == rm_mem(buf), 1)) {
+    int pl = rm_t.plain;
+    uint64_t n = c->n;
+    rmrec_slot_t *s = c->s;
+    _Atomic uint64_t *tl = c->tl;
+    if (n && __builtin_expect(c->tl_epoch != rm_t.epoch || !tl, 0)) {
+      c->tl = tl = rmrec_tl_cell(rm_R, c->peer, RMREC_P2P, rm_tick);
+      c->tl_epoch = rm_t.epoch;
+    }
+    rmrec_add(&s->bytes, n, pl);
+    rmrec_add(&s->msgs, 1, pl);
+    if (n && tl) rmrec_add(tl, n, rm_single);
+    return n;
+  }
+  return rm_p2p_send_slow(c, op, buf, count, t, dest, comm);
+}
 uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st);
 
 /* Bytes a status says were received, -1 if the request was cancelled (a cancelled receive is no
