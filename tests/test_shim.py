@@ -623,6 +623,25 @@ def test_sampling_draw_is_its_definition(mpi, tmp_path):
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout + r.stderr
 
 
+def test_failed_receives_released(mpi, tmp_path):
+    """Under MPI_ERRORS_RETURN a receive too short for its message fails (MPI_ERR_TRUNCATE) inside
+    MPI_Waitall / Testall / Waitsome / Waitany / Wait (tests/native/errors_app.c): the receives that
+    completed are counted, the failed one is not, and none is left behind to take the place of the
+    ordinary receives that follow (which reuse the released request handles)."""
+    app = _build_app(mpi, tmp_path, "errors_app")
+    rundir = tmp_path / "run"
+    r = subprocess.run(mpi.cmd(2, str(app), [], rundir), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "done" in r.stdout, r.stdout + r.stderr
+    rcs = dict(line.split()[1:] for line in r.stdout.splitlines() if line.startswith("rc "))
+    assert rcs["Waitall"] == "in_status" and rcs["Wait"] == "truncate", rcs
+    recs = records.read_dir(rundir)
+    for rec in recs:
+        assert rec.problems == [] and rec.finalized
+    r0, r1 = recs
+    assert rows(r0, "p2p") == {(1, "p2p", "MPI_Irecv", "recv"): (5 * 16 + 5 * 20 * 4 * 8, 5 * 2 + 5 * 20 * 4)}
+    assert rows(r1, "p2p") == {(0, "p2p", "MPI_Send", "send"): (5 * 32 + 5 * 20 * 4 * 8, 5 * 3 + 5 * 20 * 4)}
+
+
 # ---- memory kind through a stand-in libcuda ----------------------------------------------------------
 
 def test_memory_kind_classification(mpi, tmp_path):

@@ -303,6 +303,7 @@ void rm_rq_put_srecv(MPI_Request req, int op, int mem, MPI_Comm comm, int source
 int  rm_rq_get(MPI_Request req, rm_rq_t *out);
 void rm_rq_del(const rm_rq_t *e);
 void rm_rq_done(const rm_rq_t *e, const MPI_Status *st);  /* a tracked request completed */
+void rm_rq_failed(const rm_rq_t *e);                       /* ... completed with an error: no row */
 /* The requests of one MPI_Waitall/Testall/Waitany/...: looked up before the call, accounted per
  * completed request, released by the accounting (log entries) or together by rm_multi_end (table
  * entries).  Log entries found are kept as runs (requests i.. i+n-1 are the log's s.. s+n-1: one
@@ -323,6 +324,8 @@ MPI_Fint *rm_multi_fbuf(rm_multi_t *m, size_t n);                    /* n MPI_Fi
 int  rm_multi_has(const rm_multi_t *m, int i);                        /* request i is tracked */
 void rm_multi_done(rm_multi_t *m, int i, const MPI_Status *st);      /* request i completed */
 void rm_multi_done_all(rm_multi_t *m, const MPI_Status *sts);        /* all completed (Waitall) */
+void rm_multi_drop(rm_multi_t *m, int i);                            /* request i failed: no row */
+void rm_multi_done_err(rm_multi_t *m, int i, const MPI_Status *st);  /* after MPI_ERR_IN_STATUS */
 void rm_multi_end(rm_multi_t *m);
 /* matched probes: MPI_Message -> communicator until MPI_Mrecv/MPI_Imrecv takes it */
 void rm_msg_put(MPI_Message msg, MPI_Comm comm);

@@ -170,3 +170,10 @@ void rm_multi_done_fx(rm_multi_t *m, int i, const MPI_Fint *sts, int slot, int f
   const MPI_Status *c = rm_fstatus_x(sts + (size_t)slot * RM_F_STATUS_SIZE, &st, f08);
   if (c != MPI_STATUS_IGNORE) rm_multi_done(m, i, c);
 }
+
+void rm_multi_done_err_fx(rm_multi_t *m, int i, const MPI_Fint *sts, int slot, int f08) {
+  MPI_Status st;
+  if (!rm_multi_has(m, i) || rm_fstatuses_ignored_x(sts, f08)) return;
+  const MPI_Status *c = rm_fstatus_x(sts + (size_t)slot * RM_F_STATUS_SIZE, &st, f08);
+  if (c != MPI_STATUS_IGNORE) rm_multi_done_err(m, i, c);
+}

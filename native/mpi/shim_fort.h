@@ -55,8 +55,10 @@ uint64_t rm_start_all_f(int n, const MPI_Fint *reqs);
 int  rm_multi_get_f(rm_multi_t *m, int n, const MPI_Fint *reqs);
 MPI_Fint *rm_multi_fstatuses_x(rm_multi_t *m, MPI_Fint *sts, int f08);   /* ours if sts is ignored */
 void rm_multi_done_fx(rm_multi_t *m, int i, const MPI_Fint *sts, int slot, int f08);
+void rm_multi_done_err_fx(rm_multi_t *m, int i, const MPI_Fint *sts, int slot, int f08);
 #define rm_multi_fstatuses(m, sts) rm_multi_fstatuses_x(m, sts, RM_F08)
 #define rm_multi_done_f(m, i, sts, slot) rm_multi_done_fx(m, i, sts, slot, RM_F08)
+#define rm_multi_done_err_f(m, i, sts, slot) rm_multi_done_err_fx(m, i, sts, slot, RM_F08)
 
 #pragma GCC visibility pop
 

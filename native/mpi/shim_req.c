@@ -161,6 +161,14 @@ void rm_rq_done(const rm_rq_t *e, const MPI_Status *st) {
   if (rq_once(e->kind)) rm_rq_del(e);
 }
 
+/* A tracked request the library completed with an error (a program running under
+ * MPI_ERRORS_RETURN): no row -- the library says the receive failed -- but released like a
+ * completed one, since the library reuses the handle and a stale entry would take the next
+ * receive's place. */
+void rm_rq_failed(const rm_rq_t *e) {
+  if (rq_once(e->kind)) rm_rq_del(e);
+}
+
 
 /* ---- persistent requests ------------------------------------------------------------------------- */
 
@@ -509,6 +517,25 @@ void rm_multi_done(rm_multi_t *m, int i, const MPI_Status *st) {
   if (s >= 0) { m->freed += log_take(&m->agg, rl_at((uint64_t)s), st); return; }
   rm_tfound_t *t = table_of(m, i);
   if (t) table_take(&m->agg, t, st);
+}
+
+void rm_multi_drop(rm_multi_t *m, int i) {
+  if (!m->k || i < 0 || i >= m->n) return;
+  int64_t s = run_of(m, i);
+  if (s >= 0) {
+    rm_rle_t *e = rl_at((uint64_t)s);
+    if (e->key) { e->key = 0; m->freed++; }
+    return;
+  }
+  rm_tfound_t *t = table_of(m, i);
+  if (t) t->done = 1;                 /* released by rm_multi_end, no row */
+}
+
+/* One request of a batch the library answered with MPI_ERR_IN_STATUS: its status's MPI_ERROR says
+ * it completed (counted), failed (released without a row) or is still pending (kept). */
+void rm_multi_done_err(rm_multi_t *m, int i, const MPI_Status *st) {
+  if (st->MPI_ERROR == MPI_SUCCESS) rm_multi_done(m, i, st);
+  else if (st->MPI_ERROR != MPI_ERR_PENDING) rm_multi_drop(m, i);
 }
 
 void rm_multi_end(rm_multi_t *m) {

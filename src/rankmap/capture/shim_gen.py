@@ -37,8 +37,8 @@ from pathlib import Path
 from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
 
-ATTRS = {"pre", "post", "after", "persist", "status_if", "variants", "families", "plain",
-         "pre.f", "post.f", "after.f"}
+ATTRS = {"pre", "post", "after", "err", "persist", "status_if", "variants", "families", "plain",
+         "pre.f", "post.f", "after.f", "err.f"}
 FAMILIES = ("c", "f", "f08")
 
 # Handle types and their Fortran -> C conversion.
@@ -275,6 +275,9 @@ def gen_c(c: Call) -> str:
                f"  if (rs_) {{ rs_->payload = {_sub_op(c.attrs['persist'], c.op)}; rm_persist_end(rs_, *request); }} }}")
     if ok.strip():
         out.append("  if (rc == MPI_SUCCESS) {\n" + _indent(ok, "    ") + "  }")
+    err = _sub_op(c.code("err", False), c.op)
+    if err.strip():
+        out.append("  if (rc != MPI_SUCCESS) {\n" + _indent(err, "    ") + "  }")
     out.append(_indent(_sub_op(c.code("after", False), c.op)).rstrip("\n"))
     if not c.plain:
         out.append(f"  RM_DONE(OP_{c.op}, n);")
@@ -334,7 +337,7 @@ def gen_f(c: Call, family: str) -> str:
     decl = (decl + ", " if decl else "") + "MPI_Fint *ierr"
     args = ", ".join([f"f_{p.name}" for p in fps] + ["ierr"])
     ftype = ", ".join([_f_arg_type(p).strip() for p in fps] + ["MPI_Fint *"])
-    codes = {k: _sub_op(c.code(k, True), c.op) for k in ("pre", "post", "after")}
+    codes = {k: _sub_op(c.code(k, True), c.op) for k in ("pre", "post", "after", "err")}
     persist = _sub_op(c.attrs.get("persist", ""), c.op)
     cond = _status_cond(c, True)
     used = set().union(*(_idents(v) for v in codes.values()), _idents(persist), _idents(cond or ""))
@@ -368,6 +371,9 @@ def gen_f(c: Call, family: str) -> str:
                f"  if (rs_) {{ rs_->payload = {persist}; rm_persist_end(rs_, *request); }} }}")
     if codes["post"].strip() or persist:
         out.append("  if (*ierr == MPI_SUCCESS) {\n" + _indent(ok, "    ") + "  }")
+    if codes["err"].strip():
+        refresh = "".join(f"{v[1]}\n" for _p, v in views if v[1])
+        out.append("  if (*ierr != MPI_SUCCESS) {\n" + _indent(refresh + codes["err"], "    ") + "  }")
     out.append(_indent(codes["after"]).rstrip("\n"))
     if not c.plain:
         out.append(f"  RM_DONE(OP_{c.op}, n);")
