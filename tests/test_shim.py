@@ -767,6 +767,7 @@ def test_fortran_calls_exact(mpi, tmp_path, module):
                   (r, right, 16 * (r + 1), 1, "MPI_Send", "MPI_Mrecv"),
                   (r, left, 40, 1, "MPI_Isend", "MPI_Imrecv")]
         sends += [(r, peer, 2 * 8, 2, "MPI_Isend", "MPI_Irecv") for peer in (left, right)]
+        sends.append((r, right, 40 * 8, 40, "MPI_Isend", "MPI_Irecv"))      # the 80-request window
     exp = expect_p2p(p, sends)
     for rec in recs:
         r = rec.world_rank

@@ -148,14 +148,24 @@ uint64_t rm_start_all_f(int n, const MPI_Fint *reqs) {
   return sum;
 }
 
+/* The C handles of a Fortran request array, in a per-thread buffer grown once: used only while
+ * rm_multi_get_f looks them up (before the library's call), so a nested completion call cannot
+ * meet it in use. */
+static RM_TLS MPI_Request *fq;
+static RM_TLS size_t nfq;
+
 int rm_multi_get_f(rm_multi_t *m, int n, const MPI_Fint *reqs) {
   if (!rm_rq_pending() || n <= 0) return rm_multi_get(m, 0, NULL);
-  MPI_Request s[16], *c = n <= 16 ? s : malloc(sizeof *c * (size_t)n);
-  if (!c) return rm_multi_get(m, 0, NULL);
-  for (int i = 0; i < n; i++) c[i] = PMPI_Request_f2c(reqs[i]);
-  int k = rm_multi_get(m, n, c);
-  if (c != s) free(c);
-  return k;
+  if ((size_t)n > nfq) {
+    size_t cap = nfq ? nfq : 64;
+    while (cap < (size_t)n) cap *= 2;
+    MPI_Request *c = malloc(sizeof *c * cap);
+    if (!c) return rm_multi_get(m, 0, NULL);
+    free(fq);
+    fq = c; nfq = cap;
+  }
+  for (int i = 0; i < n; i++) fq[i] = PMPI_Request_f2c(reqs[i]);
+  return rm_multi_get(m, n, fq);
 }
 
 MPI_Fint *rm_multi_fstatuses_x(rm_multi_t *m, MPI_Fint *sts, int f08) {

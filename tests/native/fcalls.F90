@@ -11,24 +11,27 @@
 !     doubles between i and j (the send counts passed are zeros: in place they are not read)
 !   7 on a periodic 1-D cartesian communicator: MPI_Neighbor_alltoall 3 doubles to each side,
 !     MPI_Ineighbor_allgather 2 doubles + MPI_Wait
+!   8 a window of 40 MPI_Irecv from left and 40 MPI_Isend (1 double each) to right, one
+!     MPI_Waitall(80, MPI_STATUSES_IGNORE)
 program fcalls
 #ifdef F08
   use mpi_f08
   implicit none
-  type(MPI_Request) :: rq(4), pr(2)
+  type(MPI_Request) :: rq(4), pr(2), wq(80)
   type(MPI_Message) :: msg
   type(MPI_Status) :: st, sts(2)
   type(MPI_Comm) :: cart
 #else
   use mpi
   implicit none
-  integer :: rq(4), pr(2), msg, cart
+  integer :: rq(4), pr(2), msg, cart, wq(80)
   integer :: st(MPI_STATUS_SIZE), sts(MPI_STATUS_SIZE, 2)
 #endif
   integer :: ierr, r, p, n, right, left, it, k, cnt, idx, j, off, outcount, indices(4)
   logical :: flag
   character(len=32) :: arg
   double precision, allocatable :: a(:), b(:), c(:)
+  double precision :: wa(40), wb(40)
   integer :: ia(64), ib(64), zeros(64), counts(64), displs(64)
   integer, parameter :: one = 1
 
@@ -118,6 +121,16 @@ program fcalls
   call MPI_Ineighbor_allgather(a, 2, MPI_DOUBLE_PRECISION, b, 2, MPI_DOUBLE_PRECISION, cart, rq(1), ierr)
   call MPI_Wait(rq(1), MPI_STATUS_IGNORE, ierr)
   call MPI_Comm_free(cart, ierr)
+
+  ! 8 a window of 80 requests in one MPI_Waitall
+  wa = 1
+  do k = 1, 40
+    call MPI_Irecv(wb(k), 1, MPI_DOUBLE_PRECISION, left, 100 + k, MPI_COMM_WORLD, wq(k), ierr)
+  end do
+  do k = 1, 40
+    call MPI_Isend(wa(k), 1, MPI_DOUBLE_PRECISION, right, 100 + k, MPI_COMM_WORLD, wq(40 + k), ierr)
+  end do
+  call MPI_Waitall(80, wq, MPI_STATUSES_IGNORE, ierr)
 
   if (r == 0) print '(a,i0,a)', 'fcalls: ', p, ' ranks'
   call MPI_Finalize(ierr)
