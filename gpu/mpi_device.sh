@@ -7,7 +7,9 @@
 #  2. detects whether the MPI is CUDA-aware (ompi_info ... mpi_built_with_cuda_support);
 #  3. builds examples/mpi/cuda_pingpong.c against the CUDA runtime and runs it on 2 ranks under
 #     mpirun with LD_PRELOAD + RANKMAP_RUN_DIR (device buffers passed to MPI if CUDA-aware, else
-#     staged through host memory plus 0-byte sends of the device pointers);
+#     staged through host memory plus 0-byte sends of the device pointers; receives alternate
+#     between MPI_Recv, MPI_Irecv + MPI_Wait and MPI_Irecv + MPI_Waitall, whose buffers the shim
+#     classifies at completion);
 #  4. reads the records with rankmap.formats.record and checks the device / managed / host split
 #     of every rank's sent and received bytes against the exact expectation -- this covers the
 #     paths on which the shim asks the driver nothing (a heap buffer used before CUDA was loaded

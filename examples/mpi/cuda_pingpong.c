@@ -4,7 +4,9 @@
  * Needs the CUDA runtime:
  *   mpicc cuda_pingpong.c -I$CUDA_HOME/include -L$CUDA_HOME/lib64 -lcudart -o cuda_pingpong
  * usage: cuda_pingpong BYTES ITERS AWARE      (AWARE=1: the MPI is CUDA-aware)
- * Per iteration and kind, rank 0 sends BYTES to rank 1 and rank 1 sends them back (MPI_Send/MPI_Recv):
+ * Per iteration and kind, rank 0 sends BYTES to rank 1 and rank 1 sends them back (MPI_Send; the
+ * receive is MPI_Recv, MPI_Irecv + MPI_Wait or MPI_Irecv + MPI_Waitall in turn, iteration by
+ * iteration, since a nonblocking receive's buffer is classified when it completes):
  *   host (malloc) and pinned (cudaMallocHost): classified host; managed (cudaMallocManaged): managed;
  *   device (cudaMalloc): with AWARE=1 passed to MPI directly -> device; with AWARE=0 staged through
  *   a malloc'ed buffer (cudaMemcpy) -> host, plus one 0-byte MPI_Send/MPI_Recv of the device pointer
@@ -24,13 +26,23 @@
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
   fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); MPI_Abort(MPI_COMM_WORLD, 2); } } while (0)
 
+/* receive i of a series: blocking, or nonblocking completed by MPI_Wait or by MPI_Waitall */
+static void recv_nth(void *buf, int n, int src, int tag, int i) {
+  MPI_Request r;
+  switch (i % 3) {
+  case 0: MPI_Recv(buf, n, MPI_CHAR, src, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE); break;
+  case 1: MPI_Irecv(buf, n, MPI_CHAR, src, tag, MPI_COMM_WORLD, &r); MPI_Wait(&r, MPI_STATUS_IGNORE); break;
+  default: MPI_Irecv(buf, n, MPI_CHAR, src, tag, MPI_COMM_WORLD, &r); MPI_Waitall(1, &r, MPI_STATUSES_IGNORE); break;
+  }
+}
+
 static void pingpong(void *buf, int n, int rank, int iters) {
   for (int i = 0; i < iters; i++) {
     if (rank == 0) {
       MPI_Send(buf, n, MPI_CHAR, 1, 0, MPI_COMM_WORLD);
-      MPI_Recv(buf, n, MPI_CHAR, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      recv_nth(buf, n, 1, 0, i);
     } else if (rank == 1) {
-      MPI_Recv(buf, n, MPI_CHAR, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      recv_nth(buf, n, 0, 0, i);
       MPI_Send(buf, n, MPI_CHAR, 0, 0, MPI_COMM_WORLD);
     }
   }
@@ -62,10 +74,10 @@ int main(int argc, char **argv) {
       if (rank == 0) {
         CK(cudaMemcpy(stage, dev, (size_t)n, cudaMemcpyDeviceToHost));
         MPI_Send(stage, n, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
-        MPI_Recv(stage, n, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        recv_nth(stage, n, 1, 1, i);
         CK(cudaMemcpy(dev, stage, (size_t)n, cudaMemcpyHostToDevice));
       } else if (rank == 1) {
-        MPI_Recv(stage, n, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        recv_nth(stage, n, 0, 1, i);
         CK(cudaMemcpy(dev, stage, (size_t)n, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(stage, dev, (size_t)n, cudaMemcpyDeviceToHost));
         MPI_Send(stage, n, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
