@@ -3,12 +3,17 @@
 The server binaries come from the distribution's ``/usr/lib/postgresql/<ver>/bin``. ``initdb`` and
 ``pg_ctl`` refuse to run as root, so when the tests run as root the cluster belongs to the
 ``postgres`` (or ``nobody``) user and the tools run through ``runuser``.
+
+A test process killed before its teardown (a timeout, ^C twice) leaves its server running, and the
+server does not notice: each cluster directory names the process that made it (``owner``), and
+making a new cluster first stops and removes those whose owner is gone.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import time
 import pwd
 import shutil
 import socket
@@ -47,7 +52,8 @@ class PgCluster:
             if self.user is None:
                 pytest.skip("running as root and neither user 'postgres' nor 'nobody' exists for initdb")
             self.prefix = ["runuser", "-u", self.user.pw_name, "--"]
-        self.tmp = Path(tempfile.mkdtemp(prefix="rankmap-pg-"))
+        self.tmp = Path(tempfile.mkdtemp(prefix=PREFIX))
+        (self.tmp / "owner").write_text(str(os.getpid()))
         self.data = self.tmp / "data"
         self.port = _free_port()
         if self.user is not None:
@@ -93,18 +99,57 @@ class PgCluster:
         return self.url(name)
 
 
+PREFIX = "rankmap-pg-"
+ORPHAN_AGE_S = 6 * 3600        # a directory without an owner file (older code): orphaned once this old
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphans(bindir: Path) -> list[Path]:
+    """Stop and remove the clusters whose owning test process is gone; returns their directories."""
+    gone = []
+    for d in Path(tempfile.gettempdir()).glob(PREFIX + "*"):
+        try:
+            owner = d / "owner"
+            if owner.exists():
+                if _alive(int(owner.read_text().strip() or 0)):
+                    continue
+            elif time.time() - d.stat().st_mtime < ORPHAN_AGE_S:
+                continue
+        except (OSError, ValueError):
+            continue
+        if (d / "data" / "postmaster.pid").exists():
+            prefix = []
+            if os.geteuid() == 0 and d.stat().st_uid != 0:
+                prefix = ["runuser", "-u", pwd.getpwuid(d.stat().st_uid).pw_name, "--"]
+            subprocess.run(prefix + [str(bindir / "pg_ctl"), "-D", str(d / "data"), "-m", "immediate", "-w",
+                                     "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(d, ignore_errors=True)
+        gone.append(d)
+    return gone
+
+
 def new_cluster() -> PgCluster:
     bindir = _bindir()
     if bindir is None:
         pytest.skip("PostgreSQL server binaries are absent (/usr/lib/postgresql/*/bin): "
                     "scripts/bootstrap --test installs them")
+    sweep_orphans(bindir)
     return PgCluster(bindir)
 
 
 def _running():
     cluster = new_cluster()
-    cluster.start()
     try:
+        cluster.start()           # inside: a start that fails half way still gets its stop
         yield cluster
     finally:
         cluster.stop()
