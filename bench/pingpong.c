@@ -13,6 +13,8 @@
  *   rate <bytes> <plain msg/s> <shim msg/s> osu_bw / osu_mbw_mr with one pair: windows of 64
  *                                           Isend (sender) and Irecv (receiver) + Waitall, 1-byte ack
  *   self 8 <plain ns> <shim ns>            Sendrecv of 8 bytes to the calling rank itself
+ *   allr 8 <plain ns> <shim ns>            MPI_Allreduce of one double over both ranks: a collective
+ *                                           on a real communicator (its signature is counted)
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -29,11 +31,12 @@ typedef struct {
   int (*irecv)(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
   int (*waitall)(int, MPI_Request *, MPI_Status *);
   int (*sendrecv)(const void *, int, MPI_Datatype, int, int, void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Status *);
+  int (*allreduce)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm);
 } api_t;
 
 static const api_t API[2] = {
-  {PMPI_Send, PMPI_Recv, PMPI_Isend, PMPI_Irecv, PMPI_Waitall, PMPI_Sendrecv},   /* plain */
-  {MPI_Send, MPI_Recv, MPI_Isend, MPI_Irecv, MPI_Waitall, MPI_Sendrecv},         /* shim */
+  {PMPI_Send, PMPI_Recv, PMPI_Isend, PMPI_Irecv, PMPI_Waitall, PMPI_Sendrecv, PMPI_Allreduce},   /* plain */
+  {MPI_Send, MPI_Recv, MPI_Isend, MPI_Irecv, MPI_Waitall, MPI_Sendrecv, MPI_Allreduce},         /* shim */
 };
 
 static int cmp(const void *a, const void *b) {
@@ -86,6 +89,13 @@ static double self_block(const api_t *a, int iters) {
   return (MPI_Wtime() - t0) * 1e9 / iters;               /* ns per call */
 }
 
+static double allr_block(const api_t *a, int iters) {
+  double s = rank, r;
+  double t0 = MPI_Wtime();
+  for (int i = 0; i < iters; i++) a->allreduce(&s, &r, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return (MPI_Wtime() - t0) * 1e9 / iters;               /* ns per call */
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int size;
@@ -119,6 +129,14 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++)
       for (int j = 0; j < 2; j++) { int k = (r + j) % 2; v[k][r] = self_block(&API[k], iters); }
     if (rank == 0) printf("self 8 %.1f %.1f\n", median(v[0], rounds), median(v[1], rounds));
+  }
+  {
+    int iters = 5000 * scale;
+    allr_block(&API[0], iters / 10 + 1);
+    allr_block(&API[1], iters / 10 + 1);
+    for (int r = 0; r < rounds; r++)
+      for (int j = 0; j < 2; j++) { int k = (r + j) % 2; v[k][r] = allr_block(&API[k], iters); }
+    if (rank == 0) printf("allr 8 %.1f %.1f\n", median(v[0], rounds), median(v[1], rounds));
   }
   free(buf); free(wbuf); free(v[0]); free(v[1]);
   MPI_Finalize();

@@ -592,10 +592,13 @@ def test_repeated_send_arguments_follow_their_meaning(mpi, tmp_path):
     """The shim remembers recent sends by their arguments (tests/native/send_memo_app.c): the same
     arguments through a reversed communicator then a world-ordered one (after a free that may reuse
     the handle), through a 2-int then a 3-int derived type, and through MPI_Isend and MPI_Send, each
-    land on their own pair, payload and operation; sends to MPI_PROC_NULL leave no row."""
+    land on their own pair, payload and operation; sends to MPI_PROC_NULL leave no row.  Collectives
+    are remembered too: the same MPI_Bcast arguments through the two communicators and the two
+    derived types are four signatures of five calls each, with their own ranks and sizes."""
     app = _build_app(mpi, tmp_path, "send_memo_app")
     p = 3
-    recs = mpi.run(p, str(app), rundir=tmp_path / "run")
+    mpi.run(p, str(app), rundir=tmp_path / "run")
+    recs = records.read_dir(tmp_path / "run")        # as written: the collective calls not yet applied
     for rec in recs:
         me = rec.world_rank
         nxt, prv = (me + 1) % p, (me - 1) % p
@@ -607,6 +610,12 @@ def test_repeated_send_arguments_follow_their_meaning(mpi, tmp_path):
             (prv, "p2p", "MPI_Recv", "recv"): (5 * 8 + 5 * 8 + 5 * 12 + 10 * 16, 25),
         }
         assert rec.op_time["MPI_Send"][0] == 10 and rec.op_time["MPI_Isend"][0] == 25
+        bc = {f.sig: f for f in rec.coll_facts if f.operation == "MPI_Bcast"}
+        calls = {}
+        for s, _b, n in rec.coll_calls:
+            calls[s] = calls.get(s, 0) + n
+        got = sorted((f.rank, f.scount, f.ssize, calls.get(s, 0)) for s, f in bc.items())
+        assert got == sorted([(p - 1 - me, 2, 4, 5), (me, 2, 4, 5), (me, 1, 8, 5), (me, 1, 12, 5)]), got
 
 
 def test_sampling_draw_is_its_definition(mpi, tmp_path):

@@ -27,6 +27,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -61,10 +62,37 @@ static sig_t *sigs;               /* SIG_SLOTS, allocated at setup (pages touche
 static uint32_t *sig_order;       /* slot of signature i, in creation order */
 static uint32_t nsig;
 static uint64_t lost_calls;
-static pthread_mutex_t sig_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The table is written by the MPI calls and read (and its per-bucket counts reset) by the flush
+ * thread.  A spin lock, not a mutex: held for a few instructions by a call, it costs one exchange
+ * to take and a plain store to release, where an uncontended mutex costs two locked operations and
+ * two library calls -- a good part of what a collective's accounting costs.  The flusher, which
+ * holds it longer (writing the new signatures), does so once per flush interval. */
+static atomic_int sig_lock;
+#if defined(__x86_64__) || defined(__i386__)
+#define SPIN_PAUSE() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define SPIN_PAUSE() __asm__ __volatile__("yield")
+#else
+#define SPIN_PAUSE() ((void)0)
+#endif
+static inline void sig_lock_take(void) {
+  while (atomic_exchange_explicit(&sig_lock, 1, memory_order_acquire))
+    for (unsigned spins = 0; atomic_load_explicit(&sig_lock, memory_order_relaxed); spins++) {
+      if (spins < 64) SPIN_PAUSE();
+      else sched_yield();                 /* the holder may be descheduled (cores oversubscribed) */
+    }
+}
+static inline void sig_lock_give(void) { atomic_store_explicit(&sig_lock, 0, memory_order_release); }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+/* a table index, not a stored value: eight bytes a step (the 64-byte signature in 8 steps, not 64) */
+static uint64_t hwords(uint64_t h, const void *p, size_t n) {
   const unsigned char *b = p;
+  for (; n >= 8; n -= 8, b += 8) {
+    uint64_t w;
+    memcpy(&w, b, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+    h ^= h >> 29;
+  }
   while (n--) { h ^= *b++; h *= 0x100000001b3ull; }
   return h;
 }
@@ -82,8 +110,8 @@ static void sig_add(sig_t *e, int64_t b, uint64_t calls) {
 }
 
 static int sig_find(const fact_sig_t *d, const int64_t *vec, int nvec) {
-  uint64_t h = fnv(0xcbf29ce484222325ull, d, sizeof *d);
-  if (nvec) h = fnv(h, vec, sizeof(int64_t) * (size_t)nvec);
+  uint64_t h = hwords(0xcbf29ce484222325ull, d, sizeof *d);
+  if (nvec) h = hwords(h, vec, sizeof(int64_t) * (size_t)nvec);
   h |= 1;
   for (uint32_t i = (uint32_t)(h ^ (h >> 29)) & (SIG_SLOTS - 1), k = 0; k < SIG_SLOTS; k++, i = (i + 1) & (SIG_SLOTS - 1)) {
     sig_t *e = &sigs[i];
@@ -107,39 +135,74 @@ static int sig_find(const fact_sig_t *d, const int64_t *vec, int nvec) {
   return -1;
 }
 
-void rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
-                  int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec) {
-  rm_t.coll = op + 1;                      /* the library's messages from now on belong to op */
-  rm_t.coll_mem = mem;
-  if (!x || !sigs) return;
+/* The signatures a thread counted last, by the call's own arguments (one per operation class):
+ * a code calls the same collective with the same arguments again and again, and a repeat then
+ * costs a few compares instead of building the 64-byte signature, hashing it and probing the
+ * table.  Communicators are told apart by their translation's id (never reused); only calls whose
+ * type sizes cannot change under their handles (predefined types) and without per-peer vectors
+ * are remembered.  slot1: the table slot + 1 (0: empty). */
+typedef struct {
+  uint64_t comm; int64_t scount, rcount; MPI_Datatype st, rt; int op, root, flags, mem, slot1;
+} coll_memo_t;
+#define COLL_MEMO 4
+static RM_TLS coll_memo_t cmemo[COLL_MEMO];
+
+static void count_sig(int i) {
+  sig_lock_take();
+  if (rm_rs) rm_rs->sig = i + 1;           /* persistent: counted at each MPI_Start */
+  else sig_add(&sigs[i], rmrec_bucket(rm_R, rm_tick), 1);
+  sig_lock_give();
+}
+
+/* a signature not remembered: built, found or added in the table, counted, remembered */
+static __attribute__((noinline)) void fact_miss(coll_memo_t *c, int op, rm_xl_t *x, int mem, int root, int64_t scount,
+                                                MPI_Datatype st, int64_t rcount, MPI_Datatype rt, int flags,
+                                                const int64_t *vec, int nvec) {
   fact_sig_t d;
   memset(&d, 0, sizeof d);
   d.kind = 1; d.mem = (uint8_t)mem;
-  d.flags = (uint8_t)(flags | (rm_lib_on ? RM_FACT_LIBRARY : 0));
+  d.flags = (uint8_t)flags;
   d.comm = x->id; d.size = x->size; d.rank = x->me; d.root = root;
   d.op = (uint16_t)op;
   d.scount = scount; d.ssize = type_size(st);
   d.rcount = rcount; d.rsize = type_size(rt);
   d.nvec = (uint32_t)(nvec > 0 ? nvec : 0);
-  pthread_mutex_lock(&sig_lock);
+  sig_lock_take();
   int i = sig_find(&d, vec, nvec > 0 ? nvec : 0);
   if (i < 0) lost_calls++;
-  else if (rm_rs) rm_rs->sig = i + 1;      /* persistent: counted at each MPI_Start */
-  else sig_add(&sigs[i], rmrec_bucket(rm_R, rm_tick), 1);
-  pthread_mutex_unlock(&sig_lock);
+  sig_lock_give();
+  if (i < 0) return;
+  count_sig(i);
+  if (nvec <= 0 && rm_ts_fixed(st) && rm_ts_fixed(rt))
+    *c = (coll_memo_t){.comm = x->id, .scount = scount, .rcount = rcount, .st = st, .rt = rt, .op = op,
+                       .root = root, .flags = flags, .mem = mem, .slot1 = i + 1};
+}
+
+void rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
+                  int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec) {
+  rm_t.coll = op + 1;                      /* the library's messages from now on belong to op */
+  rm_t.coll_mem = mem;
+  if (!x || !sigs) return;
+  flags |= rm_lib_on ? RM_FACT_LIBRARY : 0;
+  coll_memo_t *c = &cmemo[(unsigned)op % COLL_MEMO];
+  if (nvec <= 0 && c->slot1 && c->op == op && c->comm == x->id && c->scount == scount && c->rcount == rcount &&
+      c->st == st && c->rt == rt && c->root == root && c->flags == flags && c->mem == mem)
+    count_sig(c->slot1 - 1);
+  else
+    fact_miss(c, op, x, mem, root, scount, st, rcount, rt, flags, vec, nvec);
 }
 
 void rm_coll_count(int slot) {
   if (!sigs || slot < 0 || slot >= (int)SIG_SLOTS) return;
-  pthread_mutex_lock(&sig_lock);
+  sig_lock_take();
   rm_t.coll = sigs[slot].def.op + 1;
   rm_t.coll_mem = sigs[slot].def.mem;
   sig_add(&sigs[slot], rmrec_bucket(rm_R, rm_tick), 1);
-  pthread_mutex_unlock(&sig_lock);
+  sig_lock_give();
 }
 
 static void facts_flush(rmrec_t *c, int final) {
-  pthread_mutex_lock(&sig_lock);
+  sig_lock_take();
   for (uint32_t k = 0; k < nsig; k++) {
     sig_t *e = &sigs[sig_order[k]];
     if (!e->written) {
@@ -160,7 +223,7 @@ static void facts_flush(rmrec_t *c, int final) {
     e->n = 0;
   }
   uint64_t lost = lost_calls;
-  pthread_mutex_unlock(&sig_lock);
+  sig_lock_give();
   if (final && lost) {
     char v[96];
     snprintf(v, sizeof v, "%llu collective calls without facts: more than %u distinct signatures",

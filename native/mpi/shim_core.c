@@ -347,10 +347,7 @@ uint64_t rm_p2p_send_slow(rm_sc_t *c, int op, const void *buf, MPI_Count count, 
   int w = rm_world(rm_comm_xl(comm), dest), mem = rm_mem(buf);
   rm_emit(w, RMREC_P2P, op, mem, RMREC_SEND, n, 1);
   if (w < 0 || rm_rs) return n;
-  if (count > 0 && t != MPI_DATATYPE_NULL) {           /* the payload is fixed for a predefined type only */
-    const rm_ts_t *ts = &rm_ts_tab[rm_ts_slot(t)];
-    if (!(ts->size > 0 && ts->t == t)) return n;
-  }
+  if (count > 0 && !rm_ts_fixed(t)) return n;         /* the payload is fixed for a predefined type only */
   uint64_t key = rm_row_key(w, RMREC_P2P, op, mem, RMREC_SEND);
   rm_rowc_t *e = rm_rowc_of(key);
   if (e->key != key) return n;          /* no row (the record is full) */

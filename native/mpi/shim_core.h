@@ -215,6 +215,12 @@ static inline unsigned rm_ts_slot(MPI_Datatype t) {
   __builtin_memcpy(&k, &t, sizeof t < 8 ? sizeof t : 8);
   return (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 57);   /* 7 bits = RM_TS_SLOTS */
 }
+/* a datatype whose size cannot change under its handle: predefined (in the table) or none */
+static inline int rm_ts_fixed(MPI_Datatype t) {
+  if (t == MPI_DATATYPE_NULL) return 1;
+  const rm_ts_t *e = &rm_ts_tab[rm_ts_slot(t)];
+  return e->size > 0 && e->t == t;
+}
 static inline uint64_t rm_tsz(MPI_Datatype t, MPI_Count count) {
   if (count <= 0 || t == MPI_DATATYPE_NULL) return 0;
   const rm_ts_t *e = &rm_ts_tab[rm_ts_slot(t)];

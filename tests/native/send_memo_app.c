@@ -8,7 +8,10 @@
  *   2. a derived type of 2 ints, freed, then one of 3 ints (a handle again possibly reused):
  *      REPS sends of count 1 to world rank (me + 1) % p each;
  *   3. MPI_Isend and MPI_Send with one set of arguments, interleaved (the operation tells them apart),
- *      and sends to MPI_PROC_NULL in between (no row).
+ *      and sends to MPI_PROC_NULL in between (no row);
+ *   4. collectives, which the shim also remembers by their arguments: REPS MPI_Bcast of 2 ints from
+ *      root 0 through a reversed communicator, freed, then through a world-ordered one; REPS
+ *      MPI_Bcast of count 1 of a 2-int then (freed) a 3-int derived type over MPI_COMM_WORLD.
  * Every message is received with MPI_Recv from MPI_ANY_SOURCE.  Run on any number of ranks >= 2. */
 #include <mpi.h>
 #include <stdio.h>
@@ -65,6 +68,21 @@ int main(int argc, char **argv) {
     MPI_Send(data, 4, MPI_INT, (me + 1) % p, 3, MPI_COMM_WORLD);
     drain(2, 16);
     MPI_Wait(&r, MPI_STATUS_IGNORE);
+  }
+
+  /* 4: collectives with repeated arguments */
+  for (int pass = 0; pass < 2; pass++) {
+    MPI_Comm c;
+    MPI_Comm_split(MPI_COMM_WORLD, 0, pass == 0 ? p - 1 - me : me, &c);
+    for (int i = 0; i < REPS; i++) MPI_Bcast(data, 2, MPI_INT, 0, c);
+    MPI_Comm_free(&c);
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    MPI_Datatype t;
+    MPI_Type_contiguous(2 + pass, MPI_INT, &t);
+    MPI_Type_commit(&t);
+    for (int i = 0; i < REPS; i++) MPI_Bcast(data, 1, t, 0, MPI_COMM_WORLD);
+    MPI_Type_free(&t);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (me == 0) printf("done\n");
