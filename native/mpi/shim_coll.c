@@ -135,29 +135,20 @@ static int sig_find(const fact_sig_t *d, const int64_t *vec, int nvec) {
   return -1;
 }
 
-/* The signatures a thread counted last, by the call's own arguments (one per operation class):
- * a code calls the same collective with the same arguments again and again, and a repeat then
- * costs a few compares instead of building the 64-byte signature, hashing it and probing the
- * table.  Communicators are told apart by their translation's id (never reused); only calls whose
- * type sizes cannot change under their handles (predefined types) and without per-peer vectors
- * are remembered.  slot1: the table slot + 1 (0: empty). */
-typedef struct {
-  uint64_t comm; int64_t scount, rcount; MPI_Datatype st, rt; int op, root, flags, mem, slot1;
-} coll_memo_t;
-#define COLL_MEMO 4
-static RM_TLS coll_memo_t cmemo[COLL_MEMO];
+RM_TLS rm_coll_memo_t rm_cmemo[RM_COLL_MEMO];
+int rm_coll_on;
 
-static void count_sig(int i) {
+void rm_coll_count_slot(int i) {
+  if (rm_rs) { rm_rs->sig = i + 1; return; }    /* persistent: counted at each MPI_Start */
+  int64_t b = rmrec_bucket(rm_R, rm_tick);
   sig_lock_take();
-  if (rm_rs) rm_rs->sig = i + 1;           /* persistent: counted at each MPI_Start */
-  else sig_add(&sigs[i], rmrec_bucket(rm_R, rm_tick), 1);
+  sig_add(&sigs[i], b, 1);
   sig_lock_give();
 }
 
 /* a signature not remembered: built, found or added in the table, counted, remembered */
-static __attribute__((noinline)) void fact_miss(coll_memo_t *c, int op, rm_xl_t *x, int mem, int root, int64_t scount,
-                                                MPI_Datatype st, int64_t rcount, MPI_Datatype rt, int flags,
-                                                const int64_t *vec, int nvec) {
+void rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
+                       int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec) {
   fact_sig_t d;
   memset(&d, 0, sizeof d);
   d.kind = 1; d.mem = (uint8_t)mem;
@@ -172,24 +163,10 @@ static __attribute__((noinline)) void fact_miss(coll_memo_t *c, int op, rm_xl_t 
   if (i < 0) lost_calls++;
   sig_lock_give();
   if (i < 0) return;
-  count_sig(i);
+  rm_coll_count_slot(i);
   if (nvec <= 0 && rm_ts_fixed(st) && rm_ts_fixed(rt))
-    *c = (coll_memo_t){.comm = x->id, .scount = scount, .rcount = rcount, .st = st, .rt = rt, .op = op,
+    *c = (rm_coll_memo_t){.comm = x->id, .scount = scount, .rcount = rcount, .st = st, .rt = rt, .op = op,
                        .root = root, .flags = flags, .mem = mem, .slot1 = i + 1};
-}
-
-void rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
-                  int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec) {
-  rm_t.coll = op + 1;                      /* the library's messages from now on belong to op */
-  rm_t.coll_mem = mem;
-  if (!x || !sigs) return;
-  flags |= rm_lib_on ? RM_FACT_LIBRARY : 0;
-  coll_memo_t *c = &cmemo[(unsigned)op % COLL_MEMO];
-  if (nvec <= 0 && c->slot1 && c->op == op && c->comm == x->id && c->scount == scount && c->rcount == rcount &&
-      c->st == st && c->rt == rt && c->root == root && c->flags == flags && c->mem == mem)
-    count_sig(c->slot1 - 1);
-  else
-    fact_miss(c, op, x, mem, root, scount, st, rcount, rt, flags, vec, nvec);
 }
 
 void rm_coll_count(int slot) {
@@ -323,6 +300,7 @@ void rm_coll_setup(void) {
     free(sigs); free(sig_order); sigs = NULL; sig_order = NULL;
     rmrec_meta(rm_R, "warning.collective_facts", "out of memory: no collective facts");
   }
+  rm_coll_on = sigs != NULL;
   rmrec_meta(rm_R, "collective_pairs", "facts");
   lib_setup();
   rmrec_on_flush(rm_R, on_flush, NULL);

@@ -346,10 +346,38 @@ rm_xl_t *rm_msg_take(MPI_Message msg);
 enum { RM_FACT_INPLACE = 1, RM_FACT_COMMUTE = 2, RM_FACT_COMMUTE_KNOWN = 4, RM_FACT_LIBRARY = 8 };
 extern int rm_lib_on;
 void rm_coll_setup(void);                 /* after the writer is open: library hook, flush hook */
+/* The signatures a thread counted last, by the call's own arguments (one per operation class):
+ * a code calls the same collective with the same arguments again and again, and a repeat then
+ * costs a few compares instead of building the 64-byte signature, hashing it and probing the
+ * table.  Communicators are told apart by their translation's id (never reused); only calls whose
+ * type sizes cannot change under their handles (predefined types) and without per-peer vectors
+ * are remembered.  slot1: the table slot + 1 (0: empty). */
+typedef struct {
+  uint64_t comm; int64_t scount, rcount; MPI_Datatype st, rt; int op, root, flags, mem, slot1;
+} rm_coll_memo_t;
+#define RM_COLL_MEMO 4
+extern RM_TLS rm_coll_memo_t rm_cmemo[RM_COLL_MEMO];
+extern int rm_coll_on;                    /* the facts table exists */
+void rm_coll_count_slot(int slot);        /* one call of table slot `slot`, in the current bucket */
+void rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
+                       int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec);
 /* One call's facts; x = NULL (self or inter-communicator): the call is attributed, no facts.
- * vec: nvec per-peer byte counts (v/w collectives), or NULL. */
+ * vec: nvec per-peer byte counts (v/w collectives), or NULL.  A remembered signature is counted
+ * inline; anything else goes through the table (rm_coll_fact_miss). */
+static inline __attribute__((always_inline))
 void rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
-                  int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec);
+                  int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec) {
+  rm_t.coll = op + 1;                      /* the library's messages from now on belong to op */
+  rm_t.coll_mem = mem;
+  if (!x || !rm_coll_on) return;
+  flags |= rm_lib_on ? RM_FACT_LIBRARY : 0;
+  rm_coll_memo_t *c = &rm_cmemo[(unsigned)op % RM_COLL_MEMO];
+  if (nvec <= 0 && c->slot1 && c->op == op && c->comm == x->id && c->scount == scount && c->rcount == rcount &&
+      c->st == st && c->rt == rt && c->root == root && c->flags == flags && c->mem == mem)
+    rm_coll_count_slot(c->slot1 - 1);
+  else
+    rm_coll_fact_miss(c, op, x, mem, root, scount, st, rcount, rt, flags, vec, nvec);
+}
 void rm_coll_count(int sig);              /* one more call of a stored signature (MPI_Start) */
 
 /* MPI_T (shim_mpit.c): control variables as META, performance variables sampled per flush */
