@@ -22,6 +22,9 @@ from fastapi.testclient import TestClient  # noqa: E402
 from conftest import assert_one_line_error, rankmap  # noqa: E402
 
 from rankmap.errors import RankmapError  # noqa: E402
+from rankmap.mapping import basis as B  # noqa: E402
+from rankmap.mapping.traffic import job_traffic  # noqa: E402
+from rankmap.pipeline.tune import place, store_mapping  # noqa: E402
 from rankmap.store import open_store  # noqa: E402
 from rankmap.topology import load  # noqa: E402
 from rankmap.web.app import create_app  # noqa: E402
@@ -93,6 +96,22 @@ def fill_store(url: str) -> dict[str, int]:
                                world_size=4)
     store.ingest(running, [record(r, 4) for r in range(2)])  # two of four ranks flushed so far
     return {"done": done, "running": running}
+
+
+def basis_jobs(url: str) -> dict[str, tuple[int, dict]]:
+    """Two finished jobs of record()'s traffic (its collective share is host-staged), each with one
+    mapping placed and stored by ``rankmap map --save``'s own steps: ``what-if`` on the GPU-resident
+    basis, ``recorded`` as recorded. Name -> (job id, mapping document)."""
+    store = open_store(url)
+    out = {}
+    for name, what_if in (("what-if", True), ("recorded", False)):
+        jid = store.create_job(["mpirun", "-np", str(N), f"./ring-{name}"], world_size=N)
+        store.ingest(jid, [record(r) for r in range(N)])
+        store.finish_job(jid, exit_status=0, elapsed_ns=2_800_000_000)
+        doc = place(job_traffic(store, jid), topology=TOPOLOGY, as_gpu_resident=what_if, source={"job": jid})
+        store_mapping(store, doc, jid)
+        out[name] = (jid, doc)
+    return out
 
 
 def local_client(app) -> TestClient:
@@ -298,6 +317,44 @@ def test_mapping_before_after(web):
     # the running job has no mapping of its own nor of its command: a message, not an error
     r = client.get(f"/api/jobs/{ids['running']}/mapping")
     assert r.status_code == 200 and r.json()["mapping"] is None and "rankmap map" in r.json()["message"]
+
+
+def test_mapping_states_its_basis_and_is_drawn_on_it(web, tmp_path):
+    client, ids = web
+    # stored without a basis (before mapping documents carried one): as recorded
+    d = client.get(f"/api/jobs/{ids['done']}/mapping").json()["mapping"]
+    assert (d["traffic_basis"], d["assumption"], d["label"], d["what_if"]) == (B.AS_RECORDED, None, "as recorded", False)
+    url = f"sqlite:///{tmp_path / 'basis.db'}"
+    jobs = basis_jobs(url)
+    client = local_client(create_app(open_store(url), TOPOLOGY))
+    got = {name: client.get(f"/api/jobs/{jid}/mapping").json() for name, (jid, _) in jobs.items()}
+    w, r = got["what-if"]["mapping"], got["recorded"]["mapping"]
+    assert (w["traffic_basis"], w["label"], w["what_if"]) == (B.GPU_RESIDENT, "what-if: GPU-resident", True)
+    assert w["assumption"] == jobs["what-if"][1]["assumption"]
+    assert w["assumption"].startswith(f"what-if: the {N * ALLRED_BYTES / 1e9:.3f} GB recorded as host-staged")
+    assert (r["traffic_basis"], r["assumption"], r["label"], r["what_if"]) == (B.AS_RECORDED, None, "as recorded", False)
+    # each is drawn on its own basis, so the drawn figures are the solver's: the what-if routes the
+    # host-staged share GPU to GPU, the recorded mapping up to the CPUs and back
+    for name, (_, doc) in jobs.items():
+        d = got[name]
+        assert d["before"]["max_congestion"] == pytest.approx(doc["default"]["max_congestion"]), name
+        assert d["after"]["max_congestion"] == pytest.approx(doc["max_congestion"]), name
+    assert got["what-if"]["after"]["host_staged_bytes"] == 0
+    assert got["recorded"]["after"]["host_staged_bytes"] == N * ALLRED_BYTES
+    assert jobs["what-if"][1]["max_congestion"] != pytest.approx(jobs["recorded"][1]["max_congestion"])
+
+
+@pytest.mark.parametrize("doc, want", [
+    ({"ranks": []}, (B.AS_RECORDED, None, "as recorded", False)),
+    (MAPPED, (B.AS_RECORDED, None, "as recorded", False)),
+    ({"traffic_basis": B.AS_RECORDED, "assumption": None}, (B.AS_RECORDED, None, "as recorded", False)),
+    ({"traffic_basis": "nccl-only", "assumption": "only the NCCL bytes"},
+     ("nccl-only", "only the NCCL bytes", "basis: nccl-only", True)),
+])
+def test_stated_basis_of_stored_documents(doc, want):
+    """A basis the reader does not know is never shown as the recorded run."""
+    s = B.stated(doc)
+    assert (s["traffic_basis"], s["assumption"], s["label"], s["what_if"]) == want
 
 
 def test_bad_job_is_404_with_a_message(web):

@@ -36,7 +36,8 @@ from rankmap.store import schema as S  # noqa: E402
 from rankmap.web.app import create_app  # noqa: E402
 from rankmap.web.security import access_for  # noqa: E402
 from test_monitor import fake_env  # noqa: E402
-from test_web_api import MAPPED, N, TOPOLOGY, WebRecord, fill_store, record  # noqa: E402
+from rankmap.pipeline.tune import store_mapping  # noqa: E402
+from test_web_api import MAPPED, N, TOPOLOGY, WebRecord, basis_jobs, fill_store, record  # noqa: E402
 from test_web_live import H200, USE, sampled_job  # noqa: E402
 
 IDLE_LINK = "#c3cbd5"
@@ -444,6 +445,38 @@ def test_new_user_findings(store_url, browser_page, tmp_path):
             for b in arcs[i + 1:]:
                 if a[3] == b[3] and a[0] < b[1] and b[0] < a[1]:
                     assert a[2] != b[2], (a, b)
+
+
+def test_mapping_basis_is_labelled(store_url, browser_page):
+    """A what-if mapping's before/after carries a badge and its assumption in words, never read as
+    the recorded run; an as-recorded one says so, quietly. The assumption is text, never markup."""
+    store = open_store(store_url)
+    jobs = basis_jobs(store_url)
+    page, problems, outside = browser_page
+    with _Server(create_app(store, TOPOLOGY), page) as srv:
+        jid, doc = jobs["what-if"]
+        page.goto(f"{srv.url}/#/job/{jid}")
+        page.locator("#after-view svg").wait_for(timeout=15_000)
+        assert page.locator("#mapping-basis .pill.what-if").inner_text() == "what-if: GPU-resident"
+        said = page.locator("#mapping-assumption")
+        assert said.is_visible() and said.inner_text() == doc["assumption"]
+        assert page.locator("#after-title .pill.what-if").inner_text() == "what-if"
+
+        rid, _ = jobs["recorded"]
+        page.evaluate(f"location.hash = '#/job/{rid}'")
+        wait_js(page, "document.getElementById('mapping-basis').innerText === 'as recorded'")
+        assert page.locator("#mapping-basis .muted.small").inner_text() == "as recorded"
+        assert said.is_hidden() and page.locator("#mapping-card .pill").count() == 0
+        assert page.locator("#after-view svg").is_visible()
+
+        # a stored assumption with markup in it is shown as the text it is
+        hostile = '<img src="x" onerror="window.__basis_xss = 1">what-if <b>bold</b>'
+        store_mapping(store, {**doc, "assumption": hostile}, jid)
+        page.evaluate(f"location.hash = '#/job/{jid}'")
+        wait_js(page, "document.getElementById('mapping-assumption').innerText.includes('<img')")
+        assert said.inner_text() == hostile
+        assert page.locator("#mapping-assumption *, #mapping-basis img, #mapping-basis b").count() == 0
+        assert page.evaluate("window.__basis_xss") is None
 
 
 def test_monitor_session_page(store_url, browser_page):

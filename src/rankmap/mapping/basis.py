@@ -20,6 +20,8 @@ from rankmap.mapping.cost import Traffic
 AS_RECORDED = "as-recorded"
 GPU_RESIDENT = "gpu-resident"
 BASES = (AS_RECORDED, GPU_RESIDENT)
+# each basis in words, for the readers that label a mapping's figures with it (the dashboard)
+LABELS = {AS_RECORDED: "as recorded", GPU_RESIDENT: "what-if: GPU-resident"}
 
 
 def gpu_resident(traffic: Traffic, what: str) -> Traffic:
@@ -60,3 +62,21 @@ def apply(basis: str, traffic: Traffic, what: str) -> tuple[Traffic, dict[str, A
 def is_what_if(doc: dict) -> bool:
     """Whether a mapping document was computed on the GPU-resident what-if."""
     return doc.get("traffic_basis") == GPU_RESIDENT
+
+
+def stated(doc: Any) -> dict[str, Any]:
+    """The basis a stored mapping document states, for readers that show it beside its figures (the
+    dashboard): ``traffic_basis``, ``assumption`` (None when as recorded), ``label`` (its words) and
+    ``what_if`` (whether the figures rest on an assumption rather than on the recorded run).
+
+    A document without the field (stored before mappings carried it, or a bare placement written by
+    another tool) is as recorded: nothing was assumed when it was made. A basis this version does not
+    know is passed on under its own name and counted as a what-if, so that it is never shown as the
+    recorded run.
+    """
+    b = doc.get("traffic_basis") if isinstance(doc, dict) else None
+    if b is None or b == AS_RECORDED:
+        return {**fields(AS_RECORDED), "label": LABELS[AS_RECORDED], "what_if": False}
+    b, a = str(b), doc.get("assumption")
+    return {"traffic_basis": b, "assumption": None if a is None else str(a),
+            "label": LABELS.get(b, f"basis: {b}"), "what_if": True}

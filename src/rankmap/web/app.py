@@ -14,7 +14,7 @@ Endpoints (all GET):
 ``/api/jobs/{job}/ops``                bytes, messages, calls, time per operation
 ``/api/jobs/{job}/timeline``           bytes per time bucket and class
 ``/api/jobs/{job}/links``              link counter samples as rates
-``/api/jobs/{job}/mapping``            stored mapping, link loads before and after
+``/api/jobs/{job}/mapping``            stored mapping and its traffic basis, link loads before and after
 ``/api/jobs/{job}/utilisation``        each drawn link's use of its bandwidth per time frame, in bands
 ``/api/jobs/{job}/cluster``            nodes, NICs and the traffic between nodes of a multi-node job
 ``/api/jobs/{job}/pvars``              MPI_T performance variables (``name=``: one over time, per rank)
@@ -42,6 +42,7 @@ from fastapi.staticfiles import StaticFiles
 
 from rankmap import __version__
 from rankmap.errors import RankmapError
+from rankmap.mapping import basis as B
 from rankmap.mapping.traffic import job_matrices
 from rankmap.store import Store, StoreUnavailable
 from rankmap.topology import Topology
@@ -292,8 +293,10 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
             return {"job": jid, "mapping": None, "message": no_mapping(jid, spec)}
         stored = {f"{k}_{w}": row.get(f"{k}_congestion_{w}") for k in ("max", "avg") for w in ("before", "after")}
         out: dict[str, Any] = {
-            "job": jid, "mapping": {k: row[k] for k in ("id", "job", "created", "topology", "world_size",
-                                                        "optimal", "matched", "meta", "mapping")},
+            "job": jid, "mapping": {**{k: row[k] for k in ("id", "job", "created", "topology", "world_size",
+                                                           "optimal", "matched", "meta", "mapping")},
+                                    # as recorded or a what-if: the figures below are labelled with it
+                                    **B.stated(row["mapping"])},
             "stored": stored,  # the solver's own figures, as saved with the mapping
         }
         # The node the mapping was made for comes first: drawing it on another node would show
@@ -311,6 +314,8 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
             out["topology_error"] = "; ".join(dict.fromkeys(errors))
             return out
         m, host = job_matrices(store, jid)
+        if B.is_what_if(row["mapping"]):
+            host = None  # drawn on the mapping's own basis, as its stored figures: every byte GPU to GPU
         n = m.shape[0]
         out["topology"] = topo.name
         out["drawing"] = {"topology": to_dict(topo), "layout": V.layout(topo)}

@@ -865,11 +865,25 @@ function renderCluster(p) {
 }
 
 // ------------------------------------------------------------------ mapping view
+// The basis of a mapping's figures beside them: a what-if (GPU-resident buffers the recorded job did
+// not have) is a badge with its assumption in words, so its gain is never read as the recorded run's.
+function renderBasis(mapping) {
+  const badge = $("mapping-basis"), said = $("mapping-assumption");
+  badge.textContent = "";
+  said.textContent = "";
+  said.hidden = true;
+  if (!mapping) return;
+  if (!mapping.what_if) { badge.append(el("span", { class: "muted small" }, mapping.label)); return; }
+  badge.append(el("span", { class: "pill what-if", title: "the figures below are not those of the recorded run" }, mapping.label));
+  if (mapping.assumption) { said.textContent = mapping.assumption; said.hidden = false; }
+}
+
 function renderMapping(p) {
   const empty = $("mapping-empty"), views = $("mapping-views");
   $("mapping-legend").textContent = "";
   $("mapping-note").textContent = "";
   $("mapping-toggle").hidden = true;
+  renderBasis(p && p.status === "fulfilled" ? p.value.mapping : null);
   if (!p || p.status !== "fulfilled") { views.hidden = true; empty.textContent = p ? p.reason.message : ""; return; }
   const m = p.value;
   if (!m.mapping) { views.hidden = true; empty.textContent = m.message; return; }
@@ -894,6 +908,7 @@ function renderMapping(p) {
     at.append(" · ", el("span", { class: red > 0 ? "good" : "bad" },
       `max congestion ${red > 0 ? "−" : "+"}${fmtPct(Math.abs(red))}`));
   }
+  if (m.mapping.what_if) at.append(" ", el("span", { class: "pill what-if" }, "what-if"));
   drawTopology($("before-view"), topo, congestionPainter(m.before, ref), m.before.ranks_on_gpu);
   drawTopology($("after-view"), topo, congestionPainter(m.after, ref), m.after.ranks_on_gpu);
   stats($("before-stats"), m.before);
