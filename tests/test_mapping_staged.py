@@ -419,7 +419,7 @@ def test_map_as_gpu_resident_places_the_same_bytes_gpu_to_gpu(tmp_path):
     t = rankmap("map", "--job", str(jid), "--db", db, "--topology", "dgx1-v100", "--as-gpu-resident", "--save")
     assert t.returncode == 0, t.stderr
     assert "what-if: the 8.000 GB recorded as host-staged are counted as GPU-resident" in t.stdout
-    assert "(what-if: computed as if GPU-resident)" in t.stdout
+    assert "(what-if: GPU-resident)" in t.stdout
     row = open_store(db).latest_mapping(open_store(db).job(jid)["command_key"], 8)
     assert row["meta"]["traffic_basis"] == "gpu-resident" and row["mapping"]["traffic_basis"] == "gpu-resident"
     r = rankmap("run", "--db", db, "--topology", "dgx1-v100", "--dry-run", "--", "mpirun", "-np", "8", "./ring",

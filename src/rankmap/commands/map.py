@@ -97,7 +97,10 @@ def run(args: argparse.Namespace) -> int:
         print_text(doc)
     if saved is not None:
         how = f"rankmap run -- {job['command']}" if job.get("command") else "rankmap run -- <its command>"
-        basis = " (what-if: computed as if GPU-resident)" if args.as_gpu_resident else ""
+        from rankmap.mapping.basis import stated
+
+        st = stated(doc)       # the words the dashboard shows beside this mapping
+        basis = f" ({st['label']})" if st["what_if"] else ""
         print(f"stored as mapping {saved} of job {job['id']}{basis}; launch with: {how}",
               file=sys.stderr if args.format == "json" else sys.stdout)
     return 0
