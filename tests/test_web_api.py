@@ -20,6 +20,7 @@ pytest.importorskip("fastapi", reason="the dashboard needs the web extra (fastap
 from fastapi.testclient import TestClient  # noqa: E402
 
 from conftest import assert_one_line_error, rankmap  # noqa: E402
+from pg import pg_cluster  # noqa: E402,F401  (session fixture)
 
 from rankmap.errors import RankmapError  # noqa: E402
 from rankmap.mapping import basis as B  # noqa: E402
@@ -112,6 +113,20 @@ def basis_jobs(url: str) -> dict[str, tuple[int, dict]]:
         store_mapping(store, doc, jid)
         out[name] = (jid, doc)
     return out
+
+
+def two_mapping_job(url: str) -> tuple[int, dict[str, tuple[int, dict]]]:
+    """One finished job of record()'s traffic with two mappings, stored as ``rankmap demo`` does: the
+    GPU-resident what-if first, then the as-recorded one (the newest). Job id, name -> (mapping id, doc)."""
+    store = open_store(url)
+    jid = store.create_job(["mpirun", "-np", str(N), "./ring-two-maps"], world_size=N)
+    store.ingest(jid, [record(r) for r in range(N)])
+    store.finish_job(jid, exit_status=0, elapsed_ns=2_800_000_000)
+    out = {}
+    for name, what_if in (("what-if", True), ("recorded", False)):
+        doc = place(job_traffic(store, jid), topology=TOPOLOGY, as_gpu_resident=what_if, source={"job": jid})
+        out[name] = (store_mapping(store, doc, jid), doc)
+    return jid, out
 
 
 def local_client(app) -> TestClient:
@@ -342,6 +357,54 @@ def test_mapping_states_its_basis_and_is_drawn_on_it(web, tmp_path):
     assert got["what-if"]["after"]["host_staged_bytes"] == 0
     assert got["recorded"]["after"]["host_staged_bytes"] == N * ALLRED_BYTES
     assert jobs["what-if"][1]["max_congestion"] != pytest.approx(jobs["recorded"][1]["max_congestion"])
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_every_mapping_of_a_job_is_listed_and_each_can_be_chosen(backend, request, tmp_path):
+    """The id asked for reaches SQL as a bound parameter, so both back ends are asked, huge ids too."""
+    url = (f"sqlite:///{tmp_path / 'maps.db'}" if backend == "sqlite"
+           else request.getfixturevalue("pg_cluster").new_database())
+    ids = fill_store(url)
+    jid, maps = two_mapping_job(url)
+    client = local_client(create_app(open_store(url), TOPOLOGY))
+    (wid, wdoc), (rid, rdoc) = maps["what-if"], maps["recorded"]
+    assert rid > wid
+    d = client.get(f"/api/jobs/{jid}/mapping").json()
+    # the list: newest first, each with its time and basis in words
+    listed = [(m["id"], m["traffic_basis"], m["label"], m["what_if"], m["matched"]) for m in d["mappings"]]
+    assert listed == [(rid, B.AS_RECORDED, "as recorded", False, "job"),
+                      (wid, B.GPU_RESIDENT, "what-if: GPU-resident", True, "job")]
+    assert all(m["created"].endswith("Z") for m in d["mappings"])
+    # the default is the newest, drawn on its basis
+    assert d["mapping"]["id"] == rid and d["mapping"]["what_if"] is False
+    assert d["after"]["max_congestion"] == pytest.approx(rdoc["max_congestion"])
+    # the older what-if, chosen by id: its own document, basis, stored and drawn figures
+    c = client.get(f"/api/jobs/{jid}/mapping?id={wid}").json()
+    assert c["mapping"]["id"] == wid and c["mapping"]["mapping"] == wdoc
+    assert (c["mapping"]["label"], c["mapping"]["what_if"], c["mapping"]["assumption"]) == \
+        ("what-if: GPU-resident", True, wdoc["assumption"])
+    assert c["stored"]["max_after"] == pytest.approx(wdoc["max_congestion"])
+    assert c["after"]["max_congestion"] == pytest.approx(wdoc["max_congestion"])
+    assert c["after"]["host_staged_bytes"] == 0 and d["after"]["host_staged_bytes"] == N * ALLRED_BYTES
+    assert c["mappings"] == d["mappings"]
+    assert client.get(f"/api/jobs/{jid}/mapping?id={rid}").json()["mapping"]["id"] == rid
+    # a job with one mapping lists just that one
+    one = client.get(f"/api/jobs/{ids['done']}/mapping").json()
+    assert [m["id"] for m in one["mappings"]] == [one["mapping"]["id"]]
+    # another job's mapping is refused by name, whatever id is asked for
+    other = one["mapping"]["id"]
+    r = client.get(f"/api/jobs/{jid}/mapping?id={other}")
+    assert r.status_code == 404
+    assert r.json()["detail"] == f"mapping {other} is not one of job {jid}'s mappings (its mappings: {rid}, {wid})"
+    r = client.get(f"/api/jobs/{ids['done']}/mapping?id={wid}")
+    assert r.status_code == 404 and f"mapping {wid} is not one of job {ids['done']}'s" in r.json()["detail"]
+    for missing in ("99999", "9" * 18):
+        r = client.get(f"/api/jobs/{jid}/mapping?id={missing}")
+        assert r.status_code == 404 and f"mapping {missing} is not one of" in r.json()["detail"], missing
+    for bad in ("abc", "0", "-1", "1.5", "1%20OR%201=1", "", "%201", "1_0", "9" * 40):
+        r = client.get(f"/api/jobs/{jid}/mapping?id={bad}")
+        assert r.status_code == 400, bad
+        assert r.json()["detail"].startswith("mapping id ") and "is not a mapping id" in r.json()["detail"], bad
 
 
 @pytest.mark.parametrize("doc, want", [

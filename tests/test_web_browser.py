@@ -37,7 +37,7 @@ from rankmap.web.app import create_app  # noqa: E402
 from rankmap.web.security import access_for  # noqa: E402
 from test_monitor import fake_env  # noqa: E402
 from rankmap.pipeline.tune import store_mapping  # noqa: E402
-from test_web_api import MAPPED, N, TOPOLOGY, WebRecord, basis_jobs, fill_store, record  # noqa: E402
+from test_web_api import MAPPED, N, TOPOLOGY, WebRecord, basis_jobs, fill_store, record, two_mapping_job  # noqa: E402
 from test_web_live import H200, USE, sampled_job  # noqa: E402
 
 IDLE_LINK = "#c3cbd5"
@@ -477,6 +477,56 @@ def test_mapping_basis_is_labelled(store_url, browser_page):
         assert said.inner_text() == hostile
         assert page.locator("#mapping-assumption *, #mapping-basis img, #mapping-basis b").count() == 0
         assert page.evaluate("window.__basis_xss") is None
+
+
+def test_older_mapping_is_chosen_in_the_panel(store_url, browser_page):
+    """A job with a what-if and an as-recorded mapping (as `rankmap demo` stores them) offers both in a
+    selector, newest first; choosing the older what-if redraws the panel with its badge. A job with one
+    mapping has no selector. Option labels are text, never markup."""
+    store = open_store(store_url)
+    jid, maps = two_mapping_job(store_url)
+    (wid, wdoc), (rid, _) = maps["what-if"], maps["recorded"]
+    one, _ = basis_jobs(store_url)["recorded"]
+    page, problems, outside = browser_page
+    with _Server(create_app(store, TOPOLOGY), page) as srv:
+        page.goto(f"{srv.url}/#/job/{jid}")
+        page.locator("#after-view svg").wait_for(timeout=15_000)
+        pick = page.locator("#mapping-pick")
+        assert pick.is_visible() and pick.input_value() == str(rid)
+        texts = pick.locator("option").all_inner_texts()
+        assert len(texts) == 2
+        assert texts[0].startswith(f"#{rid} · ") and texts[0].endswith(" UTC · as recorded"), texts
+        assert texts[1].startswith(f"#{wid} · ") and texts[1].endswith(" UTC · what-if: GPU-resident"), texts
+        assert page.locator("#mapping-basis").inner_text() == "as recorded"
+        assert page.locator("#mapping-card .pill").count() == 0
+
+        pick.select_option(str(wid))
+        wait_js(page, "document.querySelector('#mapping-basis .pill.what-if') !== null")
+        assert page.locator("#mapping-basis .pill.what-if").inner_text() == "what-if: GPU-resident"
+        assert page.locator("#mapping-assumption").inner_text() == wdoc["assumption"]
+        assert page.locator("#after-title").inner_text().startswith(f"After — mapping #{wid}")
+        assert page.locator("#after-title .pill.what-if").inner_text() == "what-if"
+        assert pick.input_value() == str(wid) and page.locator("#after-view svg").is_visible()
+        # and back to the newest
+        pick.select_option(str(rid))
+        wait_js(page, "document.getElementById('mapping-basis').innerText === 'as recorded'")
+        assert page.locator("#after-title").inner_text().split(" · ")[0] == f"After — mapping #{rid}"
+        assert page.locator("#mapping-card .pill").count() == 0
+
+        # one mapping: nothing to choose
+        page.evaluate(f"location.hash = '#/job/{one}'")
+        wait_js(page, "document.getElementById('mapping-pick').hidden")
+        assert page.locator("#after-view svg").is_visible()
+        assert page.locator("#after-title").inner_text().split(" · ")[0] != f"After — mapping #{rid}"
+
+        # a basis this version does not know is named as stored: text, never markup
+        hostile = '<img src="x" onerror="window.__pick_xss = 1"><b>odd</b>'
+        store_mapping(store, {**wdoc, "traffic_basis": hostile}, jid)
+        page.evaluate(f"location.hash = '#/job/{jid}'")
+        wait_js(page, "document.querySelectorAll('#mapping-pick option').length === 3")
+        assert pick.locator("option").first.inner_text().endswith(f" UTC · basis: {hostile}")
+        assert page.locator("#mapping-pick img, #mapping-pick b, #mapping-basis img").count() == 0
+        assert page.evaluate("window.__pick_xss") is None
 
 
 def test_monitor_session_page(store_url, browser_page):

@@ -14,7 +14,8 @@ Endpoints (all GET):
 ``/api/jobs/{job}/ops``                bytes, messages, calls, time per operation
 ``/api/jobs/{job}/timeline``           bytes per time bucket and class
 ``/api/jobs/{job}/links``              link counter samples as rates
-``/api/jobs/{job}/mapping``            stored mapping and its traffic basis, link loads before and after
+``/api/jobs/{job}/mapping``            stored mapping (newest, or ``id=``), its traffic basis, link loads
+                                       before and after, and the job's other mappings
 ``/api/jobs/{job}/utilisation``        each drawn link's use of its bandwidth per time frame, in bands
 ``/api/jobs/{job}/cluster``            nodes, NICs and the traffic between nodes of a multi-node job
 ``/api/jobs/{job}/pvars``              MPI_T performance variables (``name=``: one over time, per rank)
@@ -28,6 +29,7 @@ Every request passes :class:`rankmap.web.security.Guard` (Host check, token, hea
 
 from __future__ import annotations
 
+import re
 import shlex
 import threading
 import time
@@ -56,6 +58,8 @@ from rankmap.web import utilisation as U
 from rankmap.web.security import Access, Guard, access_for
 
 STATIC = Path(__file__).with_name("static")
+MAPPING_ID = re.compile(r"[1-9][0-9]{0,17}")  # a stored mapping's id as the API takes it (``id=``)
+MAX_ROW_ID = 2**31 - 1  # the store's Integer ids are 32-bit on PostgreSQL: a larger one names no row
 
 
 def plotly_js() -> Path:
@@ -284,13 +288,27 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         v["ranks_on_gpu"] = {str(g): rs for g, rs in V.ranks_on_gpus(placement, m.shape[0]).items()}
         return v
 
+    def listed(row: dict) -> dict:
+        """A mapping as the panel's selector names it: id, when stored, and its basis in words."""
+        return {**{k: row[k] for k in ("id", "created", "topology", "matched")}, **B.stated(row["mapping"])}
+
     @app.get("/api/jobs/{job}/mapping")
-    def mapping(job: str, spec: str | None = None) -> dict:
+    def mapping(job: str, spec: str | None = None, chosen: str | None = Query(None, alias="id")) -> dict:
         jid = job_id(job)
         j = store.job(jid)
-        row = Q.mapping_for_job(store, jid, j)
+        rows = Q.mappings_for_job(store, jid, j)
+        if chosen is None:
+            row = rows[0] if rows else None
+        else:  # one of those listed; never a mapping of another job, whatever id is asked for
+            if not MAPPING_ID.fullmatch(chosen):
+                raise HTTPException(400, f"mapping id {chosen!r} is not a mapping id: give the id of one of "
+                                         f"job {jid}'s mappings (listed under 'mappings')")
+            row = Q.mapping_for_job(store, jid, j, int(chosen)) if int(chosen) <= MAX_ROW_ID else None
+            if row is None:
+                ids = ", ".join(str(r["id"]) for r in rows) or "none"
+                raise HTTPException(404, f"mapping {chosen} is not one of job {jid}'s mappings (its mappings: {ids})")
         if row is None:
-            return {"job": jid, "mapping": None, "message": no_mapping(jid, spec)}
+            return {"job": jid, "mapping": None, "mappings": [], "message": no_mapping(jid, spec)}
         stored = {f"{k}_{w}": row.get(f"{k}_congestion_{w}") for k in ("max", "avg") for w in ("before", "after")}
         out: dict[str, Any] = {
             "job": jid, "mapping": {**{k: row[k] for k in ("id", "job", "created", "topology", "world_size",
@@ -298,6 +316,7 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
                                     # as recorded or a what-if: the figures below are labelled with it
                                     **B.stated(row["mapping"])},
             "stored": stored,  # the solver's own figures, as saved with the mapping
+            "mappings": [listed(r) for r in rows],  # newest first; ``id=`` picks one of them
         }
         # The node the mapping was made for comes first: drawing it on another node would show
         # loads of a placement nobody chose. The asked-for one, then the server's, stand in.

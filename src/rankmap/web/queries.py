@@ -152,17 +152,45 @@ def link_series(samples: list[dict]) -> list[dict[str, Any]]:
     return out
 
 
-def mapping_for_job(store: Store, job_id: int, job: dict) -> dict | None:
-    """The newest mapping made from this job, else the newest for the same command and size."""
+MAPPINGS_LISTED = 50  # newest first; a command tuned again and again keeps many, the panel offers these
+
+
+def _mapping_scope(store: Store, job_id: int, job: dict) -> tuple[Any, str]:
+    """Which stored mappings belong to a job's panel, as a WHERE clause, and how they were matched:
+    those made from this job ('job'), else, when it has none, those for the same command and size
+    ('command'), as ``rankmap run`` would pick one."""
     m = S.mappings
     with store.engine.connect() as c:
-        row = c.execute(sa.select(m).where(m.c.job == job_id).order_by(m.c.id.desc()).limit(1)).mappings().first()
-    if row is not None:
-        d = dict(row)
-        d["created"] = _iso(d.get("created"))
-        d["matched"] = "job"
-        return d
-    d = store.latest_mapping(job["command_key"], job.get("world_size"))
-    if d is not None:
-        d["matched"] = "command"
+        own = c.execute(sa.select(m.c.id).where(m.c.job == job_id).limit(1)).first()
+    if own is not None:
+        return m.c.job == job_id, "job"
+    size = job.get("world_size")
+    return (sa.and_(m.c.command_key == job["command_key"],
+                    m.c.world_size.is_(None) if size is None else m.c.world_size == size), "command")
+
+
+def _mapping_row(row: Any, matched: str) -> dict:
+    d = dict(row)
+    d["created"] = _iso(d.get("created"))
+    d["matched"] = matched
     return d
+
+
+def mappings_for_job(store: Store, job_id: int, job: dict, limit: int = MAPPINGS_LISTED) -> list[dict]:
+    """The mappings a job's panel can show, newest first (see :func:`_mapping_scope`)."""
+    m = S.mappings
+    where, matched = _mapping_scope(store, job_id, job)
+    with store.engine.connect() as c:
+        rows = c.execute(sa.select(m).where(where).order_by(m.c.id.desc()).limit(limit)).mappings().all()
+    return [_mapping_row(r, matched) for r in rows]
+
+
+def mapping_for_job(store: Store, job_id: int, job: dict, mapping_id: int | None = None) -> dict | None:
+    """One mapping of the job's panel: ``mapping_id`` if it is one of them (None if not), else the newest."""
+    m = S.mappings
+    where, matched = _mapping_scope(store, job_id, job)
+    q = sa.select(m).where(where)
+    q = q.order_by(m.c.id.desc()).limit(1) if mapping_id is None else q.where(m.c.id == mapping_id)
+    with store.engine.connect() as c:
+        row = c.execute(q).mappings().first()
+    return None if row is None else _mapping_row(row, matched)

@@ -30,6 +30,7 @@ const TOKEN_KEY = "rankmap.token";
 const state = {
   info: null, jobId: null, jobTimer: null, jobsTimer: null, seq: 0, spec: null, running: false, started: false,
   util: null, utilMode: null, frame: 0, follow: true, playTimer: null, selectedLink: null,
+  mappingPick: null,  // {job, id}: the mapping chosen in a job's mapping panel (else its newest)
 };
 
 // ------------------------------------------------------------------ helpers
@@ -235,7 +236,7 @@ async function refreshJob(first) {
     monitor ? skip : q(`/matrix?class=${encodeURIComponent(cls)}&what=${what}`),
     monitor ? skip : q("/ops"), monitor ? skip : q("/timeline"), q("/links"), monitor ? skip : q("/cuda"),
     api(`/api/topology?job=${id}${spec ? `&spec=${spec}` : ""}`),
-    monitor ? skip : q(`/mapping${sq ? `?${sq}` : ""}`),
+    monitor ? skip : api(mappingPath(id)),
     q(`/utilisation${uq ? `?${uq}` : ""}`),
     monitor ? skip : q(`/cluster${uq ? `?${uq}` : ""}`),
     monitor ? skip : q("/pvars"),
@@ -878,8 +879,45 @@ function renderBasis(mapping) {
   if (mapping.assumption) { said.textContent = mapping.assumption; said.hidden = false; }
 }
 
+// The mapping endpoint for a job: the one picked in its panel, else the newest.
+function mappingPath(id) {
+  const pick = state.mappingPick && state.mappingPick.job === id ? state.mappingPick.id : null;
+  const qs = [state.spec ? `spec=${encodeURIComponent(state.spec)}` : "",
+    pick !== null ? `id=${encodeURIComponent(pick)}` : ""].filter(Boolean).join("&");
+  return `/api/jobs/${id}/mapping${qs ? `?${qs}` : ""}`;
+}
+
+// A job with several stored mappings (say a what-if and the as-recorded one) offers each in a
+// selector, named by id, time stored and basis; with one there is nothing to choose.
+function renderMappingPick(m) {
+  const pick = $("mapping-pick"), list = (m && m.mapping && m.mappings) || [];
+  pick.hidden = list.length < 2;
+  const key = JSON.stringify(list.map((x) => [x.id, x.created, x.label]));
+  if (pick.dataset.key !== key) {  // rebuilt only when the list changed, so a poll leaves an open list be
+    pick.textContent = "";
+    for (const x of list) {
+      const when = x.created ? `${x.created.slice(0, 19).replace("T", " ")} UTC` : "time unknown";
+      pick.append(el("option", { value: String(x.id) }, `#${x.id} · ${when} · ${x.label}`));
+    }
+    pick.dataset.key = key;
+  }
+  if (!pick.hidden) pick.value = String(m.mapping.id);
+}
+
+async function pickMapping() {
+  const id = state.jobId;
+  state.mappingPick = { job: id, id: $("mapping-pick").value };
+  let p;
+  try { p = { status: "fulfilled", value: await api(mappingPath(id)) }; } catch (e) {
+    p = { status: "rejected", reason: e };
+    state.mappingPick = null;  // the next refresh shows the newest again, with its selector
+  }
+  if (id === state.jobId) renderMapping(p);
+}
+
 function renderMapping(p) {
   const empty = $("mapping-empty"), views = $("mapping-views");
+  renderMappingPick(p && p.status === "fulfilled" ? p.value : null);
   $("mapping-legend").textContent = "";
   $("mapping-note").textContent = "";
   $("mapping-toggle").hidden = true;
@@ -990,6 +1028,7 @@ function wire() {
   });
   $("util-play").addEventListener("click", play);
   $("pvar-name").addEventListener("change", drawPvar);
+  $("mapping-pick").addEventListener("change", pickMapping);
   $("matrix-class").addEventListener("change", () => refreshJob(false));
   $("matrix-what").addEventListener("change", () => refreshJob(false));
   // #/job/N typed into the address bar (or history back/forward) opens that job without a reload
