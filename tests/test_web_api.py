@@ -420,6 +420,20 @@ def test_stated_basis_of_stored_documents(doc, want):
     assert (s["traffic_basis"], s["assumption"], s["label"], s["what_if"]) == want
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_job_ids_out_of_range_are_unknown_jobs(backend, request, tmp_path):
+    """A job id past the schema's 32-bit ids (PostgreSQL refuses to compare with it) or below 1 is an
+    unknown job, a 404 with the message, not a server error."""
+    url = (f"sqlite:///{tmp_path / 'big.db'}" if backend == "sqlite"
+           else request.getfixturevalue("pg_cluster").new_database())
+    fill_store(url)
+    client = local_client(create_app(open_store(url), TOPOLOGY))
+    for jid in ("99999999999", str(2**31), "0", "-3"):
+        for path in (f"/api/jobs/{jid}", f"/api/jobs/{jid}/mapping", f"/api/jobs/{jid}/matrix"):
+            r = client.get(path)
+            assert r.status_code == 404 and f"unknown job '{jid}'" in r.json()["detail"], (path, r.text)
+
+
 def test_bad_job_is_404_with_a_message(web):
     client, _ = web
     for path in ("/api/jobs/999", "/api/jobs/999/matrix", "/api/jobs/999/ops", "/api/jobs/999/timeline",
