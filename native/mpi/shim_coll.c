@@ -171,11 +171,9 @@ void rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root,
 
 void rm_coll_count(int slot) {
   if (!sigs || slot < 0 || slot >= (int)SIG_SLOTS) return;
-  sig_lock_take();
-  rm_t.coll = sigs[slot].def.op + 1;
+  rm_t.coll = sigs[slot].def.op + 1;       /* a signature's definition never changes once made */
   rm_t.coll_mem = sigs[slot].def.mem;
-  sig_add(&sigs[slot], rmrec_bucket(rm_R, rm_tick), 1);
-  sig_lock_give();
+  rm_coll_count_slot(slot);
 }
 
 static void facts_flush(rmrec_t *c, int final) {

@@ -268,18 +268,14 @@ void rm_teardown(void) {
 
 uint32_t rm_next_skip_call(void) { return rm_next_skip(); }
 
-void rm_clock_out_timed(int op, uint64_t payload, uint64_t t0, unsigned w) {
+/* the clock read at the end of a timed call: its duration, weighted, and whether the operation's
+ * next call is timed too (this one was slow) */
+uint64_t rm_clock_dt(int op, uint64_t t0, unsigned w) {
   rm_t.last = rmrec_ticks();
   uint64_t dt = rm_t.last - t0;
   uint8_t bit = (uint8_t)(1u << (op & 7));
   if (dt >= rm_slow_ticks) rm_t.slow[op >> 3] |= bit; else rm_t.slow[op >> 3] &= (uint8_t)~bit;
-  dt *= w;
-  rmrec_opstat_t *o = &rm_t.ops[op];
-  int pl = rm_t.plain;
-  rmrec_add(&o->calls, 1, pl);
-  rmrec_add(&o->bytes, payload, pl);
-  if (dt) rmrec_add(&o->ticks, dt, pl);
-  rmrec_add(&o->hist[rmrec_hist_bin(payload)], 1, pl);
+  return dt * w;
 }
 
 void rm_thread_init(void) {

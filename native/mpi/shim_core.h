@@ -132,12 +132,12 @@ static inline __attribute__((always_inline)) unsigned rm_clock_in(int op, uint64
   *t0 = rm_tick = rm_t.last = rmrec_ticks();
   return w;
 }
-void rm_clock_out_timed(int op, uint64_t payload, uint64_t t0, unsigned w);
+uint64_t rm_clock_dt(int op, uint64_t t0, unsigned w);   /* a timed call's weighted duration */
 /* at exit: the operation's counters; a timed call's duration out of line (one call in 16) */
 static inline __attribute__((always_inline)) void rm_clock_out(int op, uint64_t payload, uint64_t t0, unsigned w) {
-  if (__builtin_expect(w != 0, 0)) { rm_clock_out_timed(op, payload, t0, w); return; }
   rmrec_opstat_t *o = &rm_t.ops[op];
   int pl = rm_t.plain;
+  if (__builtin_expect(w != 0, 0)) rmrec_add(&o->ticks, rm_clock_dt(op, t0, w), pl);
   rmrec_add(&o->calls, 1, pl);
   if (payload) rmrec_add(&o->bytes, payload, pl);
   rmrec_add(&o->hist[rmrec_hist_bin(payload)], 1, pl);
@@ -215,18 +215,17 @@ static inline unsigned rm_ts_slot(MPI_Datatype t) {
   __builtin_memcpy(&k, &t, sizeof t < 8 ? sizeof t : 8);
   return (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 57);   /* 7 bits = RM_TS_SLOTS */
 }
-/* a datatype whose size cannot change under its handle: predefined (in the table) or none */
-static inline int rm_ts_fixed(MPI_Datatype t) {
-  if (t == MPI_DATATYPE_NULL) return 1;
+/* the cached size of a predefined datatype, 0 for any other */
+static inline int rm_ts_cached(MPI_Datatype t) {
   const rm_ts_t *e = &rm_ts_tab[rm_ts_slot(t)];
-  return e->size > 0 && e->t == t;
+  return e->size > 0 && e->t == t ? e->size : 0;
 }
+/* a datatype whose size cannot change under its handle: predefined (in the table) or none */
+static inline int rm_ts_fixed(MPI_Datatype t) { return t == MPI_DATATYPE_NULL || rm_ts_cached(t) > 0; }
 static inline uint64_t rm_tsz(MPI_Datatype t, MPI_Count count) {
   if (count <= 0 || t == MPI_DATATYPE_NULL) return 0;
-  const rm_ts_t *e = &rm_ts_tab[rm_ts_slot(t)];
-  int s = 0;
-  if (e->size > 0 && e->t == t) s = e->size;
-  else PMPI_Type_size(t, &s);
+  int s = rm_ts_cached(t);
+  if (!s) PMPI_Type_size(t, &s);
   return (uint64_t)(s > 0 ? s : 0) * (uint64_t)count;
 }
 

@@ -174,16 +174,22 @@ MPI_Fint *rm_multi_fstatuses_x(rm_multi_t *m, MPI_Fint *sts, int f08) {
   return b ? b : sts;
 }
 
+/* the C view, in *st, of Fortran status `slot` of a batch's tracked request i; NULL if i is not
+ * tracked or the statuses were ignored */
+static const MPI_Status *fstatus_of(rm_multi_t *m, int i, const MPI_Fint *sts, int slot, int f08, MPI_Status *st) {
+  if (!rm_multi_has(m, i) || rm_fstatuses_ignored_x(sts, f08)) return NULL;
+  const MPI_Status *c = rm_fstatus_x(sts + (size_t)slot * RM_F_STATUS_SIZE, st, f08);
+  return c != MPI_STATUS_IGNORE ? c : NULL;
+}
+
 void rm_multi_done_fx(rm_multi_t *m, int i, const MPI_Fint *sts, int slot, int f08) {
   MPI_Status st;
-  if (!rm_multi_has(m, i) || rm_fstatuses_ignored_x(sts, f08)) return;
-  const MPI_Status *c = rm_fstatus_x(sts + (size_t)slot * RM_F_STATUS_SIZE, &st, f08);
-  if (c != MPI_STATUS_IGNORE) rm_multi_done(m, i, c);
+  const MPI_Status *c = fstatus_of(m, i, sts, slot, f08, &st);
+  if (c) rm_multi_done(m, i, c);
 }
 
 void rm_multi_done_err_fx(rm_multi_t *m, int i, const MPI_Fint *sts, int slot, int f08) {
   MPI_Status st;
-  if (!rm_multi_has(m, i) || rm_fstatuses_ignored_x(sts, f08)) return;
-  const MPI_Status *c = rm_fstatus_x(sts + (size_t)slot * RM_F_STATUS_SIZE, &st, f08);
-  if (c != MPI_STATUS_IGNORE) rm_multi_done_err(m, i, c);
+  const MPI_Status *c = fstatus_of(m, i, sts, slot, f08, &st);
+  if (c) rm_multi_done_err(m, i, c);
 }

@@ -365,14 +365,14 @@ def gen_f(c: Call, family: str) -> str:
         test = f"rm_fstatus_ignored(f_{st})" if cond == "1" else f"({cond}) && rm_fstatus_ignored(f_{st})"
         out.append(f"  MPI_Fint {st}_own_[RM_F_STATUS_SIZE];\n  if ({test}) f_{st} = {st}_own_;")
     out.append(f"  rm_in_f++;\n  real_({args});\n  rm_in_f--;")
-    ok = "".join(f"{v[1]}\n" for _p, v in views if v[1]) + codes["post"]
+    refresh = "".join(f"{v[1]}\n" for _p, v in views if v[1])   # the views, after the call
+    ok = refresh + codes["post"]
     if persist:
         ok += (f"\n{{ rm_rowset_t *rs_ = rm_persist_begin(OP_{c.op});\n"
                f"  if (rs_) {{ rs_->payload = {persist}; rm_persist_end(rs_, *request); }} }}")
     if codes["post"].strip() or persist:
         out.append("  if (*ierr == MPI_SUCCESS) {\n" + _indent(ok, "    ") + "  }")
     if codes["err"].strip():
-        refresh = "".join(f"{v[1]}\n" for _p, v in views if v[1])
         out.append("  if (*ierr != MPI_SUCCESS) {\n" + _indent(refresh + codes["err"], "    ") + "  }")
     out.append(_indent(codes["after"]).rstrip("\n"))
     if not c.plain:

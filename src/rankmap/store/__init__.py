@@ -208,9 +208,7 @@ class Store:
                 jid = int(spec)
             except ValueError:
                 raise RankmapError(f"unknown job {spec!r}: give a job id or 'latest'") from None
-            # job ids are 32-bit integers in the schema: PostgreSQL rejects a larger bound value
-            # outright ("integer out of range"), where it is simply no job
-            if not 1 <= jid <= 2**31 - 1 or \
+            if not 1 <= jid <= S.MAX_ROW_ID or \
                     c.execute(sa.select(S.jobs.c.id).where(S.jobs.c.id == jid)).scalar() is None:
                 raise RankmapError(f"unknown job {spec!r} in {self.url}")
             return jid

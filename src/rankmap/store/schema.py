@@ -29,6 +29,10 @@ SCHEMA_VERSION = 3          # 2: traffic.pair_source; 3: job states, unique coun
 #: the store may lack part of the job (``rankmap ingest`` of the run directory completes it)
 JOB_STATES = ("running", "finished", "incomplete")
 
+#: the largest row id (``Integer`` primary keys are 32-bit on PostgreSQL, which refuses to compare
+#: them with a larger bound value -- "integer out of range" -- where such an id simply names no row)
+MAX_ROW_ID = 2**31 - 1
+
 metadata = MetaData()
 
 meta_info = Table(

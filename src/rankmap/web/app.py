@@ -47,6 +47,7 @@ from rankmap.errors import RankmapError
 from rankmap.mapping import basis as B
 from rankmap.mapping.traffic import job_matrices
 from rankmap.store import Store, StoreUnavailable
+from rankmap.store.schema import MAX_ROW_ID
 from rankmap.topology import Topology
 from rankmap.formats.topology_json import to_dict
 from rankmap.web import cluster as C
@@ -59,7 +60,6 @@ from rankmap.web.security import Access, Guard, access_for
 
 STATIC = Path(__file__).with_name("static")
 MAPPING_ID = re.compile(r"[1-9][0-9]{0,17}")  # a stored mapping's id as the API takes it (``id=``)
-MAX_ROW_ID = 2**31 - 1  # the store's Integer ids are 32-bit on PostgreSQL: a larger one names no row
 
 
 def plotly_js() -> Path:
