@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from rankmap.store import process_alive, process_id
+
 
 def _bindir() -> Path | None:
     cands = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
@@ -53,7 +55,7 @@ class PgCluster:
                 pytest.skip("running as root and neither user 'postgres' nor 'nobody' exists for initdb")
             self.prefix = ["runuser", "-u", self.user.pw_name, "--"]
         self.tmp = Path(tempfile.mkdtemp(prefix=PREFIX))
-        (self.tmp / "owner").write_text(str(os.getpid()))
+        (self.tmp / "owner").write_text(process_id())
         self.data = self.tmp / "data"
         self.port = _free_port()
         if self.user is not None:
@@ -100,17 +102,7 @@ class PgCluster:
 
 
 PREFIX = "rankmap-pg-"
-ORPHAN_AGE_S = 6 * 3600        # a directory without an owner file (older code): orphaned once this old
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+ORPHAN_AGE_S = 6 * 3600        # a directory whose owner cannot be told (older code): orphaned once this old
 
 
 def sweep_orphans(bindir: Path) -> list[Path]:
@@ -119,12 +111,13 @@ def sweep_orphans(bindir: Path) -> list[Path]:
     for d in Path(tempfile.gettempdir()).glob(PREFIX + "*"):
         try:
             owner = d / "owner"
-            if owner.exists():
-                if _alive(int(owner.read_text().strip() or 0)):
-                    continue
-            elif time.time() - d.stat().st_mtime < ORPHAN_AGE_S:
+            # the owner as the store names its profilers: host, pid and start time (a reused pid is not it)
+            alive = process_alive(owner.read_text().strip()) if owner.exists() else None
+            if alive is None:
+                alive = time.time() - d.stat().st_mtime < ORPHAN_AGE_S
+            if alive:
                 continue
-        except (OSError, ValueError):
+        except OSError:
             continue
         if (d / "data" / "postmaster.pid").exists():
             prefix = []
