@@ -618,6 +618,61 @@ def test_repeated_send_arguments_follow_their_meaning(mpi, tmp_path):
         assert got == sorted([(p - 1 - me, 2, 4, 5), (me, 2, 4, 5), (me, 1, 8, 5), (me, 1, 12, 5)]), got
 
 
+def _fact_calls(rec: records.RankRecord, operation: str) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """{(count, communicator): [(bucket, calls), ...] in bucket order} of one operation's signatures,
+    buckets next to each other merged (a group of calls may straddle a bucket boundary)."""
+    sigs = {f.sig: f for f in rec.coll_facts if f.operation == operation}
+    per: dict[tuple[int, int], dict[int, int]] = {}
+    for s, b, n in rec.coll_calls:
+        if s in sigs:
+            d = per.setdefault((sigs[s].scount, sigs[s].comm), {})
+            d[b] = d.get(b, 0) + n
+    out = {}
+    for key, d in per.items():
+        runs: list[list[int]] = []
+        for b in sorted(d):
+            if runs and b == runs[-1][0] + 1:
+                runs[-1][0] = b
+                runs[-1][1] += d[b]
+            else:
+                runs.append([b, d[b]])
+        out[key] = [(b, n) for b, n in runs]
+    return out
+
+
+def test_remembered_collectives_reach_the_record(mpi, tmp_path):
+    """A thread's repeated collective is counted in its own memory and moved to the shared table
+    later (tests/native/coll_memo_app.c): when the timeline bucket changes (three groups of
+    MPI_Allreduce land in three buckets with their own counts), when another signature takes the
+    memory (its calls are not lost), when the thread that made them has exited before
+    MPI_Finalize (MPI_Bcast through a duplicate), and at a periodic flush of a job that then dies
+    without MPI_Finalize (MPI_Reduce: its calls are in the record it left)."""
+    app = _build_app(mpi, tmp_path, "coll_memo_app", "-lpthread")
+    env = {"RANKMAP_BUCKET_MS": "100", "RANKMAP_FLUSH_MS": "100"}
+    for crash in (False, True):
+        rundir = tmp_path / f"run{int(crash)}"
+        r = subprocess.run(mpi.cmd(2, str(app), ["crash"] if crash else [], rundir, env), capture_output=True,
+                           text=True, timeout=120, env=dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none"))
+        assert (r.returncode != 0) == crash, r.stdout + r.stderr
+        recs = records.read_dir(rundir)
+        assert len(recs) == 2
+        for rec in recs:
+            assert rec.finalized != crash
+            ar = _fact_calls(rec, "MPI_Allreduce")
+            one = [k for k in ar if k[0] == 1]
+            two = [k for k in ar if k[0] == 2]
+            assert len(one) == 1 and len(two) == 1, ar
+            assert [n for _b, n in ar[one[0]]] == [3, 4, 5], ar      # three buckets, each its own group
+            assert [n for _b, n in ar[two[0]]] == [2], ar
+            assert ar[two[0]][0][0] == ar[one[0]][1][0] or ar[two[0]][0][0] + 1 >= ar[one[0]][1][0], ar
+            bc = _fact_calls(rec, "MPI_Bcast")
+            assert [sum(n for _b, n in v) for v in bc.values()] == [7], bc
+            assert rec.op_time["MPI_Bcast"][0] == 7 and rec.op_time["MPI_Allreduce"][0] == 14
+            if crash:
+                rd = _fact_calls(rec, "MPI_Reduce")
+                assert [sum(n for _b, n in v) for v in rd.values()] == [9], rd
+
+
 def test_sampling_draw_is_its_definition(mpi, tmp_path):
     """Which short calls get timed (tests/native/skip_test.c): the shim's one-step draw of the gap
     to the next timed call equals the field-by-field geometric draw it replaces, for the same

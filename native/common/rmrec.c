@@ -546,7 +546,6 @@ void rmrec_call(rmrec_t *c, int op, uint64_t payload, uint64_t ticks) {
   if ((unsigned)op >= RMREC_MAX_OPS) return;
   opstat_t *o = &c->ops[op];
   int single = c->single;
-  bump(&o->calls, 1, single);
   bump(&o->ticks, ticks, single);
   bump(&o->bytes, payload, single);
   bump(&o->hist[rmrec_hist_bin(payload)], 1, single);
@@ -790,7 +789,9 @@ static void flush_impl(rmrec_t *c, int final) {
   }
 #define SUM_(field) shard_sum(shards, nsh, op, offsetof(opstat_t, field))
   for (int op = 0; op < nops; op++) {
-    uint64_t calls = SUM_(calls), ticks = SUM_(ticks), bytes = SUM_(bytes);
+    uint64_t calls = 0, ticks = SUM_(ticks), bytes = SUM_(bytes);   /* every call adds to one bin */
+    for (int k = 0; k < RMREC_HIST_BINS; k++)
+      calls += shard_sum(shards, nsh, op, offsetof(opstat_t, hist) + (size_t)k * sizeof(uint64_t));
     if (calls != c->opshadow[op][0] || ticks != c->opshadow[op][1] || bytes != c->opshadow[op][2]) {
       row_optime_t r = {0};
       r.op = (uint16_t)op;

@@ -21,8 +21,9 @@
  *       rmrec_traffic_at(..., ticks) takes an rmrec_ticks() value the caller already has;
  *       rmrec_traffic_from(..., ticks, origin) also says where the peer attribution came from.
  *   uint64_t t0 = rmrec_ticks();  ...  rmrec_call(c, op, payload_bytes, rmrec_ticks() - t0);
- *       One call of an operation: calls += 1, time += ticks, payload += bytes, and the
- *       power-of-two size histogram of op gets payload_bytes.  Hot path, lock-free.
+ *       One call of an operation: time += ticks, payload += bytes, and the power-of-two size
+ *       histogram of op gets payload_bytes (its calls are the histogram's sum, so a call costs
+ *       one counter less).  Hot path, lock-free.
  *   rmrec_single_writer(c, 1);   hot-path calls never overlap: plain adds, no locked atomics
  *   rmrec_timeline_at(c, peer, klass, bytes, ticks);  timeline only (no traffic row)
  *   rmrec_pre_flush(c, fn, arg);  fn(arg) on the flush thread before each periodic flush
@@ -161,7 +162,8 @@ void rmrec_single_writer(rmrec_t *c, int on);
  * Shards: rmrec_shard() gives the calling thread counters of its own (1..31; 0 = the shared ones,
  * also when none is left); rows and operation counters of every shard are summed at flush. */
 typedef struct { _Atomic uint64_t key, bytes, msgs; } rmrec_slot_t;
-typedef struct { _Atomic uint64_t calls, ticks, bytes, hist[RMREC_HIST_BINS]; } rmrec_opstat_t;
+/* an operation's counters; its calls are the sum of hist (each call adds one to one bin) */
+typedef struct { _Atomic uint64_t ticks, bytes, hist[RMREC_HIST_BINS]; } rmrec_opstat_t;
 int rmrec_shard(rmrec_t *c);
 rmrec_slot_t *rmrec_slot(rmrec_t *c, int shard, int origin, int peer, int klass, int op, int mem,
                          int dir);  /* NULL: off */

@@ -135,20 +135,58 @@ static int sig_find(const fact_sig_t *d, const int64_t *vec, int nvec) {
   return -1;
 }
 
-RM_TLS rm_coll_memo_t rm_cmemo[RM_COLL_MEMO];
 int rm_coll_on;
 
-void rm_coll_count_slot(int i) {
-  if (rm_rs) { rm_rs->sig = i + 1; return; }    /* persistent: counted at each MPI_Start */
+/* The threads' remembered signatures (shim_core.h, rm_coll_fact): one block per thread that made a
+ * collective call, pushed on a list the flush walks, never freed (a thread's pending calls are
+ * added to the table after it exits; a block is ~400 bytes). */
+typedef struct coll_block { rm_coll_memo_t m[RM_COLL_MEMO]; struct coll_block *next; } coll_block_t;
+static _Atomic(coll_block_t *) coll_blocks;
+static RM_TLS rm_coll_memo_t memo_spare[RM_COLL_MEMO];   /* out of memory: never remembers (slot1 0) */
+
+rm_coll_memo_t *rm_coll_memo_init(void) {
+  coll_block_t *blk = calloc(1, sizeof *blk);
+  if (!blk) return rm_t.cm = memo_spare;
+  blk->next = atomic_load_explicit(&coll_blocks, memory_order_relaxed);
+  while (!atomic_compare_exchange_weak_explicit(&coll_blocks, &blk->next, blk, memory_order_release,
+                                                memory_order_relaxed)) {
+  }
+  return rm_t.cm = blk->m;
+}
+
+/* an entry's calls not yet in the table go there (sig_lock held) */
+static void memo_publish(rm_coll_memo_t *c) {
+  uint64_t n = atomic_load_explicit(&c->cnt, memory_order_relaxed);
+  if (c->slot1 && n > c->pub) sig_add(&sigs[c->slot1 - 1], c->bucket, n - c->pub);
+  c->pub = n;
+}
+
+/* one call of table slot i in the current bucket, straight into the table */
+static void count_now(int i) {
   int64_t b = rmrec_bucket(rm_R, rm_tick);
   sig_lock_take();
   sig_add(&sigs[i], b, 1);
   sig_lock_give();
 }
 
-/* a signature not remembered: built, found or added in the table, counted, remembered */
+void rm_coll_memo_retick(rm_coll_memo_t *c) {
+  int64_t b = rmrec_bucket(rm_R, rm_tick);
+  if (b != c->bucket) {
+    sig_lock_take();
+    memo_publish(c);
+    c->bucket = b; c->pub = 0;
+    atomic_store_explicit(&c->cnt, 0, memory_order_relaxed);
+    sig_lock_give();
+  }
+  c->tick = rm_tick;
+}
+
+/* A signature rm_coll_fact did not find in the thread's memory: built, found or added in the
+ * table, and counted there or (a remembered one) in the entry it takes. */
 void rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
                        int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec) {
+  int remember = nvec <= 0 && rm_t.cm != memo_spare && rm_ts_fixed(st) && rm_ts_fixed(rt);
+  int64_t b = rmrec_bucket(rm_R, rm_tick);
   fact_sig_t d;
   memset(&d, 0, sizeof d);
   d.kind = 1; d.mem = (uint8_t)mem;
@@ -161,23 +199,29 @@ void rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root,
   sig_lock_take();
   int i = sig_find(&d, vec, nvec > 0 ? nvec : 0);
   if (i < 0) lost_calls++;
+  else if (rm_rs) rm_rs->sig = i + 1;
+  else if (!remember) sig_add(&sigs[i], b, 1);
+  if (i >= 0 && remember) {
+    memo_publish(c);                       /* the entry's previous signature, before it is replaced */
+    c->comm = x->id; c->scount = scount; c->rcount = rcount; c->st = st; c->rt = rt; c->op = op;
+    c->root = root; c->flags = flags; c->mem = mem; c->slot1 = i + 1;
+    c->tick = rm_tick; c->bucket = b; c->pub = 0;
+    atomic_store_explicit(&c->cnt, rm_rs ? 0 : 1, memory_order_relaxed);
+  }
   sig_lock_give();
-  if (i < 0) return;
-  rm_coll_count_slot(i);
-  if (nvec <= 0 && rm_ts_fixed(st) && rm_ts_fixed(rt))
-    *c = (rm_coll_memo_t){.comm = x->id, .scount = scount, .rcount = rcount, .st = st, .rt = rt, .op = op,
-                       .root = root, .flags = flags, .mem = mem, .slot1 = i + 1};
 }
 
 void rm_coll_count(int slot) {
   if (!sigs || slot < 0 || slot >= (int)SIG_SLOTS) return;
   rm_t.coll = sigs[slot].def.op + 1;       /* a signature's definition never changes once made */
   rm_t.coll_mem = sigs[slot].def.mem;
-  rm_coll_count_slot(slot);
+  count_now(slot);
 }
 
 static void facts_flush(rmrec_t *c, int final) {
   sig_lock_take();
+  for (coll_block_t *blk = atomic_load_explicit(&coll_blocks, memory_order_acquire); blk; blk = blk->next)
+    for (int j = 0; j < RM_COLL_MEMO; j++) memo_publish(&blk->m[j]);
   for (uint32_t k = 0; k < nsig; k++) {
     sig_t *e = &sigs[sig_order[k]];
     if (!e->written) {

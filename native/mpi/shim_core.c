@@ -266,7 +266,12 @@ void rm_teardown(void) {
 
 /* ---- emitting rows ------------------------------------------------------------------------- */
 
-uint32_t rm_next_skip_call(void) { return rm_next_skip(); }
+/* A thread's first call comes here too (its skip count starts at 0, and no operation of it is slow
+ * yet), so the thread's counters are set up here rather than tested for on every call. */
+uint32_t rm_next_skip_call(void) {
+  if (__builtin_expect(!rm_t.ops, 0)) rm_thread_init();
+  return rm_next_skip();
+}
 
 /* the clock read at the end of a timed call: its duration, weighted, and whether the operation's
  * next call is timed too (this one was slow) */

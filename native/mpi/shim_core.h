@@ -57,7 +57,7 @@ typedef struct {
 typedef struct {
   int in_f; uint32_t skip; rm_rowset_t *rs; uint64_t tick, last, rng; unsigned epoch;
   int shard, plain; rmrec_opstat_t *ops;
-  int coll, coll_mem;
+  int coll, coll_mem; struct rm_coll_memo *cm;
   uint8_t slow[(RMREC_MAX_OPS + 7) / 8];
   rm_rowc_t rowc[RM_ROWC];
   rm_sc_t sc[RM_SC];
@@ -111,11 +111,11 @@ static inline uint32_t rm_next_skip(void) {
   }
 }
 void rm_thread_init(void);      /* the calling thread's counters (first call of a thread) */
-uint32_t rm_next_skip_call(void);   /* rm_next_skip out of line: once per timed call */
+uint32_t rm_next_skip_call(void);   /* rm_next_skip out of line: once per timed call, and a thread's
+                                       first call (which sets up its counters) */
 
 /* at entry: returns the weight of this call's duration (0: not timed), *t0 its start */
 static inline __attribute__((always_inline)) unsigned rm_clock_in(int op, uint64_t *t0) {
-  if (__builtin_expect(!rm_t.ops, 0)) rm_thread_init();
   unsigned e = rmrec_epoch;
   unsigned w = 1;
   if (!(rm_t.slow[op >> 3] & (1u << (op & 7)))) {
@@ -138,7 +138,6 @@ static inline __attribute__((always_inline)) void rm_clock_out(int op, uint64_t 
   rmrec_opstat_t *o = &rm_t.ops[op];
   int pl = rm_t.plain;
   if (__builtin_expect(w != 0, 0)) rmrec_add(&o->ticks, rm_clock_dt(op, t0, w), pl);
-  rmrec_add(&o->calls, 1, pl);
   if (payload) rmrec_add(&o->bytes, payload, pl);
   rmrec_add(&o->hist[rmrec_hist_bin(payload)], 1, pl);
 }
@@ -347,22 +346,30 @@ extern int rm_lib_on;
 void rm_coll_setup(void);                 /* after the writer is open: library hook, flush hook */
 /* The signatures a thread counted last, by the call's own arguments (one per operation class):
  * a code calls the same collective with the same arguments again and again, and a repeat then
- * costs a few compares instead of building the 64-byte signature, hashing it and probing the
- * table.  Communicators are told apart by their translation's id (never reused); only calls whose
- * type sizes cannot change under their handles (predefined types) and without per-peer vectors
- * are remembered.  slot1: the table slot + 1 (0: empty). */
-typedef struct {
+ * costs a few compares and one plain add instead of building the 64-byte signature, hashing it,
+ * taking the table's lock and probing it.  Communicators are told apart by their translation's id
+ * (never reused); only calls whose type sizes cannot change under their handles (predefined types)
+ * and without per-peer vectors are remembered.  slot1: the table slot + 1 (0: empty).
+ * A remembered signature's calls are held in its entry until they are added to the table: cnt
+ * calls in timeline bucket `bucket` (computed from rm_tick == tick; at another tick the bucket is
+ * computed again, and a new one takes the calls held to the table), of which pub are in the
+ * table already.  The owner
+ * thread adds to cnt without a lock; everything else (a new bucket, a new signature, the flush
+ * adding cnt - pub) happens under the table's lock.  So the entries live in a block on the heap
+ * that the flush can reach (rm_coll_blocks), and outlive their thread. */
+typedef struct rm_coll_memo {
   uint64_t comm; int64_t scount, rcount; MPI_Datatype st, rt; int op, root, flags, mem, slot1;
+  uint64_t tick; int64_t bucket; _Atomic uint64_t cnt; uint64_t pub;
 } rm_coll_memo_t;
 #define RM_COLL_MEMO 4
-extern RM_TLS rm_coll_memo_t rm_cmemo[RM_COLL_MEMO];
+rm_coll_memo_t *rm_coll_memo_init(void);  /* the calling thread's entries (first collective) */
+void rm_coll_memo_retick(rm_coll_memo_t *c);   /* rm_tick moved: a new bucket moves the calls held */
 extern int rm_coll_on;                    /* the facts table exists */
-void rm_coll_count_slot(int slot);        /* one call of table slot `slot`, in the current bucket */
 void rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
                        int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec);
 /* One call's facts; x = NULL (self or inter-communicator): the call is attributed, no facts.
- * vec: nvec per-peer byte counts (v/w collectives), or NULL.  A remembered signature is counted
- * inline; anything else goes through the table (rm_coll_fact_miss). */
+ * vec: nvec per-peer byte counts (v/w collectives), or NULL.  A remembered signature in the same
+ * bucket is counted inline; anything else goes through the table (rm_coll_fact_miss). */
 static inline __attribute__((always_inline))
 void rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
                   int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec) {
@@ -370,11 +377,14 @@ void rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Dat
   rm_t.coll_mem = mem;
   if (!x || !rm_coll_on) return;
   flags |= rm_lib_on ? RM_FACT_LIBRARY : 0;
-  rm_coll_memo_t *c = &rm_cmemo[(unsigned)op % RM_COLL_MEMO];
+  rm_coll_memo_t *cm = rm_t.cm;
+  if (__builtin_expect(!cm, 0)) cm = rm_coll_memo_init();
+  rm_coll_memo_t *c = &cm[(unsigned)op % RM_COLL_MEMO];
   if (nvec <= 0 && c->slot1 && c->op == op && c->comm == x->id && c->scount == scount && c->rcount == rcount &&
-      c->st == st && c->rt == rt && c->root == root && c->flags == flags && c->mem == mem)
-    rm_coll_count_slot(c->slot1 - 1);
-  else
+      c->st == st && c->rt == rt && c->root == root && c->flags == flags && c->mem == mem && !rm_rs) {
+    if (__builtin_expect(c->tick != rm_tick, 0)) rm_coll_memo_retick(c);
+    __atomic_store_n((uint64_t *)&c->cnt, __atomic_load_n((uint64_t *)&c->cnt, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+  } else
     rm_coll_fact_miss(c, op, x, mem, root, scount, st, rcount, rt, flags, vec, nvec);
 }
 void rm_coll_count(int sig);              /* one more call of a stored signature (MPI_Start) */
