@@ -2,7 +2,8 @@
 """What the link sampler costs on this node: NVML GPM against NVML field values, side by side.
 
 usage: PYTHONPATH=src python3 bench/monitor_cost.py [--reads 200] [--seconds 3] [--interval 100ms]
-                                                   [--bare 200] [-- LOAD COMMAND...]
+                                                   [--bare 200] [--gaps 0,1,10,100] [--per-gap 30]
+                                                   [-- LOAD COMMAND...]
 
 1. Read cost: ``--reads`` reads of every GPU through each source, alternating GPM and field-value
    blocks round by round so both see the same machine state; median, mean and slowest read of
@@ -19,6 +20,13 @@ usage: PYTHONPATH=src python3 bench/monitor_cost.py [--reads 200] [--seconds 3] 
    containing ``loading``, ended with SIGTERM afterwards; an NCCL job that keeps NVLink busy, say).
    The driver calls' CPU time under load is the floor of GPM sampling: rankmap cannot go below it;
    what ``GpmSource.read`` costs above it is rankmap's own Python.
+
+4. The gap before a call (``--gaps`` in ms, empty = skip): ``nvmlGpmSampleGet`` of each GPU after a
+   gap of G ms, ``--per-gap`` calls per GPU per gap, the gap once slept (the thread idle, as the
+   sampler waits) and once spun (the thread busy on the CPU, reading the clock), alternating. Read
+   back to back the call is several times cheaper than once every 100 ms; if the spun gaps are as
+   cheap as back to back, the extra cost comes from the CPU having gone idle (the thread or the
+   virtual CPU waking), if not, from the driver or the GPU (a fresh sample taking longer to make).
 
 Targets (issue of the live view): <= 0.3 ms per GPU per sample and < 1 % of one core at 10 Hz;
 rankmap's own part of a read <= 0.05 ms CPU. Prints tables, then one PASS/FAIL line per target (a
@@ -138,6 +146,44 @@ def bare_costs(src: GpmSource, n: int) -> dict[str, dict[str, list[int]]]:
     return out
 
 
+def gap_costs(src: GpmSource, gaps_ms: list[float], per_gap: int) -> list[tuple[float, str, list[int], list[int]]]:
+    """(gap ms, 'slept'|'spun', thread CPU ns, wall ns) of ``nvmlGpmSampleGet`` after each gap."""
+    nv = src.nvml
+    bufs = [nv.nvmlGpmSampleAlloc() for _ in src.handles]
+    out = []
+    try:
+        for gap in gaps_ms:
+            runs = {"slept": ([], []), "spun": ([], [])}
+            for i in range(per_gap):
+                for how in ("slept", "spun") if i % 2 == 0 else ("spun", "slept"):
+                    for g, h in enumerate(src.handles):
+                        if how == "slept":
+                            time.sleep(gap / 1e3)
+                        else:
+                            end = time.perf_counter_ns() + int(gap * 1e6)
+                            while time.perf_counter_ns() < end:
+                                pass
+                        c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
+                        nv.nvmlGpmSampleGet(h, bufs[g])
+                        w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+                        runs[how][0].append(c1 - c0)
+                        runs[how][1].append(w1 - w0)
+            out += [(gap, how, cpu, wall) for how, (cpu, wall) in runs.items()]
+    finally:
+        for b in bufs:
+            nv.nvmlGpmSampleFree(b)
+    return out
+
+
+def gap_section(src: GpmSource, gaps_ms: list[float], per_gap: int) -> None:
+    print(f"== nvmlGpmSampleGet after a gap, {per_gap} calls per GPU per gap and way, {len(src.handles)} GPUs "
+          f"(slept: the thread idle in the gap; spun: the thread busy)")
+    print(f"{'gap ms':>7} {'gap':<6} {'CPU median ms':>14} {'CPU mean ms':>12} {'wall median ms':>15} {'wall max ms':>12}")
+    for gap, how, cpu, wall in gap_costs(src, gaps_ms, per_gap):
+        print(f"{gap:>7g} {how:<6} {statistics.median(cpu) / 1e6:>14.4f} {statistics.fmean(cpu) / 1e6:>12.4f} "
+              f"{statistics.median(wall) / 1e6:>15.4f} {max(wall) / 1e6:>12.3f}")
+
+
 def start_load(cmd: list[str], wait_s: float = 90.0) -> tuple[subprocess.Popen, str]:
     """Start the load in its own process group; return once it printed a line with ``loading``."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -215,6 +261,8 @@ def main() -> int:
     ap.add_argument("--interval", default="100ms")
     ap.add_argument("--bare", type=int, default=200, help="bare GPM calls per GPU per state (0: skip)")
     ap.add_argument("--json", help="write the bare-call figures here")
+    ap.add_argument("--gaps", default="", help="comma-separated gaps in ms before a bare GPM call (empty: skip)")
+    ap.add_argument("--per-gap", type=int, default=30, help="calls per GPU per gap and way")
     ap.add_argument("load", nargs=argparse.REMAINDER, help="-- a command that loads the GPUs (NVLink)")
     a = ap.parse_args()
     load = a.load[1:] if a.load[:1] == ["--"] else a.load
@@ -260,6 +308,8 @@ def main() -> int:
           f"(target < {TARGET_SHARE * 100:g} %)")
     if "gpm" in sources and a.bare > 0:
         fails += bare_section(sources["gpm"], a.bare, load, a.json)
+    if "gpm" in sources and a.gaps:
+        gap_section(sources["gpm"], [float(g) for g in a.gaps.split(",")], a.per_gap)
     for src in sources.values():
         src.close()
     return fails
