@@ -375,28 +375,9 @@ uint64_t rm_p2p_expect(int op, const void *buf, MPI_Count count, MPI_Datatype t,
 
 /* ---- collectives: facts per call (shim_coll.c applies them) ------------------------------------ */
 
-/* intra-communicator of at least 2 ranks, else no pair traffic */
-static rm_xl_t *coll_xl(MPI_Comm comm) {
-  rm_xl_t *x = rm_comm_xl(comm);
-  return (x && !x->inter && x->size > 1) ? x : NULL;
-}
+#define coll_xl rm_coll_xl
+#define inplace rm_inplace
 static inline int my_rank(MPI_Comm comm) { rm_xl_t *x = rm_comm_xl(comm); return x ? x->me : 0; }
-static inline int inplace(const void *b) { return b == MPI_IN_PLACE ? RM_FACT_INPLACE : 0; }
-
-uint64_t rm_acc_bcast(int op, const void *buf, MPI_Count count, MPI_Datatype t, int root, MPI_Comm comm) {
-  rm_coll_fact(op, coll_xl(comm), rm_mem(buf), root, count, t, count, t, 0, NULL, 0);
-  return rm_tsz(t, count);
-}
-
-uint64_t rm_acc_reduce(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, int root, MPI_Comm comm) {
-  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), root, count, t, count, t, inplace(sbuf), NULL, 0);
-  return rm_tsz(t, count);
-}
-
-uint64_t rm_acc_allreduce(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm) {
-  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, count, t, count, t, 0, NULL, 0);
-  return rm_tsz(t, count);
-}
 
 uint64_t rm_acc_gather(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt,
                        int root, MPI_Comm comm) {
@@ -527,11 +508,6 @@ uint64_t rm_acc_reduce_scatter_block(int op, const void *sbuf, MPI_Count rcount,
 uint64_t rm_acc_scan(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm) {
   rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, count, t, count, t, inplace(sbuf), NULL, 0);
   return rm_tsz(t, count);
-}
-
-uint64_t rm_acc_barrier(int op, MPI_Comm comm) {
-  rm_coll_fact(op, coll_xl(comm), RMREC_MEM_UNKNOWN, 0, 0, MPI_BYTE, 0, MPI_BYTE, 0, NULL, 0);
-  return 0;
 }
 
 /* in/out neighbour lists of a communicator with a topology (comm ranks; PROC_NULL kept) */

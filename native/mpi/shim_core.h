@@ -450,9 +450,30 @@ static inline int64_t rm_status_bytes(const MPI_Status *st) {
 /* a receive whose source and length are known when it is set up (partitioned receives) */
 uint64_t rm_p2p_expect(int op, const void *buf, MPI_Count count, MPI_Datatype t, int source, MPI_Comm comm);
 
-uint64_t rm_acc_bcast(int op, const void *buf, MPI_Count count, MPI_Datatype t, int root, MPI_Comm comm);
-uint64_t rm_acc_reduce(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, int root, MPI_Comm comm);
-uint64_t rm_acc_allreduce(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm);
+/* intra-communicator of at least 2 ranks, else no pair traffic */
+static inline __attribute__((always_inline)) rm_xl_t *rm_coll_xl(MPI_Comm comm) {
+  rm_xl_t *x = rm_comm_xl(comm);
+  return (x && !x->inter && x->size > 1) ? x : NULL;
+}
+static inline int rm_inplace(const void *b) { return b == MPI_IN_PLACE ? RM_FACT_INPLACE : 0; }
+/* The collectives a code calls most often (a solver's dot products, a time step's broadcast), inline
+ * in their wrappers: with the signature remembered they come to a few compares and adds, and a call
+ * into another function with its register saves would be a good part of that. */
+static inline __attribute__((always_inline))
+uint64_t rm_acc_bcast(int op, const void *buf, MPI_Count count, MPI_Datatype t, int root, MPI_Comm comm) {
+  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(buf), root, count, t, count, t, 0, NULL, 0);
+  return rm_tsz(t, count);
+}
+static inline __attribute__((always_inline))
+uint64_t rm_acc_reduce(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, int root, MPI_Comm comm) {
+  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), root, count, t, count, t, rm_inplace(sbuf), NULL, 0);
+  return rm_tsz(t, count);
+}
+static inline __attribute__((always_inline))
+uint64_t rm_acc_allreduce(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm) {
+  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), 0, count, t, count, t, 0, NULL, 0);
+  return rm_tsz(t, count);
+}
 uint64_t rm_acc_gather(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt, int root, MPI_Comm comm);
 uint64_t rm_acc_gatherv(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, rm_cv_t rcounts, MPI_Datatype rt, int root, MPI_Comm comm);
 uint64_t rm_acc_scatter(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt, int root, MPI_Comm comm);
@@ -465,7 +486,10 @@ uint64_t rm_acc_alltoallw(int op, const void *sbuf, rm_cv_t scounts, const MPI_D
 uint64_t rm_acc_reduce_scatter(int op, const void *sbuf, rm_cv_t rcounts, MPI_Datatype t, MPI_Comm comm);
 uint64_t rm_acc_reduce_scatter_block(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype t, MPI_Comm comm);
 uint64_t rm_acc_scan(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm);
-uint64_t rm_acc_barrier(int op, MPI_Comm comm);
+static inline __attribute__((always_inline)) uint64_t rm_acc_barrier(int op, MPI_Comm comm) {
+  rm_coll_fact(op, rm_coll_xl(comm), RMREC_MEM_UNKNOWN, 0, 0, MPI_BYTE, 0, MPI_BYTE, 0, NULL, 0);
+  return 0;
+}
 /* neighbour collectives: kind 0 allgather, 1 allgatherv, 2 alltoall, 3 alltoallv, 4 alltoallw */
 uint64_t rm_acc_neighbor(int op, int kind, const void *sbuf, MPI_Count scount, rm_cv_t scounts, MPI_Datatype st,
                          const MPI_Datatype *sts, MPI_Count rcount, rm_cv_t rcounts, MPI_Datatype rt,
