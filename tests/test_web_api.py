@@ -129,6 +129,30 @@ def two_mapping_job(url: str) -> tuple[int, dict[str, tuple[int, dict]]]:
     return jid, out
 
 
+def unknown_basis_job(url: str, basis: str = "nccl-only") -> tuple[int, int, dict]:
+    """One finished job of record()'s traffic with one mapping whose ``traffic_basis`` this version
+    does not know (as a later rankmap might store): placed as recorded, then relabelled. Job id,
+    mapping id, document."""
+    store = open_store(url)
+    jid = store.create_job(["mpirun", "-np", str(N), "./ring-unknown-basis"], world_size=N)
+    store.ingest(jid, [record(r) for r in range(N)])
+    store.finish_job(jid, exit_status=0, elapsed_ns=2_800_000_000)
+    doc = {**place(job_traffic(store, jid), topology=TOPOLOGY, source={"job": jid}),
+           "traffic_basis": basis, "assumption": f"only the bytes of {basis}"}
+    return jid, store_mapping(store, doc, jid), doc
+
+
+def many_mapping_job(url: str, count: int) -> tuple[int, list[int], dict]:
+    """One finished job of record()'s traffic with ``count`` stored mappings (one placement stored
+    again and again, as a command tuned many times keeps them). Job id, mapping ids oldest first, doc."""
+    store = open_store(url)
+    jid = store.create_job(["mpirun", "-np", str(N), "./ring-many-maps"], world_size=N)
+    store.ingest(jid, [record(r) for r in range(N)])
+    store.finish_job(jid, exit_status=0, elapsed_ns=2_800_000_000)
+    doc = place(job_traffic(store, jid), topology=TOPOLOGY, source={"job": jid})
+    return jid, [store_mapping(store, doc, jid) for _ in range(count)], doc
+
+
 def local_client(app) -> TestClient:
     """A test client that talks to the app as a browser on this machine would (Host: 127.0.0.1)."""
     return TestClient(app, base_url="http://127.0.0.1:8000")
@@ -407,17 +431,113 @@ def test_every_mapping_of_a_job_is_listed_and_each_can_be_chosen(backend, reques
         assert r.json()["detail"].startswith("mapping id ") and "is not a mapping id" in r.json()["detail"], bad
 
 
+def test_unknown_basis_is_labelled_and_not_drawn_as_recorded(tmp_path):
+    """A basis this version does not know is labelled a what-if under its own name and is not drawn:
+    its stored figures are quoted and a one-line mapping_error names the basis. Drawing it on the
+    recorded traffic (host-staged bytes via the host) would give loads its solver never computed."""
+    url = f"sqlite:///{tmp_path / 'unknown.db'}"
+    jid, mid, doc = unknown_basis_job(url)
+    client = local_client(create_app(open_store(url), TOPOLOGY))
+    d = client.get(f"/api/jobs/{jid}/mapping").json()
+    m = d["mapping"]
+    assert (m["id"], m["traffic_basis"], m["label"], m["what_if"], m["known"], m["assumption"]) == \
+        (mid, "nccl-only", "basis: nccl-only", True, False, "only the bytes of nccl-only")
+    assert [(x["id"], x["label"], x["what_if"], x["known"]) for x in d["mappings"]] == \
+        [(mid, "basis: nccl-only", True, False)]
+    assert "before" not in d and "after" not in d and "routed" not in d
+    err = d["mapping_error"]
+    assert "\n" not in err and f"mapping {mid} " in err and "'nccl-only'" in err and "does not know" in err
+    assert d["stored"]["max_after"] == pytest.approx(doc["max_congestion"])
+    assert d["stored"]["max_before"] == pytest.approx(doc["default"]["max_congestion"])
+    # chosen by id, the same answer; a known basis beside it is still drawn
+    assert client.get(f"/api/jobs/{jid}/mapping?id={mid}").json() == d
+    rid = store_mapping(open_store(url), {**doc, **B.fields(B.AS_RECORDED)}, jid)
+    r = client.get(f"/api/jobs/{jid}/mapping").json()
+    assert r["mapping"]["id"] == rid and r["mapping"]["known"] is True and "mapping_error" not in r
+    assert r["after"]["host_staged_bytes"] == N * ALLRED_BYTES
+
+
+def _mapping_selects(store) -> list[str]:
+    """Collects the statements that read the mappings table while it is in use."""
+    import sqlalchemy as sa
+
+    seen: list[str] = []
+
+    def note(conn, cursor, statement, *args):
+        if "mappings" in statement and statement.lstrip().upper().startswith("SELECT"):
+            seen.append(statement)
+
+    sa.event.listen(store.engine, "before_cursor_execute", note)
+    return seen
+
+
+def test_mapping_by_id_reads_the_panel_once(tmp_path):
+    """``id=`` of a listed mapping costs no more queries than the newest: the job's scope is found
+    once and the chosen one is taken from the list; only one older than the list costs one more."""
+    url = f"sqlite:///{tmp_path / 'once.db'}"
+    jid, maps = two_mapping_job(url)
+    store = open_store(url)
+    client = local_client(create_app(store, TOPOLOGY))
+    seen = _mapping_selects(store)
+    newest = client.get(f"/api/jobs/{jid}/mapping").json()
+    plain = len(seen)
+    assert plain == 2, seen  # the scope (made from this job?) and the list with its count
+    seen.clear()
+    wid = maps["what-if"][0]
+    chosen = client.get(f"/api/jobs/{jid}/mapping?id={wid}").json()
+    assert len(seen) == plain, seen
+    assert chosen["mapping"]["id"] == wid and chosen["mappings"] == newest["mappings"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_more_mappings_than_listed_are_counted_and_reachable(backend, request, tmp_path):
+    """A job with more mappings than the panel lists: the API says how many there are and that the
+    list is cut; one older than those listed is still shown when chosen by id (the list stays the
+    newest), and another job's id is still refused."""
+    from rankmap.web.queries import MAPPINGS_LISTED
+
+    url = (f"sqlite:///{tmp_path / 'many.db'}" if backend == "sqlite"
+           else request.getfixturevalue("pg_cluster").new_database())
+    ids = fill_store(url)
+    count = MAPPINGS_LISTED + 3
+    jid, mids, doc = many_mapping_job(url, count)
+    store = open_store(url)
+    client = local_client(create_app(store, TOPOLOGY))
+    d = client.get(f"/api/jobs/{jid}/mapping").json()
+    assert (d["mappings_total"], d["mappings_truncated"]) == (count, True)
+    assert [m["id"] for m in d["mappings"]] == mids[::-1][:MAPPINGS_LISTED]
+    assert d["mapping"]["id"] == mids[-1]
+    seen = _mapping_selects(store)
+    for old in mids[:3]:  # older than every listed one
+        c = client.get(f"/api/jobs/{jid}/mapping?id={old}").json()
+        assert c["mapping"]["id"] == old and c["mapping"]["mapping"] == doc
+        assert c["mappings"] == d["mappings"] and (c["mappings_total"], c["mappings_truncated"]) == (count, True)
+        assert c["after"]["max_congestion"] == pytest.approx(doc["max_congestion"])
+    assert len(seen) == 3 * 3, seen  # scope, list, and the older one
+    other = client.get(f"/api/jobs/{ids['done']}/mapping").json()
+    assert (other["mappings_total"], other["mappings_truncated"]) == (1, False)
+    r = client.get(f"/api/jobs/{jid}/mapping?id={other['mapping']['id']}")
+    assert r.status_code == 404
+    assert r.json()["detail"].endswith(f", {mids[-MAPPINGS_LISTED]}, and 3 older)"), r.json()["detail"]
+    r = client.get(f"/api/jobs/{ids['done']}/mapping?id={mids[0]}")
+    assert r.status_code == 404 and f"mapping {mids[0]} is not one of job {ids['done']}'s" in r.json()["detail"]
+    none = client.get(f"/api/jobs/{ids['running']}/mapping").json()
+    assert (none["mapping"], none["mappings"], none["mappings_total"], none["mappings_truncated"]) == (None, [], 0, False)
+
+
 @pytest.mark.parametrize("doc, want", [
-    ({"ranks": []}, (B.AS_RECORDED, None, "as recorded", False)),
-    (MAPPED, (B.AS_RECORDED, None, "as recorded", False)),
-    ({"traffic_basis": B.AS_RECORDED, "assumption": None}, (B.AS_RECORDED, None, "as recorded", False)),
+    ({"ranks": []}, (B.AS_RECORDED, None, "as recorded", False, True)),
+    (MAPPED, (B.AS_RECORDED, None, "as recorded", False, True)),
+    ({"traffic_basis": B.AS_RECORDED, "assumption": None}, (B.AS_RECORDED, None, "as recorded", False, True)),
+    ({"traffic_basis": B.GPU_RESIDENT, "assumption": "what-if: ..."},
+     (B.GPU_RESIDENT, "what-if: ...", "what-if: GPU-resident", True, True)),
     ({"traffic_basis": "nccl-only", "assumption": "only the NCCL bytes"},
-     ("nccl-only", "only the NCCL bytes", "basis: nccl-only", True)),
+     ("nccl-only", "only the NCCL bytes", "basis: nccl-only", True, False)),
 ])
 def test_stated_basis_of_stored_documents(doc, want):
-    """A basis the reader does not know is never shown as the recorded run."""
+    """A basis the reader does not know is never shown as the recorded run, nor taken as one it knows."""
     s = B.stated(doc)
-    assert (s["traffic_basis"], s["assumption"], s["label"], s["what_if"]) == want
+    assert (s["traffic_basis"], s["assumption"], s["label"], s["what_if"], s["known"]) == want
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
@@ -432,6 +552,15 @@ def test_job_ids_out_of_range_are_unknown_jobs(backend, request, tmp_path):
         for path in (f"/api/jobs/{jid}", f"/api/jobs/{jid}/mapping", f"/api/jobs/{jid}/matrix"):
             r = client.get(path)
             assert r.status_code == 404 and f"unknown job '{jid}'" in r.json()["detail"], (path, r.text)
+
+
+def test_test_client_imports_without_deprecation():
+    """The dashboard's tests drive it through starlette's TestClient; imported fresh, it warns of
+    nothing (from starlette 1.10 on it wants httpx2, which the test extra installs, and says so with a
+    StarletteDeprecationWarning, a UserWarning, when it finds only httpx)."""
+    r = subprocess.run([sys.executable, "-W", "error", "-c", "import fastapi.testclient"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr.strip().splitlines()[-1:]
 
 
 def test_bad_job_is_404_with_a_message(web):

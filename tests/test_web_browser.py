@@ -37,7 +37,8 @@ from rankmap.web.app import create_app  # noqa: E402
 from rankmap.web.security import access_for  # noqa: E402
 from test_monitor import fake_env  # noqa: E402
 from rankmap.pipeline.tune import store_mapping  # noqa: E402
-from test_web_api import MAPPED, N, TOPOLOGY, WebRecord, basis_jobs, fill_store, record, two_mapping_job  # noqa: E402
+from test_web_api import (MAPPED, N, TOPOLOGY, WebRecord, basis_jobs, fill_store, many_mapping_job,  # noqa: E402
+                          record, two_mapping_job, unknown_basis_job)
 from test_web_live import H200, USE, sampled_job  # noqa: E402
 
 IDLE_LINK = "#c3cbd5"
@@ -449,9 +450,12 @@ def test_new_user_findings(store_url, browser_page, tmp_path):
 
 def test_mapping_basis_is_labelled(store_url, browser_page):
     """A what-if mapping's before/after carries a badge and its assumption in words, never read as
-    the recorded run; an as-recorded one says so, quietly. The assumption is text, never markup."""
+    the recorded run; an as-recorded one says so, quietly; one on a basis this version does not know
+    carries the badge under its name and is not drawn, its stored figures quoted and the reason
+    given. The assumption is text, never markup."""
     store = open_store(store_url)
     jobs = basis_jobs(store_url)
+    ujob, umid, udoc = unknown_basis_job(store_url)
     page, problems, outside = browser_page
     with _Server(create_app(store, TOPOLOGY), page) as srv:
         jid, doc = jobs["what-if"]
@@ -468,6 +472,16 @@ def test_mapping_basis_is_labelled(store_url, browser_page):
         assert page.locator("#mapping-basis .muted.small").inner_text() == "as recorded"
         assert said.is_hidden() and page.locator("#mapping-card .pill").count() == 0
         assert page.locator("#after-view svg").is_visible()
+
+        page.evaluate(f"location.hash = '#/job/{ujob}'")
+        wait_js(page, "document.getElementById('mapping-basis').innerText === 'basis: nccl-only'")
+        assert page.locator("#mapping-basis .pill.what-if").inner_text() == "basis: nccl-only"
+        assert said.is_visible() and said.inner_text() == udoc["assumption"]
+        assert page.locator("#mapping-views").is_hidden()
+        empty = page.locator("#mapping-empty").inner_text()
+        assert empty.startswith(f"mapping {umid} was computed on traffic basis 'nccl-only'") and "does not know" in empty
+        note = page.locator("#mapping-note").inner_text()  # the stored figures, quoted
+        assert note.startswith(f"mapping #{umid} (made from this job)") and " · solver: max " in note
 
         # a stored assumption with markup in it is shown as the text it is
         hostile = '<img src="x" onerror="window.__basis_xss = 1">what-if <b>bold</b>'
@@ -527,6 +541,45 @@ def test_older_mapping_is_chosen_in_the_panel(store_url, browser_page):
         assert pick.locator("option").first.inner_text().endswith(f" UTC · basis: {hostile}")
         assert page.locator("#mapping-pick img, #mapping-pick b, #mapping-basis img").count() == 0
         assert page.evaluate("window.__pick_xss") is None
+
+
+def test_mappings_past_the_list_are_counted_and_opened_by_id(store_url, browser_page):
+    """A job with more mappings than the API lists: the panel says how many more there are and how
+    to open one by id; #/job/J/mapping/M opens one older than those listed, shown as the one chosen
+    in the selector after the listed ones, and choosing a listed one puts it in the address bar."""
+    from rankmap.web.queries import MAPPINGS_LISTED
+
+    store = open_store(store_url)
+    jid, mids, _ = many_mapping_job(store_url, MAPPINGS_LISTED + 2)
+    page, problems, outside = browser_page
+    with _Server(create_app(store, TOPOLOGY), page) as srv:
+        page.goto(f"{srv.url}/#/job/{jid}")
+        page.locator("#after-view svg").wait_for(timeout=15_000)
+        older, pick = page.locator("#mapping-older"), page.locator("#mapping-pick")
+        assert older.is_visible()
+        assert older.inner_text() == (
+            f"{MAPPINGS_LISTED + 2} mappings stored; the newest {MAPPINGS_LISTED} are listed. Open an older one by "
+            f"its id (rankmap map --save and rankmap tune print it) with #/job/{jid}/mapping/ID in the address bar, "
+            f"or GET /api/jobs/{jid}/mapping?id=ID.")
+        assert pick.input_value() == str(mids[-1])
+        texts = pick.locator("option").all_inner_texts()
+        assert len(texts) == MAPPINGS_LISTED + 1 and texts[-1] == "… 2 older not listed"
+
+        page.evaluate(f"location.hash = '#/job/{jid}/mapping/{mids[0]}'")
+        wait_js(page, f"document.getElementById('after-title').innerText.startsWith('After — mapping #{mids[0]}')")
+        assert pick.input_value() == str(mids[0])
+        texts = pick.locator("option").all_inner_texts()
+        assert len(texts) == MAPPINGS_LISTED + 2 and texts[-1].startswith(f"#{mids[0]} · ")
+        assert older.is_visible() and page.locator("#after-view svg").is_visible()
+        # the page reloaded keeps it
+        page.reload()
+        wait_js(page, f"document.getElementById('after-title').innerText.startsWith('After — mapping #{mids[0]}')")
+        assert pick.input_value() == str(mids[0])
+
+        pick.select_option(str(mids[-2]))
+        wait_js(page, f"document.getElementById('after-title').innerText.startsWith('After — mapping #{mids[-2]}')")
+        assert page.evaluate("location.hash") == f"#/job/{jid}/mapping/{mids[-2]}"
+        assert len(pick.locator("option").all_inner_texts()) == MAPPINGS_LISTED + 1
 
 
 def test_monitor_session_page(store_url, browser_page):

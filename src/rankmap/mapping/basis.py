@@ -66,17 +66,19 @@ def is_what_if(doc: dict) -> bool:
 
 def stated(doc: Any) -> dict[str, Any]:
     """The basis a stored mapping document states, for readers that show it beside its figures (the
-    dashboard): ``traffic_basis``, ``assumption`` (None when as recorded), ``label`` (its words) and
-    ``what_if`` (whether the figures rest on an assumption rather than on the recorded run).
+    dashboard): ``traffic_basis``, ``assumption`` (None when as recorded), ``label`` (its words),
+    ``what_if`` (whether the figures rest on an assumption rather than on the recorded run) and
+    ``known`` (whether this version can load the traffic on that basis, so draw what the solver saw).
 
     A document without the field (stored before mappings carried it, or a bare placement written by
     another tool) is as recorded: nothing was assumed when it was made. A basis this version does not
-    know is passed on under its own name and counted as a what-if, so that it is never shown as the
-    recorded run.
+    know is passed on under its own name, counted as a what-if, so that it is never shown as the
+    recorded run, and not ``known``: its figures were computed on traffic this version cannot
+    rebuild, so a reader shows them as stored rather than redrawing them on another basis.
     """
     b = doc.get("traffic_basis") if isinstance(doc, dict) else None
     if b is None or b == AS_RECORDED:
-        return {**fields(AS_RECORDED), "label": LABELS[AS_RECORDED], "what_if": False}
+        return {**fields(AS_RECORDED), "label": LABELS[AS_RECORDED], "what_if": False, "known": True}
     b, a = str(b), doc.get("assumption")
     return {"traffic_basis": b, "assumption": None if a is None else str(a),
-            "label": LABELS.get(b, f"basis: {b}"), "what_if": True}
+            "label": LABELS.get(b, f"basis: {b}"), "what_if": True, "known": b in BASES}

@@ -294,30 +294,50 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
 
     @app.get("/api/jobs/{job}/mapping")
     def mapping(job: str, spec: str | None = None, chosen: str | None = Query(None, alias="id")) -> dict:
+        """The job's mapping panel: the newest mapping or the one chosen by ``id=`` (any of the job's,
+        listed or older), the newest ``MAPPINGS_LISTED`` of them, how many there are in all, and the
+        chosen one's link loads before and after on its traffic basis.
+
+        The drawing follows :func:`rankmap.mapping.basis.stated`, the one rule the page's labels
+        follow too: as recorded, the job's traffic as recorded (host-staged bytes via the host); a
+        what-if, its own basis (every byte GPU to GPU, as the solver placed them). A basis this version
+        does not know is not drawn at all, only labelled with its name and its stored figures quoted,
+        with a ``mapping_error`` saying why: drawing it on the recorded traffic (or on a what-if of
+        this version's) would show loads its solver never computed, under its figures' name.
+        """
         jid = job_id(job)
         j = store.job(jid)
-        rows = Q.mappings_for_job(store, jid, j)
-        if chosen is None:
-            row = rows[0] if rows else None
-        else:  # one of those listed; never a mapping of another job, whatever id is asked for
-            if not MAPPING_ID.fullmatch(chosen):
-                raise HTTPException(400, f"mapping id {chosen!r} is not a mapping id: give the id of one of "
-                                         f"job {jid}'s mappings (listed under 'mappings')")
-            row = Q.mapping_for_job(store, jid, j, int(chosen)) if int(chosen) <= MAX_ROW_ID else None
-            if row is None:
-                ids = ", ".join(str(r["id"]) for r in rows) or "none"
-                raise HTTPException(404, f"mapping {chosen} is not one of job {jid}'s mappings (its mappings: {ids})")
+        if chosen is not None and not MAPPING_ID.fullmatch(chosen):
+            raise HTTPException(400, f"mapping id {chosen!r} is not a mapping id: give the id of one of "
+                                     f"job {jid}'s mappings (listed under 'mappings')")
+        # an id past the schema's 32-bit ids is no one's mapping (PostgreSQL refuses to compare with it): 0 stands in
+        pick = None if chosen is None else int(chosen) if int(chosen) <= MAX_ROW_ID else 0
+        panel = Q.mapping_panel(store, jid, j, pick)
+        rows, row = panel["listed"], panel["row"]
+        if chosen is not None and row is None:  # never a mapping of another job, whatever id is asked for
+            ids = ", ".join(str(r["id"]) for r in rows) or "none"
+            if panel["total"] > len(rows):
+                ids += f", and {panel['total'] - len(rows)} older"
+            raise HTTPException(404, f"mapping {chosen} is not one of job {jid}'s mappings (its mappings: {ids})")
+        counts = {"mappings_total": panel["total"], "mappings_truncated": panel["total"] > len(rows)}
         if row is None:
-            return {"job": jid, "mapping": None, "mappings": [], "message": no_mapping(jid, spec)}
+            return {"job": jid, "mapping": None, "mappings": [], **counts, "message": no_mapping(jid, spec)}
+        st = B.stated(row["mapping"])
         stored = {f"{k}_{w}": row.get(f"{k}_congestion_{w}") for k in ("max", "avg") for w in ("before", "after")}
         out: dict[str, Any] = {
             "job": jid, "mapping": {**{k: row[k] for k in ("id", "job", "created", "topology", "world_size",
                                                            "optimal", "matched", "meta", "mapping")},
-                                    # as recorded or a what-if: the figures below are labelled with it
-                                    **B.stated(row["mapping"])},
+                                    **st},  # as recorded or a what-if: the figures below are labelled with it
             "stored": stored,  # the solver's own figures, as saved with the mapping
-            "mappings": [listed(r) for r in rows],  # newest first; ``id=`` picks one of them
+            # newest first, at most MAPPINGS_LISTED; ``id=`` picks any of the job's, these or older
+            "mappings": [listed(r) for r in rows], **counts,
         }
+        if not st["known"]:
+            out["mapping_error"] = (f"mapping {row['id']} was computed on traffic basis {st['traffic_basis']!r}, "
+                                    f"which this version of rankmap does not know: only its stored figures are "
+                                    f"shown, since drawing it on the recorded traffic would show loads its solver "
+                                    f"did not compute (a rankmap that knows the basis draws it)")
+            return out
         # The node the mapping was made for comes first: drawing it on another node would show
         # loads of a placement nobody chose. The asked-for one, then the server's, stand in.
         topo = None
@@ -333,7 +353,7 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
             out["topology_error"] = "; ".join(dict.fromkeys(errors))
             return out
         m, host = job_matrices(store, jid)
-        if B.is_what_if(row["mapping"]):
+        if st["what_if"]:  # a known what-if (see above)
             host = None  # drawn on the mapping's own basis, as its stored figures: every byte GPU to GPU
         n = m.shape[0]
         out["topology"] = topo.name
@@ -356,7 +376,7 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         mapping_used: Any = None
         where = "default"
         if placement == "mapped":
-            row = Q.mapping_for_job(store, jid, j)
+            row = Q.mapping_panel(store, jid, j, limit=1)["row"]
             if row is None:
                 raise HTTPException(404, no_mapping(jid, None))
             mapping_used, where = row["mapping"], f"mapping {row['id']}"

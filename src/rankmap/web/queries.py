@@ -155,13 +155,12 @@ def link_series(samples: list[dict]) -> list[dict[str, Any]]:
 MAPPINGS_LISTED = 50  # newest first; a command tuned again and again keeps many, the panel offers these
 
 
-def _mapping_scope(store: Store, job_id: int, job: dict) -> tuple[Any, str]:
+def _mapping_scope(c: sa.Connection, job_id: int, job: dict) -> tuple[Any, str]:
     """Which stored mappings belong to a job's panel, as a WHERE clause, and how they were matched:
     those made from this job ('job'), else, when it has none, those for the same command and size
     ('command'), as ``rankmap run`` would pick one."""
     m = S.mappings
-    with store.engine.connect() as c:
-        own = c.execute(sa.select(m.c.id).where(m.c.job == job_id).limit(1)).first()
+    own = c.execute(sa.select(m.c.id).where(m.c.job == job_id).limit(1)).first()
     if own is not None:
         return m.c.job == job_id, "job"
     size = job.get("world_size")
@@ -176,21 +175,29 @@ def _mapping_row(row: Any, matched: str) -> dict:
     return d
 
 
-def mappings_for_job(store: Store, job_id: int, job: dict, limit: int = MAPPINGS_LISTED) -> list[dict]:
-    """The mappings a job's panel can show, newest first (see :func:`_mapping_scope`)."""
-    m = S.mappings
-    where, matched = _mapping_scope(store, job_id, job)
-    with store.engine.connect() as c:
-        rows = c.execute(sa.select(m).where(where).order_by(m.c.id.desc()).limit(limit)).mappings().all()
-    return [_mapping_row(r, matched) for r in rows]
+def mapping_panel(store: Store, job_id: int, job: dict, mapping_id: int | None = None,
+                  limit: int = MAPPINGS_LISTED) -> dict[str, Any]:
+    """A job's mapping panel in one pass over its scope (see :func:`_mapping_scope`): ``listed``, its
+    newest ``limit`` mappings, newest first; ``total``, how many it has in all; ``row``, the one to
+    show: ``mapping_id`` if it is one of the job's (None if not, so another job's mapping is never
+    returned), else the newest (None when it has none).
 
-
-def mapping_for_job(store: Store, job_id: int, job: dict, mapping_id: int | None = None) -> dict | None:
-    """One mapping of the job's panel: ``mapping_id`` if it is one of them (None if not), else the newest."""
+    The count rides on the list's own query (a window count is taken before LIMIT), and the chosen
+    one is taken from the list; only a mapping older than those listed costs one more query, bound
+    to the same scope.
+    """
     m = S.mappings
-    where, matched = _mapping_scope(store, job_id, job)
-    q = sa.select(m).where(where)
-    q = q.order_by(m.c.id.desc()).limit(1) if mapping_id is None else q.where(m.c.id == mapping_id)
     with store.engine.connect() as c:
-        row = c.execute(q).mappings().first()
-    return None if row is None else _mapping_row(row, matched)
+        where, matched = _mapping_scope(c, job_id, job)
+        q = sa.select(m, sa.func.count().over().label("_total")).where(where).order_by(m.c.id.desc()).limit(limit)
+        rows = c.execute(q).mappings().all()
+        total = int(rows[0]["_total"]) if rows else 0
+        listed = [_mapping_row({k: v for k, v in r.items() if k != "_total"}, matched) for r in rows]
+        if mapping_id is None:
+            row = listed[0] if listed else None
+        else:
+            row = next((r for r in listed if r["id"] == mapping_id), None)
+            if row is None and total > len(listed):
+                older = c.execute(sa.select(m).where(where, m.c.id == mapping_id)).mappings().first()
+                row = None if older is None else _mapping_row(older, matched)
+    return {"listed": listed, "total": total, "row": row}

@@ -184,7 +184,9 @@ async function loadJobs() {
 }
 
 function selectJob(id) {
-  if (location.hash !== `#/job/${id}`) history.replaceState(null, "", `#/job/${id}`);
+  // #/job/N/mapping/M (a mapping chosen by id) is kept as it is
+  if (location.hash !== `#/job/${id}` && !location.hash.startsWith(`#/job/${id}/mapping/`))
+    history.replaceState(null, "", `#/job/${id}`);
   if (Number(id) !== state.jobId) {
     state.utilMode = null;
     state.selectedLink = null;
@@ -204,6 +206,12 @@ function selectJob(id) {
 function jobFromHash() {
   const m = location.hash.match(/^#\/job\/(\d+)/);
   return m ? Number(m[1]) : null;
+}
+
+// #/job/N/mapping/M: the job's mapping M, listed in its panel or older than those listed
+function mappingFromHash() {
+  const m = location.hash.match(/^#\/job\/(\d+)\/mapping\/(\d+)$/);
+  return m ? { job: Number(m[1]), id: m[2] } : null;
 }
 
 // ------------------------------------------------------------------ one job
@@ -888,17 +896,29 @@ function mappingPath(id) {
 }
 
 // A job with several stored mappings (say a what-if and the as-recorded one) offers each in a
-// selector, named by id, time stored and basis; with one there is nothing to choose.
+// selector, named by id, time stored and basis; with one there is nothing to choose. The API lists
+// the newest few: past them the panel says how many more there are and how to open one by id, and a
+// mapping so opened joins the selector, after the listed ones, as the one chosen.
 function renderMappingPick(m) {
-  const pick = $("mapping-pick"), list = (m && m.mapping && m.mappings) || [];
-  pick.hidden = list.length < 2;
-  const key = JSON.stringify(list.map((x) => [x.id, x.created, x.label]));
+  const pick = $("mapping-pick"), older = $("mapping-older");
+  const list = (m && m.mapping && m.mappings) || [];
+  const cut = Boolean(m && m.mapping && m.mappings_truncated);
+  const shown = m && m.mapping && !list.some((x) => x.id === m.mapping.id) ? m.mapping : null;
+  pick.hidden = list.length + (shown ? 1 : 0) < 2;
+  older.hidden = !cut;
+  older.textContent = cut ? `${m.mappings_total} mappings stored; the newest ${list.length} are listed. Open an ` +
+    `older one by its id (rankmap map --save and rankmap tune print it) with #/job/${m.job}/mapping/ID in the ` +
+    `address bar, or GET /api/jobs/${m.job}/mapping?id=ID.` : "";
+  const option = (x) => {
+    const when = x.created ? `${x.created.slice(0, 19).replace("T", " ")} UTC` : "time unknown";
+    return el("option", { value: String(x.id) }, `#${x.id} · ${when} · ${x.label}`);
+  };
+  const key = JSON.stringify([list.map((x) => [x.id, x.created, x.label]), shown && shown.id, cut && m.mappings_total]);
   if (pick.dataset.key !== key) {  // rebuilt only when the list changed, so a poll leaves an open list be
     pick.textContent = "";
-    for (const x of list) {
-      const when = x.created ? `${x.created.slice(0, 19).replace("T", " ")} UTC` : "time unknown";
-      pick.append(el("option", { value: String(x.id) }, `#${x.id} · ${when} · ${x.label}`));
-    }
+    for (const x of list) pick.append(option(x));
+    if (cut) pick.append(el("option", { disabled: "" }, `… ${m.mappings_total - list.length} older not listed`));
+    if (shown) pick.append(option(shown));
     pick.dataset.key = key;
   }
   if (!pick.hidden) pick.value = String(m.mapping.id);
@@ -907,10 +927,12 @@ function renderMappingPick(m) {
 async function pickMapping() {
   const id = state.jobId;
   state.mappingPick = { job: id, id: $("mapping-pick").value };
+  history.replaceState(null, "", `#/job/${id}/mapping/${state.mappingPick.id}`);  // a reload keeps the choice
   let p;
   try { p = { status: "fulfilled", value: await api(mappingPath(id)) }; } catch (e) {
     p = { status: "rejected", reason: e };
     state.mappingPick = null;  // the next refresh shows the newest again, with its selector
+    if (id === state.jobId) history.replaceState(null, "", `#/job/${id}`);
   }
   if (id === state.jobId) renderMapping(p);
 }
@@ -985,6 +1007,7 @@ async function start() {
   for (const s of state.info.topologies) sel.append(el("option", { value: s }, s === state.info.topology ? `${s} (server default)` : s));
   sel.value = state.spec;
   await loadJobs();
+  state.mappingPick = mappingFromHash();
   const id = jobFromHash();
   if (id !== null) selectJob(id);
   else if (location.hash === "#/machine") showMachine();   // machine.js
@@ -1034,8 +1057,10 @@ function wire() {
   // #/job/N typed into the address bar (or history back/forward) opens that job without a reload
   window.addEventListener("hashchange", () => {
     takeTokenFromHash();
-    const id = jobFromHash();
-    if (id !== null && id !== state.jobId && state.started) selectJob(id);
+    const id = jobFromHash(), pick = mappingFromHash();
+    const picked = pick && !(state.mappingPick && state.mappingPick.job === pick.job && state.mappingPick.id === pick.id);
+    if (picked) state.mappingPick = pick;
+    if (id !== null && (id !== state.jobId || picked) && state.started) selectJob(id);
     else if (location.hash === "#/machine" && state.started && $("machine").hidden) showMachine();
   });
   bandInputs();
