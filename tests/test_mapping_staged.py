@@ -428,6 +428,34 @@ def test_map_as_gpu_resident_places_the_same_bytes_gpu_to_gpu(tmp_path):
     assert f"mapping {row['id']} is a what-if:" in r.stderr and "gains nothing" in r.stderr
 
 
+def test_unknown_basis_is_a_what_if_in_the_cli(tmp_path, capsys):
+    """A stored mapping whose traffic basis this version does not know (made by a newer rankmap, say)
+    is never presented as the recorded run: ``rankmap run`` names its basis in its note, and the text
+    report says its figures rest on an assumption it cannot state -- as the dashboard does."""
+    from rich.console import Console
+
+    from rankmap.mapping import basis
+    from rankmap.mapping.report import print_text
+
+    B = 1_000_000_000
+    db = f"sqlite:///{tmp_path / 'rankmap.db'}"
+    jid = _host_ring_job(db, B)
+    p = rankmap("map", "--job", str(jid), "--db", db, "--topology", "dgx1-v100", "--format", "json")
+    doc = {**json.loads(p.stdout), "traffic_basis": "nic-offload", "assumption": None}
+    assert basis.is_what_if(doc) and not basis.stated(doc)["known"]
+    store = open_store(db)
+    mid = store.save_mapping(doc, job_id=jid, topology="dgx1-v100")
+    r = rankmap("run", "--db", db, "--topology", "dgx1-v100", "--dry-run", "--", "mpirun", "-np", "8", "./ring",
+                env={"RANKMAP_HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert f"mapping {mid} was computed on traffic basis 'nic-offload'" in r.stderr and "does not know" in r.stderr
+    con = Console(record=True, width=200)
+    print_text(doc, console=con)
+    out = con.export_text()
+    assert "traffic basis 'nic-offload', which this version of rankmap does not know" in out
+    assert "placed here GPU to GPU" not in out        # that line belongs to the GPU-resident what-if only
+
+
 def test_map_as_gpu_resident_without_host_staged_bytes_is_an_error(tmp_path):
     """Nothing host-staged: the what-if would be the recorded traffic under a misleading label."""
     B = 1_000_000

@@ -64,8 +64,11 @@ def run(args: argparse.Namespace) -> int:
 
     if basis.is_what_if(m.doc):
         # a placement for GPU-resident traffic: right for a CUDA-aware MPI or NCCL, no gain for host-staged bytes
-        print(f"rankmap: note: {name} is a {m.doc.get('assumption')}; with an MPI that stages through host "
-              f"memory this placement gains nothing", file=sys.stderr)
+        if m.doc.get("traffic_basis") == basis.GPU_RESIDENT:
+            print(f"rankmap: note: {name} is a {m.doc.get('assumption')}; with an MPI that stages through host "
+                  f"memory this placement gains nothing", file=sys.stderr)
+        else:
+            print(f"rankmap: note: {name} was computed on {basis.assumption_text(m.doc)}", file=sys.stderr)
     if ws is not None and ws != m.world_size:
         raise RankmapError(f"{name} places {m.world_size} ranks but the command starts {ws}")
     topo = load_topology(args.topology)

@@ -60,8 +60,20 @@ def apply(basis: str, traffic: Traffic, what: str) -> tuple[Traffic, dict[str, A
 
 
 def is_what_if(doc: dict) -> bool:
-    """Whether a mapping document was computed on the GPU-resident what-if."""
-    return doc.get("traffic_basis") == GPU_RESIDENT
+    """Whether a mapping document's figures rest on an assumption rather than on the recorded run: the
+    GPU-resident what-if, or a basis this version does not know (never taken for the recorded run).
+    One rule for every reader: :func:`stated` decides."""
+    return stated(doc)["what_if"]
+
+
+def assumption_text(doc: dict) -> str:
+    """The words a reader prints for a what-if document: its own assumption, or, for a basis this
+    version does not know (and a document that states none), what can be said of it."""
+    st = stated(doc)
+    if st["assumption"]:
+        return st["assumption"]
+    return (f"traffic basis {st['traffic_basis']!r}, which this version of rankmap does not know: its figures "
+            f"rest on an assumption it cannot state")
 
 
 def stated(doc: Any) -> dict[str, Any]:

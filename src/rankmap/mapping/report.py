@@ -70,6 +70,7 @@ def _ms(x: float) -> str:
 
 def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: int = 64) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     import sys
@@ -78,7 +79,7 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
     con.print(f"[bold]placement of {doc['world_size']} ranks on {doc['nodes']} x {doc['topology']}"
               f" ({doc['gpus_per_node']} GPUs per node, {doc['ranks_per_gpu']} rank(s) per GPU)[/bold]")
     if B.is_what_if(doc):
-        con.print(f"[bold]{doc['assumption']}[/bold]")
+        con.print(f"[bold]{escape(B.assumption_text(doc))}[/bold]")
     t = Table(title="link loads: default -> rankmap (busiest first)", title_justify="left")
     for c, j in (("link", "left"), ("kind", "left"), ("GB/s", "right"), ("before GB", "right"),
                  ("before ms", "right"), ("after GB", "right"), ("after ms", "right")):
@@ -107,7 +108,7 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
         con.print(line)
         for note in hs.get("notes", []):
             con.print(f"note: {note}")
-    elif B.is_what_if(doc):
+    elif doc.get("traffic_basis") == B.GPU_RESIDENT:
         con.print(f"host-staged traffic: none in this what-if; recorded host-staged "
                   f"{doc.get('recorded_host_staged_bytes', 0) / 1e9:.3f} GB, placed here GPU to GPU")
     m = Table(title="mapping", title_justify="left")
