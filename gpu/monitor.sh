@@ -6,7 +6,8 @@
 #  1. bench/monitor_cost.py: NVML GPM against field-value reads, per GPU per sample, and the share of
 #     one core at 10 Hz with store writes (targets: <= 0.3 ms, < 1 %); then the bare driver calls
 #     (nvmlGpmSampleGet alone, nvmlGpmMetricsGet alone, 200 per GPU, thread CPU time and wall) beside
-#     rankmap's GpmSource.read, idle and while a torchrun job loops all-reduces of 256 MiB over NVLink:
+#     rankmap's GpmSource.read with each reader (python, native), idle and while a torchrun job loops
+#     all-reduces of 256 MiB over NVLink:
 #     the driver calls' CPU time under load is the floor of GPM sampling (a FLOOR line when above
 #     0.3 ms), rankmap's own part above it must stay <= 0.05 ms;
 #  2. `rankmap monitor --interval 100ms` in the background and `rankmap serve` on 127.0.0.1;
@@ -178,7 +179,7 @@ check(bool(rows) and all(r.get("raw_tx") is not None for r in rows.values()),
 compare("monitor", mtot, {g: [r["raw_tx"], r["raw_rx"]] for g, r in rows.items()},
         {g: [r["data_tx"], r["data_rx"]] for g, r in rows.items()}, "the monitor's own span")
 c = mon["cost"]
-print(f"   monitor cost per GPU per sample: CPU {c['per_gpu_sample_cpu_ms']:.4f} ms; wall mean {c['per_gpu_sample_ms']:.4f} ms, "
+print(f"   monitor cost per GPU per sample ({c.get('reader')} GPM reader): CPU {c['per_gpu_sample_cpu_ms']:.4f} ms; wall mean {c['per_gpu_sample_ms']:.4f} ms, "
       f"median {c['median_read_ms']:.4f} ms, slowest {c['max_read_ms']:.3f} ms (wall includes waits on the driver and "
       f"preemption by the job's threads); {c.get('reads', 0)} reads, {c.get('stalls', 0)} stalled in the driver "
       f"(> 2 ms CPU), {c.get('held', 0)} ticks held after them")
@@ -188,9 +189,10 @@ except (OSError, ValueError):
     bare = {}
 why = ""
 if "load" in bare:  # step 1's measurement of the driver calls alone while NVLink was busy
-    floor, ours = bare["load"]["both (bare)"]["cpu_fmean"], bare["load"]["GpmSource.read"]["cpu_fmean"]
+    reader = bare.get("reader", "python")
+    floor, ours = bare["load"]["both (bare)"]["cpu_fmean"], bare["load"][f"GpmSource.read ({reader})"]["cpu_fmean"]
     why = (f"; step 1 under NVLink load: the bare nvmlGpmSampleGet + nvmlGpmMetricsGet {floor:.4f} ms CPU per GPU "
-           f"on driver {bare['driver']}, GpmSource.read {ours:.4f} ms"
+           f"on driver {bare['driver']}, GpmSource.read ({reader} reader) {ours:.4f} ms"
            + (" - the driver calls are the floor, above the target" if floor > 0.3 else ""))
 cpu_ms = c["per_gpu_sample_cpu_ms"]
 check(cpu_ms is not None and cpu_ms <= 0.3,

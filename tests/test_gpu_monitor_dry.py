@@ -28,7 +28,7 @@ def test_monitor_script_dry_run(tmp_path):
     p, log, work = run_script(tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "FAIL" not in log and "Traceback" not in log, log
-    for want in ("PASS gpm: ", "PASS rankmap monitor started", "PASS /metrics DCGM_FI_PROF_NVLINK_TX_BYTES",
+    for want in ("PASS gpm (native reader): ", "PASS rankmap monitor started", "PASS /metrics DCGM_FI_PROF_NVLINK_TX_BYTES",
                  "PASS link gpu0<->nvswitch0 coloured from its measured counters", "PASS rankmap monitor ended cleanly",
                  "SKIP profile sampler NVLink bytes", "CPU per GPU per sample over its session",
                  "== 3b. a second NCCL job", "stalled in the driver (> 2 ms CPU)",
@@ -41,11 +41,14 @@ def test_monitor_script_dry_run(tmp_path):
         assert "vs NVML DATA (payload)" in got and "over the monitor's own span" in got and "RAW/DATA 1.0300" in got, got
     # the bare GPM calls, idle and while the load (a sleep here) ran, and the monitor's cost line citing them
     assert "load running: loading: a sleep (DRY)" in log and "load still ran when the calls ended" in log, log
-    rows = [l.split()[0] + " " + l.split()[-6] for l in log.splitlines()
+    rows = [" ".join(l.split()[:-5]) for l in log.splitlines()
             if l.startswith(("nvmlGpmSampleGet ", "nvmlGpmMetricsGet ", "GpmSource.read "))]
-    assert rows == [f"{c} {s}" for c in ("nvmlGpmSampleGet", "nvmlGpmMetricsGet", "GpmSource.read")
-                    for s in ("idle", "load")], rows
-    assert "PASS idle: rankmap's own part of a GPM read" in log and "PASS load: rankmap's own part" in log
+    assert rows == [f"{c} {s}" for c in ("nvmlGpmSampleGet", "nvmlGpmMetricsGet", "GpmSource.read (python)",
+                                         "GpmSource.read (native)") for s in ("idle", "load")], rows
+    # the sampler reads with the C reader (calling back into the fake), the Python one measured beside it
+    assert "GPM reader: native (one C call per read" in log and "PASS gpm (native reader): " in log
+    assert "PASS idle: rankmap's own part of a GPM read, native reader" in log, log
+    assert "PASS load: rankmap's own part of a GPM read, native reader" in log and "; the python reader 0.0" in log
     assert "FLOOR" not in log  # the fake's calls cost microseconds
     assert "step 1 under NVLink load: the bare nvmlGpmSampleGet + nvmlGpmMetricsGet" in log and "driver fake" in log
     assert sorted(f.name for f in (tmp_path / "out").iterdir()) == ["metrics.txt", "monitor.txt"]

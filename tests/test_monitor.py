@@ -62,6 +62,7 @@ def test_session_is_a_job_with_samples_meta_and_a_data_check(tmp_path):
     assert [g["uuid"] for g in m["gpus"]] == ["GPU-fake-0000", "GPU-fake-0001"]
     assert m["source"] == "gpm" and m["interval_ms"] == 10 and m["t0_unix_ns"] > 0
     assert m["cost"]["samples"] >= 20 and m["cost"]["reads"] == 2 * m["cost"]["samples"]
+    assert m["cost"]["reader"] == "native"  # the C reader, driving the fake's GPM entry points
     # every sample of every GPU is stored, cumulative, ending at the totals
     rows = store.link_samples(res.job_id)
     assert len(rows) == m["cost"]["samples"] * 4  # nvlink + pcie of both GPUs (PCIe at 0 B/s is still read)
@@ -97,11 +98,14 @@ def test_stop_event_ends_the_session(tmp_path):
     assert 0.15 < res.elapsed_s < 2 and store.job(res.job_id)["exit_status"] == 0
 
 
-def test_monitor_command_with_duration_prints_json(tmp_path):
+@pytest.mark.parametrize("reader", ["auto", "python"])
+def test_monitor_command_with_duration_prints_json(tmp_path, reader):
     db = f"sqlite:///{tmp_path / 'm.db'}"
-    p = rankmap("monitor", "--interval", "20ms", "--duration", "0.5s", "--db", db, "--json", env=fake_env(),
-                timeout=120)
+    p = rankmap("monitor", "--interval", "20ms", "--duration", "0.5s", "--db", db, "--json",
+                env={**fake_env(), "RANKMAP_GPM_READER": reader}, timeout=120)
     assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["cost"]["reader"] == ("native" if reader == "auto" else "python")
     assert "monitoring 2 GPUs (gpm) every 20ms as job 1" in p.stderr
     d = json.loads(p.stdout)
     assert d["source"] == "gpm" and d["job_id"] == 1 and len(d["gpus"]) == 2
@@ -144,7 +148,10 @@ def test_monitor_command_stops_cleanly_on_ctrl_c(tmp_path):
     (["--source", "gpm"], {"gpm": False}, ["GPM is not supported on GPU 0"]),
     ([], {"no_driver": True}, ["NVML is not available"]),
     (["--duration", "0s"], {}, ["--duration '0s'", "between 10ms and 1h"]),
+    ([], {"reader": "fastest"}, ["RANKMAP_GPM_READER='fastest'", "choose one of auto, native, python"]),
 ])
 def test_monitor_command_errors_are_one_line(tmp_path, args, cfg, needles):
-    p = rankmap("monitor", "--db", f"sqlite:///{tmp_path / 'm.db'}", *args, env=fake_env(**cfg), timeout=60)
+    reader = cfg.pop("reader", None)
+    env = {**fake_env(**cfg), **({"RANKMAP_GPM_READER": reader} if reader else {})}
+    p = rankmap("monitor", "--db", f"sqlite:///{tmp_path / 'm.db'}", *args, env=env, timeout=60)
     assert_one_line_error(p, *needles)

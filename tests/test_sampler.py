@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -99,8 +100,8 @@ def test_gpm_integral_matches_the_true_bytes(jitter_ns, step):
     src.close()
 
 
-@pytest.mark.parametrize("guarded", [True, False])
-def test_gpm_stalled_snapshot_is_not_an_end_point(monkeypatch, guarded):
+@pytest.mark.parametrize("guarded,reader", [(True, "python"), (True, "native"), (False, "native")])
+def test_gpm_stalled_snapshot_is_not_an_end_point(monkeypatch, guarded, reader):
     """A read that stalls in the driver took its snapshot at some unknown instant of a long call. The
     traffic starts exactly there: taking the call's midpoint as the snapshot's instant loses the
     bytes of half the call; skipping the snapshot and integrating from the last good one to the next
@@ -114,7 +115,7 @@ def test_gpm_stalled_snapshot_is_not_an_end_point(monkeypatch, guarded):
     nv.true_bytes = lambda gpu, t: ([int(rate * (t - start["t"]) / 1e9)] * 2 + [0, 0]
                                     if "t" in start and t > start["t"] else [0, 0, 0, 0])
     nv.on_stall = lambda gpu, t: start.setdefault("t", t)
-    src = GpmSource(nv)
+    src = GpmSource(nv, reader=reader)
     time.sleep(0.01)
     assert src.read(0).nvlink_tx == 0
     nv.stall_next_ms = 30.0
@@ -175,15 +176,20 @@ def test_sampler_holds_after_a_stalled_read_and_resumes():
     assert not FieldSource.gap_safe and GpmSource.gap_safe
 
 
-def test_gpm_rate_units_nvlink_1024000_pcie_mib():
+@pytest.mark.parametrize("reader", ["python", "native"])
+def test_gpm_rate_units_nvlink_1024000_pcie_mib(monkeypatch, reader):
     """The driver's NVLink GPM rate is bytes / 1024 / 1000 per second (measured on an H200 against the
     DATA counters, see GPM_NVLINK_UNIT), the PCIe one MiB/s as documented: one second of a known
-    answer integrates to exactly that many bytes on each side."""
+    answer integrates to exactly that many bytes on each side, whichever reader reads."""
+    import rankmap.capture.sampler as sm
     nv = fake()
-    src = GpmSource(nv)
+    # the source's first snapshots are stamped one second early
+    monkeypatch.setattr(sm, "time", types.SimpleNamespace(monotonic_ns=lambda: time.monotonic_ns() - 10**9))
+    src = GpmSource(nv, reader=reader)
+    monkeypatch.undo()
+    assert src.reader == reader
     nv.nvmlGpmMetricsGet = lambda g: [setattr(m, "nvmlReturn", 0) or setattr(m, "value", 1000.0)
                                       for m in g.metrics[: g.numMetrics]] and g
-    src._prev_t[0] -= 10**9  # the previous snapshot one second earlier
     c = src.read(0)
     # the 1 s is measured on the host clock around the call: allow the call's own microseconds
     assert c.nvlink_tx == pytest.approx(1000 * 1_024_000, rel=1e-3) and c.nvlink_rx == c.nvlink_tx

@@ -64,3 +64,9 @@ def test_wheel_in_a_fresh_venv_profiles_a_real_mpi_job(tmp_path):
                     "-np", "2", str(prog), "10", "5", "0")
     assert again.returncode == 0 and "building" not in again.stderr, again.stderr    # cached now
     assert Path(where[1], "common", "rmrec_layout.h").is_file()
+    # the native GPM reader's source ships too, and builds from the wheel into the user's cache
+    gpm = subprocess.run([str(py), "-c", "from rankmap.capture import gpm_native as g; print(g.build()); "
+                          "print(g.layout()['metric_size'])"], capture_output=True, text=True, cwd=away, env=env)
+    assert gpm.returncode == 0, gpm.stderr
+    lib, size = gpm.stdout.split()
+    assert lib.startswith(str(away / "cache" / "monitor")) and size == "40", gpm.stdout

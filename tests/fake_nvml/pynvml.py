@@ -18,10 +18,18 @@ counters once at that time (``nvidia-smi nvlink -r``). ``nvlink_header`` (defaul
 protocol overhead as a fraction of the payload: the RAW fields count payload plus that overhead, the
 DATA fields and the GPM NVLink rates payload only (as the driver's counters do). With ``epoch_unix_ns`` the counts run from that
 wall-clock instant instead of the fake's own start, so several processes see the same counters.
+
+Its two GPM reads are also C functions (``_nvmlGetFunctionPointer``, as pynvml resolves them from
+libnvidia-ml): ctypes callbacks into the same Python, taking the device handle (its index) and
+the sample (its ``__index__``, a key of the fake's own) as pointers and the request of
+``nvmlGpmMetricsGet`` as NVML lays it out, so rankmap's native GPM reader runs against the fake
+too. Scripted failures: ``fail_metrics_next`` (metric indices whose next answer is an error),
+``metrics_error_next`` / ``sample_error_next`` (the next call of either fails with that code).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import random
@@ -62,6 +70,29 @@ class NVMLError(Exception):
         self.value = value
 
 
+class _CMetric(ctypes.Structure):
+    """nvmlGpmMetric_t as the C ABI has it (pynvml's c_nvmlGpmMetric_t)."""
+    _fields_ = [("metricId", ctypes.c_uint), ("nvmlReturn", ctypes.c_uint), ("value", ctypes.c_double),
+                ("metricInfo", ctypes.c_char_p * 3)]
+
+
+class _CRequestHead(ctypes.Structure):
+    """The fixed part of nvmlGpmMetricsGet_t; the metrics follow it."""
+    _fields_ = [("version", ctypes.c_uint), ("numMetrics", ctypes.c_uint), ("sample1", ctypes.c_void_p),
+                ("sample2", ctypes.c_void_p)]
+
+
+_SAMPLE_GET_C = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+_METRICS_GET_C = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
+class FakeSample(SimpleNamespace):
+    """A GPM sample buffer; ``__index__`` is the pointer value that stands for it in C."""
+
+    def __index__(self) -> int:
+        return self.key
+
+
 class c_nvmlGpmMetricsGet_t:
     """The request/answer record of nvmlGpmMetricsGet (a ctypes struct in the real module)."""
 
@@ -92,6 +123,13 @@ class FakeNvml:
         # the snapshot's instant
         self.stall_next_ms = 0.0
         self.on_stall = None
+        self.fail_metrics_next: set[int] = set()  # metric indices (0-3) the next nvmlGpmMetricsGet fails
+        self.metrics_error_next = 0               # the next nvmlGpmMetricsGet raises this code
+        self.sample_error_next = 0                # the next nvmlGpmSampleGet raises this code
+        self.samples: dict[int, FakeSample] = {}  # pointer value -> sample, for the C entry points
+        self._c_request = c_nvmlGpmMetricsGet_t()
+        self._c_entries = {"nvmlGpmSampleGet": _SAMPLE_GET_C(self._sample_get_c),
+                           "nvmlGpmMetricsGet": _METRICS_GET_C(self._metrics_get_c)}
         for k, v in globals().items():  # the module's constants, as attributes of the instance too
             if k.startswith("NVML_"):
                 setattr(self, k, v)
@@ -180,14 +218,19 @@ class FakeNvml:
             raise NVMLError(13)  # an old driver: the function is not there
         return SimpleNamespace(isSupportedDevice=int(bool(self.cfg["gpm"])))
 
-    def nvmlGpmSampleAlloc(self) -> SimpleNamespace:
-        return SimpleNamespace(gpu=None, t=None, counts=None, freed=False)
+    def nvmlGpmSampleAlloc(self) -> FakeSample:
+        s = FakeSample(gpu=None, t=None, counts=None, freed=False, key=0x1000 + 16 * len(self.samples))
+        self.samples[s.key] = s
+        return s
 
     def nvmlGpmSampleFree(self, s: SimpleNamespace) -> None:
         s.freed = True
 
     def nvmlGpmSampleGet(self, h: int, s: SimpleNamespace) -> SimpleNamespace:
         self._count("gpm_sample")
+        if self.sample_error_next:
+            code, self.sample_error_next = self.sample_error_next, 0
+            raise NVMLError(code)
         t = self.now()
         jitter = int(self.cfg.get("jitter_ns", 0))
         true = self.true_bytes(h, t)
@@ -205,17 +248,58 @@ class FakeNvml:
 
     def nvmlGpmMetricsGet(self, g: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
         a, b = g.sample1, g.sample2
+        if self.metrics_error_next:
+            code, self.metrics_error_next = self.metrics_error_next, 0
+            raise NVMLError(code)
         if a.freed or b.freed or a.gpu != b.gpu or a.t is None or b.t is None:
             raise NVMLError(2)
         dt = (b.t - a.t) / 1e9
+        failing, self.fail_metrics_next = self.fail_metrics_next, set()
         for m in g.metrics[: g.numMetrics]:
             k = _GPM[m.metricId]
-            if k >= 2 and not self.cfg.get("gpm_pcie", True):
+            if (k >= 2 and not self.cfg.get("gpm_pcie", True)) or k in failing:
                 m.nvmlReturn, m.value = NVML_ERROR_NOT_SUPPORTED, 0.0
                 continue
             m.nvmlReturn = 0
             m.value = (b.counts[k] - a.counts[k]) / dt / GPM_UNITS[k] if dt > 0 else 0.0
         return g
+
+    # ----------------------------------------------------------------- the C entry points
+    def _nvmlGetFunctionPointer(self, name: str) -> ctypes._CFuncPtr:
+        if name not in self._c_entries:
+            raise NVMLError(13)  # NVML_ERROR_FUNCTION_NOT_FOUND
+        return self._c_entries[name]
+
+    def _sample_get_c(self, device: int | None, sample: int | None) -> int:
+        try:
+            self.nvmlGpmSampleGet(device or 0, self.samples[sample or 0])
+        except NVMLError as e:
+            return e.value
+        except Exception:  # noqa: BLE001 - an exception cannot cross into C: answer as the driver would
+            return 999     # NVML_ERROR_UNKNOWN
+        return NVML_SUCCESS
+
+    def _metrics_get_c(self, request: int) -> int:
+        """Reads the C request into the Python one, answers it, and writes the answers back."""
+        head = _CRequestHead.from_address(request)
+        metrics = (_CMetric * head.numMetrics).from_address(request + ctypes.sizeof(_CRequestHead))
+        g = self._c_request  # one Python request, reused (a fresh one of 210 metrics per call is slow)
+        g.version, g.numMetrics = head.version, head.numMetrics
+        try:
+            g.sample1, g.sample2 = self.samples[head.sample1 or 0], self.samples[head.sample2 or 0]
+        except KeyError:
+            return 2  # NVML_ERROR_INVALID_ARGUMENT
+        for c, m in zip(metrics, g.metrics):
+            m.metricId = c.metricId
+        try:
+            self.nvmlGpmMetricsGet(g)
+        except NVMLError as e:
+            return e.value
+        except Exception:  # noqa: BLE001
+            return 999
+        for c, m in zip(metrics, g.metrics):
+            c.nvmlReturn, c.value = m.nvmlReturn, m.value
+        return NVML_SUCCESS
 
 
 def _module_instance() -> FakeNvml | None:
@@ -226,5 +310,5 @@ def _module_instance() -> FakeNvml | None:
 _INSTANCE = _module_instance()
 if _INSTANCE is not None:  # used as the pynvml module of a subprocess: expose the instance's API
     for _name in dir(_INSTANCE):
-        if _name.startswith("nvml"):
+        if _name.startswith(("nvml", "_nvml")):
             globals()[_name] = getattr(_INSTANCE, _name)

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
@@ -101,35 +101,41 @@ def compiler_identity(cc: str, what: str) -> tuple[str, str]:
     return path, first
 
 
-def c_hook_sources(folder: str, native: Path | None = None) -> tuple[list[Path], list[Path]]:
-    """The C files of ``native/<folder>`` plus the record writer, and every file hashed for the cache."""
+def c_hook_sources(folder: str, native: Path | None = None,
+                   record_writer: bool = True) -> tuple[list[Path], list[Path]]:
+    """The C files of ``native/<folder>`` (plus the record writer), and every file hashed for the cache."""
     native = native or native_dir()
-    c_files = sorted((native / folder).glob("*.c")) + [native / "common" / "rmrec.c"]
+    common = [native / "common" / "rmrec.c"] if record_writer else []
+    c_files = sorted((native / folder).glob("*.c")) + common
     missing = [str(p) for p in c_files if not p.is_file()]
-    if missing or not (native / folder).is_dir():
+    if missing or not (native / folder).is_dir() or not c_files:
         raise RankmapError(f"{folder} hook sources missing: {', '.join(missing) or native / folder}")
-    hashed = sorted((native / folder).glob("*.[ch]")) + sorted((native / "common").glob("*.[ch]"))
+    hashed = sorted((native / folder).glob("*.[ch]"))
+    if record_writer:
+        hashed += sorted((native / "common").glob("*.[ch]"))
     return c_files, hashed
 
 
 def build_c_hook(folder: str, lib_name: str, what: str, cc: str = "cc",
-                 progress: Callable[[str], None] | None = None) -> Path:
-    """Compile ``native/<folder>/*.c`` + the record writer into ``lib_name`` (cached) and return its path.
+                 progress: Callable[[str], None] | None = None, *, record_writer: bool = True,
+                 extra: Sequence[str] = ()) -> Path:
+    """Compile ``native/<folder>/*.c`` (+ the record writer) into ``lib_name`` (cached) and return its path.
 
     The cache folder ``<cache>/<folder>/<hash>`` is named by every source and header, the compiler's
     path and ``--version`` line and the flags: editing a source or switching compilers rebuilds.
+    ``extra`` flags and libraries go at the end of the command line (and into the hash).
     """
-    srcs, hashed = c_hook_sources(folder)
+    srcs, hashed = c_hook_sources(folder, record_writer=record_writer)
     cc_path, cc_version = compiler_identity(cc, what)
     h = hashlib.sha256()
     for p in hashed:
         h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
-    h.update("\0".join([cc_path, cc_version, *C_HOOK_FLAGS, *C_HOOK_LIBS]).encode())
+    h.update("\0".join([cc_path, cc_version, *C_HOOK_FLAGS, *C_HOOK_LIBS, *extra]).encode())
     out_dir = cache_root() / folder / h.hexdigest()[:16]
     return compile_cached(
         out_dir, lib_name,
         lambda tmp: [[cc_path, *C_HOOK_FLAGS, "-I", str(native_dir() / "common"), "-o", tmp, *map(str, srcs),
-                      *C_HOOK_LIBS]],
+                      *C_HOOK_LIBS, *extra]],
         f"{what} with {cc} ({cc_path})", notes={"identity.txt": f"{cc_path}: {cc_version}\n"}, progress=progress)
 
 
@@ -138,7 +144,8 @@ def built() -> list[tuple[str, Path, str]]:
     root = cache_root()
     out = []
     for hook, pattern in (("MPI shim", "shim/*/librankmap_mpi.so"), ("NCCL plugin", "nccl/*/librankmap_nccl.so"),
-                          ("CUDA activity library", "cuda/*/librankmap_cuda.so")):
+                          ("CUDA activity library", "cuda/*/librankmap_cuda.so"),
+                          ("GPM reader", "monitor/*/librankmap_gpm.so")):
         for lib in root.glob(pattern):
             ident = lib.parent / "identity.txt"
             try:

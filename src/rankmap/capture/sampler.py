@@ -34,6 +34,7 @@ wrap and counter resets (``nvidia-smi nvlink -r``) folded in by :class:`Unwrap`,
 
 from __future__ import annotations
 
+import os
 import socket
 import statistics
 import threading
@@ -42,6 +43,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
+from rankmap.capture import gpm_native
+from rankmap.capture.gpm_native import NativeReader
 from rankmap.errors import RankmapError
 
 ALL_LINKS = 0xFFFFFFFF
@@ -68,6 +71,8 @@ SNAP_MAX_NS = 1_000_000
 # (1 s), so that the first read after a hold may still be skipped.
 SNAP_MAX_GAP_NS = 2_000_000_000
 SOURCES = ("auto", "gpm", "fields")
+READERS = ("auto", "native", "python")  # who does a GPM read (GpmSource)
+READER_ENV = "RANKMAP_GPM_READER"
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,11 @@ class GpuInfo:
     uuid: str = ""
     name: str = ""
     pci_bus_id: str = ""
+
+
+class GpmReaderError(RankmapError):
+    """The GPM reader asked for (``RANKMAP_GPM_READER``) is unknown or cannot be used: a mistake to
+    report, not a reason to fall back to the field values."""
 
 
 class CounterSource(Protocol):
@@ -243,12 +253,18 @@ class GpmSource(_Nvml):
 
     Each GPU keeps two sample buffers and alternates between them; a read snapshots into the
     older one and asks ``nvmlGpmMetricsGet`` for the four rates between the two snapshots.
+
+    ``reader`` (else ``$RANKMAP_GPM_READER``, else ``auto``) picks who does that: ``native``, one C
+    call per read (:mod:`rankmap.capture.gpm_native`: the Python around the driver calls is the
+    part of a read that a 10 Hz sampler pays cold), ``python`` (:meth:`read_python`, the reference),
+    or ``auto``: native where it builds and NVML's entry points resolve, else Python.
+    ``reader`` says which one reads, ``reader_why`` why.
     """
 
     kind = "gpm"
     gap_safe = True  # rates between any two snapshots: reads may be skipped (LinkSampler's stall guard)
 
-    def __init__(self, nvml: Any = None) -> None:
+    def __init__(self, nvml: Any = None, reader: str | None = None) -> None:
         super().__init__(nvml)
         n = self.nvml
         try:
@@ -271,8 +287,9 @@ class GpmSource(_Nvml):
         self._totals: list[list[float]] = []
         self._ok: list[list[bool | None]] = []  # per metric: None until the first read answers
         self._last: list[Counters | None] = [None] * len(self.handles)
-        self.gaps = 0  # intervals a supported metric failed to answer (their bytes are missing)
-        self.discarded = 0  # snapshots not used as end points (their call stalled, see SNAP_MAX_NS)
+        self._gaps = 0  # see the properties gaps and discarded (the Python read's share)
+        self._discarded = 0
+        self._native: list[NativeReader] = []
         try:
             for h in self.handles:
                 bufs = [n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()]
@@ -285,11 +302,61 @@ class GpmSource(_Nvml):
         except n.NVMLError as e:
             self.close()
             raise RankmapError(f"NVML GPM sampling failed ({e})") from None
+        self.reader, self.reader_why = self._choose_reader(reader)
+        if self.reader == "native":
+            self.read = self.read_native  # type: ignore[method-assign]
+
+    def _choose_reader(self, reader: str | None) -> tuple[str, str]:
+        """``native`` where the C reader builds and NVML's entry points resolve, else ``python``; and why."""
+        want = (reader or os.environ.get(READER_ENV) or "auto").strip().lower()
+        if want not in READERS:
+            self.close()
+            raise GpmReaderError(f"{READER_ENV}={want!r}: choose one of {', '.join(READERS)}")
+        if want == "python":
+            return "python", f"asked for ({READER_ENV} or the caller)"
+        n = self.nvml
+        try:
+            lib = gpm_native.library()
+            entries = (gpm_native.entry_point(n, "nvmlGpmSampleGet"), gpm_native.entry_point(n, "nvmlGpmMetricsGet"))
+            for g, h in enumerate(self.handles):
+                self._native.append(NativeReader(
+                    lib, entries, h, self._bufs[g], self._prev_t[g], self._ids, GPM_UNITS, SNAP_MAX_NS,
+                    SNAP_MAX_GAP_NS, n.NVML_GPM_METRICS_GET_VERSION, int(getattr(n, "NVML_GPM_METRIC_MAX", 4))))
+        except Exception as e:  # noqa: BLE001 - whatever stops the C reader, the Python one reads
+            self._close_native()
+            if want == "native":
+                self.close()
+                raise GpmReaderError(f"{READER_ENV}=native: the native GPM reader cannot be used here: {e}") from None
+            return "python", f"the native reader cannot be used here: {e}"
+        return "native", "one C call per read (native/monitor/gpm_read.c)"
 
     def gpu_count(self) -> int:
         return len(self.handles)
 
-    def read(self, gpu: int) -> Counters:
+    @property
+    def gaps(self) -> int:
+        """Intervals a supported metric failed to answer (their bytes are missing), all GPUs."""
+        return self._gaps + sum(r.out[gpm_native.OUT_GAPS] for r in self._native)
+
+    @property
+    def discarded(self) -> int:
+        """Snapshots not used as end points (their call stalled, see ``SNAP_MAX_NS``), all GPUs."""
+        return self._discarded + sum(r.out[gpm_native.OUT_DISCARDED] for r in self._native)
+
+    def read_native(self, gpu: int) -> Counters:
+        """:meth:`read_python` in one C call (``native/monitor/gpm_read.c``): the same totals and counts."""
+        rc = self._native[gpu].read()
+        if rc:
+            if rc == gpm_native.DISCARDED:
+                return self._last[gpu]  # type: ignore[return-value]
+            raise self.nvml.NVMLError(rc)  # as pynvml raises it: nothing changed
+        tx, rx, ptx, prx, m = self._native[gpu].out[:5]
+        c = self._last[gpu] = Counters(tx if m & 1 else None, rx if m & 2 else None, ptx if m & 4 else None,
+                                       prx if m & 8 else None)
+        return c
+
+    def read_python(self, gpu: int) -> Counters:
+        """The reference read, in Python (the fallback of :meth:`read_native`)."""
         n, g = self.nvml, self._get
         prev, cur = self._bufs[gpu]
         t_a = time.monotonic_ns()
@@ -298,7 +365,7 @@ class GpmSource(_Nvml):
         now = (t_a + t_b) // 2  # the snapshot lies inside the call: its midpoint errs least
         if (t_b - t_a > SNAP_MAX_NS and now - self._prev_t[gpu] < SNAP_MAX_GAP_NS
                 and self._last[gpu] is not None):
-            self.discarded += 1  # a stalled call: the next good snapshot closes this interval
+            self._discarded += 1  # a stalled call: the next good snapshot closes this interval
             return self._last[gpu]
         dt = (now - self._prev_t[gpu]) / 1e9
         for i, mid in enumerate(self._ids):
@@ -312,7 +379,7 @@ class GpmSource(_Nvml):
                 if ok[i] is None:
                     ok[i] = False  # not offered here (PCIe metrics in some VMs): None from now on
                 elif ok[i]:
-                    self.gaps += 1
+                    self._gaps += 1
                 continue
             if ok[i] is None:
                 ok[i] = True
@@ -323,7 +390,17 @@ class GpmSource(_Nvml):
         c = self._last[gpu] = Counters(*(int(round(tot[i])) if ok[i] else None for i in range(4)))
         return c
 
+    read = read_python  # replaced per instance by read_native where that is the reader
+
+    def _close_native(self) -> None:
+        for r in getattr(self, "_native", []):
+            self._gaps += r.out[gpm_native.OUT_GAPS]  # the counts outlive the readers
+            self._discarded += r.out[gpm_native.OUT_DISCARDED]
+            r.close()
+        self._native = []
+
     def close(self) -> None:
+        self._close_native()
         for bufs in getattr(self, "_bufs", []):
             for b in bufs:
                 try:
@@ -341,6 +418,8 @@ def open_source(kind: str = "auto", nvml: Any = None) -> FieldSource | GpmSource
     if kind in ("auto", "gpm"):
         try:
             return GpmSource(nvml)
+        except GpmReaderError:
+            raise
         except RankmapError:
             if kind == "gpm":
                 raise
@@ -372,6 +451,7 @@ class SamplerCost:
     wall_ns: int = 0          # from the first to the last sample
     stalls: int = 0           # reads that burnt more than the sampler's stall_ms of CPU
     held: int = 0             # ticks skipped because a read had just stalled (hold_s)
+    reader: str | None = None  # who reads GPM: "native" (one C call) or "python" (GpmSource.reader)
     ring: Any = field(default_factory=lambda: array("q", bytes(8 * READ_RING)), repr=False)
 
     def add_read(self, wall_ns: int, cpu_ns: int) -> None:
@@ -412,7 +492,7 @@ class SamplerCost:
                 "callback_cpu_s": self.callback_cpu_ns / 1e9, "wall_s": w / 1e9, "cpu_share": self.cpu_share,
                 "read_cpu_share": self.read_cpu_ns / w if w > 0 else None,
                 "callback_cpu_share": self.callback_cpu_ns / w if w > 0 else None,
-                "stalls": self.stalls, "held": self.held}
+                "stalls": self.stalls, "held": self.held, "reader": self.reader}
 
 
 @dataclass
@@ -443,6 +523,7 @@ class LinkSampler:
     def __post_init__(self) -> None:
         self._hold_until = 0         # monotonic ns before which the loop takes no sample
         self._guard = self.stall_ms is not None and getattr(self.source, "gap_safe", False)
+        self.cost.reader = getattr(self.source, "reader", None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._first: dict[int, Counters] = {}

@@ -35,7 +35,8 @@ def print_monitor(res: Any, console: Console | None = None) -> None:
     per, cpu = c.get("per_gpu_sample_ms"), c.get("per_gpu_sample_cpu_ms")
     share = res.process_cpu_share
     if per is not None and share is not None:
-        con.print(f"cost: {c['samples']} samples; per GPU per sample {cpu:.3f} ms CPU, {per:.3f} ms wall "
+        reader = f" ({c['reader']} GPM reader)" if c.get("reader") else ""
+        con.print(f"cost: {c['samples']} samples; per GPU per sample {cpu:.3f} ms CPU{reader}, {per:.3f} ms wall "
                   f"(median {c['median_read_ms']:.3f} ms, slowest {c['max_read_ms']:.3f} ms); rankmap used "
                   f"{share * 100:.2f} % of one core (sampler thread {c['cpu_share'] * 100:.2f} %, of which store "
                   f"writes {c['callback_cpu_share'] * 100:.2f} %)")
