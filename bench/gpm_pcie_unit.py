@@ -1,23 +1,22 @@
 #!/usr/bin/env python3
-"""What unit do NVML's GPM PCIe rates count in? Known host<->device copies against GPM's integral.
+"""Do NVML's GPM PCIe rates add up to the bytes a job moved? Known host<->device copies against them.
 
-usage: PYTHONPATH=src python3 bench/gpm_pcie_unit.py [--mib 1024] [--copies 8] [--interval 100ms] [--gpu 0]
+usage: PYTHONPATH=src python3 bench/gpm_pcie_unit.py [--mib 1024] [--intervals 50ms,100ms,250ms,1s]
+                                                    [--phase-s 2] [--gpu 0]
 
 NVML documents ``NVML_GPM_METRIC_PCIE_TX_PER_SEC`` / ``..._RX_PER_SEC`` in MiB/s; the NVLink GPM rates,
 documented the same way, were measured to be in units of 1,024,000 B/s (``GPM_NVLINK_UNIT`` in
-``rankmap.capture.sampler``). NVML's PCIe byte counters are 32 bits wide and wrap every ~78 ms at
-55 GB/s, so they cannot check a sampler; a copy of a known size can. With PyTorch on one GPU this
-script copies a pinned host buffer of ``--mib`` MiB to the device ``--copies`` times (host to device:
-the GPU receives, PCIe RX), then back (PCIe TX), while a ``GpmSource`` reads the GPU every
-``--interval``, and integrates each phase's PCIe rates with one unit of 1 B/s (the rate as NVML
-reports it). The bytes copied over that integral is the unit: 1,048,576 would confirm MiB/s,
-1,024,000 the NVLink metrics' unit, 1,000,000 MB/s. PCIe also carries the protocol's own bytes
-(packet headers, flow control; a few per cent) and the driver's small transfers, so a unit a few
-per cent under a round figure means payload plus that overhead is counted.
+``rankmap.capture.sampler``). With PyTorch on one GPU, for each GPM read interval this script copies
+a pinned host buffer of ``--mib`` MiB to the device for ``--phase-s`` seconds (at least 8 intervals;
+host to device: the GPU receives, PCIe RX), then back (PCIe TX), while a ``GpmSource`` reads the GPU
+at that interval and integrates the PCIe rates with a unit of 1 B/s (the rate as NVML gives it).
+Beside it, NVML's PCIe byte counters (``NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES``, 32 bits, wrapping
+every ~78 ms at 55 GB/s) are read every 20 ms on another thread and unwrapped: the bytes the link
+carried by the GPU's own count (payload and whatever protocol bytes it includes).
 
-Prints one row per phase: bytes copied, the GPM integral (rate units x s), their ratio (bytes per
-rate unit), the copy's own bandwidth, and the other direction's integral during that phase.
-Needs PyTorch with CUDA and an NVML with GPM (Hopper or newer).
+Per interval and direction: bytes copied, the counters' bytes, the GPM integral and the bytes per GPM
+unit (copied / integral): constant across intervals and near 1,048,576 if the rates are MiB/s of
+payload. Needs PyTorch with CUDA and an NVML with GPM (Hopper or newer).
 """
 
 from __future__ import annotations
@@ -35,24 +34,41 @@ sys.path.insert(0, str(ROOT / "src"))
 import rankmap.capture.sampler as S  # noqa: E402
 from rankmap.pipeline.monitor import parse_interval  # noqa: E402
 
-CANDIDATES = {"MiB/s (documented)": 1 << 20, "1,024,000 B/s (the NVLink metrics)": 1_024_000, "MB/s": 1_000_000}
+COUNTER_PERIOD = 0.02  # s: under the 32-bit counters' wrap time at full PCIe speed
+
+
+class Reader(threading.Thread):
+    """Reads ``fn()`` every ``period`` seconds into ``self.seen`` [(monotonic ns, value)] until stopped."""
+
+    def __init__(self, fn, period: float) -> None:
+        super().__init__(daemon=True)
+        self.fn, self.period, self.seen, self.halt = fn, period, [], threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            self.seen.append((time.monotonic_ns(), self.fn()))
+            self.halt.wait(self.period)
+
+    def delta(self, t0: int, t1: int, field: str) -> float:
+        """Growth of ``field`` from the last reading before t0 to the first after t1."""
+        a = [v for t, v in self.seen if t <= t0][-1]
+        b = next(v for t, v in self.seen if t >= t1)
+        return getattr(b, field) - getattr(a, field)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mib", type=int, default=1024)
-    ap.add_argument("--copies", type=int, default=8)
-    ap.add_argument("--interval", default="100ms")
+    ap.add_argument("--intervals", default="50ms,100ms,250ms,1s")
+    ap.add_argument("--phase-s", type=float, default=2.0)
     ap.add_argument("--gpu", type=int, default=0)
     a = ap.parse_args()
     import torch
 
-    # integrate with unit 1: GpmSource's totals are then sums of rate x seconds, in NVML's rate units
-    # (the Python reader, which takes the units from the module at each read)
+    # GPM integrated with unit 1 (the Python reader takes the units from the module at each read)
     os.environ["RANKMAP_GPM_READER"] = "python"
     S.GPM_UNITS = (1, 1, 1, 1)
-    src = S.GpmSource()
-    g, period = a.gpu, parse_interval(a.interval)
+    g = a.gpu
     torch.cuda.set_device(g)
     n = a.mib << 20
     host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
@@ -60,55 +76,40 @@ def main() -> int:
     dev = torch.empty(n, dtype=torch.uint8, device=f"cuda:{g}")
     dev.copy_(host)
     torch.cuda.synchronize()
-
-    marks: list[tuple[str, int]] = []
-    totals: list[tuple[int, S.Counters]] = []
-    stop = threading.Event()
-
-    def sampler() -> None:
-        while not stop.is_set():
-            totals.append((time.monotonic_ns(), src.read(g)))
-            stop.wait(period)
-
-    t = threading.Thread(target=sampler, daemon=True)
-    t.start()
-    time.sleep(3 * period)
-
-    def phase(name: str, fn) -> None:
-        time.sleep(2 * period)                      # a quiet gap: phases do not share an interval
-        marks.append((f"{name} start", time.monotonic_ns()))
-        t0 = time.perf_counter()
-        for _ in range(a.copies):
-            fn()
-        torch.cuda.synchronize()
-        marks.append((f"{name} end", time.monotonic_ns()))
-        rates[name] = n * a.copies / (time.perf_counter() - t0)
-
-    rates: dict[str, float] = {}
-    phase("host to device", lambda: dev.copy_(host, non_blocking=True))
-    phase("device to host", lambda: host.copy_(dev, non_blocking=True))
-    time.sleep(3 * period)
-    stop.set()
-    t.join()
-    src.close()
-
-    def at(ns: int, before: bool) -> S.Counters:
-        """The last reading before ``ns`` (before=True) or the first after it."""
-        got = [c for tt, c in totals if (tt <= ns if before else tt >= ns)]
-        return got[-1] if before else got[0]
-
-    m = dict(marks)
-    print(f"== GPM PCIe unit, GPU {g}: {a.copies} copies of {a.mib} MiB each way, pinned host memory, "
-          f"reads every {a.interval} ({len(totals)} reads)")
-    print(f"{'phase':<16} {'bytes copied':>14} {'GPM integral':>16} {'bytes per unit':>15} {'copy GB/s':>10} "
-          f"{'other dir integral':>19}")
-    for name, field, other in (("host to device", "pcie_rx", "pcie_tx"), ("device to host", "pcie_tx", "pcie_rx")):
-        c0, c1 = at(m[f"{name} start"], True), at(m[f"{name} end"], False)
-        got, oth = getattr(c1, field) - getattr(c0, field), getattr(c1, other) - getattr(c0, other)
-        ratio = n * a.copies / got if got else float("nan")
-        print(f"{name:<16} {n * a.copies:>14} {got:>16.0f} {ratio:>15.0f} {rates[name] / 1e9:>10.2f} {oth:>19.0f}")
-        best = min(CANDIDATES.items(), key=lambda kv: abs(kv[1] - ratio))
-        print(f"   nearest unit: {best[0]} ({ratio / best[1] - 1:+.2%} from it)")
+    fields = S.FieldSource()
+    counters = Reader(lambda: fields.read(g), COUNTER_PERIOD)
+    counters.start()
+    print(f"== GPM PCIe rates against known copies, GPU {g}: {a.mib} MiB copies, pinned host memory; PCIe "
+          f"counters read every {COUNTER_PERIOD * 1e3:.0f} ms")
+    print(f"{'interval':>8} {'phase':<15} {'bytes copied':>14} {'counter bytes':>14} {'GPM integral':>13} "
+          f"{'B per unit':>11} {'copy GB/s':>9} {'other dir':>10}")
+    for spec in a.intervals.split(","):
+        period = parse_interval(spec)
+        gpm = S.GpmSource()
+        reads = Reader(lambda: gpm.read(g), period)
+        reads.start()
+        time.sleep(3 * period)
+        for name, field, other, fn in (("host to device", "pcie_rx", "pcie_tx", lambda: dev.copy_(host)),
+                                       ("device to host", "pcie_tx", "pcie_rx", lambda: host.copy_(dev))):
+            time.sleep(2 * period)                  # a quiet gap: the phases share no interval
+            t0, c0, copies = time.monotonic_ns(), time.perf_counter(), 0
+            while time.perf_counter() - c0 < max(a.phase_s, 8 * period):
+                fn()
+                torch.cuda.synchronize()
+                copies += 1
+            t1, secs = time.monotonic_ns(), time.perf_counter() - c0
+            time.sleep(2 * period)                  # the first reading after the phase is taken
+            moved = n * copies
+            got, oth = reads.delta(t0, t1, field), reads.delta(t0, t1, other)
+            cnt = counters.delta(t0, t1, field)
+            print(f"{spec:>8} {name:<15} {moved:>14} {cnt:>14.0f} {got:>13.0f} {moved / got if got else float('nan'):>11.0f} "
+                  f"{moved / secs / 1e9:>9.2f} {oth:>10.0f}", flush=True)
+        reads.halt.set()
+        reads.join()
+        gpm.close()
+    counters.halt.set()
+    counters.join()
+    fields.close()
     return 0
 
 

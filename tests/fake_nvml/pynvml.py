@@ -54,7 +54,7 @@ NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = 60
 NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 61
 NVML_GPM_METRICS_GET_VERSION = 1
 MIB = 1 << 20
-GPM_UNITS = (1024 * 1000, 1024 * 1000, MIB, MIB)  # B/s per unit of the four GPM rates, as the driver answers
+GPM_UNITS = (1024 * 1000, 1024 * 1000, 1_000_000, 1_000_000)  # B/s per unit of the four GPM rates, as the driver answers
 
 # metric id / field id -> index into [nvlink_tx, nvlink_rx, pcie_tx, pcie_rx]
 _GPM = {NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 0, NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 1,

@@ -58,9 +58,16 @@ MIB = 1 << 20
 # 1024 / 1000 = 1.024 every time, up to the integration's own error, while the RAW counters (payload
 # and protocol overhead) were 1.21-1.22 x DATA. So GPM counts payload, in units of 1,024,000 B/s.
 GPM_NVLINK_UNIT = 1024 * 1000
-# The PCIe GPM rates were not checked against a counter (the PCIe field counters wrap every ~78 ms):
-# their documented MiB/s is kept, unverified (docs/monitor.md).
-GPM_PCIE_UNIT = MIB
+# Bytes per unit of NVML_GPM_METRIC_PCIE_TX/RX_PER_SEC, documented "MiB/s" too. Measured on one H200, driver
+# 580.159.04 (bench/gpm_pcie_unit.py: 1 GiB copies between pinned host memory and the GPU at 55 GB/s for
+# 2-8 s per direction, GPM read every 100 ms / 250 ms / 1 s): payload bytes per rate unit 1.0125e6 /
+# 1.0245e6, 1.0021e6 / 1.0141e6 and 0.9635e6 / 0.9780e6 (device to host / host to device). So the rates
+# count payload in about MB/s (10**6 B/s), within -3.7 % / +2.5 % of it depending on the interval (not as
+# exact as the NVLink rates: an estimate). NVML's PCIe byte counters, read every 20 ms, counted 9.4 % /
+# 7.8 % more than the payload (protocol bytes). Snapshots 50 ms apart gave half the bytes (2.0e6 B per
+# unit): the PCIe rates are only right between snapshots at least GPM_MIN_INTERVAL_S apart.
+GPM_PCIE_UNIT = 1_000_000
+GPM_MIN_INTERVAL_S = 0.1
 GPM_UNITS = (GPM_NVLINK_UNIT, GPM_NVLINK_UNIT, GPM_PCIE_UNIT, GPM_PCIE_UNIT)
 # A GPM snapshot whose nvmlGpmSampleGet call took longer than this (wall) is not used as an end point:
 # its instant is unknown within the call, and a misplaced end point moves bytes between intervals
@@ -409,6 +416,14 @@ class GpmSource(_Nvml):
                     pass
         self._bufs = []
         super().close()
+
+
+def check_interval(source: Any, interval_s: float, option: str = "--interval") -> None:
+    """A GPM source sampled faster than GPM_MIN_INTERVAL_S would count PCIe bytes wrong: a one-line error."""
+    if getattr(source, "kind", None) == "gpm" and interval_s < GPM_MIN_INTERVAL_S - 1e-9:
+        raise RankmapError(f"{option} {interval_s * 1e3:g}ms: NVML GPM's PCIe rates are only right between "
+                           f"snapshots at least {GPM_MIN_INTERVAL_S * 1e3:g} ms apart (at 50 ms they counted half the "
+                           f"bytes): sample every {GPM_MIN_INTERVAL_S * 1e3:g}ms or more, or use --source fields")
 
 
 def open_source(kind: str = "auto", nvml: Any = None) -> FieldSource | GpmSource:

@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from rankmap.capture.sampler import (FieldSource, LinkSample, LinkSampler, StoreWriter, hostname,
+from rankmap.capture.sampler import (FieldSource, LinkSample, LinkSampler, StoreWriter, check_interval, hostname,
                                      open_source)
 from rankmap.errors import RankmapError
 
@@ -149,6 +149,7 @@ def run_monitor(store: Any, *, interval_s: float = 0.1, source: str = "auto", du
     src = open_source(source, nvml)
     check = None
     try:
+        check_interval(src, interval_s)
         gpus = [asdict(g) for g in src.gpus()]
         if not gpus:
             raise RankmapError("NVML sees no GPU on this node: nothing to monitor")

@@ -326,11 +326,13 @@ def _start_link_sampler(interval_s: float, store: Any, job_id: int) -> Any:
     try:
         from dataclasses import asdict
 
-        from rankmap.capture.sampler import LinkSampler, StoreWriter, hostname, open_source
+        from rankmap.capture.sampler import GPM_MIN_INTERVAL_S, LinkSampler, StoreWriter, hostname, open_source
         source = open_source("auto")
         if source.gpu_count() == 0:
             source.close()
             return None
+        if source.kind == "gpm":   # a finer timeline than GPM can follow: the link samples keep their own pace
+            interval_s = max(interval_s, GPM_MIN_INTERVAL_S)
         sampler = LinkSampler(source, interval_s=interval_s, on_sample=StoreWriter(store, job_id), keep=False).start()
     except Exception:  # no driver, no GPU, no pynvml: profiling goes on without link counters
         return None

@@ -38,9 +38,11 @@ RATES = (  # (metric, link, field, help)
      "The rate of data received over NVLink, in bytes per second, payload only as NVML counts it "
      "(DCGM documents header and payload; rankmap link sampler)."),
     ("DCGM_FI_PROF_PCIE_TX_BYTES", "pcie", "tx_bytes",
-     "The rate of data transmitted over the PCIe bus, in bytes per second (rankmap link sampler)."),
+     "The rate of data transmitted over the PCIe bus, in bytes per second (rankmap link sampler: payload, an "
+     "estimate within ~4 % where read through NVML GPM; header and payload through NVML's PCIe counters)."),
     ("DCGM_FI_PROF_PCIE_RX_BYTES", "pcie", "rx_bytes",
-     "The rate of data received over the PCIe bus, in bytes per second (rankmap link sampler)."),
+     "The rate of data received over the PCIe bus, in bytes per second (rankmap link sampler: payload, an "
+     "estimate within ~4 % where read through NVML GPM; header and payload through NVML's PCIe counters)."),
 )
 
 
