@@ -25,6 +25,29 @@ def test_doctor_here():
         assert by_name["NVML"].startswith("missing") and "--fixture NAME" in by_name["NVML"]
 
 
+def test_doctor_names_every_native_library(tmp_path, monkeypatch):
+    """Each library rankmap compiles on first use is listed, built or not: the MPI shim, the NCCL plugin,
+    the CUDA activity library and the GPM reader of the link sampler."""
+    cache = tmp_path / "cache"
+
+    def line_of(out: str, hook: str) -> str:
+        found = [l for l in out.splitlines() if f" {hook} " in f" {l} "]
+        assert found, (hook, out)
+        return found[0]
+
+    p = rankmap("doctor", env={"RANKMAP_CACHE": str(cache)})
+    assert p.returncode == 0, p.stderr
+    for hook in ("MPI shim", "NCCL plugin", "CUDA activity library", "GPM reader"):
+        assert "not built yet" in line_of(p.stdout, hook)
+    if not shutil.which("cc"):
+        return
+    from rankmap.capture import gpm_native
+    monkeypatch.setenv("RANKMAP_CACHE", str(cache))
+    lib = gpm_native.build()
+    p = rankmap("doctor", env={"RANKMAP_CACHE": str(cache)})
+    assert "built" in line_of(p.stdout, "GPM reader") and str(lib) in p.stdout
+
+
 def test_doctor_with_nothing_on_path(tmp_path):
     env = {"PATH": str(tmp_path), "RANKMAP_NVML_LIB": "/nonexistent/libnvidia-ml.so.1", "LD_LIBRARY_PATH": ""}
     p = rankmap("doctor", env=env)

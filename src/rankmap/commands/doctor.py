@@ -257,11 +257,13 @@ def check_hooks() -> list[Check]:
     except RankmapError as e:
         return [Check("native sources", False, str(e))]
     libs = built()
-    for hook in ("MPI shim", "NCCL plugin"):
+    first_use = {"MPI shim": "the first rankmap profile of an MPI job", "NCCL plugin": "the first rankmap profile of an NCCL job",
+                 "CUDA activity library": "the first rankmap profile --cuda-activity",
+                 "GPM reader": "the first link sampler on a GPU with NVML GPM (Hopper or newer; else its Python read is used)"}
+    for hook, when in first_use.items():
         mine = [(lib, ident) for h, lib, ident in libs if h == hook]
         if not mine:
-            out.append(Check(hook, True, f"not built yet: the first rankmap profile that needs it builds it "
-                                         f"into {cache_root()} (a few seconds)"))
+            out.append(Check(hook, True, f"not built yet: {when} builds it into {cache_root()} (a few seconds)"))
         for lib, ident in mine:
             out.append(Check(hook, True, f"built{' for ' + ident if ident else ''}: {lib}"))
     return out
