@@ -46,6 +46,14 @@ def test_doctor_names_every_native_library(tmp_path, monkeypatch):
     lib = gpm_native.build()
     p = rankmap("doctor", env={"RANKMAP_CACHE": str(cache)})
     assert "built" in line_of(p.stdout, "GPM reader") and str(lib) in p.stdout
+    # an older build with the same compiler: one line for the newest, a count for the rest
+    import os
+    old = lib.parent.with_name("0" * len(lib.parent.name))
+    shutil.copytree(lib.parent, old)
+    os.utime(old / lib.name, (1, 1))
+    p = rankmap("doctor", env={"RANKMAP_CACHE": str(cache)})
+    lines = [l for l in p.stdout.splitlines() if " GPM reader " in f" {l} "]
+    assert len(lines) == 2 and str(lib) in lines[0] and "1 older builds" in lines[1], lines
 
 
 def test_doctor_with_nothing_on_path(tmp_path):

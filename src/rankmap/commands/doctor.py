@@ -8,6 +8,7 @@ so that a line saying OK means rankmap can use it. Exit status is 0 unless ``--s
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import ctypes
 import glob
 import os
@@ -264,8 +265,14 @@ def check_hooks() -> list[Check]:
         mine = [(lib, ident) for h, lib, ident in libs if h == hook]
         if not mine:
             out.append(Check(hook, True, f"not built yet: {when} builds it into {cache_root()} (a few seconds)"))
+        newest: dict[str, Path] = {}             # built() lists the newest first: one line per compiler / MPI
         for lib, ident in mine:
+            newest.setdefault(ident, lib)
+        for ident, lib in newest.items():
             out.append(Check(hook, True, f"built{' for ' + ident if ident else ''}: {lib}"))
+        if len(mine) > len(newest):
+            out.append(Check(hook, True, f"{len(mine) - len(newest)} older builds in {cache_root()}, left from other "
+                                         f"source versions (a build's folder is named by the hash of its sources)"))
     return out
 
 
