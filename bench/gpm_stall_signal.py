@@ -12,8 +12,9 @@ creates a context and closes them when it ends), and, for comparison, NVML's cou
 processes per GPU (a driver call: its own cost is timed). It samples every GPU through ``GpmSource``
 at ``--interval`` through the life of a ``torchrun --nproc_per_node=--nproc`` job looping all-reduces
 (``bench/nccl_load.py``), and prints every read that burnt more than 2 ms of CPU with how long before
-it the last device-file event and the last process-count change came, then how many reads a rule
-"hold the sampler for H seconds after a device-file event" would have skipped, and how many stalled
+it the last device-file event of another process (one that came while the sampler slept: the
+sampler's own NVML calls open the files too, during its reads) and the last process-count change came, then how many reads a rule
+"hold the sampler for H seconds after another process's device-file event" would have skipped, and how many stalled
 reads it would have avoided, for a few H.
 """
 
@@ -83,6 +84,9 @@ def main() -> int:
     watch = DeviceWatch(sorted(glob.glob("/dev/nvidia[0-9]*")) + ["/dev/nvidiactl"])
     print(f"== {n} GPU(s), GPM reader {getattr(src, 'reader', 'python')}, watching {sorted(watch.wd.values())}")
     reads: list[tuple[int, int, int, int]] = []      # (t ns, gpu, cpu ns, wall ns)
+    others: list[int] = []                            # device-file events that came between the reads
+    other_kinds: list[tuple[int, str, str]] = []      # the same with what and which file
+    own = 0                                           # ... and those that came during them
     procs: list[tuple[int, int, int]] = []            # (t ns, gpu, count)
     proc_cost: list[int] = []
     env = dict(os.environ, LOAD_S=str(args.load_s))
@@ -104,7 +108,10 @@ def main() -> int:
             os.killpg(job.pid, signal.SIGKILL)
             print("the load did not end: killed")
             break
-        watch.poll()
+        k0 = len(watch.events)
+        watch.poll()                   # what came while the sampler slept: other processes
+        others.extend(e for e, _k, _p in watch.events[k0:])
+        other_kinds.extend(watch.events[k0:])
         for g in range(n):
             c0, w0 = time.thread_time_ns(), time.monotonic_ns()
             src.read(g)
@@ -118,6 +125,9 @@ def main() -> int:
                 k = -1
             proc_cost.append(time.thread_time_ns() - c0)
             procs.append((time.monotonic_ns(), g, k))
+        k0 = len(watch.events)
+        watch.poll()                   # what came during the sampler's own reads: its own NVML calls
+        own += len(watch.events) - k0
         next_t += int(period * 1e9)
         time.sleep(max(0.0, (next_t - time.monotonic_ns()) / 1e9))
     watch.poll()
@@ -132,8 +142,14 @@ def main() -> int:
           + f"; device-file events before the launch {sum(1 for e, _k, _p in ev if e < launched)}, "
             f"after the end {sum(1 for e, _k, _p in ev if e > ended_at)}")
     print(f"{'read at s':>9} {'gpu':>3} {'cpu ms':>8} {'wall ms':>8} {'last dev event s before':>24} {'last proc change s before':>26}")
+    print(f"device-file events during the sampler's reads (its own): {own}; between them (other processes): "
+          f"{len(others)}, of which before the launch {sum(1 for e in others if e < launched)}")
+    from collections import Counter
+    for name, sel in (("before the launch", lambda e: e < launched), ("from the launch on", lambda e: e >= launched)):
+        kinds = Counter(f"{k} {p}" for e, k, p in other_kinds if sel(e))
+        print(f"   other processes' events {name}: {dict(sorted(kinds.items())) or 'none'}")
     for t, g, c, w in stalls:
-        last_ev = max((e for e, _k, _p in ev if e <= t), default=None)
+        last_ev = max((e for e in others if e <= t), default=None)
         last_pc = max((x for x in changes if x <= t), default=None)
         fmt = lambda x: f"{(t - x) / 1e9:.2f}" if x is not None else "-"  # noqa: E731
         print(f"{(t - reads[0][0]) / 1e9:>9.2f} {g:>3} {c / 1e6:>8.2f} {w / 1e6:>8.2f} {fmt(last_ev):>24} {fmt(last_pc):>26}")
@@ -141,7 +157,7 @@ def main() -> int:
     total = sum(c for _t, _g, c, _w in stalls)
     for hold in (0.5, 1, 2, 4, 8):
         h = int(hold * 1e9)
-        held = lambda t: any(0 <= t - e < h for e, _k, _p in ev)  # noqa: E731
+        held = lambda t: any(0 <= t - e < h for e in others)  # noqa: E731
         skipped = sum(1 for r in reads if held(r[0]))
         avoided = [r for r in stalls if held(r[0])]
         print(f"{hold:>6g} {skipped:>14} {len(avoided):>15} {sum(r[2] for r in avoided) / 1e6:>21.1f} {total / 1e6:>7.1f}")
