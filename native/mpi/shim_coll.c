@@ -161,6 +161,13 @@ static void memo_publish(rm_coll_memo_t *c) {
   c->pub = n;
 }
 
+/* the entry's held calls to the table, then it counts `calls` in bucket b from now on (sig_lock held) */
+static void memo_restart(rm_coll_memo_t *c, int64_t b, uint64_t calls) {
+  memo_publish(c);
+  c->bucket = b; c->pub = 0;
+  atomic_store_explicit(&c->cnt, calls, memory_order_relaxed);
+}
+
 /* one call of table slot i in the current bucket, straight into the table */
 static void count_now(int i) {
   int64_t b = rmrec_bucket(rm_R, rm_tick);
@@ -173,9 +180,7 @@ void rm_coll_memo_retick(rm_coll_memo_t *c) {
   int64_t b = rmrec_bucket(rm_R, rm_tick);
   if (b != c->bucket) {
     sig_lock_take();
-    memo_publish(c);
-    c->bucket = b; c->pub = 0;
-    atomic_store_explicit(&c->cnt, 0, memory_order_relaxed);
+    memo_restart(c, b, 0);
     sig_lock_give();
   }
   c->tick = rm_tick;
@@ -202,11 +207,10 @@ void rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root,
   else if (rm_rs) rm_rs->sig = i + 1;
   else if (!remember) sig_add(&sigs[i], b, 1);
   if (i >= 0 && remember) {
-    memo_publish(c);                       /* the entry's previous signature, before it is replaced */
+    memo_restart(c, b, rm_rs ? 0 : 1);     /* the previous signature's calls first, then this one's */
     c->comm = x->id; c->scount = scount; c->rcount = rcount; c->st = st; c->rt = rt; c->op = op;
     c->root = root; c->flags = flags; c->mem = mem; c->slot1 = i + 1;
-    c->tick = rm_tick; c->bucket = b; c->pub = 0;
-    atomic_store_explicit(&c->cnt, rm_rs ? 0 : 1, memory_order_relaxed);
+    c->tick = rm_tick;
   }
   sig_lock_give();
 }

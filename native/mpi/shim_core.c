@@ -375,22 +375,20 @@ uint64_t rm_p2p_expect(int op, const void *buf, MPI_Count count, MPI_Datatype t,
 
 /* ---- collectives: facts per call (shim_coll.c applies them) ------------------------------------ */
 
-#define coll_xl rm_coll_xl
-#define inplace rm_inplace
 static inline int my_rank(MPI_Comm comm) { rm_xl_t *x = rm_comm_xl(comm); return x ? x->me : 0; }
 
 uint64_t rm_acc_gather(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt,
                        int root, MPI_Comm comm) {
   int me = my_rank(comm);
-  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), root, scount, sbuf == MPI_IN_PLACE ? rt : st, rcount, rt,
-               inplace(sbuf), NULL, 0);
+  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), root, scount, sbuf == MPI_IN_PLACE ? rt : st, rcount, rt,
+               rm_inplace(sbuf), NULL, 0);
   return me == root ? rm_tsz(rt, rcount) : rm_tsz(st, scount);
 }
 
 uint64_t rm_acc_scatter(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt,
                         int root, MPI_Comm comm) {
   int me = my_rank(comm);
-  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), root, scount, st, rcount, rt, 0, NULL, 0);
+  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), root, scount, st, rcount, rt, 0, NULL, 0);
   return me == root ? rm_tsz(st, scount) : rm_tsz(rt, rcount);
 }
 
@@ -403,21 +401,21 @@ static void vec_done(int64_t *v, int64_t *stack) { if (v != stack) free(v); }
 
 uint64_t rm_acc_gatherv(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, rm_cv_t rcounts,
                         MPI_Datatype rt, int root, MPI_Comm comm) {
-  rm_xl_t *x = coll_xl(comm);
+  rm_xl_t *x = rm_coll_xl(comm);
   if (!x || x->me != root) {                  /* a non-root only knows its own block */
     rm_coll_fact(op, x, rm_mem(sbuf), root, scount, st, scount, st, 0, NULL, 0);
     return rm_tsz(st, scount);
   }
   int64_t vs[VEC_STACK], *v = vec_of(vs, x->size);
   if (v) for (int i = 0; i < x->size; i++) v[i] = (int64_t)rm_tsz(rt, rm_cv(rcounts, i));
-  rm_coll_fact(op, x, rm_mem(sbuf), root, scount, st, rm_cv(rcounts, root), rt, inplace(sbuf), v, v ? x->size : 0);
+  rm_coll_fact(op, x, rm_mem(sbuf), root, scount, st, rm_cv(rcounts, root), rt, rm_inplace(sbuf), v, v ? x->size : 0);
   vec_done(v, vs);
   return rm_tsz(rt, rm_cv(rcounts, root));
 }
 
 uint64_t rm_acc_scatterv(int op, const void *sbuf, rm_cv_t scounts, MPI_Datatype st, MPI_Count rcount,
                          MPI_Datatype rt, int root, MPI_Comm comm) {
-  rm_xl_t *x = coll_xl(comm);
+  rm_xl_t *x = rm_coll_xl(comm);
   if (!x || x->me != root) {
     rm_coll_fact(op, x, rm_mem(sbuf), root, rcount, rt, rcount, rt, 0, NULL, 0);
     return rm_tsz(rt, rcount);
@@ -430,12 +428,12 @@ uint64_t rm_acc_scatterv(int op, const void *sbuf, rm_cv_t scounts, MPI_Datatype
 }
 
 uint64_t rm_acc_allgather(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype rt, MPI_Comm comm) {
-  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, rcount, rt, rcount, rt, 0, NULL, 0);
+  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), 0, rcount, rt, rcount, rt, 0, NULL, 0);
   return rm_tsz(rt, rcount);
 }
 
 uint64_t rm_acc_allgatherv(int op, const void *sbuf, rm_cv_t rcounts, MPI_Datatype rt, MPI_Comm comm) {
-  rm_xl_t *x = coll_xl(comm), *any = rm_comm_xl(comm);
+  rm_xl_t *x = rm_coll_xl(comm), *any = rm_comm_xl(comm);
   uint64_t own = any ? rm_tsz(rt, rm_cv(rcounts, any->me < any->size ? any->me : 0)) : 0;
   if (!x) { rm_coll_fact(op, NULL, 0, 0, 0, rt, 0, rt, 0, NULL, 0); return own; }
   int64_t vs[VEC_STACK], *v = vec_of(vs, x->size);
@@ -448,7 +446,7 @@ uint64_t rm_acc_allgatherv(int op, const void *sbuf, rm_cv_t rcounts, MPI_Dataty
 
 uint64_t rm_acc_alltoall(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype rt, MPI_Comm comm) {
   rm_xl_t *x = rm_comm_xl(comm);
-  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, rcount, rt, rcount, rt, 0, NULL, 0);
+  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), 0, rcount, rt, rcount, rt, 0, NULL, 0);
   return rm_tsz(rt, rcount) * (uint64_t)(x ? x->size : 1);
 }
 
@@ -466,7 +464,7 @@ static uint64_t a2av(int op, const void *sbuf, rm_cv_t scounts, const MPI_Dataty
     total += s;
     if (v) { v[i] = (int64_t)s; v[p + i] = (int64_t)rm_tsz(rts ? rts[i] : rt, rm_cv(rcounts, i)); }
   }
-  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, 0, rt, 0, rt, in, v, v ? 2 * p : 0);
+  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), 0, 0, rt, 0, rt, in, v, v ? 2 * p : 0);
   vec_done(v, vs);
   return total;
 }
@@ -493,7 +491,7 @@ uint64_t rm_acc_reduce_scatter(int op, const void *sbuf, rm_cv_t rcounts, MPI_Da
     if (v) v[i] = (int64_t)b;
   }
   MPI_Count mine = rm_cv(rcounts, x->me);
-  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, mine, t, mine, t, inplace(sbuf), v, v ? p : 0);
+  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), 0, mine, t, mine, t, rm_inplace(sbuf), v, v ? p : 0);
   vec_done(v, vs);
   return total;
 }
@@ -501,12 +499,12 @@ uint64_t rm_acc_reduce_scatter(int op, const void *sbuf, rm_cv_t rcounts, MPI_Da
 uint64_t rm_acc_reduce_scatter_block(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype t, MPI_Comm comm) {
   rm_xl_t *x = rm_comm_xl(comm);
   if (!x || x->inter) { rm_coll_fact(op, NULL, 0, 0, 0, t, 0, t, 0, NULL, 0); return 0; }
-  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, rcount, t, rcount, t, inplace(sbuf), NULL, 0);
+  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), 0, rcount, t, rcount, t, rm_inplace(sbuf), NULL, 0);
   return rm_tsz(t, rcount) * (uint64_t)x->size;
 }
 
 uint64_t rm_acc_scan(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm) {
-  rm_coll_fact(op, coll_xl(comm), rm_mem(sbuf), 0, count, t, count, t, inplace(sbuf), NULL, 0);
+  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), 0, count, t, count, t, rm_inplace(sbuf), NULL, 0);
   return rm_tsz(t, count);
 }
 

@@ -8,7 +8,6 @@ so that a line saying OK means rankmap can use it. Exit status is 0 unless ``--s
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import ctypes
 import glob
 import os
@@ -17,6 +16,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass
