@@ -27,6 +27,7 @@ from rankmap.mapping import basis as B  # noqa: E402
 from rankmap.mapping.traffic import job_traffic  # noqa: E402
 from rankmap.pipeline.tune import place, store_mapping  # noqa: E402
 from rankmap.store import open_store  # noqa: E402
+from rankmap.store import schema as S  # noqa: E402
 from rankmap.topology import load  # noqa: E402
 from rankmap.web.app import create_app  # noqa: E402
 from rankmap.web.topoview import layout, parse_placement  # noqa: E402
@@ -418,13 +419,25 @@ def test_every_mapping_of_a_job_is_listed_and_each_can_be_chosen(backend, reques
     # another job's mapping is refused by name, whatever id is asked for
     other = one["mapping"]["id"]
     r = client.get(f"/api/jobs/{jid}/mapping?id={other}")
-    assert r.status_code == 404
-    assert r.json()["detail"] == f"mapping {other} is not one of job {jid}'s mappings (its mappings: {rid}, {wid})"
+    assert r.status_code == 404  # and says whose it is, to the reader and to the dashboard
+    assert r.json() == {
+        "detail": f"mapping {other} is not one of job {jid}'s mappings (its mappings: {rid}, {wid}): it belongs "
+                  f"to job {ids['done']} (GET /api/jobs/{ids['done']}/mapping?id={other})",
+        "job": jid, "mapping": other, "stored": True, "owner_job": ids["done"]}
     r = client.get(f"/api/jobs/{ids['done']}/mapping?id={wid}")
     assert r.status_code == 404 and f"mapping {wid} is not one of job {ids['done']}'s" in r.json()["detail"]
+    assert r.json()["detail"].endswith(f": it belongs to job {jid} (GET /api/jobs/{jid}/mapping?id={wid})")
+    assert r.json()["owner_job"] == jid
     for missing in ("99999", "9" * 18):
         r = client.get(f"/api/jobs/{jid}/mapping?id={missing}")
         assert r.status_code == 404 and f"mapping {missing} is not one of" in r.json()["detail"], missing
+        assert r.json()["detail"].endswith(f": no mapping {missing} is stored"), missing
+        assert (r.json()["stored"], r.json()["owner_job"]) == (False, None)
+    # one whose job was deleted is stored, but no job's
+    with open_store(url).engine.begin() as c:
+        c.execute(S.mappings.update().where(S.mappings.c.id == other).values(job=None))
+    r = client.get(f"/api/jobs/{jid}/mapping?id={other}").json()
+    assert r["detail"].endswith(": it belongs to no stored job") and (r["stored"], r["owner_job"]) == (True, None)
     for bad in ("abc", "0", "-1", "1.5", "1%20OR%201=1", "", "%201", "1_0", "9" * 40):
         r = client.get(f"/api/jobs/{jid}/mapping?id={bad}")
         assert r.status_code == 400, bad
@@ -518,7 +531,7 @@ def test_more_mappings_than_listed_are_counted_and_reachable(backend, request, t
     assert (other["mappings_total"], other["mappings_truncated"]) == (1, False)
     r = client.get(f"/api/jobs/{jid}/mapping?id={other['mapping']['id']}")
     assert r.status_code == 404
-    assert r.json()["detail"].endswith(f", {mids[-MAPPINGS_LISTED]}, and 3 older)"), r.json()["detail"]
+    assert f", {mids[-MAPPINGS_LISTED]}, and 3 older): it belongs to job {ids['done']} " in r.json()["detail"]
     r = client.get(f"/api/jobs/{ids['done']}/mapping?id={mids[0]}")
     assert r.status_code == 404 and f"mapping {mids[0]} is not one of job {ids['done']}'s" in r.json()["detail"]
     none = client.get(f"/api/jobs/{ids['running']}/mapping").json()

@@ -582,6 +582,57 @@ def test_mappings_past_the_list_are_counted_and_opened_by_id(store_url, browser_
         assert len(pick.locator("option").all_inner_texts()) == MAPPINGS_LISTED + 1
 
 
+def test_a_mapping_of_another_job_opened_by_url_names_its_job(store_url, browser_page):
+    """#/job/J/mapping/M where M is another job's mapping: J's page stays (the address names J), and
+    its mapping panel says whose mapping M is, with a link to it there and one back to J's own; each
+    link, and the address bar's back button, then opens what it names. An id no mapping has is said
+    to be stored nowhere, with the way back to J's own."""
+    store = open_store(store_url)
+    jid, maps = two_mapping_job(store_url)
+    rid = maps["recorded"][0]
+    other, (omid,), _ = many_mapping_job(store_url, 1)
+    page, problems, outside = browser_page
+    empty, title = page.locator("#mapping-empty"), page.locator("#after-title")
+    with _Server(create_app(store, TOPOLOGY), page) as srv:
+        page.goto(f"{srv.url}/#/job/{jid}/mapping/{omid}")
+        wait_js(page, f"document.getElementById('mapping-empty').innerText.includes('belongs to job #{other}')")
+        assert empty.inner_text() == (f"Mapping #{omid} belongs to job #{other}, not to job #{jid}. "
+                                      f"Open it with job #{other} · Show job #{jid}'s own mappings")
+        assert page.locator("#job-title").inner_text() == f"Job #{jid}"
+        assert page.locator("#mapping-views").is_hidden() and page.locator("#mapping-pick").is_hidden()
+        assert page.evaluate("location.hash") == f"#/job/{jid}/mapping/{omid}"  # a reload asks the same
+
+        # back to J's own mappings, by the panel's link: the newest is drawn, with its selector
+        page.locator("#mapping-empty a", has_text="own mappings").click()
+        wait_js(page, f"document.getElementById('after-title').innerText.startsWith('After — mapping #{rid}')")
+        assert page.evaluate("location.hash") == f"#/job/{jid}"
+        assert empty.inner_text() == "" and page.locator("#mapping-pick").input_value() == str(rid)
+        # the back button asks for M again: said again
+        page.go_back()
+        wait_js(page, f"document.getElementById('mapping-empty').innerText.includes('belongs to job #{other}')")
+        assert page.locator("#mapping-views").is_hidden()
+
+        # on to M where it belongs, by the other link
+        page.locator("#mapping-empty a", has_text=f"Open it with job #{other}").click()
+        wait_js(page, f"document.getElementById('after-title').innerText.startsWith('After — mapping #{omid}')")
+        assert page.evaluate("location.hash") == f"#/job/{other}/mapping/{omid}"
+        assert page.locator("#job-title").inner_text() == f"Job #{other}" and empty.inner_text() == ""
+        assert page.locator("#after-view svg").is_visible()
+
+        # an id no mapping has
+        missing = omid + 1000
+        page.evaluate(f"location.hash = '#/job/{jid}/mapping/{missing}'")
+        wait_js(page, f"document.getElementById('mapping-empty').innerText.startsWith('Mapping #{missing} ')")
+        assert empty.inner_text() == (f"Mapping #{missing} is not stored. Show job #{jid}'s own mappings")
+        assert page.locator("#job-title").inner_text() == f"Job #{jid}"
+        page.locator("#mapping-empty a", has_text="own mappings").click()
+        wait_js(page, f"document.getElementById('after-title').innerText.startsWith('After — mapping #{rid}')")
+        assert title.is_visible()
+    # the refused mapping requests are the only resources that failed to load
+    assert problems and all("404" in p for p in problems), problems
+    problems.clear()
+
+
 def test_monitor_session_page(store_url, browser_page):
     """A `rankmap monitor` session: its GPUs' links in bands, no rank charts, and its cost."""
     store = open_store(store_url)

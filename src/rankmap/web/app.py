@@ -292,8 +292,24 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         """A mapping as the panel's selector names it: id, when stored, and its basis in words."""
         return {**{k: row[k] for k in ("id", "created", "topology", "matched")}, **B.stated(row["mapping"])}
 
+    def not_its_mapping(jid: int, chosen: str, pick: int, panel: dict) -> JSONResponse:
+        """The 404 for a mapping id that is not one of the job's: the detail names the job's own and
+        where the asked-for one is (its job, or nowhere), and ``owner_job`` says it to the dashboard,
+        which offers that job's view of it: an id copied with the wrong job (or a link to a job whose
+        command changed) is then one click from what was meant, not a dead end."""
+        rows = panel["listed"]
+        ids = ", ".join(str(r["id"]) for r in rows) or "none"
+        if panel["total"] > len(rows):
+            ids += f", and {panel['total'] - len(rows)} older"
+        stored, owner = Q.mapping_owner(store, pick)
+        where = (f"it belongs to job {owner} (GET /api/jobs/{owner}/mapping?id={chosen})" if owner is not None
+                 else "it belongs to no stored job" if stored else f"no mapping {chosen} is stored")
+        return JSONResponse(status_code=404, content={
+            "detail": f"mapping {chosen} is not one of job {jid}'s mappings (its mappings: {ids}): {where}",
+            "job": jid, "mapping": int(chosen), "stored": stored, "owner_job": owner})
+
     @app.get("/api/jobs/{job}/mapping")
-    def mapping(job: str, spec: str | None = None, chosen: str | None = Query(None, alias="id")) -> dict:
+    def mapping(job: str, spec: str | None = None, chosen: str | None = Query(None, alias="id")) -> Any:
         """The job's mapping panel: the newest mapping or the one chosen by ``id=`` (any of the job's,
         listed or older), the newest ``MAPPINGS_LISTED`` of them, how many there are in all, and the
         chosen one's link loads before and after on its traffic basis.
@@ -315,10 +331,7 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         panel = Q.mapping_panel(store, jid, j, pick)
         rows, row = panel["listed"], panel["row"]
         if chosen is not None and row is None:  # never a mapping of another job, whatever id is asked for
-            ids = ", ".join(str(r["id"]) for r in rows) or "none"
-            if panel["total"] > len(rows):
-                ids += f", and {panel['total'] - len(rows)} older"
-            raise HTTPException(404, f"mapping {chosen} is not one of job {jid}'s mappings (its mappings: {ids})")
+            return not_its_mapping(jid, chosen, pick, panel)
         counts = {"mappings_total": panel["total"], "mappings_truncated": panel["total"] > len(rows)}
         if row is None:
             return {"job": jid, "mapping": None, "mappings": [], **counts, "message": no_mapping(jid, spec)}

@@ -175,6 +175,16 @@ def _mapping_row(row: Any, matched: str) -> dict:
     return d
 
 
+def mapping_owner(store: Store, mapping_id: int) -> tuple[bool, int | None]:
+    """Whether a mapping is stored at all, and the job it was made from (None for one whose job was
+    deleted): asked only when a job's panel is given an id not its own, so the refusal can say where
+    that mapping is instead of leaving the reader to guess whether the id or the job was wrong."""
+    m = S.mappings
+    with store.engine.connect() as c:
+        row = c.execute(sa.select(m.c.job).where(m.c.id == mapping_id)).first()
+    return (False, None) if row is None else (True, row[0])
+
+
 def mapping_panel(store: Store, job_id: int, job: dict, mapping_id: int | None = None,
                   limit: int = MAPPINGS_LISTED) -> dict[str, Any]:
     """A job's mapping panel in one pass over its scope (see :func:`_mapping_scope`): ``listed``, its

@@ -58,6 +58,7 @@ async function api(path) {
   if (!r.ok) {
     const err = new Error((body && body.detail) || `${r.status} ${r.statusText}`);
     err.status = r.status;
+    err.body = body;  // what else the refusal says (a mapping's owner_job, say)
     throw err;
   }
   return body;
@@ -937,6 +938,20 @@ async function pickMapping() {
   if (id === state.jobId) renderMapping(p);
 }
 
+// Why the panel shows no mapping. A mapping asked for by id (#/job/J/mapping/M) that is not one of
+// J's is said to be another job's, with a link to it there, or not stored at all, and a link back to
+// J's own: the page stays on J, the job the address names, rather than switching under the reader.
+function notShown(empty, p) {
+  empty.textContent = p ? p.reason.message : "";
+  const b = p && p.reason.body;
+  if (!b || p.reason.status !== 404 || b.mapping === undefined || b.job !== state.jobId) return;
+  empty.textContent = b.owner_job !== null ? `Mapping #${b.mapping} belongs to job #${b.owner_job}, not to job #${b.job}. ` :
+    b.stored ? `Mapping #${b.mapping} belongs to no stored job. ` : `Mapping #${b.mapping} is not stored. `;
+  if (b.owner_job !== null)
+    empty.append(el("a", { href: `#/job/${b.owner_job}/mapping/${b.mapping}` }, `Open it with job #${b.owner_job}`), " · ");
+  empty.append(el("a", { href: `#/job/${b.job}` }, `Show job #${b.job}'s own mappings`));
+}
+
 function renderMapping(p) {
   const empty = $("mapping-empty"), views = $("mapping-views");
   renderMappingPick(p && p.status === "fulfilled" ? p.value : null);
@@ -944,7 +959,7 @@ function renderMapping(p) {
   $("mapping-note").textContent = "";
   $("mapping-toggle").hidden = true;
   renderBasis(p && p.status === "fulfilled" ? p.value.mapping : null);
-  if (!p || p.status !== "fulfilled") { views.hidden = true; empty.textContent = p ? p.reason.message : ""; return; }
+  if (!p || p.status !== "fulfilled") { views.hidden = true; notShown(empty, p); return; }
   const m = p.value;
   if (!m.mapping) { views.hidden = true; empty.textContent = m.message; return; }
   const st = m.stored;
@@ -1057,9 +1072,10 @@ function wire() {
   // #/job/N typed into the address bar (or history back/forward) opens that job without a reload
   window.addEventListener("hashchange", () => {
     takeTokenFromHash();
-    const id = jobFromHash(), pick = mappingFromHash();
-    const picked = pick && !(state.mappingPick && state.mappingPick.job === pick.job && state.mappingPick.id === pick.id);
-    if (picked) state.mappingPick = pick;
+    // the address is what is asked for: #/job/N after #/job/N/mapping/M shows N's newest again
+    const id = jobFromHash(), pick = mappingFromHash(), was = state.mappingPick;
+    const picked = (pick === null) !== (was === null) || (pick !== null && (was.job !== pick.job || was.id !== pick.id));
+    state.mappingPick = pick;
     if (id !== null && (id !== state.jobId || picked) && state.started) selectJob(id);
     else if (location.hash === "#/machine" && state.started && $("machine").hidden) showMachine();
   });
