@@ -21,23 +21,28 @@ def test_wheel_in_a_fresh_venv_profiles_a_real_mpi_job(tmp_path):
     not the checkout, it builds the MPI shim on first use (saying so) and records a real job exactly."""
     if not shutil.which("mpicc.openmpi"):
         pytest.skip("Open MPI (mpicc.openmpi) is not installed")
-    wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
-                   check=True, capture_output=True, timeout=600)
-    (wheel,) = wheels.glob("rankmap-*.whl")
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    py = venv / "bin" / "python"
-    p = subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True,
-                       timeout=900)
-    assert p.returncode == 0, p.stdout + p.stderr
-
+    # Every child runs as a user's shell would, away from the checkout and with no PYTHONPATH: a
+    # developer's PYTHONPATH=src (relative, so it means the checkout from its root) would show pip the
+    # checkout's own rankmap.egg-info, left there by the wheel's build, and pip would skip installing
+    # a wheel of the version it believes is installed already.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANKMAP_", "PYTHON", "VIRTUAL_ENV"))}
     away = tmp_path / "elsewhere"
     away.mkdir()
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+                   check=True, capture_output=True, timeout=600, cwd=away, env=env)
+    (wheel,) = wheels.glob("rankmap-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300, cwd=away, env=env)
+    py = venv / "bin" / "python"
+    p = subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True,
+                       timeout=900, cwd=away, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (venv / "bin" / "rankmap").is_file(), f"pip installed no rankmap into the venv: {p.stdout + p.stderr}"
+
     prog = away / "pairs_every_ms"
     subprocess.run(["mpicc.openmpi", "-O2", "-o", str(prog), str(ROOT / "examples" / "mpi" / "pairs_every_ms.c")],
                    check=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANKMAP_", "PYTHON", "VIRTUAL_ENV"))}
     env.update(RANKMAP_HOME=str(away / "home"), RANKMAP_CACHE=str(away / "cache"))
 
     def rankmap(*args: str) -> subprocess.CompletedProcess:
