@@ -139,21 +139,36 @@ def test_ingest_refuses_a_job_that_is_still_streamed(tmp_path):
 
 
 def test_a_locked_sqlite_store_delays_the_ingest_and_loses_nothing(pairs, tmp_path, monkeypatch):
-    """Another process holds the SQLite file locked for a while during a real MPI job: the job
-    runs on, rankmap says once that the store is locked, retries, and stores every byte once
-    the lock is gone; the job ends finished with the job's own status."""
+    """Another process holds the SQLite file locked during a real MPI job until rankmap has met the
+    lock: the job runs on, rankmap says once (while the job still runs) that the store is locked,
+    retries, and stores every byte once the lock is gone; the job ends finished with its own status.
+
+    The lock is held until rankmap says it met it, not for a fixed time: the ingest's pace follows
+    its own CPU cost (1 % of a core), so on a loaded machine one cycle could wait out a fixed lock
+    (or the whole job) and never meet it. For the same reason the ingest here keeps the flush pace,
+    so it meets the lock while the job runs."""
     import sqlite3
     import threading
 
+    import rankmap.pipeline.profile as profile_mod
     import rankmap.store as store_mod
     from rankmap.pipeline.profile import profile_command
 
     monkeypatch.setattr(store_mod, "SQLITE_BUSY_S", 0.2)      # give up waiting on the lock quickly
+    monkeypatch.setattr(profile_mod, "next_wait", lambda spent_cpu_s, interval_s: interval_s)
     db = tmp_path / "s.db"
     url = f"sqlite:///{db}"
     store = store_mod.open_store(url)
     n, nbytes, rounds, status = 4, 1024, 6000, 3
-    held = threading.Event()
+    held, met = threading.Event(), threading.Event()
+    said: list[str] = []
+    job_ended_when_met: list[bool] = []
+
+    def warn(message: str) -> None:
+        said.append(message)
+        if "database is locked" in message and not met.is_set():
+            job_ended_when_met.append("end" in json.loads((tmp_path / "run" / "job.json").read_text()))
+            met.set()
 
     def lock_while_it_streams() -> None:
         deadline = time.monotonic() + 120
@@ -165,20 +180,21 @@ def test_a_locked_sqlite_store_delays_the_ingest_and_loses_nothing(pairs, tmp_pa
         con = sqlite3.connect(db, isolation_level=None)
         con.execute("BEGIN EXCLUSIVE")
         held.set()
-        time.sleep(4)
+        met.wait(60)    # until rankmap has met the lock (bounded: a test that never meets it fails below)
+        time.sleep(1)   # and a little longer, so a retry meets it too and is not said again
         con.execute("COMMIT")
         con.close()
 
     locker = threading.Thread(target=lock_while_it_streams)
     locker.start()
-    said: list[str] = []
     try:
         res = profile_command([*MPIRUN, str(n), str(pairs), str(nbytes), str(rounds), "1000", str(status)],
                               store=url, flush_ms=200, progress=False, run_dir=tmp_path / "run", nccl="off",
-                              cuda="off", link_sampler=False, warn=said.append, store_wait_s=60)
+                              cuda="off", link_sampler=False, warn=warn, store_wait_s=60)
     finally:
         locker.join()
-    assert held.is_set()
+    assert held.is_set() and met.is_set(), said
+    assert job_ended_when_met == [False], said   # met while the job ran, not only by the final write
     assert res.exit_status == status and res.stored, said
     locked = [m for m in said if "database is locked" in m]
     assert len(locked) == 1 and f"job {res.job_id} goes on" in locked[0], said
