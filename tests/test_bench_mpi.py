@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 import subprocess
 from pathlib import Path
 
@@ -55,25 +54,43 @@ def test_host_buffers_under_open_mpi(bench_env):
 
 
 def test_bandwidth_agrees_with_an_osu_style_reference(bench_env, tmp_path):
-    """Our bw against tests/native/osu_style_bw.c with the same window and iterations, interleaved; the
-    two agree within the machine's noise (the spread of the reference's own repeats, plus a quarter)."""
+    """Our bw against tests/native/osu_style_bw.c with the same window and iterations, interleaved,
+    five times each; the best of each agree within a quarter.
+
+    The best of several runs, not their median: on a shared machine other processes only ever take
+    bandwidth away (two ranks that poll need both cores), in bursts that a median of three can land
+    on for one side and not the other. The fastest run of each is the one least disturbed, so the
+    two best are compared, still close enough (25 %) to catch an error in what is counted (a window,
+    a direction, an iteration: each at least a factor of 2)."""
     need_openmpi()
     ref_exe = tmp_path / "osu_style_bw"
     subprocess.run([shutil.which("mpicc.openmpi") or "mpicc", "-O2", "-Wall", "-Werror", "-o", str(ref_exe),
                     str(NATIVE_TESTS / "osu_style_bw.c")], check=True)
-    ours, ref = [], []
-    for _ in range(3):
+    ours: list[float] = []
+    ref: list[float] = []
+    shape: dict = {}
+
+    def run_ours() -> None:
         p, doc = bench(bench_env, "--no-store", "--tests", "bw", "--buffers", "host", "--sizes", "1M:1M", "--trials", "1")
         assert p.returncode == 0, p.stderr
         (row,) = doc["rows"]
+        assert shape.setdefault("window_iters", (row["window"], row["iters"])) == (row["window"], row["iters"])
         ours.append(row["bandwidth_GBps"])
-        q = subprocess.run([*OMPI, str(ref_exe), "1048576", str(row["window"]), str(row["iters"]), "6"],
+
+    def run_ref() -> None:
+        window, iters = shape["window_iters"]
+        q = subprocess.run([*OMPI, str(ref_exe), "1048576", str(window), str(iters), "6"],
                            capture_output=True, text=True, timeout=300)
         assert q.returncode == 0, q.stderr
-        size, window, iters, ns = map(int, q.stdout.split())
-        ref.append(size * window * iters / ns)
-    lo, hi = min(ref) / 1.25, max(ref) * 1.25
-    assert lo <= statistics.median(ours) <= hi, (ours, ref)
+        size, w, i, ns = map(int, q.stdout.split())
+        assert (size, w, i) == (1048576, window, iters)
+        ref.append(size * w * i / ns)
+
+    # ABBA order, so a slow drift of the machine's load favours neither; ours first fixes the shape both use
+    for run in [run_ours, run_ref, run_ref, run_ours] * 2 + [run_ours, run_ref]:
+        run()
+    assert len(ours) == len(ref) == 5
+    assert 1 / 1.25 <= max(ours) / max(ref) <= 1.25, (ours, ref)
 
 
 def test_device_buffers_staged_and_ipc_through_a_stand_in_runtime(bench_env, fake_cudart, tmp_path):
