@@ -20,7 +20,7 @@
 #     runs one size per invocation, so that each size is warmed up as ours is), one plain nccl-tests
 #     sweep kept for the record, and one sendrecv_perf;
 #  5. rankmap bench nccl -- mpirun -np 2: NCCL and MPI collectives on the same GPUs;
-#  6. rankmap topo --measured and the dashboard's machine data, from the stored runs;
+#  6. rankmap topo --measured and the dashboard's machine data (gpu/machine_page_check.py), from the stored runs;
 #  7. gpu/bench_compare.py: the side-by-side tables, one PASS/FAIL line per check (3 % targets).
 # Exit status: the number of FAILs. Missing reference tools are SKIP lines, not failures.
 # `bash gpu/bench.sh --dry` runs the same flow without a GPU (stand-in CUDA runtime and NCCL from
@@ -185,14 +185,7 @@ if [ $DRY = 0 ]; then
     echo "FAIL rankmap topo --measured: $(tail -1 "$WORK/topo-measured.txt.err")"
   fi
 fi
-timeout 15 "$PY" - <<'EOF' 2>&1 | sed 's/^/   /;s/^   \(PASS\|FAIL\)/\1/'
-from fastapi.testclient import TestClient
-from rankmap.store import open_store
-from rankmap.web.app import create_app
-m = TestClient(create_app(open_store(), "live"), base_url="http://127.0.0.1:8000").get("/api/machine").json()
-kinds = {k: len(v["rows"]) for k, v in m["runs"].items() if v}
-print(("PASS" if kinds else "FAIL") + f" dashboard machine page data: rows per benchmark kind {kinds}")
-EOF
+timeout 15 "$PY" gpu/machine_page_check.py 2>&1 | sed 's/^/   /;s/^   \(PASS\|FAIL\)/\1/'
 
 # ---- 7. side by side ----
 CMP=(); [ $DRY = 1 ] && CMP=(--mpi-max-size 65536 --only mpi --only nccl)

@@ -56,3 +56,32 @@ def test_machine_api(tmp_path):
     empty = TestClient(create_app(open_store(f"sqlite:///{tmp_path / 'e.db'}"), "h200x2-nvswitch"),
                        base_url="http://127.0.0.1:8000").get("/api/machine")
     assert empty.json() == {"hosts": [], "host": None, "runs": {"p2p": None, "mpi": None, "nccl": None}, "history": []}
+
+
+@pytest.mark.parametrize("clients", ["httpx2", "httpx only", "neither"])
+def test_gpu_scripts_machine_page_check_on_either_http_client(tmp_path, clients):
+    """gpu/machine_page_check.py (gpu/bench.sh's dashboard step) run as the GPU machine runs it: with
+    httpx2 it passes and warns of nothing, with httpx alone (what the GPU machine offers) it passes
+    and warns of nothing either, every warning being an error here; with neither it fails in one line."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    pytest.importorskip({"httpx2": "httpx2", "httpx only": "httpx"}.get(clients, "fastapi"))
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    fill(url)
+    hidden = {"httpx2": [], "httpx only": ["httpx2"], "neither": ["httpx2", "httpx"]}[clients]
+    code = (f"import runpy, sys; sys.modules.update(dict.fromkeys({hidden!r})); "
+            f"sys.argv = ['machine_page_check.py', {url!r}]; "
+            f"runpy.run_path({str(ROOT / 'gpu' / 'machine_page_check.py')!r}, run_name='__main__')")
+    r = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), cwd=tmp_path)
+    if clients == "neither":
+        assert (r.returncode, r.stderr) == (1, ""), r.stderr
+        assert r.stdout.startswith("FAIL dashboard machine page data: no HTTP client for starlette's TestClient (")
+        assert r.stdout.endswith("); install httpx2 or httpx\n") and r.stdout.count("\n") == 1, r.stdout
+        return
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    assert r.stdout == "PASS dashboard machine page data: rows per benchmark kind {'p2p': 6, 'mpi': 15, 'nccl': 8}\n"
