@@ -2,7 +2,7 @@
 """Does anything cheap announce a stalled GPM read? Device-file opens and process counts around a job.
 
 usage: PYTHONPATH=src python3 bench/gpm_stall_signal.py [--interval 100ms] [--before 2] [--after 3]
-                                                       [--load-s 8] [--nproc 1]
+                                                       [--load-s 8] [--nproc 1] [--compare REPS]
 
 While a job creates its CUDA contexts and NCCL communicators (and tears them down), single GPM reads
 burn 3-120 ms of CPU in the driver; the sampler's stall guard can only react after the first such
@@ -16,6 +16,13 @@ it the last device-file event of another process (one that came while the sample
 sampler's own NVML calls open the files too, during its reads) and the last process-count change came, then how many reads a rule
 "hold the sampler for H seconds after another process's device-file event" would have skipped, and how many stalled
 reads it would have avoided, for a few H.
+
+``--compare REPS`` checks the rule as ``LinkSampler`` implements it instead (hold every GPU for 0.5 s
+after another process opened ``/dev/nvidia<N>``, capped at 2 s; ``/dev/nvidiactl`` not watched): REPS
+pairs of sessions, each a ``LinkSampler`` as ``rankmap monitor`` runs it around a job of its own, one
+with the open hold and one without (the stall guard on in both), alternating which goes first; one
+row per session (stalled reads and their CPU, ticks held by each rule, the sampler's CPU per GPU per
+sample, the device files other processes opened) and the sums per rule.
 """
 
 from __future__ import annotations
@@ -34,7 +41,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from rankmap.capture.sampler import GpmSource  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+from rankmap.capture.devwatch import gpu_device_files  # noqa: E402
+from rankmap.capture.sampler import GpmSource, LinkSampler, SamplerCost  # noqa: E402
 from rankmap.pipeline.monitor import parse_interval  # noqa: E402
 
 IN_OPEN, IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_NONBLOCK = 0x20, 0x08, 0x10, 0o4000
@@ -69,6 +79,84 @@ class DeviceWatch:
                 self.events.append((now, "open" if mask & IN_OPEN else "close", self.wd.get(wd, "?")))
 
 
+def launch(args: argparse.Namespace) -> subprocess.Popen:
+    """The job: ``torchrun`` of ``bench/nccl_load.py`` for ``--load-s`` seconds, in a process group of its own."""
+    env = dict(os.environ, LOAD_S=str(args.load_s))
+    return subprocess.Popen(["torchrun", f"--nproc_per_node={args.nproc}", str(ROOT / "bench" / "nccl_load.py")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+
+
+@dataclass
+class StallCost(SamplerCost):
+    """The sampler's cost, with the CPU time of its stalled reads summed apart."""
+
+    stall_cpu_ns: int = 0
+
+    def add_read(self, wall_ns: int, cpu_ns: int) -> None:
+        super().add_read(wall_ns, cpu_ns)
+        if cpu_ns > STALL_NS:
+            self.stall_cpu_ns += cpu_ns
+
+
+def session(args: argparse.Namespace, period: float, hold: bool) -> dict:
+    """One LinkSampler session around one job: ``--before`` s, the job, ``--after`` s."""
+    src = GpmSource()
+    s = LinkSampler(src, interval_s=period, keep=False, cost=StallCost(), open_hold_s=0.5 if hold else None,
+                    open_paths=gpu_device_files(args.dev))
+    t0 = time.monotonic()
+    s.start()
+    time.sleep(args.before)
+    before = s.cost.held_open             # held before the launch: other processes' opens, not this job's
+    job = launch(args)
+    try:
+        rc = job.wait(timeout=args.load_s + 120)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        rc = job.wait()
+    time.sleep(args.after)
+    s.stop()
+    src.close()
+    c = s.cost
+    files = dict(s.open_watch.opened) if s.open_watch else {}
+    return {"hold": "on" if hold else "off", "rc": rc, "s": time.monotonic() - t0, "samples": c.samples,
+            "reads": c.reads, "stalls": c.stalls, "stall_ms": c.stall_cpu_ns / 1e6, "held": c.held,
+            "held_open": c.held_open, "before": before, "capped": c.open_capped, "cpu": c.per_gpu_sample_cpu_ms,
+            "median": c.median_read_ms, "max": c.max_read_ns / 1e6, "share": c.cpu_share, "watch": c.open_watch,
+            "files": ",".join(f"{Path(p).name}:{k}" for p, k in sorted(files.items())) or "-"}
+
+
+def compare(args: argparse.Namespace, period: float) -> int:
+    """``--compare``: the open hold as LinkSampler does it against none, session by session."""
+    order = [(r, h) for r in range(args.compare) for h in ((True, False) if r % 2 == 0 else (False, True))]
+    print(f"== {len(order)} sessions of {args.before:g} s + a {args.nproc}-GPU job of {args.load_s:g} s load + "
+          f"{args.after:g} s at {period * 1e3:g} ms; open hold 0.5 s, cap 2 s; stall guard on in both")
+    head = (f"{'rep':>3} {'hold':>4} {'rc':>3} {'s':>5} {'samples':>7} {'stalls':>6} {'stall CPU ms':>12} "
+            f"{'held':>4} {'held_open':>9} {'pre-job':>7} {'capped':>6} {'CPU ms/GPU/sample':>17} "
+            f"{'median ms':>9} {'max ms':>7} {'thread %':>8}  other processes' opens")
+    print(head)
+    rows = []
+    for rep, hold in order:
+        r = session(args, period, hold)
+        rows.append(r)
+        print(f"{rep + 1:>3} {r['hold']:>4} {r['rc']:>3} {r['s']:>5.1f} {r['samples']:>7} {r['stalls']:>6} "
+              f"{r['stall_ms']:>12.1f} {r['held']:>4} {r['held_open']:>9} {r['before']:>7} {r['capped']:>6} "
+              f"{r['cpu'] or 0:>17.3f} {r['median'] or 0:>9.3f} {r['max']:>7.1f} {(r['share'] or 0) * 100:>8.2f}  "
+              f"{r['files'] if r['hold'] == 'on' else '(no watch)'}", flush=True)
+        if hold and r["watch"] and r["watch"].startswith("off"):
+            print(f"    watch {r['watch']}")
+    print(f"{'hold':>4} {'sessions':>8} {'reads':>6} {'stalls':>6} {'stall CPU ms':>12} {'held_open':>9} "
+          f"{'CPU ms/GPU/sample, mean of sessions':>36} {'over all reads':>14}")
+    for h in ("on", "off"):
+        sel = [r for r in rows if r["hold"] == h]
+        reads = sum(r["reads"] for r in sel)
+        mean = sum(r["cpu"] or 0 for r in sel) / len(sel)
+        pooled = sum((r["cpu"] or 0) * r["reads"] for r in sel) / reads if reads else 0
+        print(f"{h:>4} {len(sel):>8} {reads:>6} {sum(r['stalls'] for r in sel):>6} "
+              f"{sum(r['stall_ms'] for r in sel):>12.1f} {sum(r['held_open'] for r in sel):>9} {mean:>36.3f} "
+              f"{pooled:>14.3f}")
+    return 0 if all(r["rc"] == 0 for r in rows) else 1
+
+
 def main() -> int:
     a = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     a.add_argument("--interval", default="100ms")
@@ -77,8 +165,13 @@ def main() -> int:
     a.add_argument("--load-s", type=float, default=8.0)
     a.add_argument("--nproc", type=int, default=1)
     a.add_argument("--no-procs", action="store_true", help="leave NVML's process count out (it may open the device files)")
+    a.add_argument("--compare", type=int, default=0, metavar="REPS",
+                   help="LinkSampler with and without the open hold, REPS pairs of sessions (each around its own job)")
+    a.add_argument("--dev", default="/dev", help="--compare: where the GPUs' device files are (a dry run's own)")
     args = a.parse_args()
     period = parse_interval(args.interval)
+    if args.compare:
+        return compare(args, period)
     src = GpmSource()
     nv, n = src.nvml, src.gpu_count()
     watch = DeviceWatch(sorted(glob.glob("/dev/nvidia[0-9]*")) + ["/dev/nvidiactl"])
@@ -89,7 +182,6 @@ def main() -> int:
     own = 0                                           # ... and those that came during them
     procs: list[tuple[int, int, int]] = []            # (t ns, gpu, count)
     proc_cost: list[int] = []
-    env = dict(os.environ, LOAD_S=str(args.load_s))
     t_start = time.monotonic_ns() + int(args.before * 1e9)
     job = None
     ended_at = None
@@ -97,8 +189,7 @@ def main() -> int:
     while True:
         now = time.monotonic_ns()
         if job is None and now >= t_start:
-            job = subprocess.Popen(["torchrun", f"--nproc_per_node={args.nproc}", str(ROOT / "bench" / "nccl_load.py")],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+            job = launch(args)
             launched = now
         if job is not None and ended_at is None and job.poll() is not None:
             ended_at = now

@@ -112,3 +112,16 @@ def test_launcher_resolved_through_links(tmp_path):
     q = rankmap("doctor", env=env)
     bad = [l for l in q.stdout.splitlines() if "launcher mpirun" in l][0]
     assert bad.startswith("missing") and "does not say which MPI it is" in bad
+
+
+def test_open_watch_line(tmp_path):
+    """The link sampler's early hold needs inotify on the GPUs' own device files: said either way."""
+    from rankmap.commands.doctor import check_open_watch
+
+    for name in ("nvidia0", "nvidiactl"):
+        (tmp_path / name).write_bytes(b"")
+    c = check_open_watch(str(tmp_path))
+    assert c.ok and c.name == "GPU open watch" and "1 device file(s)" in c.detail
+    (tmp_path / "nvidia0").unlink()
+    c = check_open_watch(str(tmp_path))
+    assert not c.ok and "no GPU device file to watch" in c.detail

@@ -166,3 +166,27 @@ def test_monitor_command_errors_are_one_line(tmp_path, args, cfg, needles):
     env = {**fake_env(**cfg), **({"RANKMAP_GPM_READER": reader} if reader else {})}
     p = rankmap("monitor", "--db", f"sqlite:///{tmp_path / 'm.db'}", *args, env=env, timeout=60)
     assert_one_line_error(p, *needles)
+
+
+def test_summary_says_what_the_open_hold_did():
+    """The session's summary: ticks held after other processes' opens (and capped), or why no watch ran."""
+    import io
+
+    from rich.console import Console
+
+    from rankmap.capture.sampler import SamplerCost
+    from rankmap.pipeline.monitor import MonitorResult
+    from rankmap.report.monitor import print_monitor
+
+    def text(**cost) -> str:
+        c = SamplerCost(samples=10, reads=20, read_ns=20_000_000, read_cpu_ns=4_000_000, wall_ns=10**9, **cost)
+        out = io.StringIO()
+        print_monitor(MonitorResult(1, "h", "gpm", 0.1, [], {}, 1.0, c.as_dict(), 0.01), Console(file=out, width=400))
+        return out.getvalue()
+
+    t = text(held_open=7, open_capped=1, open_watch="2 device file(s)")
+    assert "7 ticks were skipped because another process had just opened a GPU's device file" in t
+    assert "1 read all the same after a long hold" in t and "device-file watch" not in t
+    t = text(open_watch="off: no GPU device file to watch")
+    assert "skipped" not in t and "device-file watch off: no GPU device file to watch" in t
+    assert "skipped" not in text(open_watch=None) and "watch" not in text(open_watch=None)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import subprocess
+import sys
 import time
 import types
 from pathlib import Path
 
 import pytest
 
+from rankmap.capture.devwatch import gpu_device_files
 from rankmap.capture.sampler import (PCIE_WRAP, Counters, FieldSource, GpmSource, LinkSampler, StoreWriter,
                                      Unwrap, link_rows, open_source)
 from rankmap.errors import RankmapError
@@ -303,3 +306,130 @@ def test_store_writer_keeps_rows_through_an_outage():
     assert w.warnings == ["storing link samples failed (kept, retrying): could not connect to server"]
     w([LinkSample(5, 0, 6, 7, None, None)])      # next batch: both go in, in order
     assert [r["t_ns"] for r in st.rows] == [0, 0, 5] and w.pending == [] and w.written == 3
+
+
+class _Recording:
+    """A gap-safe source that notes when each GPU was read; ``touch``: a file it opens inside every read,
+    as NVML's own calls open device files."""
+
+    kind, gap_safe = "test", True
+
+    def __init__(self, touch: Path | None = None) -> None:
+        self.reads: list[tuple[float, int]] = []
+        self.touch = touch
+
+    def gpu_count(self) -> int:
+        return 2
+
+    def read(self, gpu: int) -> Counters:
+        self.reads.append((time.monotonic(), gpu))
+        if self.touch:
+            open(self.touch).close()
+        return Counters(len(self.reads), 0, None, None)
+
+
+_OPENER = ("import sys, time\n"
+           "for _ in range(int(sys.argv[1])):\n"
+           "    for p in sys.argv[3:]:\n"
+           "        open(p).close()\n"
+           "    time.sleep(float(sys.argv[2]))\n")
+
+
+def _open_elsewhere(*paths: Path, times: int = 1, every_s: float = 0.0) -> subprocess.Popen:
+    """Another process opening ``paths`` (``times`` rounds, ``every_s`` apart), as a job's CUDA set-up does."""
+    return subprocess.Popen([sys.executable, "-c", _OPENER, str(times), str(every_s), *map(str, paths)])
+
+
+def _dev(tmp_path: Path) -> Path:
+    for name in ("nvidia0", "nvidia1", "nvidia10", "nvidiactl", "nvidia-uvm", "nvidia-modeset"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "nvidia-caps").mkdir()
+    return tmp_path
+
+
+def test_gpu_device_files_are_the_gpus_own_not_the_control_file(tmp_path):
+    dev = _dev(tmp_path)
+    assert gpu_device_files(dev) == [str(dev / n) for n in ("nvidia0", "nvidia1", "nvidia10")]
+    assert gpu_device_files(tmp_path / "none") == []
+
+
+def test_sampler_holds_after_another_process_opens_a_gpu_file(tmp_path):
+    """Opens of /dev/nvidiactl-like files (every NVML poller's) hold nothing; another process opening a
+    GPU's own file holds every GPU for about open_hold_s, then sampling goes on."""
+    dev = _dev(tmp_path)
+    src = _Recording()
+    s = LinkSampler(src, interval_s=0.01, open_hold_s=0.3, open_cap_s=10.0, keep=False,
+                    open_paths=gpu_device_files(dev)).start()
+    assert s.cost.open_watch == "3 device file(s)"
+    time.sleep(0.05)
+    _open_elsewhere(dev / "nvidiactl", dev / "nvidia-uvm", times=3, every_s=0.02).wait()
+    time.sleep(0.1)
+    assert s.cost.held_open == 0                 # the control file and the UVM file: no hold
+    n0 = len(src.reads)
+    assert n0 >= 10
+    # twice, 50 ms apart: an open that lands inside the sampler's own reads is taken for its own
+    _open_elsewhere(dev / "nvidia1", times=2, every_s=0.05).wait()
+    t_opened = time.monotonic()
+    time.sleep(0.8)
+    s.stop()
+    assert s.cost.held_open >= 10 and s.cost.held == 0 and s.cost.stalls == 0 and s.cost.open_capped == 0
+    assert set(s.open_watch.opened) == {str(dev / "nvidia1")}
+    times = [t for t, g in src.reads[n0:] if g == 0]
+    gaps = [(b - a, a) for a, b in zip(times, times[1:])]
+    gap, at = max(gaps)
+    assert 0.25 <= gap < 0.35 + 0.5, gaps     # a hold of about open_hold_s (the shared CI machine: wide)
+    assert at <= t_opened                     # it began when the open was seen ...
+    assert sum(1 for t in times if t > at + gap) >= 5  # ... and sampling went on after it
+
+
+def test_sampler_own_opens_never_hold(tmp_path):
+    """NVML's calls in the sampler's own reads open device files too: drained after the reads, never a hold."""
+    dev = _dev(tmp_path)
+    src = _Recording(touch=dev / "nvidia0")
+    s = LinkSampler(src, interval_s=0.005, open_hold_s=0.5, keep=False, open_paths=gpu_device_files(dev)).start()
+    time.sleep(0.25)
+    s.stop()
+    assert s.cost.samples >= 10 and s.cost.held_open == 0 and not s.open_watch.opened
+    assert s.open_watch.own >= s.cost.samples  # every sample's opens were seen, and taken as its own
+    assert len(src.reads) == 2 * s.cost.samples
+
+
+def test_sampler_open_hold_is_capped(tmp_path):
+    """A process that keeps opening a GPU's file holds the sampler at most open_cap_s at a time: then
+    one tick reads all the same (GPM rates are exact across such gaps) and the hold goes on."""
+    dev = _dev(tmp_path)
+    src = _Recording()
+    s = LinkSampler(src, interval_s=0.01, open_hold_s=0.3, open_cap_s=0.3, keep=False,
+                    open_paths=gpu_device_files(dev)).start()
+    p = _open_elsewhere(dev / "nvidia0", times=80, every_s=0.02)
+    while p.poll() is None and s.cost.open_capped < 3:
+        time.sleep(0.05)
+    p.kill()
+    p.wait()
+    s.stop()
+    assert s.cost.open_capped >= 2 and s.cost.held_open >= 20
+    capped = [t for t, g in src.reads if g == 0][1:]   # after the first sample: held, then one capped tick
+    assert len(capped) >= 2
+
+
+def test_no_open_hold_without_the_stall_guard(tmp_path):
+    """No watch for a source whose counters must be read every tick (field values), nor when the guard
+    or the open hold is switched off; a watch that cannot be set up is off, and sampling goes on."""
+    dev = _dev(tmp_path)
+    paths = gpu_device_files(dev)
+    fields, gpm = _Recording(), _Recording()
+    fields.gap_safe = False
+    samplers = [LinkSampler(fields, interval_s=0.01, keep=False, open_paths=paths),
+                LinkSampler(_Recording(), interval_s=0.01, stall_ms=None, keep=False, open_paths=paths),
+                LinkSampler(_Recording(), interval_s=0.01, open_hold_s=None, keep=False, open_paths=paths),
+                LinkSampler(gpm, interval_s=0.01, keep=False, open_paths=[str(tmp_path / "gone")])]
+    for s in samplers:
+        s.start()
+    _open_elsewhere(*paths, times=3, every_s=0.02).wait()
+    time.sleep(0.1)
+    for s in samplers:
+        s.stop()
+        assert s.open_watch is None and s.cost.held_open == 0 and s.cost.samples >= 5
+    assert [s.cost.open_watch for s in samplers[:3]] == [None] * 3
+    assert samplers[3].cost.open_watch.startswith("off: ") and "gone" in samplers[3].cost.open_watch
+    assert samplers[3].cost.as_dict()["open_watch"] == samplers[3].cost.open_watch

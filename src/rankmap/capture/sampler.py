@@ -21,7 +21,9 @@ when it tears them down), a single NVML read can spin 3-100 ms of CPU inside the
 behind the job's own driver work; at 10 Hz a handful of those outweigh every other read of a job's
 life. Two rules keep that cheap and exact: :class:`LinkSampler` leaves every GPU alone for
 ``hold_s`` (1 s) after a read that burnt more than ``stall_ms`` (2 ms) of CPU, so a burst of stalls
-costs one slow read instead of ten; and :class:`GpmSource` does not use a snapshot whose call took
+costs one slow read instead of ten; it also holds them for ``open_hold_s`` (0.5 s) after another
+process opened a GPU's device file (:mod:`rankmap.capture.devwatch`), which comes before the first
+stalled read of a burst, up to ``open_cap_s`` (2 s) of continuous hold; and :class:`GpmSource` does not use a snapshot whose call took
 longer than ``SNAP_MAX_NS`` as an end point of the integral (the snapshot lies somewhere in a call of
 milliseconds, so its instant is unknown), the next good snapshot closes the interval instead. GPM
 rates between snapshots up to 4 s apart were measured exact on 2x H200 (within 0.05 % of the DATA
@@ -44,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from rankmap.capture import gpm_native
+from rankmap.capture.devwatch import DeviceOpenWatch, gpu_device_files
 from rankmap.capture.gpm_native import NativeReader
 from rankmap.errors import RankmapError
 
@@ -466,6 +469,9 @@ class SamplerCost:
     wall_ns: int = 0          # from the first to the last sample
     stalls: int = 0           # reads that burnt more than the sampler's stall_ms of CPU
     held: int = 0             # ticks skipped because a read had just stalled (hold_s)
+    held_open: int = 0        # ticks skipped because another process had just opened a GPU's device file
+    open_capped: int = 0      # ticks read all the same, the open hold having lasted open_cap_s
+    open_watch: str | None = None  # what the device-file watch watches, or why it is off (None: not asked for)
     reader: str | None = None  # who reads GPM: "native" (one C call) or "python" (GpmSource.reader)
     ring: Any = field(default_factory=lambda: array("q", bytes(8 * READ_RING)), repr=False)
 
@@ -507,7 +513,8 @@ class SamplerCost:
                 "callback_cpu_s": self.callback_cpu_ns / 1e9, "wall_s": w / 1e9, "cpu_share": self.cpu_share,
                 "read_cpu_share": self.read_cpu_ns / w if w > 0 else None,
                 "callback_cpu_share": self.callback_cpu_ns / w if w > 0 else None,
-                "stalls": self.stalls, "held": self.held, "reader": self.reader}
+                "stalls": self.stalls, "held": self.held, "held_open": self.held_open,
+                "open_capped": self.open_capped, "open_watch": self.open_watch, "reader": self.reader}
 
 
 @dataclass
@@ -523,6 +530,15 @@ class LinkSampler:
     ``hold_s``; the next reads carry the bytes of the gap. Only for a source that says it is
     ``gap_safe`` (GPM; not the field values, whose PCIe counters wrap between two skipped reads);
     ``stall_ms=None`` reads every tick whatever the source.
+
+    With that guard on, the sampler also watches ``open_paths`` (default: the GPUs' own device files,
+    ``/dev/nvidia<N>``, never ``/dev/nvidiactl``; see :mod:`rankmap.capture.devwatch`) and takes no
+    sample for ``open_hold_s`` after another process opened one, which it does while creating a CUDA
+    context, before the driver stalls. A hold that has lasted ``open_cap_s`` lets one tick read all
+    the same, so a job that keeps opening the files cannot starve the monitor. The hold is for the
+    whole tick, every GPU, as the stall hold is: which GPUs' reads a context's set-up on one GPU
+    stalls was not measured, and stalls come in bursts across the GPUs. ``open_hold_s=None``: no
+    watch.
     """
 
     source: CounterSource
@@ -534,10 +550,16 @@ class LinkSampler:
     cost: SamplerCost = field(default_factory=SamplerCost)
     stall_ms: float | None = 2.0
     hold_s: float = 1.0
+    open_hold_s: float | None = 0.5
+    open_cap_s: float = 2.0
+    open_paths: Sequence[str] | None = None  # None: gpu_device_files() of /dev
 
     def __post_init__(self) -> None:
         self._hold_until = 0         # monotonic ns before which the loop takes no sample
         self._guard = self.stall_ms is not None and getattr(self.source, "gap_safe", False)
+        self.open_watch: DeviceOpenWatch | None = None  # set up by start() (the loop's watch)
+        self._open_until = 0         # monotonic ns before which another process's open holds the loop
+        self._open_since: int | None = None  # when the current continuous open hold began
         self.cost.reader = getattr(self.source, "reader", None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -585,6 +607,8 @@ class LinkSampler:
                 cb0 = time.thread_time_ns()
                 self.on_sample(batch)
                 self.cost.callback_cpu_ns += time.thread_time_ns() - cb0
+            if self.open_watch:
+                self.open_watch.drain()  # opens during the reads (and the callback) were this process's own
             self.cost.thread_cpu_ns += time.thread_time_ns() - cpu0
             return batch
 
@@ -603,8 +627,12 @@ class LinkSampler:
                 delay = 0
             if self._stop.wait(delay):
                 break
-            if time.monotonic_ns() < self._hold_until:
+            now = time.monotonic_ns()
+            self._look_for_opens(now)
+            if now < self._hold_until:
                 self.cost.held += 1
+                continue
+            if self._held_by_open(now):
                 continue
             try:
                 self.sample_once(every_gpu=False)
@@ -612,12 +640,41 @@ class LinkSampler:
                 self.warnings.append(f"link sampler stopped: {e}")
                 return
 
+    def _look_for_opens(self, now: int) -> None:
+        """On waking: a GPU's device file opened while the loop slept was opened by another process
+        (this process's own opens were drained after its reads); hold for ``open_hold_s`` from now."""
+        if self.open_watch is None:
+            return
+        c0 = time.thread_time_ns()
+        if self.open_watch.others():
+            self._open_until = now + int(self.open_hold_s * 1e9)  # type: ignore[operator]
+        self.cost.thread_cpu_ns += time.thread_time_ns() - c0
+
+    def _held_by_open(self, now: int) -> bool:
+        """Whether another process's open holds this tick (counted), unless the hold has lasted ``open_cap_s``."""
+        if now >= self._open_until:
+            self._open_since = None
+            return False
+        if self._open_since is None:
+            self._open_since = now
+        if now - self._open_since >= self.open_cap_s * 1e9:
+            self._open_since = None  # one tick reads; a hold goes on from the next
+            self.cost.open_capped += 1
+            return False
+        self.cost.held_open += 1
+        return True
+
     @property
     def stopping(self) -> bool:
         """True once :meth:`stop` was called: the batch being handed out is the last or nearly."""
         return self._stop.is_set()
 
     def start(self) -> "LinkSampler":
+        if self._guard and self.open_hold_s is not None:
+            paths = gpu_device_files() if self.open_paths is None else list(self.open_paths)
+            w = DeviceOpenWatch(paths)
+            self.cost.open_watch = w.status
+            self.open_watch = w if w.ok else None
         self.sample_once()
         self._thread = threading.Thread(target=self._loop, name="rankmap-link-sampler", daemon=True)
         self._thread.start()
@@ -632,6 +689,8 @@ class LinkSampler:
             self.sample_once()
         except Exception as e:  # noqa: BLE001
             self.warnings.append(f"link sampler: last sample failed: {e}")
+        if self.open_watch:
+            self.open_watch.close()
         return self.samples
 
     def totals(self) -> dict[int, LinkSample]:

@@ -77,6 +77,7 @@ def check_nvml() -> list[Check]:
         if n:
             kinds = sorted(set(names))
             out.append(Check("GPUs", True, f"{n} x {', '.join(kinds)}"))
+            out.append(check_open_watch())
         else:
             out.append(Check("GPUs", False, "NVML sees no GPU: check that the GPUs are visible to this container/VM"))
     except nvml.NVMLError as e:
@@ -87,6 +88,19 @@ def check_nvml() -> list[Check]:
         except Exception:
             pass
     return out
+
+
+def check_open_watch(dev: str = "/dev") -> Check:
+    """Whether the link sampler can see other processes open the GPUs' device files (its early hold)."""
+    from rankmap.capture.devwatch import DeviceOpenWatch, gpu_device_files
+
+    w = DeviceOpenWatch(gpu_device_files(dev))
+    ok = w.ok
+    w.close()
+    if ok:
+        return Check("GPU open watch", True, f"inotify on {w.status} in {dev}: the link sampler holds before "
+                                             f"a job's driver stalls")
+    return Check("GPU open watch", False, f"{w.status}: the link sampler's stall guard reacts only after a stall")
 
 
 def mpi_identity(wrapper: str) -> str | None:

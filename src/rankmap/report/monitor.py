@@ -44,6 +44,13 @@ def print_monitor(res: Any, console: Console | None = None) -> None:
             con.print(f"{c['stalls']} reads stalled in the driver (a job setting up or tearing "
                       f"down its GPU contexts); {c['held']} ticks were skipped after them, their bytes carried "
                       f"by the next reads")
+        if c.get("held_open") or c.get("open_capped"):
+            con.print(f"{c['held_open']} ticks were skipped because another process had just opened a GPU's "
+                      f"device file (a CUDA context being set up, before the driver stalls)"
+                      + (f"; {c['open_capped']} read all the same after {'a' if c['open_capped'] == 1 else 'each'} "
+                         f"long hold" if c.get("open_capped") else ""))
+        if (c.get("open_watch") or "").startswith("off"):
+            con.print(f"device-file watch {c['open_watch']}: only the stall guard holds the sampler")
     else:
         con.print(f"cost: {c['samples']} samples")
     for row in res.data_check or []:
