@@ -38,10 +38,10 @@ def gpu_device_files(dev: str | Path = "/dev") -> list[str]:
     ``nvidia-uvm`` or ``nvidia-modeset``: only a GPU's file is opened by a context's set-up alone."""
     d = Path(dev)
     try:
-        names = sorted(p.name for p in d.iterdir() if _GPU_FILE.match(p.name))
+        found = [(int(m.group(1)), p.name) for p in d.iterdir() if (m := _GPU_FILE.match(p.name))]
     except OSError:
         return []
-    return [str(d / n) for n in sorted(names, key=lambda n: int(_GPU_FILE.match(n).group(1)))]  # type: ignore[union-attr]
+    return [str(d / name) for _minor, name in sorted(found)]
 
 
 class DeviceOpenWatch:

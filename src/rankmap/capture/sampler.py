@@ -23,9 +23,10 @@ life. Two rules keep that cheap and exact: :class:`LinkSampler` leaves every GPU
 ``hold_s`` (1 s) after a read that burnt more than ``stall_ms`` (2 ms) of CPU, so a burst of stalls
 costs one slow read instead of ten; it also holds them for ``open_hold_s`` (0.5 s) after another
 process opened a GPU's device file (:mod:`rankmap.capture.devwatch`), which comes before the first
-stalled read of a burst, up to ``open_cap_s`` (2 s) of continuous hold; and :class:`GpmSource` does not use a snapshot whose call took
-longer than ``SNAP_MAX_NS`` as an end point of the integral (the snapshot lies somewhere in a call of
-milliseconds, so its instant is unknown), the next good snapshot closes the interval instead. GPM
+stalled read of a burst, up to ``open_cap_s`` (2 s) of continuous hold; and :class:`GpmSource`
+does not use a snapshot whose call took longer than ``SNAP_MAX_NS`` as an end point of the integral
+(the snapshot lies somewhere in a call of milliseconds, so its instant is unknown), the next good
+snapshot closes the interval instead. GPM
 rates between snapshots up to 4 s apart were measured exact on 2x H200 (within 0.05 % of the DATA
 counters, ``docs/benchmarks.md``), so the gap loses nothing.
 
