@@ -13,7 +13,9 @@ shim), so both see the same machine state; each figure is the median over the ro
 shows the median over --reps runs. A control run without the shim (both columns then go to the
 library) shows the method's own noise floor. Figures: "lat" one-way latency of a blocking
 ping-pong (osu_latency), "rate" messages per second and bandwidth of windows of 64 nonblocking
-messages (osu_bw; at 8 B with one pair, osu_mbw_mr), "self" a Sendrecv to the calling rank, "allr"
+messages (osu_bw; at 8 B with one pair, osu_mbw_mr) with MPI_STATUSES_IGNORE, "osu" the same at 8 B
+with a status array, as osu_mbw_mr and osu_bw pass to MPI_Waitall (the library fills the statuses
+in both columns; with MPI_STATUSES_IGNORE only the shim asks for them), "self" a Sendrecv to the calling rank, "allr"
 an MPI_Allreduce of one double over both ranks (a collective on a real communicator: the one-process
 "coll" pattern below runs on MPI_COMM_SELF, where no signature is counted).
 
@@ -89,13 +91,14 @@ def ns_per_call(runs: list[dict], k: tuple[str, int]) -> float:
     def one(p0: float, s0: float) -> float:
         if k[0] == "lat":
             return (s0 - p0) * 1000 / 2
-        if k[0] == "rate":
+        if k[0] in ("rate", "osu"):
             return (64 / s0 - 64 / p0) * 1e9 / 66
         return s0 - p0
     return statistics.median(one(*r[k]) for r in runs)
 
 
 CALLCOST_ITERS, CALLCOST_ROUNDS = 4000, 2
+ORDER = {"lat": 0, "rate": 1, "osu": 2, "self": 3, "allr": 4}   # table rows, in pingpong.c's order
 
 
 def callcost_units(exe: Path, shim: Path, work: Path, valgrind: bool, extra_env: dict | None = None
@@ -161,16 +164,16 @@ def callcost_table(ns: dict, ir: dict | None, mode: str) -> None:
 def table(runs: list[dict], title: str) -> None:
     print(f"\n{title}")
     print(f"{'test':<6}{'bytes':>9}{'plain':>14}{'shim':>14}{'added':>9}{'ns/call':>9}")
-    keys = sorted(runs[0], key=lambda k: ({"lat": 0, "rate": 1, "self": 2, "allr": 3}[k[0]], k[1]))
+    keys = sorted(runs[0], key=lambda k: (ORDER[k[0]], k[1]))
     for k in keys:
         p0 = statistics.median(r[k][0] for r in runs)
         s0 = statistics.median(r[k][1] for r in runs)
         if k[0] == "lat":
             print(f"{'lat':<6}{k[1]:>9}{p0:>11.3f} us{s0:>11.3f} us{(s0 - p0) / p0 * 100:>8.1f}%"
                   f"{(s0 - p0) * 1000 / 2:>9.0f}")
-        elif k[0] == "rate":
+        elif k[0] in ("rate", "osu"):
             ns = (64 / s0 - 64 / p0) * 1e9 / 66
-            print(f"{'rate':<6}{k[1]:>9}{p0 / 1e6:>10.3f} M/s{s0 / 1e6:>10.3f} M/s"
+            print(f"{k[0]:<6}{k[1]:>9}{p0 / 1e6:>10.3f} M/s{s0 / 1e6:>10.3f} M/s"
                   f"{(p0 - s0) / p0 * 100:>8.1f}%{ns:>9.0f}   {p0 * k[1] / 1e9:.3f} -> {s0 * k[1] / 1e9:.3f} GB/s")
         else:
             print(f"{k[0]:<6}{k[1]:>9}{p0:>11.1f} ns{s0:>11.1f} ns{(s0 - p0) / p0 * 100:>8.1f}%{s0 - p0:>9.0f}")
@@ -214,7 +217,7 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
         table(base, f"{what} (capture on), median of {a.reps} runs x {a.rounds} rounds")
         print("\nns per intercepted call, baseline -> this shim (median of the runs' own figures; "
               "sizes up to 1 KiB, rate and self)")
-        for k in sorted(with_shim[0], key=lambda k: ({"lat": 0, "rate": 1, "self": 2, "allr": 3}[k[0]], k[1])):
+        for k in sorted(with_shim[0], key=lambda k: (ORDER[k[0]], k[1])):
             if k[0] == "lat" and k[1] > 1024:
                 continue
             print(f"{k[0]:<6}{k[1]:>9}{ns_per_call(base, k):>9.0f} ->{ns_per_call(with_shim, k):>5.0f}")
@@ -223,10 +226,14 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
     for m in modes:
         callcost_table(ns[m], ir.get(m), m)
     shutil.rmtree(work, ignore_errors=True)
-    rate8 = statistics.median(r[("rate", 8)][1] / r[("rate", 8)][0] for r in with_shim) if with_shim else None
-    rate8_b = statistics.median(r[("rate", 8)][1] / r[("rate", 8)][0] for r in base) if base and a.recv0 else None
+    def ratio(runs: list[dict], k: tuple[str, int]) -> float | None:
+        return statistics.median(r[k][1] / r[k][0] for r in runs) if runs and k in runs[0] else None
+    rate8, osu8 = ratio(with_shim, ("rate", 8)), ratio(with_shim, ("osu", 8))
+    rate8_b = ratio(base, ("rate", 8)) if a.recv0 else None
+    osu8_b = ratio(base, ("osu", 8)) if a.recv0 else None
     allr = ns_per_call(with_shim, ("allr", 8)) if with_shim and ("allr", 8) in with_shim[0] else None
-    return {"name": lib.split(",")[0], "rate8": rate8, "rate8_recv0": rate8_b, "allr_ns": allr,
+    return {"name": lib.split(",")[0], "rate8": rate8, "rate8_recv0": rate8_b, "osu8": osu8, "osu8_recv0": osu8_b,
+            "allr_ns": allr,
             "modes": {m: {"ns": {k: (s0 - p0) / c for k, (c, p0, s0) in ns[m].items()},
                           "ir": {k: (s0 - p0) / c for k, (c, p0, s0) in ir[m].items()} if m in ir else {},
                           "rate8_one": ns[m]["rate"][1] / ns[m]["rate"][2],
@@ -256,11 +263,13 @@ def main() -> None:
     met = lambda ok: "met" if ok else "not met"  # noqa: E731
     for r in results:
         print(r["name"])
-        if r["rate8"] is not None:
-            print(f"  8 B message rate, 2 ranks, receives recorded: {r['rate8']:.2f} x [{met(r['rate8'] >= TARGET_RATE)}]")
-        if r["rate8_recv0"] is not None:
-            print(f"  8 B message rate, 2 ranks, RANKMAP_RECV=0: {r['rate8_recv0']:.2f} x "
-                  f"[{met(r['rate8_recv0'] >= TARGET_RATE)}]")
+        for key, what in (("osu8", "statuses asked (as osu_mbw_mr)"), ("rate8", "MPI_STATUSES_IGNORE")):
+            if r[key] is not None:
+                print(f"  8 B message rate, 2 ranks, {what}, receives recorded: {r[key]:.2f} x "
+                      f"[{met(r[key] >= TARGET_RATE)}]")
+            if r[key + "_recv0"] is not None:
+                print(f"  8 B message rate, 2 ranks, {what}, RANKMAP_RECV=0: {r[key + '_recv0']:.2f} x "
+                      f"[{met(r[key + '_recv0'] >= TARGET_RATE)}]")
         if r["allr_ns"] is not None:
             print(f"  MPI_Allreduce over 2 ranks: {r['allr_ns']:.1f} ns added per call [{met(r['allr_ns'] <= TARGET_NS)}]")
         for m, f in r["modes"].items():

@@ -618,6 +618,40 @@ def test_repeated_send_arguments_follow_their_meaning(mpi, tmp_path):
         assert got == sorted([(p - 1 - me, 2, 4, 5), (me, 2, 4, 5), (me, 1, 8, 5), (me, 1, 12, 5)]), got
 
 
+def test_fast_path_counts_what_the_full_path_counts(mpi, tmp_path):
+    """An untimed MPI_Send, MPI_Isend or MPI_Irecv whose accounting is all cached takes a fast path
+    in its entry point (calls.spec's "fast"); the same program with every call timed
+    (RANKMAP_SAMPLE=1, so no call takes it) must record the same traffic, operation counts, size
+    histograms and timeline bytes per peer -- through MPI_COMM_WORLD, a duplicate, communicators
+    made and freed between windows, a receive from MPI_PROC_NULL, and 1 ms timeline buckets that
+    change under the cached cells (tests/native/fast_path_app.c).  Both runs are also checked
+    against the program's own counts."""
+    app = _build_app(mpi, tmp_path, "fast_path_app")
+    p, rounds, split = 3, 40, 10
+    got = {}
+    for mode, env in (("full", {"RANKMAP_SAMPLE": "1"}), ("fast", {})):
+        recs = mpi.run(p, str(app), rundir=tmp_path / mode, env={"RANKMAP_BUCKET_MS": "1", **env})
+        got[mode] = []
+        for rec in recs:
+            me = rec.world_rank
+            nxt, prv = (me + 1) % p, (me - 1) % p
+            assert rows(rec, "p2p") == {
+                (nxt, "p2p", "MPI_Isend", "send"): (rounds * 16 * (24 + 8) + split * 4 * 24, rounds * 32 + split * 4),
+                (nxt, "p2p", "MPI_Send", "send"): (rounds * 40, rounds),
+                (prv, "p2p", "MPI_Irecv", "recv"): (rounds * 16 * (24 + 8) + split * 4 * 24, rounds * 32 + split * 4),
+                (prv, "p2p", "MPI_Recv", "recv"): (rounds * 40, rounds),
+            }, mode
+            assert rec.op_time["MPI_Irecv"][0] == rounds * 33 + split * 4, mode
+            sent = {}
+            for _b, peer, k, n in rec.timeline:
+                sent[(peer, k)] = sent.get((peer, k), 0) + n
+            assert sent == {(nxt, "p2p"): rounds * (16 * 32 + 40) + split * 96}, mode
+            assert len({b for b, *_ in rec.timeline}) > 5, "the run should span many timeline buckets"
+            got[mode].append(({k: v[0] for k, v in rec.op_time.items()}, rec.histogram, rec.payload,
+                              sorted(rec.traffic)))
+    assert got["fast"] == got["full"]
+
+
 def _fact_calls(rec: records.RankRecord, operation: str) -> dict[tuple[int, int], list[tuple[int, int]]]:
     """{(count, communicator): [(bucket, calls), ...] in bucket order} of one operation's signatures,
     buckets next to each other merged (a group of calls may straddle a bucket boundary)."""

@@ -61,12 +61,34 @@ def test_generated_sources(spec):
     assert "RM_HAVE_PMPI_Status_f082c" not in few["rm_gen.h"]
 
 
+def test_fast_path_jumps_to_the_library(spec):
+    """An entry with "fast" keeps its common untimed call in the entry point, which goes straight
+    to the library (as its last act: a jump, no frame), and hands every other call to the full
+    wrapper, a function of its own; entries without "fast" are one function as before."""
+    c = shim_gen.generate(spec, None)["wrap_c.c"]
+    isend = c[c.index("int MPI_Isend("):]
+    isend = isend[:isend.index("\n}\n")]
+    fast = isend[isend.index("if (rm_fast_ok(OP_MPI_Isend) && (rm_p2p_send_fast(OP_MPI_Isend,"):]
+    assert fast.split("\n")[1:4] == ["    rm_fast_done(OP_MPI_Isend, n);",
+                                     "    return PMPI_Isend(buf, count, datatype, dest, tag, comm, request);", "  }"]
+    assert isend.rstrip().endswith("return rmw_MPI_Isend(buf, count, datatype, dest, tag, comm, request);")
+    full = c[c.index("static __attribute__((noinline)) int rmw_MPI_Isend("):c.index("int MPI_Isend(")]
+    assert "RM_T0(OP_MPI_Isend);" in full and "RM_DONE(OP_MPI_Isend, n);" in full
+    # a fast path with work after the call keeps the call's result
+    irecv = c[c.index("int MPI_Irecv("):]
+    assert "int rc = PMPI_Irecv(" in irecv[:irecv.index("return rmw_MPI_Irecv(")]
+    assert "if (rm_track_recv) rm_rq_recv_push(*request);" in irecv
+    assert "rmw_MPI_Allreduce" not in c
+
+
 @pytest.mark.parametrize("text,msg", [
     ("MPI_Send(int count)\n    bogus: x\n", "calls.spec:2: unknown attribute 'bogus: x'"),
     ("    pre: n = 1;\n", "calls.spec:1: attribute before any prototype"),
     ("MPI_Send(int count, float)\n", "calls.spec:1: cannot read parameter 'float'"),
     ("send(int count)\n", "calls.spec:1: not an MPI routine name: send"),
     ("MPI_Bcast(int count)\n    pre: n = 1;\n    post: x;\n    variants: init\n", "'init' needs exactly one"),
+    ("MPI_Send(int count)\n    pre: n = 1;\n    fast.post: x;\n", "calls.spec:1: 'fast.post' without 'fast'"),
+    ("MPI_Init(int count)\n    plain: yes\n    fast: 1\n", "calls.spec:1: a 'plain' entry has no 'fast' path"),
 ])
 def test_spec_errors_name_the_line(text, msg):
     with pytest.raises(RankmapError, match=re.escape(msg)):

@@ -173,7 +173,7 @@ static inline __attribute__((always_inline)) void rmrec_add(_Atomic uint64_t *p,
   if (plain) __atomic_store_n((uint64_t *)p, __atomic_load_n((uint64_t *)p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
   else __atomic_fetch_add((uint64_t *)p, v, __ATOMIC_RELAXED);
 }
-static inline int rmrec_hist_bin(uint64_t n) {      /* 0: 0 bytes; k: 2^(k-1) <= n < 2^k */
+static inline __attribute__((always_inline)) int rmrec_hist_bin(uint64_t n) {      /* 0: 0 bytes; k: 2^(k-1) <= n < 2^k */
   return n ? 64 - __builtin_clzll(n) - (n >> 63) : 0;   /* 2^63 and up share the last bin */
 }
 

@@ -114,36 +114,65 @@ void rm_thread_init(void);      /* the calling thread's counters (first call of 
 uint32_t rm_next_skip_call(void);   /* rm_next_skip out of line: once per timed call, and a thread's
                                        first call (which sets up its counters) */
 
-/* at entry: returns the weight of this call's duration (0: not timed), *t0 its start */
-static inline __attribute__((always_inline)) unsigned rm_clock_in(int op, uint64_t *t0) {
+/* An untimed call (most short calls): one fewer call before the next timed one, and the rows'
+ * time the thread's latest clock reading (a new one only when a timeline bucket has passed).
+ * Returns 0 when this call is to be timed (rm_clock_timed). */
+static inline __attribute__((always_inline)) int rm_untimed(int op) {
+  if ((rm_t.slow[op >> 3] & (1u << (op & 7))) || !rm_t.skip) return 0;
+  rm_t.skip--;
   unsigned e = rmrec_epoch;
+  if (e != rm_t.epoch) { rm_t.epoch = e; rm_t.last = rmrec_ticks(); }
+  rm_tick = rm_t.last;
+  return 1;
+}
+/* A timed call (rm_untimed said 0): returns the weight of its duration, *t0 its start */
+static inline __attribute__((always_inline)) unsigned rm_clock_timed(int op, uint64_t *t0) {
   unsigned w = 1;
   if (!(rm_t.slow[op >> 3] & (1u << (op & 7)))) {
-    if (rm_t.skip) {
-      rm_t.skip--;
-      if (e != rm_t.epoch) { rm_t.epoch = e; rm_t.last = rmrec_ticks(); }
-      rm_tick = rm_t.last;
-      return 0;
-    }
     rm_t.skip = rm_next_skip_call();
     w = 1u << rm_sample_bits;
   }
-  rm_t.epoch = e;
+  rm_t.epoch = rmrec_epoch;
   *t0 = rm_tick = rm_t.last = rmrec_ticks();
   return w;
 }
+/* at entry: returns the weight of this call's duration (0: not timed), *t0 its start */
+static inline __attribute__((always_inline)) unsigned rm_clock_in(int op, uint64_t *t0) {
+  return rm_untimed(op) ? 0 : rm_clock_timed(op, t0);
+}
 uint64_t rm_clock_dt(int op, uint64_t t0, unsigned w);   /* a timed call's weighted duration */
-/* at exit: the operation's counters; a timed call's duration out of line (one call in 16) */
-static inline __attribute__((always_inline)) void rm_clock_out(int op, uint64_t payload, uint64_t t0, unsigned w) {
+/* a call of op with this payload: the operation's counters (its call count is the sum of the
+ * size histogram) */
+static inline __attribute__((always_inline)) void rm_count(int op, uint64_t payload) {
   rmrec_opstat_t *o = &rm_t.ops[op];
   int pl = rm_t.plain;
-  if (__builtin_expect(w != 0, 0)) rmrec_add(&o->ticks, rm_clock_dt(op, t0, w), pl);
   if (payload) rmrec_add(&o->bytes, payload, pl);
   rmrec_add(&o->hist[rmrec_hist_bin(payload)], 1, pl);
+}
+/* at exit: the operation's counters; a timed call's duration out of line (one call in 16) */
+static inline __attribute__((always_inline)) void rm_clock_out(int op, uint64_t payload, uint64_t t0, unsigned w) {
+  if (__builtin_expect(w != 0, 0)) rmrec_add(&rm_t.ops[op].ticks, rm_clock_dt(op, t0, w), rm_t.plain);
+  rm_count(op, payload);
 }
 /* a wrapper's clock: RM_T0 at entry, RM_DONE at exit (the collective in progress, if any, is over then) */
 #define RM_T0(op) uint64_t t0_ = 0; unsigned w_ = rm_clock_in(op, &t0_)
 #define RM_DONE(op, n) do { rm_t.coll = 0; rm_clock_out(op, (n), t0_, w_); } while (0)
+
+/* The fast path of an entry point (calls.spec's "fast"): an untimed call whose accounting needs
+ * no call of its own.  rm_fast_ok: the call is untimed, in the thread's current timeline bucket
+ * (its cached timeline cells hold) and the thread is the only writer of its counters (plain adds);
+ * the entry's own test comes next, and only when both hold does rm_fast_done take the call off
+ * the count to the next timed one and count the operation.  Anything else goes the full way,
+ * which decides again (nothing was changed). */
+static inline __attribute__((always_inline)) int rm_fast_ok(int op) {
+  return !(rm_t.slow[op >> 3] & (1u << (op & 7))) && rm_t.skip && rm_t.epoch == rmrec_epoch && rm_t.plain;
+}
+static inline __attribute__((always_inline)) void rm_fast_done(int op, uint64_t payload) {
+  rm_t.skip--;
+  rmrec_opstat_t *o = &rm_t.ops[op];
+  if (payload) rmrec_add(&o->bytes, payload, 1);
+  rmrec_add(&o->hist[rmrec_hist_bin(payload)], 1, 1);
+}
 
 /* Count arrays of the v/w collectives: int in MPI_Alltoallv, MPI_Count in MPI_Alltoallv_c.
  * RM_CV(a) makes the view from either; rm_cv(v, i) reads element i. */
@@ -196,6 +225,12 @@ void rm_teardown(void);   /* before PMPI_Finalize: final flush */
 #define RM_MK_SLOTS 4096
 extern _Atomic uint64_t rm_mk_cache[RM_MK_SLOTS];   /* (64 KiB granule << 2) | kind, 0 = empty */
 int rm_mem_slow(const void *buf);
+/* the kind of a buffer whose granule was classified before, -1 if it was not */
+static inline __attribute__((always_inline)) int rm_mem_cached(const void *buf) {
+  uint64_t g = (uint64_t)(uintptr_t)buf >> 16;
+  uint64_t c = __atomic_load_n((uint64_t *)&rm_mk_cache[g & (RM_MK_SLOTS - 1)], __ATOMIC_RELAXED);
+  return c != 0 && (c >> 2) == g ? (int)(c & 3) : -1;
+}
 static inline int rm_mem(const void *buf) {
   uint64_t g = (uint64_t)(uintptr_t)buf >> 16;
   uint64_t c = __atomic_load_n((uint64_t *)&rm_mk_cache[g & (RM_MK_SLOTS - 1)], __ATOMIC_RELAXED);
@@ -291,13 +326,46 @@ extern rm_rlog_t rm_rl;
 static inline int rm_rq_pending(void) { return rm_rq_count | rm_rl.live; }
 void rm_rq_put(MPI_Request req, int kind, int op, int mem, rm_xl_t *xl, rm_rowset_t *rs);
 int rm_rl_room(void);
-/* a nonblocking receive (MPI_Irecv, MPI_Imrecv): appended to the log, or into the table if the
- * MPI calls of threads may overlap */
-static inline void rm_rq_put_recv(MPI_Request req, int op, const void *buf, rm_xl_t *xl) {
-  if (!rm_single) { rm_rq_put(req, RQ_RECV, op, rm_mem(buf), xl, NULL); return; }
-  if (__builtin_expect(rm_rl.tail == rm_rl.lim, 0) && !rm_rl_room()) return;
-  rm_rle_t *e = &rm_rl.e[rm_rl.tail & (rm_rl.cap - 1)];    /* (a successful MPI_Irecv's request */
-  e->key = rm_hkey(&req, sizeof req); e->xl = xl; e->buf = buf; e->op = op;   /* is never null) */
+/* A nonblocking receive (MPI_Irecv, MPI_Imrecv), in two steps around the library's call, so that
+ * only the entry and the request's address stay live across it: rm_rq_recv_begin fills the log's
+ * next entry (or, if the MPI calls of threads may overlap, the thread's scratch entry for the
+ * table) and returns it, NULL if the receive cannot be tracked; rm_rq_recv_commit makes it live
+ * with the request the library returned (a successful call's request is never null).  Nothing
+ * can append to the log in between: it is used only when MPI calls never overlap, and no MPI
+ * library calls the MPI_ entry points from inside its own. */
+extern RM_TLS rm_rle_t rm_rq_scratch;
+static inline __attribute__((always_inline)) rm_rle_t *rm_rq_recv_begin(int op, const void *buf, rm_xl_t *xl) {
+  rm_rle_t *e = &rm_rq_scratch;
+  if (rm_single) {
+    if (__builtin_expect(rm_rl.tail == rm_rl.lim, 0) && !rm_rl_room()) return NULL;
+    e = &rm_rl.e[rm_rl.tail & (rm_rl.cap - 1)];
+  }
+  e->xl = xl; e->buf = buf; e->op = op;
+  return e;
+}
+static inline __attribute__((always_inline)) void rm_rq_recv_commit(rm_rle_t *e, MPI_Request req) {
+  if (e == &rm_rq_scratch) { rm_rq_put(req, RQ_RECV, e->op, rm_mem(e->buf), e->xl, NULL); return; }
+  e->key = rm_hkey(&req, sizeof req);
+  rm_rl.tail++; rm_rl.live++;
+}
+/* The fast path of MPI_Irecv: the log's next entry filled when the log has room and the
+ * communicator's translation is at hand (MPI_COMM_WORLD, the thread's last); 0 (nothing done)
+ * otherwise.  rm_rq_recv_push makes it live after the library's call. */
+static inline __attribute__((always_inline)) int rm_rq_recv_fast(int op, const void *buf, MPI_Comm comm) {
+  if (!rm_single || rm_rl.tail == rm_rl.lim) return 0;
+  rm_xl_t *x = &rm_xl_world;
+  if (comm != MPI_COMM_WORLD) {
+    if (rm_comm_last.key != rm_hkey(&comm, sizeof comm) ||
+        rm_comm_last.gen != __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE))
+      return 0;
+    x = rm_comm_last.x;
+  }
+  rm_rle_t *e = &rm_rl.e[rm_rl.tail & (rm_rl.cap - 1)];
+  e->xl = x; e->buf = buf; e->op = op;
+  return 1;
+}
+static inline __attribute__((always_inline)) void rm_rq_recv_push(MPI_Request req) {
+  rm_rl.e[rm_rl.tail & (rm_rl.cap - 1)].key = rm_hkey(&req, sizeof req);
   rm_rl.tail++; rm_rl.live++;
 }
 /* The receive half of MPI_Isendrecv(_replace).  MPICH 4.0 completes these requests without
@@ -422,6 +490,22 @@ uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, i
     return n;
   }
   return rm_p2p_send_slow(c, op, buf, count, t, dest, comm);
+}
+/* A remembered send on the fast path: its counters with plain adds, when its arguments, its
+ * buffer's memory kind and its timeline cell are all cached; 0 (nothing counted) otherwise. */
+static inline __attribute__((always_inline))
+int rm_p2p_send_fast(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm, uint64_t *np) {
+  rm_sc_t *c = &rm_t.sc[((unsigned)dest ^ (unsigned)count ^ ((unsigned)op << 1)) & (RM_SC - 1)];
+  if (!(c->s != NULL && c->dest == dest && c->count == count && c->t == t && c->comm == comm && c->op == op &&
+        !rm_rs && c->gen == __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE) && c->mem == rm_mem_cached(buf)))
+    return 0;
+  uint64_t n = c->n;
+  if (n && (c->tl_epoch != rm_t.epoch || !c->tl)) return 0;
+  rmrec_add(&c->s->bytes, n, 1);
+  rmrec_add(&c->s->msgs, 1, 1);
+  if (n) rmrec_add(c->tl, n, rm_single);
+  *np = n;
+  return 1;
 }
 uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st);
 

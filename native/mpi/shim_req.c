@@ -199,6 +199,7 @@ uint64_t rm_start_all(int n, const MPI_Request *reqs) {
 /* ---- the receive log (below MPI_THREAD_MULTIPLE) ------------------------------------------------ */
 
 rm_rlog_t rm_rl;
+RM_TLS rm_rle_t rm_rq_scratch;     /* rm_rq_recv_begin's entry when the request goes to the table */
 typedef struct { uint64_t key, seq; } rl_idx_t;
 static rl_idx_t *rl_idx;                 /* lazy index: key -> latest sequence number */
 static uint64_t rl_icap, rl_iused, rl_hashed;   /* entries before rl_hashed are indexed */

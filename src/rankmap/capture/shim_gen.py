@@ -38,7 +38,7 @@ from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
 
 ATTRS = {"pre", "post", "after", "err", "persist", "status_if", "variants", "families", "plain",
-         "pre.f", "post.f", "after.f", "err.f"}
+         "fast", "fast.post", "pre.f", "post.f", "after.f", "err.f"}
 FAMILIES = ("c", "f", "f08")
 
 # Handle types and their Fortran -> C conversion.
@@ -180,6 +180,10 @@ def expand(entries) -> Spec:
         if set(fams) - set(FAMILIES):
             raise RankmapError(f"calls.spec:{line}: unknown family in {fams}")
         plain = attrs.get("plain", "") == "yes"
+        if "fast.post" in attrs and "fast" not in attrs:
+            raise RankmapError(f"calls.spec:{line}: 'fast.post' without 'fast'")
+        if "fast" in attrs and plain:
+            raise RankmapError(f"calls.spec:{line}: a 'plain' entry has no 'fast' path")
         body = {k: v for k, v in attrs.items() if k not in ("variants", "families", "plain")}
         for name in names:
             forms = [Call(name, params, body, fams, None if plain else name, plain)]
@@ -188,9 +192,9 @@ def expand(entries) -> Spec:
                 forms.append(Call(nb, params + [Param("MPI_Request", 1, False, "request")], body, fams, nb))
             if "init" in variants:
                 m = re.fullmatch(r"n = (.*);", body.get("pre", ""), re.S)
-                if not m or set(body) - {"pre"}:
+                if not m or set(body) - {"pre", "fast", "fast.post"}:
                     raise RankmapError(f"calls.spec:{line}: 'init' needs exactly one 'pre: n = <expression>;'")
-                pers = {"persist": m.group(1)}
+                pers = {"persist": m.group(1)}     # (counted at MPI_Start: no fast path)
                 forms.append(Call(name + "_init", params + [Param("MPI_Info", 0, False, "info"),
                                                            Param("MPI_Request", 1, False, "request")],
                                   pers, fams, name + "_init"))
@@ -254,13 +258,10 @@ def gen_header(spec: Spec, declared: set[str] | None) -> str:
             f"/* optional routines this MPI declares */\n{have}#endif\n")
 
 
-def gen_c(c: Call) -> str:
-    decl = ", ".join(p.decl() for p in c.params) or "void"
-    args = ", ".join(p.name for p in c.params)
-    call = f"{c.pmpi}({args})"
-    out = [f"int {c.name}({decl}) {{"]
+def _gen_full(c: Call, call: str) -> str:
+    """The wrapper's body: its clock, the accounting before and after the library's call."""
+    out = []
     if not c.plain:
-        out.append(f"  if (!RM_CAPTURE) return {call};")
         out.append(f"  RM_T0(OP_{c.op});\n  uint64_t n = 0;")
     out.append(_indent(_sub_op(c.code("pre", False), c.op)).rstrip("\n"))
     cond = _status_cond(c, False)
@@ -281,8 +282,30 @@ def gen_c(c: Call) -> str:
     out.append(_indent(_sub_op(c.code("after", False), c.op)).rstrip("\n"))
     if not c.plain:
         out.append(f"  RM_DONE(OP_{c.op}, n);")
-    out.append("  return rc;\n}\n")
-    return "\n".join(l for l in out if l) + "\n"
+    out.append("  return rc;")
+    return "\n".join(line for line in out if line)
+
+
+def gen_c(c: Call) -> str:
+    decl = ", ".join(p.decl() for p in c.params) or "void"
+    args = ", ".join(p.name for p in c.params)
+    call = f"{c.pmpi}({args})"
+    guard = "" if c.plain else f"  if (!RM_CAPTURE) return {call};\n"
+    if "fast" not in c.attrs:
+        return f"int {c.name}({decl}) {{\n{guard}{_gen_full(c, call)}\n}}\n\n"
+    # The common untimed call stays in the entry point; everything else is a function of its own
+    # that the entry point jumps to, so the entry point saves no registers (GCC sets a function's
+    # frame up at its entry when any of its paths needs one).
+    full = f"rmw_{c.name}"
+    post = _sub_op(c.code("fast.post", False), c.op)
+    lib = (f"    int rc = {call};\n    if (rc == MPI_SUCCESS) {{\n{_indent(post, '      ')}    }}\n    return rc;"
+           if post.strip() else f"    return {call};")
+    return (f"static __attribute__((noinline)) int {full}({decl}) {{\n{_gen_full(c, call)}\n}}\n"
+            f"int {c.name}({decl}) {{\n{guard}"
+            f"  uint64_t n = 0;\n"
+            f"  if (rm_fast_ok(OP_{c.op}) && ({_sub_op(c.attrs['fast'], c.op)})) {{\n"
+            f"    rm_fast_done(OP_{c.op}, n);\n{lib}\n  }}\n"
+            f"  return {full}({args});\n}}\n\n")
 
 
 def _fortran_params(c: Call) -> list[Param]:
