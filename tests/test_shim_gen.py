@@ -68,8 +68,8 @@ def test_fast_path_jumps_to_the_library(spec):
     c = shim_gen.generate(spec, None)["wrap_c.c"]
     isend = c[c.index("int MPI_Isend("):]
     isend = isend[:isend.index("\n}\n")]
-    fast = isend[isend.index("if (rm_fast_ok(OP_MPI_Isend) && (rm_p2p_send_fast(OP_MPI_Isend,"):]
-    assert fast.split("\n")[1:4] == ["    rm_fast_done(OP_MPI_Isend, n);",
+    fast = isend[isend.index("if (rm_fast_ok(OP_MPI_Isend) && (rm_p2p_send_fast(OP_MPI_Isend, buf, count, datatype, dest, comm))) {"):]
+    assert fast.split("\n")[1:4] == ["    rm_t.skip--;",
                                      "    return PMPI_Isend(buf, count, datatype, dest, tag, comm, request);", "  }"]
     assert isend.rstrip().endswith("return rmw_MPI_Isend(buf, count, datatype, dest, tag, comm, request);")
     full = c[c.index("static __attribute__((noinline)) int rmw_MPI_Isend("):c.index("int MPI_Isend(")]

@@ -352,8 +352,10 @@ uint64_t rm_p2p_send_slow(rm_sc_t *c, int op, const void *buf, MPI_Count count, 
   uint64_t key = rm_row_key(w, RMREC_P2P, op, mem, RMREC_SEND);
   rm_rowc_t *e = rm_rowc_of(key);
   if (e->key != key) return n;          /* no row (the record is full) */
-  *c = (rm_sc_t){.comm = comm, .t = t, .count = count, .dest = dest, .op = op, .mem = mem, .peer = w, .gen = gen,
-                 .n = n, .s = e->s, .tl = e->tl, .tl_epoch = e->tl_epoch};
+  rmrec_opstat_t *o = &rm_t.ops[op];
+  *c = (rm_sc_t){.dk = rm_sc_dk(dest, op), .comm = comm, .t = t, .count = count, .mem = mem, .peer = w, .gen = gen,
+                 .n = n, .s = e->s, .tl = e->tl, .tl_epoch = e->tl ? e->tl_epoch : RM_NO_EPOCH,
+                 .ob = &o->bytes, .oh = &o->hist[rmrec_hist_bin(n)]};
   return n;
 }
 

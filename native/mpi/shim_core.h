@@ -48,11 +48,16 @@ typedef struct rm_rowset rm_rowset_t;
 typedef struct { uint64_t key; rmrec_slot_t *s; _Atomic uint64_t *tl; unsigned tl_epoch; } rm_rowc_t;
 #define RM_ROWC 16
 /* A send's accounting memoised by its arguments (rm_p2p_send): the payload of a predefined type,
- * the row (slot) its world peer, operation and memory kind lead to, and its timeline cell. */
+ * the row (slot) its world peer, operation and memory kind lead to, its timeline cell (valid while
+ * rmrec_epoch is tl_epoch; RM_NO_EPOCH: none), and its operation's byte and size-bin counters.
+ * dk: the peer and the operation in one word, compared at once. */
 typedef struct {
-  MPI_Comm comm; MPI_Datatype t; MPI_Count count; int dest, op, mem, peer; unsigned gen;
+  uint64_t dk; MPI_Count count; MPI_Datatype t; MPI_Comm comm; unsigned gen; int mem, peer;
   uint64_t n; rmrec_slot_t *s; _Atomic uint64_t *tl; unsigned tl_epoch;
+  _Atomic uint64_t *ob, *oh;
 } rm_sc_t;
+#define RM_NO_EPOCH 0xffffffffu
+static inline uint64_t rm_sc_dk(int dest, int op) { return (uint64_t)(uint32_t)dest | ((uint64_t)(uint32_t)op << 32); }
 #define RM_SC 8
 typedef struct {
   int in_f; uint32_t skip; rm_rowset_t *rs; uint64_t tick, last, rng; unsigned epoch;
@@ -159,19 +164,12 @@ static inline __attribute__((always_inline)) void rm_clock_out(int op, uint64_t 
 #define RM_DONE(op, n) do { rm_t.coll = 0; rm_clock_out(op, (n), t0_, w_); } while (0)
 
 /* The fast path of an entry point (calls.spec's "fast"): an untimed call whose accounting needs
- * no call of its own.  rm_fast_ok: the call is untimed, in the thread's current timeline bucket
- * (its cached timeline cells hold) and the thread is the only writer of its counters (plain adds);
- * the entry's own test comes next, and only when both hold does rm_fast_done take the call off
- * the count to the next timed one and count the operation.  Anything else goes the full way,
- * which decides again (nothing was changed). */
+ * no call of its own.  rm_fast_ok: the call is untimed and the thread is the only writer of its
+ * counters (plain adds); the entry's own test comes next, and counts the call when it can (0:
+ * nothing counted); only when both hold is the call taken off the count to the next timed one.
+ * Anything else goes the full way, which decides again (nothing was changed). */
 static inline __attribute__((always_inline)) int rm_fast_ok(int op) {
-  return !(rm_t.slow[op >> 3] & (1u << (op & 7))) && rm_t.skip && rm_t.epoch == rmrec_epoch && rm_t.plain;
-}
-static inline __attribute__((always_inline)) void rm_fast_done(int op, uint64_t payload) {
-  rm_t.skip--;
-  rmrec_opstat_t *o = &rm_t.ops[op];
-  if (payload) rmrec_add(&o->bytes, payload, 1);
-  rmrec_add(&o->hist[rmrec_hist_bin(payload)], 1, 1);
+  return !(rm_t.slow[op >> 3] & (1u << (op & 7))) && rm_t.skip && rm_t.plain;
 }
 
 /* Count arrays of the v/w collectives: int in MPI_Alltoallv, MPI_Count in MPI_Alltoallv_c.
@@ -348,20 +346,24 @@ static inline __attribute__((always_inline)) void rm_rq_recv_commit(rm_rle_t *e,
   e->key = rm_hkey(&req, sizeof req);
   rm_rl.tail++; rm_rl.live++;
 }
-/* The fast path of MPI_Irecv: the log's next entry filled when the log has room and the
- * communicator's translation is at hand (MPI_COMM_WORLD, the thread's last); 0 (nothing done)
- * otherwise.  rm_rq_recv_push makes it live after the library's call. */
-static inline __attribute__((always_inline)) int rm_rq_recv_fast(int op, const void *buf, MPI_Comm comm) {
-  if (!rm_single || rm_rl.tail == rm_rl.lim) return 0;
-  rm_xl_t *x = &rm_xl_world;
-  if (comm != MPI_COMM_WORLD) {
-    if (rm_comm_last.key != rm_hkey(&comm, sizeof comm) ||
-        rm_comm_last.gen != __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE))
-      return 0;
-    x = rm_comm_last.x;
+/* The fast path of MPI_Irecv (calls.spec's "fast"): the call counted and, when receives are
+ * recorded, the log's next entry filled, if the log has room and the communicator's translation is
+ * at hand (MPI_COMM_WORLD, the thread's last); 0 (nothing done) otherwise.  rm_rq_recv_push makes
+ * the entry live after the library's call. */
+static inline __attribute__((always_inline)) int rm_rq_recv_fast(int op, const void *buf, int source, MPI_Comm comm) {
+  if (rm_track_recv) {
+    if (source == MPI_PROC_NULL || !rm_single || rm_rl.tail == rm_rl.lim) return 0;
+    rm_xl_t *x = &rm_xl_world;
+    if (comm != MPI_COMM_WORLD) {
+      if (rm_comm_last.key != rm_hkey(&comm, sizeof comm) ||
+          rm_comm_last.gen != __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE))
+        return 0;
+      x = rm_comm_last.x;
+    }
+    rm_rle_t *e = &rm_rl.e[rm_rl.tail & (rm_rl.cap - 1)];
+    e->xl = x; e->buf = buf; e->op = op;
   }
-  rm_rle_t *e = &rm_rl.e[rm_rl.tail & (rm_rl.cap - 1)];
-  e->xl = x; e->buf = buf; e->op = op;
+  rmrec_add(&rm_t.ops[op].hist[0], 1, 1);      /* a receive's payload is counted at its completion */
   return 1;
 }
 static inline __attribute__((always_inline)) void rm_rq_recv_push(MPI_Request req) {
@@ -473,16 +475,16 @@ uint64_t rm_p2p_send_slow(rm_sc_t *c, int op, const void *buf, MPI_Count count, 
 static inline __attribute__((always_inline))
 uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm) {
   rm_sc_t *c = &rm_t.sc[((unsigned)dest ^ (unsigned)count ^ ((unsigned)op << 1)) & (RM_SC - 1)];
-  if (__builtin_expect(c->s != NULL && c->dest == dest && c->count == count && c->t == t && c->comm == comm &&
-                       c->op == op && !rm_rs, 1) &&
+  if (__builtin_expect(c->s != NULL && c->dk == rm_sc_dk(dest, op) && c->count == count && c->t == t &&
+                       c->comm == comm && !rm_rs, 1) &&
       __builtin_expect(c->gen == __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE) && c->mem == rm_mem(buf), 1)) {
     int pl = rm_t.plain;
     uint64_t n = c->n;
     rmrec_slot_t *s = c->s;
     _Atomic uint64_t *tl = c->tl;
-    if (n && __builtin_expect(c->tl_epoch != rm_t.epoch || !tl, 0)) {
+    if (n && __builtin_expect(c->tl_epoch != rm_t.epoch, 0)) {
       c->tl = tl = rmrec_tl_cell(rm_R, c->peer, RMREC_P2P, rm_tick);
-      c->tl_epoch = rm_t.epoch;
+      c->tl_epoch = tl ? rm_t.epoch : RM_NO_EPOCH;
     }
     rmrec_add(&s->bytes, n, pl);
     rmrec_add(&s->msgs, 1, pl);
@@ -491,20 +493,29 @@ uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, i
   }
   return rm_p2p_send_slow(c, op, buf, count, t, dest, comm);
 }
-/* A remembered send on the fast path: its counters with plain adds, when its arguments, its
- * buffer's memory kind and its timeline cell are all cached; 0 (nothing counted) otherwise. */
+/* A remembered send on the fast path: every counter of the call (the row, the timeline cell, the
+ * operation's bytes and size bin) with plain adds, when its arguments, its buffer's memory kind and
+ * its timeline cell are all cached; 0 (nothing counted) otherwise.  (No row set is being filled
+ * in an entry point: rm_rs is set only inside a persistent request's accounting.) */
 static inline __attribute__((always_inline))
-int rm_p2p_send_fast(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm, uint64_t *np) {
-  rm_sc_t *c = &rm_t.sc[((unsigned)dest ^ (unsigned)count ^ ((unsigned)op << 1)) & (RM_SC - 1)];
-  if (!(c->s != NULL && c->dest == dest && c->count == count && c->t == t && c->comm == comm && c->op == op &&
-        !rm_rs && c->gen == __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE) && c->mem == rm_mem_cached(buf)))
-    return 0;
+int rm_p2p_send_fast(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm) {
+  const rm_sc_t *c = &rm_t.sc[((unsigned)dest ^ (unsigned)count ^ ((unsigned)op << 1)) & (RM_SC - 1)];
+  /* every field read before any counter is written: the entry's (thread-local) address is then
+   * needed only here, not worked out again after each store */
+  rmrec_slot_t *s = c->s;
   uint64_t n = c->n;
-  if (n && (c->tl_epoch != rm_t.epoch || !c->tl)) return 0;
-  rmrec_add(&c->s->bytes, n, 1);
-  rmrec_add(&c->s->msgs, 1, 1);
-  if (n) rmrec_add(c->tl, n, rm_single);
-  *np = n;
+  _Atomic uint64_t *tl = c->tl, *ob = c->ob, *oh = c->oh;
+  unsigned tle = c->tl_epoch;
+  int mem = c->mem;
+  if (!(s != NULL && c->dk == rm_sc_dk(dest, op) && c->count == count && c->t == t && c->comm == comm &&
+        c->gen == __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE)))
+    return 0;
+  if (mem != rm_mem_cached(buf) || (n && tle != rmrec_epoch)) return 0;
+  rmrec_add(&s->bytes, n, 1);
+  rmrec_add(&s->msgs, 1, 1);
+  if (n) rmrec_add(tl, n, rm_single);
+  rmrec_add(ob, n, 1);
+  rmrec_add(oh, 1, 1);
   return 1;
 }
 uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st);

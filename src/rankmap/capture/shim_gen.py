@@ -302,9 +302,8 @@ def gen_c(c: Call) -> str:
            if post.strip() else f"    return {call};")
     return (f"static __attribute__((noinline)) int {full}({decl}) {{\n{_gen_full(c, call)}\n}}\n"
             f"int {c.name}({decl}) {{\n{guard}"
-            f"  uint64_t n = 0;\n"
             f"  if (rm_fast_ok(OP_{c.op}) && ({_sub_op(c.attrs['fast'], c.op)})) {{\n"
-            f"    rm_fast_done(OP_{c.op}, n);\n{lib}\n  }}\n"
+            f"    rm_t.skip--;\n{lib}\n  }}\n"
             f"  return {full}({args});\n}}\n\n")
 
 
