@@ -149,7 +149,10 @@ def build_shim(mpicc: str = "mpicc", force: bool = False, progress: Callable[[st
     key = hashlib.sha256((identity + "\n" + _sources_hash(srcs, generated)).encode()).hexdigest()[:20]
     out_dir = cache_root() / "shim" / key
     gen_dir = out_dir / "src"
-    base = [str(wrapper), "-std=gnu11", "-O2", "-fPIC", "-shared", "-I", str(native_dir() / "common"),
+    # a routine used without its declaration would be an undefined symbol found only when a rank
+    # first calls it: a build error instead
+    base = [str(wrapper), "-std=gnu11", "-O2", "-fPIC", "-shared", "-Werror=implicit-function-declaration",
+            "-I", str(native_dir() / "common"),
             "-I", str(native_dir() / "mpi"), "-I", str(gen_dir)]
     if force or not (out_dir / LIB_NAME).is_file():
         _write_generated(gen_dir, generated)
