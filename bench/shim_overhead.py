@@ -5,6 +5,7 @@ rankmap PMPI shim, side by side in one run; ns and instructions per intercepted 
 usage: PYTHONPATH=src python3 bench/shim_overhead.py [--mpi openmpi,mpich] [--mpicc mpicc --mpirun mpirun]
                                    [--reps 3] [--rounds 20] [--max-bytes 4194304] [--scale 1]
                                    [--callgrind] [--calls-only] [--recv0] [--baseline-shim OLD/librankmap_mpi.so]
+                                   [--shim-env K=V ...]
 
 Two ranks (bench/pingpong.c, LD_PRELOAD=librankmap_mpi.so, RANKMAP_RUN_DIR set: capture on). Inside
 that one run every figure alternates, round by round, between blocks that call the PMPI_ entry
@@ -190,10 +191,11 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
     args = [str(exe), str(a.max_bytes), str(a.scale), str(a.rounds)]
     with_shim, base, control = [], [], []
     for rep in range(0 if a.calls_only else a.reps):
-        env = {"LD_PRELOAD": str(shim), "RANKMAP_RUN_DIR": str(work / f"run{rep}")}
+        env = {"LD_PRELOAD": str(shim), "RANKMAP_RUN_DIR": str(work / f"run{rep}"), **a.shim_env}
         jobs = [(with_shim, env)]
         if a.baseline_shim or a.recv0:      # alternate which of the two goes first
-            benv = {"LD_PRELOAD": str(Path(a.baseline_shim or shim).resolve()), "RANKMAP_RUN_DIR": str(work / f"base{rep}")}
+            benv = {"LD_PRELOAD": str(Path(a.baseline_shim or shim).resolve()), "RANKMAP_RUN_DIR": str(work / f"base{rep}"),
+                    **a.shim_env}
             if a.recv0:
                 benv["RANKMAP_RECV"] = "0"
             jobs = [(base, benv)] + jobs if rep % 2 else jobs + [(base, benv)]
@@ -202,7 +204,8 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
         print(f"  {mpicc}: run {rep + 1}/{a.reps} done", file=sys.stderr)
     if not a.calls_only:
         control.append(run_once(launcher(mpirun, {}) + args))
-    modes = {"receives recorded": (shim, {}), "RANKMAP_RECV=0 (send side only)": (shim, {"RANKMAP_RECV": "0"})}
+    modes = {"receives recorded": (shim, dict(a.shim_env)),
+             "RANKMAP_RECV=0 (send side only)": (shim, {**a.shim_env, "RANKMAP_RECV": "0"})}
     if a.baseline_shim:                 # the one-process figures of the other build too
         old = Path(a.baseline_shim).resolve()
         modes.update({f"baseline shim, {m}": (old, e) for m, (_s, e) in list(modes.items())})
@@ -254,7 +257,10 @@ def main() -> None:
     ap.add_argument("--calls-only", action="store_true", help="only the one-process figures (no 2-rank runs)")
     ap.add_argument("--baseline-shim", default=None, help="another librankmap_mpi.so to compare with")
     ap.add_argument("--recv0", action="store_true", help="also run the shim with RANKMAP_RECV=0, alternating")
+    ap.add_argument("--shim-env", action="append", default=[], metavar="K=V",
+                    help="an environment variable of every run with a shim (e.g. RANKMAP_SAMPLE=1024)")
     a = ap.parse_args()
+    a.shim_env = dict(kv.split("=", 1) for kv in a.shim_env)
     pairs = [FLAVOURS[f.strip()] for f in a.mpi.split(",")] if a.mpi else [(a.mpicc, a.mpirun)]
     print(f"host: {platform.machine()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}\n"
           f"command: {' '.join(sys.argv)}")

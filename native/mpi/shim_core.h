@@ -119,45 +119,32 @@ void rm_thread_init(void);      /* the calling thread's counters (first call of 
 uint32_t rm_next_skip_call(void);   /* rm_next_skip out of line: once per timed call, and a thread's
                                        first call (which sets up its counters) */
 
-/* An untimed call (most short calls): one fewer call before the next timed one, and the rows'
- * time the thread's latest clock reading (a new one only when a timeline bucket has passed).
- * Returns 0 when this call is to be timed (rm_clock_timed). */
-static inline __attribute__((always_inline)) int rm_untimed(int op) {
-  if ((rm_t.slow[op >> 3] & (1u << (op & 7))) || !rm_t.skip) return 0;
-  rm_t.skip--;
+/* at entry: returns the weight of this call's duration (0: not timed), *t0 its start */
+static inline __attribute__((always_inline)) unsigned rm_clock_in(int op, uint64_t *t0) {
   unsigned e = rmrec_epoch;
-  if (e != rm_t.epoch) { rm_t.epoch = e; rm_t.last = rmrec_ticks(); }
-  rm_tick = rm_t.last;
-  return 1;
-}
-/* A timed call (rm_untimed said 0): returns the weight of its duration, *t0 its start */
-static inline __attribute__((always_inline)) unsigned rm_clock_timed(int op, uint64_t *t0) {
   unsigned w = 1;
   if (!(rm_t.slow[op >> 3] & (1u << (op & 7)))) {
+    if (rm_t.skip) {
+      rm_t.skip--;
+      if (e != rm_t.epoch) { rm_t.epoch = e; rm_t.last = rmrec_ticks(); }
+      rm_tick = rm_t.last;
+      return 0;
+    }
     rm_t.skip = rm_next_skip_call();
     w = 1u << rm_sample_bits;
   }
-  rm_t.epoch = rmrec_epoch;
+  rm_t.epoch = e;
   *t0 = rm_tick = rm_t.last = rmrec_ticks();
   return w;
 }
-/* at entry: returns the weight of this call's duration (0: not timed), *t0 its start */
-static inline __attribute__((always_inline)) unsigned rm_clock_in(int op, uint64_t *t0) {
-  return rm_untimed(op) ? 0 : rm_clock_timed(op, t0);
-}
 uint64_t rm_clock_dt(int op, uint64_t t0, unsigned w);   /* a timed call's weighted duration */
-/* a call of op with this payload: the operation's counters (its call count is the sum of the
- * size histogram) */
-static inline __attribute__((always_inline)) void rm_count(int op, uint64_t payload) {
-  rmrec_opstat_t *o = &rm_t.ops[op];
-  int pl = rm_t.plain;
-  if (payload) rmrec_add(&o->bytes, payload, pl);
-  rmrec_add(&o->hist[rmrec_hist_bin(payload)], 1, pl);
-}
 /* at exit: the operation's counters; a timed call's duration out of line (one call in 16) */
 static inline __attribute__((always_inline)) void rm_clock_out(int op, uint64_t payload, uint64_t t0, unsigned w) {
-  if (__builtin_expect(w != 0, 0)) rmrec_add(&rm_t.ops[op].ticks, rm_clock_dt(op, t0, w), rm_t.plain);
-  rm_count(op, payload);
+  rmrec_opstat_t *o = &rm_t.ops[op];
+  int pl = rm_t.plain;
+  if (__builtin_expect(w != 0, 0)) rmrec_add(&o->ticks, rm_clock_dt(op, t0, w), pl);
+  if (payload) rmrec_add(&o->bytes, payload, pl);
+  rmrec_add(&o->hist[rmrec_hist_bin(payload)], 1, pl);
 }
 /* a wrapper's clock: RM_T0 at entry, RM_DONE at exit (the collective in progress, if any, is over then) */
 #define RM_T0(op) uint64_t t0_ = 0; unsigned w_ = rm_clock_in(op, &t0_)
@@ -230,10 +217,8 @@ static inline __attribute__((always_inline)) int rm_mem_cached(const void *buf) 
   return c != 0 && (c >> 2) == g ? (int)(c & 3) : -1;
 }
 static inline int rm_mem(const void *buf) {
-  uint64_t g = (uint64_t)(uintptr_t)buf >> 16;
-  uint64_t c = __atomic_load_n((uint64_t *)&rm_mk_cache[g & (RM_MK_SLOTS - 1)], __ATOMIC_RELAXED);
-  if (__builtin_expect(c != 0 && (c >> 2) == g, 1)) return (int)(c & 3);
-  return rm_mem_slow(buf);
+  int k = rm_mem_cached(buf);
+  return __builtin_expect(k >= 0, 1) ? k : rm_mem_slow(buf);
 }
 void rm_mem_init(void);
 
