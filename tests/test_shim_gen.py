@@ -77,7 +77,7 @@ def test_fast_path_jumps_to_the_library(spec):
     # a fast path with work after the call keeps the call's result
     irecv = c[c.index("int MPI_Irecv("):]
     assert "int rc = PMPI_Irecv(" in irecv[:irecv.index("return rmw_MPI_Irecv(")]
-    assert "if (rm_track_recv) rm_rq_recv_push(*request);" in irecv
+    assert "if (rm_t.fast & RM_FAST_RLOG) rm_rq_recv_push(*request);" in irecv
     assert "rmw_MPI_Allreduce" not in c
 
 

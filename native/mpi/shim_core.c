@@ -289,6 +289,7 @@ void rm_thread_init(void) {
   if (!o) { shard = 0; o = rmrec_opstats(rm_R, 0); }
   rm_t.shard = shard;
   rm_t.plain = rm_single || shard > 0;
+  rm_t.fast = (rm_t.plain ? RM_FAST_PLAIN : 0) | (rm_single && rm_track_recv ? RM_FAST_RLOG : 0);
   rm_t.ops = o;
 }
 

@@ -40,6 +40,7 @@ enum {
  *   slow: per operation, its latest timed call was slow (so the next one is timed);
  *   ops, shard, plain: the operation counters this thread adds to (its own rmrec shard under
  *     MPI_THREAD_MULTIPLE, else the shared ones) and whether it is their only writer;
+ *   fast: what the entry points' fast paths may do (RM_FAST_*), one test of the thread's own block;
  *   rowc: pointers to the traffic rows this thread updated last (see rm_emit);
  *   sc: the sends this thread accounted last, by their arguments (see rm_p2p_send);
  *   coll, coll_mem: the collective in progress on this thread (operation id + 1, 0 for none) and
@@ -61,12 +62,14 @@ static inline uint64_t rm_sc_dk(int dest, int op) { return (uint64_t)(uint32_t)d
 #define RM_SC 8
 typedef struct {
   int in_f; uint32_t skip; rm_rowset_t *rs; uint64_t tick, last, rng; unsigned epoch;
-  int shard, plain; rmrec_opstat_t *ops;
+  int shard, plain, fast; rmrec_opstat_t *ops;
   int coll, coll_mem; struct rm_coll_memo *cm;
   uint8_t slow[(RMREC_MAX_OPS + 7) / 8];
   rm_rowc_t rowc[RM_ROWC];
   rm_sc_t sc[RM_SC];
 } rm_tls_t;
+/* rm_t.fast: plain adds to the thread's counters; and nonblocking receives recorded in the log */
+enum { RM_FAST_PLAIN = 1, RM_FAST_RLOG = 2 };
 extern RM_TLS rm_tls_t rm_t;
 #define rm_in_f (rm_t.in_f)
 #define rm_rs (rm_t.rs)
@@ -156,7 +159,7 @@ static inline __attribute__((always_inline)) void rm_clock_out(int op, uint64_t 
  * nothing counted); only when both hold is the call taken off the count to the next timed one.
  * Anything else goes the full way, which decides again (nothing was changed). */
 static inline __attribute__((always_inline)) int rm_fast_ok(int op) {
-  return !(rm_t.slow[op >> 3] & (1u << (op & 7))) && rm_t.skip && rm_t.plain;
+  return !(rm_t.slow[op >> 3] & (1u << (op & 7))) && rm_t.skip && (rm_t.fast & RM_FAST_PLAIN);
 }
 
 /* Count arrays of the v/w collectives: int in MPI_Alltoallv, MPI_Count in MPI_Alltoallv_c.
@@ -336,8 +339,8 @@ static inline __attribute__((always_inline)) void rm_rq_recv_commit(rm_rle_t *e,
  * at hand (MPI_COMM_WORLD, the thread's last); 0 (nothing done) otherwise.  rm_rq_recv_push makes
  * the entry live after the library's call. */
 static inline __attribute__((always_inline)) int rm_rq_recv_fast(int op, const void *buf, int source, MPI_Comm comm) {
-  if (rm_track_recv) {
-    if (source == MPI_PROC_NULL || !rm_single || rm_rl.tail == rm_rl.lim) return 0;
+  if (rm_t.fast & RM_FAST_RLOG) {
+    if (source == MPI_PROC_NULL || rm_rl.tail == rm_rl.lim) return 0;
     rm_xl_t *x = &rm_xl_world;
     if (comm != MPI_COMM_WORLD) {
       if (rm_comm_last.key != rm_hkey(&comm, sizeof comm) ||
@@ -347,7 +350,8 @@ static inline __attribute__((always_inline)) int rm_rq_recv_fast(int op, const v
     }
     rm_rle_t *e = &rm_rl.e[rm_rl.tail & (rm_rl.cap - 1)];
     e->xl = x; e->buf = buf; e->op = op;
-  }
+  } else if (rm_track_recv)
+    return 0;                                  /* MPI calls of threads may overlap: the table */
   rmrec_add(&rm_t.ops[op].hist[0], 1, 1);      /* a receive's payload is counted at its completion */
   return 1;
 }
