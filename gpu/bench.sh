@@ -192,12 +192,14 @@ CMP=(); [ $DRY = 1 ] && CMP=(--mpi-max-size 65536 --only mpi --only nccl)
 timeout 15 "$PY" gpu/bench_compare.py --work "$WORK/res" ${CMP[@]+"${CMP[@]}"}
 fails=$?
 [ $fails = 124 ] && echo "FAIL the comparison did not finish in 15 s"
-echo "== done in $(( $(date +%s) - T0 )) s (budget $BUDGET s): $fails FAIL"
-return $(( fails > 100 ? 100 : fails ))
+echo "== done in $(( $(date +%s) - T0 )) s (budget $BUDGET s): $fails FAIL in the comparison"
 }
 
 main 2>&1 | tee "$OUT/bench.txt"
-rc=${PIPESTATUS[0]}
+# every step's FAIL lines count, not only the comparison's
+rc=$(grep -c '^FAIL' "$OUT/bench.txt")
+echo "== $rc FAIL in all" | tee -a "$OUT/bench.txt"
+rc=$(( rc > 100 ? 100 : rc ))
 timeout 10 "$PY" - "$WORK/res" "$OUT/results.json" <<'EOF'
 import json, os, sys
 res, out = sys.argv[1], sys.argv[2]
