@@ -22,7 +22,8 @@ after another process opened ``/dev/nvidia<N>``, capped at 2 s; ``/dev/nvidiactl
 pairs of sessions, each a ``LinkSampler`` as ``rankmap monitor`` runs it around a job of its own, one
 with the open hold and one without (the stall guard on in both), alternating which goes first; one
 row per session (stalled reads and their CPU, ticks held by each rule, the sampler's CPU per GPU per
-sample, the device files other processes opened) and the sums per rule.
+sample, the device files other processes opened), each stalled read's CPU and when it came (before
+the launch, seconds after it, or seconds after the job's exit), and the sums per rule.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 
 from rankmap.capture.devwatch import gpu_device_files  # noqa: E402
 from rankmap.capture.sampler import GpmSource, LinkSampler, SamplerCost  # noqa: E402
@@ -91,11 +92,13 @@ class StallCost(SamplerCost):
     """The sampler's cost, with the CPU time of its stalled reads summed apart."""
 
     stall_cpu_ns: int = 0
+    stall_at: list = field(default_factory=list)      # (monotonic ns at the read's end, CPU ns)
 
     def add_read(self, wall_ns: int, cpu_ns: int) -> None:
         super().add_read(wall_ns, cpu_ns)
         if cpu_ns > STALL_NS:
             self.stall_cpu_ns += cpu_ns
+            self.stall_at.append((time.monotonic_ns(), cpu_ns))
 
 
 def session(args: argparse.Namespace, period: float, hold: bool) -> dict:
@@ -107,12 +110,14 @@ def session(args: argparse.Namespace, period: float, hold: bool) -> dict:
     s.start()
     time.sleep(args.before)
     before = s.cost.held_open             # held before the launch: other processes' opens, not this job's
+    t_launch = time.monotonic_ns()
     job = launch(args)
     try:
         rc = job.wait(timeout=args.load_s + 120)
     except subprocess.TimeoutExpired:
         os.killpg(job.pid, signal.SIGKILL)
         rc = job.wait()
+    t_exit = time.monotonic_ns()
     time.sleep(args.after)
     s.stop()
     src.close()
@@ -122,7 +127,21 @@ def session(args: argparse.Namespace, period: float, hold: bool) -> dict:
             "reads": c.reads, "stalls": c.stalls, "stall_ms": c.stall_cpu_ns / 1e6, "held": c.held,
             "held_open": c.held_open, "before": before, "capped": c.open_capped, "cpu": c.per_gpu_sample_cpu_ms,
             "median": c.median_read_ms, "max": c.max_read_ns / 1e6, "share": c.cpu_share, "watch": c.open_watch,
-            "files": ",".join(f"{Path(p).name}:{k}" for p, k in sorted(files.items())) or "-"}
+            "files": ",".join(f"{Path(p).name}:{k}" for p, k in sorted(files.items())) or "-",
+            "when": [when(t, cpu, t_launch, t_exit) for t, cpu in c.stall_at]}
+
+
+def when(t: int, cpu_ns: int, t_launch: int, t_exit: int) -> str:
+    """A stalled read's CPU and when it ended: before the launch, in the job (s after the launch) or
+    after it (s after the launcher's exit) -- at the job's start, a context's set-up the hold can see
+    coming (opens); at its end, a teardown it cannot (closes are not watched)."""
+    if t < t_launch:
+        where = f"{(t - t_launch) / 1e9:+.2f} s before the launch"
+    elif t <= t_exit:
+        where = f"{(t - t_launch) / 1e9:+.2f} s after the launch"
+    else:
+        where = f"{(t - t_exit) / 1e9:+.2f} s after the job's exit"
+    return f"{cpu_ns / 1e6:.1f} ms {where}"
 
 
 def compare(args: argparse.Namespace, period: float) -> int:
@@ -144,6 +163,8 @@ def compare(args: argparse.Namespace, period: float) -> int:
               f"{r['files'] if r['hold'] == 'on' else '(no watch)'}", flush=True)
         if hold and r["watch"] and r["watch"].startswith("off"):
             print(f"    watch {r['watch']}")
+        for w in r["when"]:
+            print(f"    stalled read: {w}")
     print(f"{'hold':>4} {'sessions':>8} {'reads':>6} {'stalls':>6} {'stall CPU ms':>12} {'held_open':>9} "
           f"{'CPU ms/GPU/sample, mean of sessions':>36} {'over all reads':>14}")
     for h in ("on", "off"):
