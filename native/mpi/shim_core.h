@@ -320,19 +320,25 @@ int rm_rl_room(void);
  * can append to the log in between: it is used only when MPI calls never overlap, and no MPI
  * library calls the MPI_ entry points from inside its own. */
 extern RM_TLS rm_rle_t rm_rq_scratch;
+static inline rm_rle_t *rm_rl_at(uint64_t s) { return &rm_rl.e[s & (rm_rl.cap - 1)]; }   /* receive s's entry */
+static inline rm_rle_t *rm_rl_next(void) { return rm_rl_at(rm_rl.tail); }
+/* the log's next entry made live with its request */
+static inline __attribute__((always_inline)) void rm_rq_recv_push(MPI_Request req) {
+  rm_rl_next()->key = rm_hkey(&req, sizeof req);
+  rm_rl.tail++; rm_rl.live++;
+}
 static inline __attribute__((always_inline)) rm_rle_t *rm_rq_recv_begin(int op, const void *buf, rm_xl_t *xl) {
   rm_rle_t *e = &rm_rq_scratch;
   if (rm_single) {
     if (__builtin_expect(rm_rl.tail == rm_rl.lim, 0) && !rm_rl_room()) return NULL;
-    e = &rm_rl.e[rm_rl.tail & (rm_rl.cap - 1)];
+    e = rm_rl_next();
   }
   e->xl = xl; e->buf = buf; e->op = op;
   return e;
 }
 static inline __attribute__((always_inline)) void rm_rq_recv_commit(rm_rle_t *e, MPI_Request req) {
-  if (e == &rm_rq_scratch) { rm_rq_put(req, RQ_RECV, e->op, rm_mem(e->buf), e->xl, NULL); return; }
-  e->key = rm_hkey(&req, sizeof req);
-  rm_rl.tail++; rm_rl.live++;
+  if (e == &rm_rq_scratch) rm_rq_put(req, RQ_RECV, e->op, rm_mem(e->buf), e->xl, NULL);
+  else rm_rq_recv_push(req);
 }
 /* The fast path of MPI_Irecv (calls.spec's "fast"): the call counted and, when receives are
  * recorded, the log's next entry filled, if the log has room and the communicator's translation is
@@ -348,16 +354,12 @@ static inline __attribute__((always_inline)) int rm_rq_recv_fast(int op, const v
         return 0;
       x = rm_comm_last.x;
     }
-    rm_rle_t *e = &rm_rl.e[rm_rl.tail & (rm_rl.cap - 1)];
+    rm_rle_t *e = rm_rl_next();
     e->xl = x; e->buf = buf; e->op = op;
   } else if (rm_track_recv)
     return 0;                                  /* MPI calls of threads may overlap: the table */
   rmrec_add(&rm_t.ops[op].hist[0], 1, 1);      /* a receive's payload is counted at its completion */
   return 1;
-}
-static inline __attribute__((always_inline)) void rm_rq_recv_push(MPI_Request req) {
-  rm_rl.e[rm_rl.tail & (rm_rl.cap - 1)].key = rm_hkey(&req, sizeof req);
-  rm_rl.tail++; rm_rl.live++;
 }
 /* The receive half of MPI_Isendrecv(_replace).  MPICH 4.0 completes these requests without
  * filling the status, so with a named source the posted source and length are counted (a shorter
@@ -461,12 +463,19 @@ uint64_t rm_p2p_send_slow(rm_sc_t *c, int op, const void *buf, MPI_Count count, 
  * of the datatype size, the communicator's translation and the row's key (about a hundred
  * instructions less per send).  Only sends whose payload cannot change are remembered (predefined
  * datatypes); a freed communicator (rm_xt_gen) or a row set being filled (rm_rs) goes the long way. */
+static inline rm_sc_t *rm_sc_of(int op, MPI_Count count, int dest) {
+  return &rm_t.sc[((unsigned)dest ^ (unsigned)count ^ ((unsigned)op << 1)) & (RM_SC - 1)];
+}
+/* the entry holds these arguments, and no communicator was freed since it was filled */
+static inline __attribute__((always_inline))
+int rm_sc_holds(const rm_sc_t *c, int op, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm) {
+  return c->s != NULL && c->dk == rm_sc_dk(dest, op) && c->count == count && c->t == t && c->comm == comm &&
+         c->gen == __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE);
+}
 static inline __attribute__((always_inline))
 uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm) {
-  rm_sc_t *c = &rm_t.sc[((unsigned)dest ^ (unsigned)count ^ ((unsigned)op << 1)) & (RM_SC - 1)];
-  if (__builtin_expect(c->s != NULL && c->dk == rm_sc_dk(dest, op) && c->count == count && c->t == t &&
-                       c->comm == comm && !rm_rs, 1) &&
-      __builtin_expect(c->gen == __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE) && c->mem == rm_mem(buf), 1)) {
+  rm_sc_t *c = rm_sc_of(op, count, dest);
+  if (__builtin_expect(rm_sc_holds(c, op, count, t, dest, comm) && !rm_rs && c->mem == rm_mem(buf), 1)) {
     int pl = rm_t.plain;
     uint64_t n = c->n;
     rmrec_slot_t *s = c->s;
@@ -488,7 +497,7 @@ uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, i
  * in an entry point: rm_rs is set only inside a persistent request's accounting.) */
 static inline __attribute__((always_inline))
 int rm_p2p_send_fast(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm) {
-  const rm_sc_t *c = &rm_t.sc[((unsigned)dest ^ (unsigned)count ^ ((unsigned)op << 1)) & (RM_SC - 1)];
+  const rm_sc_t *c = rm_sc_of(op, count, dest);
   /* every field read before any counter is written: the entry's (thread-local) address is then
    * needed only here, not worked out again after each store */
   rmrec_slot_t *s = c->s;
@@ -496,9 +505,7 @@ int rm_p2p_send_fast(int op, const void *buf, MPI_Count count, MPI_Datatype t, i
   _Atomic uint64_t *tl = c->tl, *ob = c->ob, *oh = c->oh;
   unsigned tle = c->tl_epoch;
   int mem = c->mem;
-  if (!(s != NULL && c->dk == rm_sc_dk(dest, op) && c->count == count && c->t == t && c->comm == comm &&
-        c->gen == __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE)))
-    return 0;
+  if (!rm_sc_holds(c, op, count, t, dest, comm)) return 0;
   if (mem != rm_mem_cached(buf) || (n && tle != rmrec_epoch)) return 0;
   rmrec_add(&s->bytes, n, 1);
   rmrec_add(&s->msgs, 1, 1);

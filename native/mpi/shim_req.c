@@ -204,8 +204,6 @@ typedef struct { uint64_t key, seq; } rl_idx_t;
 static rl_idx_t *rl_idx;                 /* lazy index: key -> latest sequence number */
 static uint64_t rl_icap, rl_iused, rl_hashed;   /* entries before rl_hashed are indexed */
 
-static inline rm_rle_t *rl_at(uint64_t s) { return &rm_rl.e[s & (rm_rl.cap - 1)]; }
-
 static void rl_idx_put(uint64_t key, uint64_t s) {
   uint64_t m = rl_icap - 1, i = hmix(key) & m;
   while (rl_idx[i].key && rl_idx[i].key != key) i = (i + 1) & m;
@@ -226,7 +224,7 @@ static int rl_reindex(void) {
   rl_iused = 0;
   if (rl_hashed < rm_rl.head) rl_hashed = rm_rl.head;
   for (uint64_t s = rm_rl.head; s < rl_hashed; s++)
-    if (rl_at(s)->key) rl_idx_put(rl_at(s)->key, s);
+    if (rm_rl_at(s)->key) rl_idx_put(rm_rl_at(s)->key, s);
   return 1;
 }
 
@@ -235,10 +233,10 @@ static int64_t rl_find_slow(uint64_t key) {
   if (!rm_rl.live) return -1;
   if (rl_hashed < rm_rl.head) rl_hashed = rm_rl.head;
   for (; rl_hashed < rm_rl.tail; rl_hashed++) {
-    uint64_t k = rl_at(rl_hashed)->key;
+    uint64_t k = rm_rl_at(rl_hashed)->key;
     if (!k) continue;
     if ((rl_iused + 1) * 2 > rl_icap && !rl_reindex()) {      /* no memory: scan the log */
-      for (uint64_t s = rm_rl.head; s < rm_rl.tail; s++) if (rl_at(s)->key == key) return (int64_t)s;
+      for (uint64_t s = rm_rl.head; s < rm_rl.tail; s++) if (rm_rl_at(s)->key == key) return (int64_t)s;
       return -1;
     }
     rl_idx_put(k, rl_hashed);
@@ -248,20 +246,20 @@ static int64_t rl_find_slow(uint64_t key) {
   for (uint64_t i = hmix(key) & m; rl_idx[i].key; i = (i + 1) & m)
     if (rl_idx[i].key == key) {
       uint64_t s = rl_idx[i].seq;
-      return s >= rm_rl.head && s < rm_rl.tail && rl_at(s)->key == key ? (int64_t)s : -1;
+      return s >= rm_rl.head && s < rm_rl.tail && rm_rl_at(s)->key == key ? (int64_t)s : -1;
     }
   return -1;
 }
 
 /* the live entry of key: the one at `from` (a cursor) if it matches, else through the index */
 static int64_t rl_find(uint64_t key, uint64_t from) {
-  if (from < rm_rl.tail && rl_at(from)->key == key) return (int64_t)from;
+  if (from < rm_rl.tail && rm_rl_at(from)->key == key) return (int64_t)from;
   return rl_find_slow(key);
 }
 
 /* the log entry as a table entry (for the single-request calls) */
 static void rl_copy(uint64_t s, rm_rq_t *out) {
-  const rm_rle_t *e = rl_at(s);
+  const rm_rle_t *e = rm_rl_at(s);
   *out = (rm_rq_t){.key = e->key, .seq = s, .kind = RQ_RECV, .op = e->op, .mem = rm_mem(e->buf), .where = RQ_IN_LOG,
                    .xl = e->xl, .src = -1};
 }
@@ -269,13 +267,13 @@ static void rl_copy(uint64_t s, rm_rq_t *out) {
 /* after entries were released: the head onto the first live entry */
 static inline void rl_trim(void) {
   if (!rm_rl.live) rm_rl.head = rm_rl.tail;
-  else while (rm_rl.head < rm_rl.tail && !rl_at(rm_rl.head)->key) rm_rl.head++;
+  else while (rm_rl.head < rm_rl.tail && !rm_rl_at(rm_rl.head)->key) rm_rl.head++;
   rm_rl.lim = rm_rl.head + rm_rl.cap;
 }
 
 static void rl_release(const rm_rq_t *e) {
-  if (e->seq < rm_rl.head || e->seq >= rm_rl.tail || rl_at(e->seq)->key != e->key) return;
-  rl_at(e->seq)->key = 0;
+  if (e->seq < rm_rl.head || e->seq >= rm_rl.tail || rm_rl_at(e->seq)->key != e->key) return;
+  rm_rl_at(e->seq)->key = 0;
   rm_rl.live--;
   rl_trim();
 }
@@ -287,9 +285,9 @@ int rm_rl_room(void) {
   if (cap && (uint64_t)rm_rl.live <= cap / 2) {
     uint64_t j = 0, base = rm_rl.tail;
     for (uint64_t s = rm_rl.head; s < rm_rl.tail; s++) {
-      rm_rle_t *e = rl_at(s);
+      rm_rle_t *e = rm_rl_at(s);
       if (!e->key) continue;
-      rm_rle_t *d = rl_at(base + j++);   /* = slot (head + j): never after e's slot */
+      rm_rle_t *d = rm_rl_at(base + j++);   /* = slot (head + j): never after e's slot */
       if (d != e) *d = *e;
     }
     rm_rl.head = base; rm_rl.tail = base + j;
@@ -299,7 +297,7 @@ int rm_rl_room(void) {
     uint64_t ncap = cap ? 2 * cap : 1024;
     rm_rle_t *n = malloc(ncap * sizeof *n);
     if (!n) { rmrec_fail(rm_R, "out of memory for pending receives"); return 0; }
-    for (uint64_t s = rm_rl.head; s < rm_rl.tail; s++) n[s & (ncap - 1)] = *rl_at(s);
+    for (uint64_t s = rm_rl.head; s < rm_rl.tail; s++) n[s & (ncap - 1)] = *rm_rl_at(s);
     free(rm_rl.e);
     rm_rl.e = n; rm_rl.cap = ncap;
   }
@@ -515,7 +513,7 @@ int rm_multi_has(const rm_multi_t *m, int i) {
 void rm_multi_done(rm_multi_t *m, int i, const MPI_Status *st) {
   if (!m->k || i < 0 || i >= m->n) return;
   int64_t s = run_of(m, i);
-  if (s >= 0) { m->freed += log_take(&m->agg, rl_at((uint64_t)s), st); return; }
+  if (s >= 0) { m->freed += log_take(&m->agg, rm_rl_at((uint64_t)s), st); return; }
   rm_tfound_t *t = table_of(m, i);
   if (t) table_take(&m->agg, t, st);
 }
@@ -524,7 +522,7 @@ void rm_multi_drop(rm_multi_t *m, int i) {
   if (!m->k || i < 0 || i >= m->n) return;
   int64_t s = run_of(m, i);
   if (s >= 0) {
-    rm_rle_t *e = rl_at((uint64_t)s);
+    rm_rle_t *e = rm_rl_at((uint64_t)s);
     if (e->key) { e->key = 0; m->freed++; }
     return;
   }

@@ -87,9 +87,7 @@ class DeviceOpenWatch:
         while self.fd >= 0:
             try:
                 buf = os.read(self.fd, 4096)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
+            except OSError:  # EAGAIN: nothing queued (EINTR or a closed fd: nothing to read either)
                 break
             off = 0
             while off + _EVENT.size <= len(buf):
