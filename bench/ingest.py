@@ -169,9 +169,9 @@ def run_one(shape: str, url: str, exe: Path, minutes: float, cycles: int, work: 
                 age_min=age_min, timeline_rows=tl_rows, exact=exact)
 
 
-def pg_url(given: str | None, stack: list) -> str | None:
-    if given:
-        return given
+def pg_server(stack: list):
+    """A throwaway local PostgreSQL server (the tests' harness), appended to ``stack`` for the caller
+    to stop; None where PostgreSQL is not installed."""
     sys.path.insert(0, str(ROOT / "tests"))
     try:
         from pg import PgCluster, _bindir
@@ -182,7 +182,14 @@ def pg_url(given: str | None, stack: list) -> str | None:
     c = PgCluster(_bindir())
     c.start()
     stack.append(c)
-    return c.new_database()
+    return c
+
+
+def pg_url(given: str | None, stack: list) -> str | None:
+    if given:
+        return given
+    c = pg_server(stack)
+    return None if c is None else c.new_database()
 
 
 def main() -> None:

@@ -75,6 +75,72 @@ def test_ingest_of_a_run_directory_matches_the_streamed_job(pairs, tmp_path):
     assert_one_line_error(rankmap("ingest", str(tmp_path / "nope"), "--db", fresh, env=env), "does not exist")
 
 
+def stored_rows(url: str) -> dict[str, list[tuple]]:
+    """Every row the store's only job has, table by table, sorted (the job's id and row ids left out)."""
+    import sqlalchemy as sa
+
+    from rankmap.store import open_store
+    from rankmap.store import schema as S
+
+    store = open_store(url)
+    try:
+        with store.engine.connect() as c:
+            (jid,) = c.execute(sa.select(S.jobs.c.id)).scalars().all()
+            out = {}
+            for t in S.metadata.sorted_tables:
+                if "job" in t.c and t.name != "jobs":
+                    cols = [col for col in t.c if col.name not in ("job", "id")]
+                    out[t.name] = sorted((tuple(json.dumps(v, sort_keys=True) for v in row)
+                                          for row in c.execute(sa.select(*cols).where(t.c.job == jid))))
+            return out
+    finally:
+        store.engine.dispose()
+
+
+def test_a_streamed_job_stores_the_rows_of_a_one_shot_ingest(pairs, tmp_path):
+    """Every row a job streamed while it ran (many small cycles, the timeline's older slots merged
+    as it grew) is the row `rankmap ingest` stores from the same run directory in one go."""
+    n = 4
+    env = {"RANKMAP_HOME": str(tmp_path / "home"), "RANKMAP_DB": f"sqlite:///{tmp_path / 'streamed.db'}"}
+    p = rankmap("profile", "--no-summary", "--flush-ms", "100", "--bucket-ms", "10", "--",
+                *MPIRUN, str(n), str(pairs), "512", "3000", "1000", env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    job = json.loads(rankmap("export", "latest", "--format", "json", env=env).stdout)["job"]
+    assert job["meta"]["ingest_cycles"] >= 5, job["meta"]        # it was streamed, not stored at the end
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    q = rankmap("ingest", job["run_dir"], "--db", fresh, env=env)
+    assert q.returncode == 0, q.stderr
+    streamed, once = stored_rows(env["RANKMAP_DB"]), stored_rows(fresh)
+    assert len(streamed["traffic"]) >= n * (n - 1) and len(streamed["timeline"]) > 0
+    assert len(streamed["ingest_files"]) == n and len(streamed["ranks"]) == n
+    for table in once:
+        assert streamed[table] == once[table], table
+
+
+def test_a_cycle_with_nothing_new_writes_only_the_heartbeat_when_due(tmp_path):
+    """The profile's streaming cycle: the statements prepared before the job store nothing; a cycle
+    that finds nothing new leaves the store alone, until the heartbeat is due."""
+    from rankmap.pipeline.ingest import MAX_GAP_S, RunIngest
+    from rankmap.pipeline.profile import _Streamer
+    from rankmap.store import open_store, process_id
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    store = open_store(url)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    jid = store.create_job(["x"], run_dir=run_dir, profiler=process_id())
+    ing = RunIngest(store, jid, run_dir, resume=False)
+    ing.warm_up()
+    assert all(rows == [] for rows in stored_rows(url).values())
+    beat = store.job(jid)["heartbeat"]
+    streamer = _Streamer(ing, interval=0.2)
+    time.sleep(0.01)
+    assert streamer.cycle(final=False) and store.job(jid)["heartbeat"] == beat
+    streamer.written -= MAX_GAP_S
+    assert streamer.cycle(final=False) and store.job(jid)["heartbeat"] > beat
+    store.engine.dispose()
+
+
 def test_postgresql_stopped_in_the_middle_of_a_job(pairs, own_pg_cluster, tmp_path):
     """The database goes away while a real MPI job runs: the job runs on and rankmap exits with its
     status, says once what happened and how to complete it, the job shows as incomplete, and

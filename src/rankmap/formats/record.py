@@ -19,6 +19,7 @@ that is not a record file at all (wrong magic, unknown version, damaged header) 
 from __future__ import annotations
 
 import re
+import struct
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -335,12 +336,40 @@ def _resync(data: bytes, off: int) -> int:
         pos += 1
 
 
-def _entries(payload: memoryview, dt: np.dtype, tail: Callable[[np.void], int]) -> Iterator[tuple[np.void, memoryview]]:
-    """The entries of a variable-size block: a head of type ``dt``, then ``tail(head)`` bytes."""
+_STRUCT_CODES = {"i1": "b", "u1": "B", "i2": "h", "u2": "H", "i4": "i", "u4": "I", "i8": "q", "u8": "Q"}
+
+
+@lru_cache(maxsize=None)
+def _head_struct(dt: np.dtype) -> tuple[struct.Struct, tuple[str, ...]]:
+    """The entry head ``dt`` (little-endian integer fields) as a :class:`struct.Struct` and its
+    field names: a rank's first flush names hundreds of settings, one small head each, and
+    unpacking them with numpy one at a time costs more than the rest of the poll."""
+    fmt, at, names = "<", 0, []
+    for n in sorted(dt.names, key=lambda n: dt.fields[n][1]):
+        ft, off = dt.fields[n][:2]
+        if ft.kind == "V":                  # padding: skipped
+            continue
+        fmt += "x" * (off - at) + _STRUCT_CODES[f"{ft.kind}{ft.itemsize}"]
+        names.append(n)
+        at = off + ft.itemsize
+    fmt += "x" * (dt.itemsize - at)
+    return struct.Struct(fmt), tuple(names)
+
+
+def _head(dt: np.dtype, payload: memoryview, p: int = 0) -> dict[str, int]:
+    """One head of type ``dt`` at byte ``p`` of ``payload``, as a dict of its fields."""
+    st, names = _head_struct(dt)
+    return dict(zip(names, st.unpack_from(payload, p)))
+
+
+def _entries(payload: memoryview, dt: np.dtype, tail: Callable[[dict], int]) -> Iterator[tuple[dict, memoryview]]:
+    """The entries of a variable-size block: a head of type ``dt`` (as a dict of its fields), then
+    ``tail(head)`` bytes."""
+    st, names = _head_struct(dt)
     p = 0
-    while p + dt.itemsize <= len(payload):
-        e = np.frombuffer(payload, dtype=dt, count=1, offset=p)[0]
-        p += dt.itemsize
+    while p + st.size <= len(payload):
+        e = dict(zip(names, st.unpack_from(payload, p)))
+        p += st.size
         n = tail(e)
         yield e, payload[p:p + n]
         p += n
@@ -354,9 +383,20 @@ def _code(names: tuple[str, ...], i: int, what: str) -> str:
     return names[i] if 0 <= i < len(names) else f"{what}#{i}"
 
 
+@lru_cache(maxsize=None)
+def _code_table(names: tuple[str, ...]) -> np.ndarray:
+    """``names`` and a last slot for unknown codes, as the object array :func:`_codes_of` indexes
+    (made once per code list: a live ingest names the codes of every file at every poll)."""
+    return np.array(list(names) + [None], dtype=object)
+
+
 def _codes_of(names: tuple[str, ...], values: np.ndarray, what: str) -> list[str]:
-    """Names of many codes at once (a numpy lookup; unknown codes named ``<what>#<n>``)."""
-    table = np.array(list(names) + [None], dtype=object)
+    """Names of many codes at once (a numpy lookup; unknown codes named ``<what>#<n>``); a few codes,
+    what a streaming poll mostly has, are looked up one by one (numpy's set-up costs more)."""
+    if len(values) <= 64:
+        n = len(names)
+        return [names[v] if 0 <= v < n else f"{what}#{v}" for v in values.tolist()]
+    table = _code_table(names)
     idx = np.where((values >= 0) & (values < len(names)), values, len(names))
     out = table[idx]
     for i in np.flatnonzero(idx == len(names)):
@@ -367,7 +407,10 @@ def _codes_of(names: tuple[str, ...], values: np.ndarray, what: str) -> list[str
 def _sum_rows(t: np.ndarray, keys: list[str], values: list[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Group the rows of ``t`` by its ``keys`` columns and sum its ``values`` columns.
 
-    Sort and reduce in uint64 (exact: float weights would round byte counts above 2**53)."""
+    Sort and reduce in uint64 (exact: float weights would round byte counts above 2**53). A few rows,
+    what a streaming poll mostly has, are summed in Python: numpy's set-up per call costs more."""
+    if len(t) <= 64:
+        return _sum_few_rows(t, keys, values)
     order = np.lexsort([t[c] for c in reversed(keys)])
     s = t[order]
     change = np.zeros(len(s), dtype=bool)
@@ -377,6 +420,25 @@ def _sum_rows(t: np.ndarray, keys: list[str], values: list[str]) -> tuple[list[n
     starts = np.flatnonzero(change)
     return ([s[c][starts].astype(np.int64) for c in keys],
             [np.add.reduceat(s[v].astype(np.uint64), starts) for v in values])
+
+
+def _sum_few_rows(t: np.ndarray, keys: list[str], values: list[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """:func:`_sum_rows` of a small table, the same result (sorted by the keys' values as stored,
+    keys as int64, sums in uint64)."""
+    names = t.dtype.names
+    ki, vi = [names.index(k) for k in keys], [names.index(v) for v in values]
+    acc: dict[tuple, list[int]] = {}
+    for row in t.tolist():
+        k = tuple(row[i] for i in ki)
+        a = acc.get(k)
+        if a is None:
+            acc[k] = [row[i] for i in vi]
+        else:
+            for j, i in enumerate(vi):
+                a[j] += row[i]
+    ks = sorted(acc)
+    return ([np.array([k[j] for k in ks], dtype=t.dtype[c]).astype(np.int64) for j, c in enumerate(keys)],
+            [np.array([acc[k][j] % (1 << 64) for k in ks], dtype=np.uint64) for j in range(len(values))])
 
 
 # ------------------------------------------------------------------------------ the reader
@@ -408,6 +470,7 @@ class RecordReader:
         self.pending = False
         self.facts: dict[int, CollFact] = {}
         self.pvars: dict[int, PvarDef] = {}
+        self._names: dict[str, list] | None = None     # strings, facts, pvars as state() writes them
         if state:
             self.offset = int(state["offset"])
             self.strings = {int(k): v for k, v in state.get("strings", {}).items()}
@@ -419,13 +482,20 @@ class RecordReader:
             self.pvars = {int(v["id"]): PvarDef(**v) for v in state.get("pvars", [])}
 
     def state(self) -> dict[str, Any]:
-        """What a later reader of the same file needs to go on from here (JSON-able)."""
-        return {"offset": self.offset, "strings": {str(k): v for k, v in self.strings.items()},
+        """What a later reader of the same file needs to go on from here (JSON-able).
+
+        The names, facts and variables part is kept until a block adds to them (a live ingest asks
+        for the state of every file at every poll, and they rarely change after the first flushes);
+        the caller must not modify what it gets."""
+        if self._names is None:
+            self._names = {"strings": {str(k): v for k, v in self.strings.items()},
+                           "facts": [{**f.__dict__, "vec": list(f.vec)} for f in self.facts.values()],
+                           "pvars": [dict(v.__dict__) for v in self.pvars.values()]}
+        n = self._names
+        return {"offset": self.offset, "strings": n["strings"],
                 "blocks": self.blocks, "flushes": self.flushes, "elapsed_ns": self.elapsed_ns,
                 "finalized": self.finalized, "bad_at": self.bad_at, "bad_why": self.bad_why,
-                "used_before": self.used_before,
-                "facts": [{**f.__dict__, "vec": list(f.vec)} for f in self.facts.values()],
-                "pvars": [dict(v.__dict__) for v in self.pvars.values()]}
+                "used_before": self.used_before, "facts": n["facts"], "pvars": n["pvars"]}
 
     def _record(self, h: Header) -> RankRecord:
         return RankRecord(path=self.path, version=h.version, source=h.source, world_rank=h.world_rank,
@@ -516,6 +586,7 @@ class RecordReader:
         elif btype == BT_STRINGS:
             for e, tail in _entries(payload, _STRING, lambda e: int(e["length"])):
                 self.strings[int(e["id"])] = _text(tail)
+                self._names = None
         elif btype == BT_META:
             for e, tail in _entries(payload, _META, lambda e: int(e["key_length"]) + int(e["value_length"])):
                 kl = int(e["key_length"])
@@ -539,7 +610,7 @@ class RecordReader:
         elif btype == BT_PVARS:
             self._pvars(rec, payload, at)
         elif btype == BT_FLUSH and length >= _FLUSH.itemsize:
-            f = np.frombuffer(payload, dtype=_FLUSH, count=1)[0]
+            f = _head(_FLUSH, payload)
             self.flushes += 1
             rec.flushes += 1
             self.elapsed_ns = max(self.elapsed_ns, int(f["elapsed_ns"]))
@@ -552,19 +623,20 @@ class RecordReader:
         while p < len(payload):
             kind = payload[p]
             if kind == 1 and p + _FACT_SIG.itemsize <= len(payload):
-                e = np.frombuffer(payload, dtype=_FACT_SIG, count=1, offset=p)[0]
+                e = _head(_FACT_SIG, payload, p)
                 nvec = int(e["nvec"])
                 p += _FACT_SIG.itemsize
                 if p + 8 * nvec > len(payload):
                     break
                 vec = tuple(np.frombuffer(payload, dtype="<i8", count=nvec, offset=p).tolist())
                 p += 8 * nvec
+                self._names = None
                 self.facts[int(e["sig"])] = CollFact(
                     int(e["sig"]), self._opname(int(e["op"])), int(e["comm"]), int(e["size"]), int(e["rank"]),
                     int(e["root"]), int(e["scount"]), int(e["ssize"]), int(e["rcount"]), int(e["rsize"]),
                     int(e["flags"]), _code(MEMS, int(e["mem"]), "mem"), vec)
             elif kind == 2 and p + _FACT_CALLS.itemsize <= len(payload):
-                e = np.frombuffer(payload, dtype=_FACT_CALLS, count=1, offset=p)[0]
+                e = _head(_FACT_CALLS, payload, p)
                 key = (int(e["sig"]), int(e["bucket"]))
                 calls[key] = calls.get(key, 0) + int(e["calls"])
                 p += _FACT_CALLS.itemsize
@@ -581,16 +653,17 @@ class RecordReader:
         while p < len(payload):
             kind = payload[p]
             if kind == 1 and p + _PVAR_DEF.itemsize <= len(payload):
-                e = np.frombuffer(payload, dtype=_PVAR_DEF, count=1, offset=p)[0]
+                e = _head(_PVAR_DEF, payload, p)
                 p += _PVAR_DEF.itemsize
                 nl = int(e["name_length"])
                 name = _text(payload[p:p + nl])
                 p += nl
+                self._names = None
                 self.pvars[int(e["id"])] = PvarDef(int(e["id"]), name, _code(PVAR_CLASSES, int(e["cls"]), "class"),
                                                    _code(_VTYPES, int(e["vtype"]), "vtype"), bool(e["bound"]),
                                                    int(e["count"]))
             elif kind == 2 and p + _PVAR_SAMPLE.itemsize <= len(payload):
-                e = np.frombuffer(payload, dtype=_PVAR_SAMPLE, count=1, offset=p)[0]
+                e = _head(_PVAR_SAMPLE, payload, p)
                 p += _PVAR_SAMPLE.itemsize
                 n, vt = int(e["count"]), int(e["vtype"])
                 if p + 8 * n > len(payload):
@@ -614,7 +687,7 @@ class RecordReader:
         if t is not None and len(t):
             (peer, op, kl, mem, d, og), (by, ms) = _sum_rows(t, ["peer", "op", "klass", "mem", "dir", "origin"],
                                                              ["bytes", "msgs"])
-            ops = {int(o): self._opname(o) for o in np.unique(op)}
+            ops = {o: self._opname(o) for o in set(op.tolist())}
             labels = [_label(k, g) for k, g in zip(kl.tolist(), og.tolist())]
             rec.traffic = sorted(
                 TrafficRow(*row) for row in zip(peer.tolist(), _codes_of(CLASSES, kl, "class"),

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rankmap.capture import collectives
 from rankmap.capture.rundir import RunDir
 from rankmap.errors import RankmapError
 from rankmap.formats import record as R
@@ -93,6 +94,13 @@ def _add_rows(a: list[tuple], b: list[tuple], nkeys: int) -> list[tuple]:
     return sorted(k + tuple(v) for k, v in out.items())
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1                               # let the reader say what is wrong with it
+
+
 #: sources whose stored rows are re-derived from each file's totals rather than appended
 WHOLE_FILE_SOURCES = ("nccl", "cuda")
 
@@ -124,6 +132,17 @@ class RunIngest:
         self.node_of = None                                # world rank -> node, from the ranks' hosts
         self.hosts_seen = 0
 
+    def warm_up(self) -> None:
+        """Before the job starts: what a streaming write would otherwise do on its first call
+        (:meth:`Store.warm_up`), so that the first cycles cost what the later ones do. A store
+        that is away now is met by the cycles as usual."""
+        from rankmap.store import StoreUnavailable
+
+        try:
+            self.store.warm_up(self.job_id)
+        except StoreUnavailable:
+            pass
+
     # ------------------------------------------------------------------ reading
     def _reader(self, path: Path) -> R.RecordReader:
         r = self.readers.get(path.name)
@@ -141,6 +160,8 @@ class RunIngest:
         for path in self.run_dir.record_files():
             name = path.name
             reader = self._reader(path)
+            if not final and reader.header is not None and name in self.stored and _size(path) == reader.offset:
+                continue                        # nothing flushed since the last poll: not even opened
             before = self.stored[name][0] if name in self.stored else None
             start = reader.offset
             try:
@@ -175,8 +196,6 @@ class RunIngest:
         """The collective pair rows of the calls ``delta`` recorded (capture.collectives), derived
         with the file's communicators and META so far; a file resumed from a stored position has its
         context read once from the whole file (the recovery path only)."""
-        from rankmap.capture import collectives
-
         ctx = self.coll_ctx.get(path.name)
         if ctx is None:
             comms, meta = {}, {}

@@ -122,6 +122,7 @@ class _Streamer(threading.Thread):
         self.backoff = 0.0
         self.cpu_s = 0.0
         self.cycles = 0
+        self.written = time.monotonic()        # the last write (the job's creation was the first heartbeat)
 
     def run(self) -> None:
         wait = self.interval
@@ -137,15 +138,21 @@ class _Streamer(threading.Thread):
                 wait = max(wait, self.backoff)
 
     def cycle(self, final: bool) -> bool:
-        """One poll and write; False when the store could not take the write (the batch is kept)."""
+        """One poll and write; False when the store could not take the write (the batch is kept).
+
+        A cycle that found nothing new writes nothing, unless the last write is :data:`MAX_GAP_S`
+        old: the write is also the heartbeat that says this profiler lives."""
         from rankmap.store import StoreUnavailable
 
         with self.lock:
             t0 = time.thread_time()
             try:
                 self.ingest.poll(final=final)
+                if not final and not self.ingest.pending() and time.monotonic() - self.written < MAX_GAP_S:
+                    return True
                 try:
                     self.ingest.write()
+                    self.written = time.monotonic()
                 except StoreUnavailable as e:
                     if self.down is None:
                         self.outages += 1
@@ -407,8 +414,9 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
     def outage(why: str) -> None:
         warn(f"{why}; job {job_id} goes on and its records stay in {rd.path}; retrying")
 
-    streamer = _Streamer(RunIngest(store, job_id, rd.path, resume=False),
-                         interval=min(1.0, max(0.2, flush_ms / 1000)), on_outage=outage)
+    ingest = RunIngest(store, job_id, rd.path, resume=False)
+    ingest.warm_up()
+    streamer = _Streamer(ingest, interval=min(1.0, max(0.2, flush_ms / 1000)), on_outage=outage)
     show = force_progress or (progress and sys.stderr.isatty())
     t0 = time.monotonic_ns()
     cpu0 = time.process_time()

@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import sqlalchemy as sa
@@ -31,7 +31,7 @@ from sqlalchemy.engine import Engine, make_url
 from rankmap.errors import RankmapError
 from rankmap.store import migrate
 from rankmap.store import schema as S
-from rankmap.store.batch import Batch, add_histograms, level_threshold
+from rankmap.store.batch import TIMELINE_SLOTS, Batch, add_histograms, level_threshold
 
 __all__ = ["Store", "StoreUnavailable", "Batch", "open_store", "default_url", "command_key", "rankmap_home"]
 
@@ -144,6 +144,7 @@ class Store:
         self.engine = engine
         self.url = engine.url.render_as_string(hide_password=True)
         self.ready = ready          # the schema was checked (see open_store(lazy=True))
+        self._stmts: dict[tuple, Any] = {}   # the statements of an ingest write, built once (see _stmt)
 
     def ensure_schema(self) -> None:
         """For a store opened while it was away: check (and create) the schema once it answers."""
@@ -323,11 +324,37 @@ class Store:
         process ingesting the same files fails here instead of counting their blocks twice.
         Returns the rows written. Also the profiler's heartbeat (see :meth:`job`).
         """
+        beat = self._stmt(("heartbeat",), lambda: S.jobs.update().where(
+            S.jobs.c.id == sa.bindparam("jid"), S.jobs.c.profiler.is_not(None)).values(heartbeat=sa.bindparam("hb")))
         with self._guard(), self.engine.begin() as c:
             n = self._write(c, job_id, batch)
-            c.execute(S.jobs.update().where(S.jobs.c.id == job_id, S.jobs.c.profiler.is_not(None))
-                      .values(heartbeat=_now()))
+            c.execute(beat, {"jid": job_id, "hb": _now()})
         return n
+
+    def warm_up(self, job_id: int) -> None:
+        """Build and compile the statements :meth:`append` uses, in a transaction rolled back.
+
+        SQLAlchemy compiles a statement the first time it runs it (once for one row, once for
+        several): for a streaming profile that is its first write with data, a one-off 10-20 ms
+        that the pacing would take for the cost of every cycle and answer with a wait of seconds.
+        Done before the job starts, the first write costs what the others do. Stores nothing."""
+        with self._guard(), self.engine.connect() as c:
+            t = c.begin()
+            try:
+                for n in (1, 2):                      # one row per table, then two (executemany)
+                    for step in (0, 1):               # a file seen first, then followed
+                        b = Batch()
+                        for r in range(n):
+                            b.traffic[("mpi", r, r, r + 1, "p2p", "warm-up", "host", None)] = [1, 1]
+                            b.ops[(r, "mpi", "warm-up")] = [1, 1, 1, [1]]
+                            b.ranks[(r, "mpi")] = dict(host="", pid=0, start_ns=0, elapsed_ns=0, comm_ns=0,
+                                                       finalized=False, problems=[])
+                            b.timeline[("mpi", r, "p2p", 0)] = 1
+                            b.file(f"warm-up-{n}-{r}", None if step == 0 else 1, 1 + step, {})
+                        b.newest_bucket = 3 * TIMELINE_SLOTS     # far enough for a merge of older slots
+                        self._write(c, job_id, b)
+            finally:
+                t.rollback()
 
     def ingest(self, job_id: int, records: Iterable[Any], *, timeline: bool = True) -> int:
         """Store the current *totals* of each rank record, replacing what that rank had stored.
@@ -371,8 +398,9 @@ class Store:
     def _write(self, c: Any, job_id: int, b: Batch) -> int:
         f = S.ingest_files
         if b.files:
-            have = dict(c.execute(sa.select(f.c.name, f.c.done_bytes)
-                                  .where(f.c.job == job_id, f.c.name.in_(list(b.files)))).all())
+            have = dict(c.execute(self._stmt(("files",), lambda: sa.select(f.c.name, f.c.done_bytes).where(
+                f.c.job == sa.bindparam("job"), f.c.name.in_(sa.bindparam("names", expanding=True)))),
+                {"job": job_id, "names": list(b.files)}).all())
             new, old = [], []
             for name, (before, after, state) in b.files.items():
                 if have.get(name) != before:
@@ -381,10 +409,11 @@ class Store:
                                        f"stop one of them")
                 (new if name not in have else old).append(dict(job=job_id, name=name, done_bytes=after, state=state))
             if new:
-                c.execute(f.insert(), new)
+                c.execute(self._stmt(("files insert",), f.insert), new)
             if old:
-                c.execute(f.update().where(f.c.job == sa.bindparam("j"), f.c.name == sa.bindparam("n"))
-                          .values(done_bytes=sa.bindparam("d"), state=sa.bindparam("s")),
+                c.execute(self._stmt(("files update",), lambda: f.update().where(
+                    f.c.job == sa.bindparam("j"), f.c.name == sa.bindparam("n"))
+                          .values(done_bytes=sa.bindparam("d"), state=sa.bindparam("s"))),
                           [dict(j=r["job"], n=r["name"], d=r["done_bytes"], s=r["state"]) for r in old])
         rows = 0
         if b.traffic:
@@ -396,8 +425,10 @@ class Store:
             o = S.op_stats
             ranks = sorted({k[0] for k in b.ops})
             old = {(r, src, op): (calls, ns, pay, hist) for r, src, op, calls, ns, pay, hist in c.execute(
-                sa.select(o.c.rank, o.c.source, o.c.operation, o.c.calls, o.c.ns, o.c.payload, o.c.histogram)
-                .where(o.c.job == job_id, o.c.rank.in_(ranks)))}
+                self._stmt(("ops",), lambda: sa.select(o.c.rank, o.c.source, o.c.operation, o.c.calls, o.c.ns,
+                                                        o.c.payload, o.c.histogram)
+                           .where(o.c.job == sa.bindparam("job"), o.c.rank.in_(sa.bindparam("ranks", expanding=True)))),
+                {"job": job_id, "ranks": ranks})}
             out = []
             for k, (calls, ns, pay, hist) in b.ops.items():
                 c0, n0, p0, h0 = old.get(k, (0, 0, 0, []))
@@ -413,24 +444,39 @@ class Store:
         if b.timeline:
             rows += self._append_timeline(c, job_id, b)
         if b.pvars:
-            c.execute(S.pvars.insert(), [dict(job=job_id, **r) for r in b.pvars])
+            c.execute(self._stmt(("pvars insert",), S.pvars.insert), [dict(job=job_id, **r) for r in b.pvars])
             rows += len(b.pvars)
         return rows
+
+    def _stmt(self, key: tuple, build: Callable[[], Any]) -> Any:
+        """The statement ``key`` names, built by ``build`` the first time only.
+
+        A streaming ingest writes every second with the same few statements; building each anew
+        (its clauses, an upsert's ``excluded`` columns) and having SQLAlchemy derive its cache key
+        from scratch cost more CPU than the database's work for a small job."""
+        st = self._stmts.get(key)
+        if st is None:
+            st = self._stmts[key] = build()
+        return st
 
     def _upsert(self, c: Any, table: sa.Table, rows: list[dict], keys: list[str], *,
                 add: Sequence[str] = (), replace: Sequence[str] = ()) -> int:
         """INSERT ... ON CONFLICT (keys) DO UPDATE: ``add`` columns summed, ``replace`` ones overwritten."""
         if not rows:
             return 0
-        if self.engine.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert
-        stmt = insert(table)
-        ex = stmt.excluded
-        sets = {k: table.c[k] + ex[k] for k in add}
-        sets.update({k: ex[k] for k in replace})
-        c.execute(stmt.on_conflict_do_update(index_elements=[table.c[k] for k in keys], set_=sets), rows)
+
+        def build() -> Any:
+            if self.engine.dialect.name == "postgresql":
+                from sqlalchemy.dialects.postgresql import insert
+            else:
+                from sqlalchemy.dialects.sqlite import insert
+            stmt = insert(table)
+            ex = stmt.excluded
+            sets = {k: table.c[k] + ex[k] for k in add}
+            sets.update({k: ex[k] for k in replace})
+            return stmt.on_conflict_do_update(index_elements=[table.c[k] for k in keys], set_=sets)
+
+        c.execute(self._stmt(("upsert", table.name, tuple(keys), tuple(add), tuple(replace)), build), rows)
         return len(rows)
 
     def _upsert_raw(self, c: Any, table: sa.Table, cols: list[str], rows: list[tuple], nkeys: int, *,
@@ -440,13 +486,16 @@ class Store:
         parameter processing would cost more than the database."""
         if not rows:
             return 0
-        q = self.engine.dialect.identifier_preparer.quote
-        ph = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
-        name = q(table.name)
-        sets = ", ".join(f"{q(k)} = {name}.{q(k)} + excluded.{q(k)}" for k in add)
-        sql = (f"INSERT INTO {name} ({', '.join(q(k) for k in cols)}) VALUES ({', '.join([ph] * len(cols))}) "
-               f"ON CONFLICT ({', '.join(q(k) for k in cols[:nkeys])}) DO UPDATE SET {sets}")
-        c.exec_driver_sql(sql, rows)
+
+        def build() -> str:
+            q = self.engine.dialect.identifier_preparer.quote
+            ph = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+            name = q(table.name)
+            sets = ", ".join(f"{q(k)} = {name}.{q(k)} + excluded.{q(k)}" for k in add)
+            return (f"INSERT INTO {name} ({', '.join(q(k) for k in cols)}) VALUES ({', '.join([ph] * len(cols))}) "
+                    f"ON CONFLICT ({', '.join(q(k) for k in cols[:nkeys])}) DO UPDATE SET {sets}")
+
+        c.exec_driver_sql(self._stmt(("raw upsert", table.name, tuple(cols), nkeys, tuple(add)), build), rows)
         return len(rows)
 
     def _append_timeline(self, c: Any, job_id: int, b: Batch) -> int:
@@ -454,8 +503,9 @@ class Store:
         from rankmap.store.batch import timeline_slot
 
         t = S.timeline
-        newest = max(b.newest_bucket, c.execute(sa.select(sa.func.max(t.c.bucket))
-                                                .where(t.c.job == job_id, t.c.width == 1)).scalar() or 0)
+        newest = max(b.newest_bucket, c.execute(self._stmt(("newest",), lambda: sa.select(sa.func.max(t.c.bucket))
+                                                .where(t.c.job == sa.bindparam("job"), t.c.width == 1)),
+                                                {"job": job_id}).scalar() or 0)
         slots: dict[tuple, int] = {}
         for (source, src, klass, bucket), v in b.timeline.items():
             w, start = timeline_slot(bucket, newest)
@@ -469,14 +519,16 @@ class Store:
             if edge <= 0:
                 break
             w, w2 = 1 << level, 1 << (level + 1)
-            c.execute(sa.text(
+            c.execute(self._stmt(("merge",), lambda: sa.text(
                 "INSERT INTO timeline (job, source, src, class, width, bucket, bytes) "
                 "SELECT job, source, src, class, :w2, (bucket / :w2) * :w2, SUM(bytes) FROM timeline "
                 "WHERE job = :j AND width = :w AND bucket < :edge "
                 "GROUP BY job, source, src, class, (bucket / :w2) * :w2 "
-                "ON CONFLICT (job, width, bucket, source, src, class) DO UPDATE SET bytes = timeline.bytes + excluded.bytes"),
+                "ON CONFLICT (job, width, bucket, source, src, class) DO UPDATE SET bytes = timeline.bytes + excluded.bytes")),
                 dict(j=job_id, w=w, w2=w2, edge=edge))
-            c.execute(t.delete().where(t.c.job == job_id, t.c.width == w, t.c.bucket < edge))
+            c.execute(self._stmt(("merged",), lambda: t.delete().where(
+                t.c.job == sa.bindparam("j"), t.c.width == sa.bindparam("w"), t.c.bucket < sa.bindparam("edge"))),
+                dict(j=job_id, w=w, edge=edge))
             level += 1
         return n
 

@@ -147,10 +147,18 @@ def pvar_rows(source: str, rank: int, rec: Any) -> list[dict]:
 
 
 def add_histograms(a: list[int], b: list[int]) -> list[int]:
-    """Element-wise sum, without trailing empty bins (64 bins, mostly empty, per operation)."""
-    out = [int(x) for x in a] + [0] * max(0, len(b) - len(a))
+    """Element-wise sum, without trailing empty bins (64 bins, mostly empty, per operation).
+
+    Called for every operation of every rank at every streaming poll: the empty bins are skipped
+    and the trailing ones cut at once rather than popped one by one."""
+    if len(a) < len(b):
+        a, b = b, a
+    out = [int(x) for x in a]
     for i, x in enumerate(b):
-        out[i] += int(x)
-    while out and out[-1] == 0:
-        out.pop()
+        if x:
+            out[i] += int(x)
+    end = len(out)
+    while end and out[end - 1] == 0:
+        end -= 1
+    del out[end:]
     return out
