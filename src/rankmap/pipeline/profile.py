@@ -141,14 +141,16 @@ class _Streamer(threading.Thread):
         """One poll and write; False when the store could not take the write (the batch is kept).
 
         A cycle that found nothing new writes nothing, unless the last write is :data:`MAX_GAP_S`
-        old: the write is also the heartbeat that says this profiler lives."""
+        old (the write is also the heartbeat that says this profiler lives) or the store was away
+        (the write says whether it is back)."""
         from rankmap.store import StoreUnavailable
 
         with self.lock:
             t0 = time.thread_time()
             try:
                 self.ingest.poll(final=final)
-                if not final and not self.ingest.pending() and time.monotonic() - self.written < MAX_GAP_S:
+                if (not final and self.down is None and not self.ingest.pending()
+                        and time.monotonic() - self.written < MAX_GAP_S):
                     return True
                 try:
                     self.ingest.write()
