@@ -619,18 +619,20 @@ def test_repeated_send_arguments_follow_their_meaning(mpi, tmp_path):
 
 
 def test_fast_path_counts_what_the_full_path_counts(mpi, tmp_path):
-    """An untimed MPI_Send, MPI_Isend or MPI_Irecv whose accounting is all cached takes a fast path
-    in its entry point (calls.spec's "fast"); the same program with every call timed
-    (RANKMAP_SAMPLE=1, so no call takes it) must record the same traffic, operation counts, size
-    histograms and timeline bytes per peer -- through MPI_COMM_WORLD, a duplicate, communicators
-    made and freed between windows, a receive from MPI_PROC_NULL, and 1 ms timeline buckets that
-    change under the cached cells (tests/native/fast_path_app.c).  Both runs are also checked
-    against the program's own counts."""
+    """An untimed MPI_Send, MPI_Isend, MPI_Irecv or collective without per-peer counts whose
+    accounting is all cached takes a fast path in its entry point (calls.spec's "fast"); the same
+    program with every call timed (RANKMAP_SAMPLE=1, so no call takes it) must record the same
+    traffic, operation counts, size histograms, timeline bytes per peer and collective signatures
+    with their calls -- through MPI_COMM_WORLD, a duplicate, communicators made and freed between
+    windows, MPI_COMM_SELF, in-place calls, a root that changes every round, a receive from
+    MPI_PROC_NULL, and 1 ms timeline buckets that change under the cached cells
+    (tests/native/fast_path_app.c).  Both runs are also checked against the program's own counts."""
     app = _build_app(mpi, tmp_path, "fast_path_app")
     p, rounds, split = 3, 40, 10
     got = {}
     for mode, env in (("full", {"RANKMAP_SAMPLE": "1"}), ("fast", {})):
         recs = mpi.run(p, str(app), rundir=tmp_path / mode, env={"RANKMAP_BUCKET_MS": "1", **env})
+        raw = {r.world_rank: r for r in records.read_dir(tmp_path / mode)}   # signatures not yet applied
         got[mode] = []
         for rec in recs:
             me = rec.world_rank
@@ -645,11 +647,39 @@ def test_fast_path_counts_what_the_full_path_counts(mpi, tmp_path):
             sent = {}
             for _b, peer, k, n in rec.timeline:
                 sent[(peer, k)] = sent.get((peer, k), 0) + n
-            assert sent == {(nxt, "p2p"): rounds * (16 * 32 + 40) + split * 96}, mode
+            assert {k: n for k, n in sent.items() if k[1] == "p2p"} == {
+                (nxt, "p2p"): rounds * (16 * 32 + 40) + split * 96}, mode
             assert len({b for b, *_ in rec.timeline}) > 5, "the run should span many timeline buckets"
+            calls = {op: rec.op_time[op][0] for op in COLL_CALLS}
+            assert calls == {op: n * 4 * rounds + (split + 4 * 5 if op == "MPI_Allreduce" else 0)
+                             for op, n in COLL_CALLS.items()}, mode
+            sigs: dict[tuple, int] = {}
+            facts = {f.sig: f for f in raw[me].coll_facts}
+            phase_e: dict[int, int] = {}           # bucket -> calls of the last phase's signature
+            for sig, b, n in raw[me].coll_calls:
+                f = facts[sig]
+                key = (f.operation, f.comm, f.size, f.rank, f.root, f.scount, f.ssize, f.rcount, f.rsize, f.flags, f.mem)
+                sigs[key] = sigs.get(key, 0) + n
+                if f.operation == "MPI_Allreduce" and f.comm == 0 and f.scount == 2:
+                    phase_e[b] = phase_e.get(b, 0) + n
+            # its rounds are 4 ms apart: a bucket of 1 ms never holds calls of two of them (4 rounds
+            # fill at most 8 buckets, what a signature keeps apart between two flushes)
+            assert sum(phase_e.values()) == 4 * 5 and max(phase_e.values()) <= 5, (mode, phase_e)
+            per_op: dict[str, int] = {}
+            for key, n in sigs.items():
+                per_op[key[0]] = per_op.get(key[0], 0) + n
+            # every call has its signature but MPI_COMM_SELF's (no pair traffic)
+            assert per_op == {op: c - (4 * rounds if op == "MPI_Allreduce" else 0) for op, c in calls.items()}, mode
             got[mode].append(({k: v[0] for k, v in rec.op_time.items()}, rec.histogram, rec.payload,
-                              sorted(rec.traffic)))
+                              sorted(rec.traffic), sigs, sent))
     assert got["fast"] == got["full"]
+
+
+#: calls per round of tests/native/fast_path_app.c's collectives, each repeated 4 times (plus one
+#: MPI_Allreduce on the round's split communicator every 4th round, and the last phase's 4 x 5)
+COLL_CALLS = {"MPI_Allreduce": 7, "MPI_Iallreduce": 1, "MPI_Bcast": 2, "MPI_Reduce": 1, "MPI_Allgather": 1,
+              "MPI_Alltoall": 1, "MPI_Gather": 1, "MPI_Scatter": 1, "MPI_Reduce_scatter_block": 1,
+              "MPI_Scan": 1, "MPI_Exscan": 1, "MPI_Barrier": 2}
 
 
 def _fact_calls(rec: records.RankRecord, operation: str) -> dict[tuple[int, int], list[tuple[int, int]]]:

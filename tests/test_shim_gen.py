@@ -78,7 +78,16 @@ def test_fast_path_jumps_to_the_library(spec):
     irecv = c[c.index("int MPI_Irecv("):]
     assert "int rc = PMPI_Irecv(" in irecv[:irecv.index("return rmw_MPI_Irecv(")]
     assert "if (rm_t.fast & RM_FAST_RLOG) rm_rq_recv_push(*request);" in irecv
-    assert "rmw_MPI_Allreduce" not in c
+    # a collective's fast path ends the collective in progress after the call, whatever it returned;
+    # its persistent form (counted at MPI_Start) has none
+    allr = c[c.index("int MPI_Allreduce("):]
+    allr = allr[:allr.index("\n}\n")]
+    lines = allr[allr.index("if (rm_fast_ok(OP_MPI_Allreduce)"):].split("\n")
+    assert lines[1:5] == ["    rm_t.skip--;", "    int rc = PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);",
+                          "    rm_t.coll = 0;", "    return rc;"]
+    init = c[c.index("int MPI_Allreduce_init("):]
+    assert "rm_fast_ok" not in init[:init.index("\n}\n")] and "rmw_MPI_Allreduce_init" not in c
+    assert "rmw_MPI_Alltoallv" not in c          # per-peer counts: no fast path
 
 
 @pytest.mark.parametrize("text,msg", [
@@ -88,6 +97,7 @@ def test_fast_path_jumps_to_the_library(spec):
     ("send(int count)\n", "calls.spec:1: not an MPI routine name: send"),
     ("MPI_Bcast(int count)\n    pre: n = 1;\n    post: x;\n    variants: init\n", "'init' needs exactly one"),
     ("MPI_Send(int count)\n    pre: n = 1;\n    fast.post: x;\n", "calls.spec:1: 'fast.post' without 'fast'"),
+    ("MPI_Send(int count)\n    pre: n = 1;\n    fast.after: x;\n", "calls.spec:1: 'fast.after' without 'fast'"),
     ("MPI_Init(int count)\n    plain: yes\n    fast: 1\n", "calls.spec:1: a 'plain' entry has no 'fast' path"),
 ])
 def test_spec_errors_name_the_line(text, msg):

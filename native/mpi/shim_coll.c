@@ -39,7 +39,8 @@ int rm_lib_on;
 /* ---- facts table -------------------------------------------------------------------------------- */
 
 #define SIG_SLOTS (1u << 16)      /* distinct signatures kept; more are counted as lost */
-#define SIG_RING 8                /* buckets per signature between two flushes (else merged) */
+#define SIG_RING 8                /* buckets per signature between two flushes, before it grows */
+#define SIG_RING_MAX 65536        /* ... up to this many (else merged into the last) */
 
 /* COLLFACTS entries, from the one layout declaration (rmrec_layout.h, docs/record-format.md) */
 #pragma pack(push, 1)
@@ -53,9 +54,11 @@ typedef struct {
   uint64_t hash;
   fact_sig_t def;
   int64_t *vec;
-  int written, n;
-  int64_t bucket[SIG_RING];
-  uint64_t calls[SIG_RING];
+  int written, n, cap;               /* buckets counted since the last flush; room (0: SIG_RING) */
+  int64_t *bucket;                   /* cap buckets of its own, or NULL: ring0 */
+  uint64_t *calls;
+  int64_t ring0[SIG_RING];
+  uint64_t calls0[SIG_RING];
 } sig_t;
 
 static sig_t *sigs;               /* SIG_SLOTS, allocated at setup (pages touched lazily) */
@@ -103,10 +106,33 @@ static int type_size(MPI_Datatype t) {
 }
 
 /* count one call of signature slot i in bucket b (sig_lock held) */
+static int64_t *sig_buckets(sig_t *e) { return e->bucket ? e->bucket : e->ring0; }
+static uint64_t *sig_calls(sig_t *e) { return e->calls ? e->calls : e->calls0; }
+
+/* A signature called in more buckets between two flushes than its ring holds (a collective in every
+ * bucket, more buckets than 8 per flush interval: the default 100 ms buckets and 1 s flushes make
+ * 10) gets a ring twice as large, once per size: merging them would put several buckets' calls in
+ * one.  Only when that fails, or past SIG_RING_MAX, are the rest merged into the last bucket. */
+static int sig_grow(sig_t *e) {
+  int cap = e->cap ? e->cap : SIG_RING;
+  if (cap >= SIG_RING_MAX) return 0;
+  int64_t *b = malloc(sizeof(int64_t) * 2 * (size_t)cap);
+  uint64_t *c = malloc(sizeof(uint64_t) * 2 * (size_t)cap);
+  if (!b || !c) { free(b); free(c); return 0; }
+  memcpy(b, sig_buckets(e), sizeof(int64_t) * (size_t)e->n);
+  memcpy(c, sig_calls(e), sizeof(uint64_t) * (size_t)e->n);
+  free(e->bucket); free(e->calls);
+  e->bucket = b; e->calls = c; e->cap = 2 * cap;
+  return 1;
+}
+
 static void sig_add(sig_t *e, int64_t b, uint64_t calls) {
-  if (e->n && e->bucket[e->n - 1] == b) { e->calls[e->n - 1] += calls; return; }
-  if (e->n < SIG_RING) { e->bucket[e->n] = b; e->calls[e->n] = calls; e->n++; return; }
-  e->calls[SIG_RING - 1] += calls;        /* more buckets than the ring holds: merged into the last */
+  int64_t *eb = sig_buckets(e);
+  uint64_t *ec = sig_calls(e);
+  if (e->n && eb[e->n - 1] == b) { ec[e->n - 1] += calls; return; }
+  if (e->n == (e->cap ? e->cap : SIG_RING) && !sig_grow(e)) { ec[e->n - 1] += calls; return; }
+  eb = sig_buckets(e); ec = sig_calls(e);
+  eb[e->n] = b; ec[e->n] = calls; e->n++;
 }
 
 static int sig_find(const fact_sig_t *d, const int64_t *vec, int nvec) {
@@ -139,7 +165,7 @@ int rm_coll_on;
 
 /* The threads' remembered signatures (shim_core.h, rm_coll_fact): one block per thread that made a
  * collective call, pushed on a list the flush walks, never freed (a thread's pending calls are
- * added to the table after it exits; a block is ~400 bytes). */
+ * added to the table after it exits; a block is ~560 bytes). */
 typedef struct coll_block { rm_coll_memo_t m[RM_COLL_MEMO]; struct coll_block *next; } coll_block_t;
 static _Atomic(coll_block_t *) coll_blocks;
 static RM_TLS rm_coll_memo_t memo_spare[RM_COLL_MEMO];   /* out of memory: never remembers (slot1 0) */
@@ -147,6 +173,7 @@ static RM_TLS rm_coll_memo_t memo_spare[RM_COLL_MEMO];   /* out of memory: never
 rm_coll_memo_t *rm_coll_memo_init(void) {
   coll_block_t *blk = calloc(1, sizeof *blk);
   if (!blk) return rm_t.cm = memo_spare;
+  for (int j = 0; j < RM_COLL_MEMO; j++) blk->m[j].fepoch = RM_NO_EPOCH;
   blk->next = atomic_load_explicit(&coll_blocks, memory_order_relaxed);
   while (!atomic_compare_exchange_weak_explicit(&coll_blocks, &blk->next, blk, memory_order_release,
                                                 memory_order_relaxed)) {
@@ -188,8 +215,9 @@ void rm_coll_memo_retick(rm_coll_memo_t *c) {
 
 /* A signature rm_coll_fact did not find in the thread's memory: built, found or added in the
  * table, and counted there or (a remembered one) in the entry it takes. */
-void rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
-                       int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec) {
+rm_coll_memo_t *rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root, int64_t scount,
+                                  MPI_Datatype st, int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec,
+                                  int nvec) {
   int remember = nvec <= 0 && rm_t.cm != memo_spare && rm_ts_fixed(st) && rm_ts_fixed(rt);
   int64_t b = rmrec_bucket(rm_R, rm_tick);
   fact_sig_t d;
@@ -211,8 +239,10 @@ void rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root,
     c->comm = x->id; c->scount = scount; c->rcount = rcount; c->st = st; c->rt = rt; c->op = op;
     c->root = root; c->flags = flags; c->mem = mem; c->slot1 = i + 1;
     c->tick = rm_tick;
+    c->fepoch = RM_NO_EPOCH;               /* new facts: the fast path waits for rm_coll_acc to arm it */
   }
   sig_lock_give();
+  return i >= 0 && remember && !rm_rs ? c : NULL;
 }
 
 void rm_coll_count(int slot) {
@@ -240,7 +270,7 @@ static void facts_flush(rmrec_t *c, int final) {
     }
     for (int j = 0; j < e->n; j++) {
       fact_calls_t r = {0};
-      r.kind = 2; r.sig = e->def.sig; r.bucket = e->bucket[j]; r.calls = e->calls[j];
+      r.kind = 2; r.sig = e->def.sig; r.bucket = sig_buckets(e)[j]; r.calls = sig_calls(e)[j];
       rmrec_put(c, RMREC_BT_COLLFACTS, &r, sizeof r);
     }
     e->n = 0;

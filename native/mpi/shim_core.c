@@ -382,17 +382,14 @@ static inline int my_rank(MPI_Comm comm) { rm_xl_t *x = rm_comm_xl(comm); return
 
 uint64_t rm_acc_gather(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt,
                        int root, MPI_Comm comm) {
-  int me = my_rank(comm);
-  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), root, scount, sbuf == MPI_IN_PLACE ? rt : st, rcount, rt,
-               rm_inplace(sbuf), NULL, 0);
-  return me == root ? rm_tsz(rt, rcount) : rm_tsz(st, scount);
+  uint64_t n = my_rank(comm) == root ? rm_tsz(rt, rcount) : rm_tsz(st, scount);
+  return rm_coll_acc(op, comm, rm_cf_gather(sbuf, scount, st, rcount, rt, root), n);
 }
 
 uint64_t rm_acc_scatter(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt,
                         int root, MPI_Comm comm) {
-  int me = my_rank(comm);
-  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), root, scount, st, rcount, rt, 0, NULL, 0);
-  return me == root ? rm_tsz(st, scount) : rm_tsz(rt, rcount);
+  uint64_t n = my_rank(comm) == root ? rm_tsz(st, scount) : rm_tsz(rt, rcount);
+  return rm_coll_acc(op, comm, rm_cf_scatter(sbuf, scount, st, rcount, rt, root), n);
 }
 
 /* per-peer bytes of a counts array (v/w collectives), on the stack for small communicators */
@@ -431,8 +428,7 @@ uint64_t rm_acc_scatterv(int op, const void *sbuf, rm_cv_t scounts, MPI_Datatype
 }
 
 uint64_t rm_acc_allgather(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype rt, MPI_Comm comm) {
-  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), 0, rcount, rt, rcount, rt, 0, NULL, 0);
-  return rm_tsz(rt, rcount);
+  return rm_coll_acc(op, comm, rm_cf_allgather(sbuf, rcount, rt), rm_tsz(rt, rcount));
 }
 
 uint64_t rm_acc_allgatherv(int op, const void *sbuf, rm_cv_t rcounts, MPI_Datatype rt, MPI_Comm comm) {
@@ -449,8 +445,7 @@ uint64_t rm_acc_allgatherv(int op, const void *sbuf, rm_cv_t rcounts, MPI_Dataty
 
 uint64_t rm_acc_alltoall(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype rt, MPI_Comm comm) {
   rm_xl_t *x = rm_comm_xl(comm);
-  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), 0, rcount, rt, rcount, rt, 0, NULL, 0);
-  return rm_tsz(rt, rcount) * (uint64_t)(x ? x->size : 1);
+  return rm_coll_acc(op, comm, rm_cf_alltoall(sbuf, rcount, rt), rm_tsz(rt, rcount) * (uint64_t)(x ? x->size : 1));
 }
 
 /* alltoallv/w: vec = bytes sent to each peer, then bytes received from each peer */
@@ -502,13 +497,11 @@ uint64_t rm_acc_reduce_scatter(int op, const void *sbuf, rm_cv_t rcounts, MPI_Da
 uint64_t rm_acc_reduce_scatter_block(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype t, MPI_Comm comm) {
   rm_xl_t *x = rm_comm_xl(comm);
   if (!x || x->inter) { rm_coll_fact(op, NULL, 0, 0, 0, t, 0, t, 0, NULL, 0); return 0; }
-  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), 0, rcount, t, rcount, t, rm_inplace(sbuf), NULL, 0);
-  return rm_tsz(t, rcount) * (uint64_t)x->size;
+  return rm_coll_acc(op, comm, rm_cf_reduce_scatter_block(sbuf, rcount, t), rm_tsz(t, rcount) * (uint64_t)x->size);
 }
 
 uint64_t rm_acc_scan(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm) {
-  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), 0, count, t, count, t, rm_inplace(sbuf), NULL, 0);
-  return rm_tsz(t, count);
+  return rm_coll_acc(op, comm, rm_cf_scan(sbuf, count, t), rm_tsz(t, count));
 }
 
 /* in/out neighbour lists of a communicator with a topology (comm ranks; PROC_NULL kept) */

@@ -421,22 +421,28 @@ void rm_coll_setup(void);                 /* after the writer is open: library h
 typedef struct rm_coll_memo {
   uint64_t comm; int64_t scount, rcount; MPI_Datatype st, rt; int op, root, flags, mem, slot1;
   uint64_t tick; int64_t bucket; _Atomic uint64_t cnt; uint64_t pub;
+  /* the owner's fast path (rm_coll_fast): the communicator's handle and rm_xt_gen when the entry
+   * was last counted in full, the epoch of its bucket (RM_NO_EPOCH: not armed), the call's payload
+   * and its operation's byte and size-bin counters */
+  MPI_Comm hcomm; unsigned hgen, fepoch; uint64_t n; _Atomic uint64_t *ob, *oh;
 } rm_coll_memo_t;
 #define RM_COLL_MEMO 4
 rm_coll_memo_t *rm_coll_memo_init(void);  /* the calling thread's entries (first collective) */
 void rm_coll_memo_retick(rm_coll_memo_t *c);   /* rm_tick moved: a new bucket moves the calls held */
 extern int rm_coll_on;                    /* the facts table exists */
-void rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
-                       int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec);
+rm_coll_memo_t *rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root, int64_t scount,
+                                  MPI_Datatype st, int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec,
+                                  int nvec);
 /* One call's facts; x = NULL (self or inter-communicator): the call is attributed, no facts.
  * vec: nvec per-peer byte counts (v/w collectives), or NULL.  A remembered signature in the same
- * bucket is counted inline; anything else goes through the table (rm_coll_fact_miss). */
+ * bucket is counted inline; anything else goes through the table (rm_coll_fact_miss).  Returns
+ * the thread's entry that now holds the call's signature (NULL: none), for rm_coll_arm. */
 static inline __attribute__((always_inline))
-void rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
-                  int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec) {
+rm_coll_memo_t *rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
+                             int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec) {
   rm_t.coll = op + 1;                      /* the library's messages from now on belong to op */
   rm_t.coll_mem = mem;
-  if (!x || !rm_coll_on) return;
+  if (!x || !rm_coll_on) return NULL;
   flags |= rm_lib_on ? RM_FACT_LIBRARY : 0;
   rm_coll_memo_t *cm = rm_t.cm;
   if (__builtin_expect(!cm, 0)) cm = rm_coll_memo_init();
@@ -445,9 +451,11 @@ void rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Dat
       c->st == st && c->rt == rt && c->root == root && c->flags == flags && c->mem == mem && !rm_rs) {
     if (__builtin_expect(c->tick != rm_tick, 0)) rm_coll_memo_retick(c);
     __atomic_store_n((uint64_t *)&c->cnt, __atomic_load_n((uint64_t *)&c->cnt, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
-  } else
-    rm_coll_fact_miss(c, op, x, mem, root, scount, st, rcount, rt, flags, vec, nvec);
+    return c;
+  }
+  return rm_coll_fact_miss(c, op, x, mem, root, scount, st, rcount, rt, flags, vec, nvec);
 }
+
 void rm_coll_count(int sig);              /* one more call of a stored signature (MPI_Start) */
 
 /* MPI_T (shim_mpit.c): control variables as META, performance variables sampled per flush */
@@ -547,23 +555,104 @@ static inline __attribute__((always_inline)) rm_xl_t *rm_coll_xl(MPI_Comm comm) 
   return (x && !x->inter && x->size > 1) ? x : NULL;
 }
 static inline int rm_inplace(const void *b) { return b == MPI_IN_PLACE ? RM_FACT_INPLACE : 0; }
+/* The facts of a collective that has no per-peer counts, from its arguments: the buffer whose
+ * memory kind its rows get (or a fixed kind), root, counts, types and flags.  One constructor per
+ * collective (rm_cf_allreduce, ...) serves both its full accounting (rm_acc_*) and its fast path
+ * (rm_coll_fast), so the two cannot disagree on which signature a call is. */
+typedef struct {
+  const void *buf; int kind;          /* kind >= 0: RMREC_MEM_* of a call without a buffer */
+  int root, flags; MPI_Count scount, rcount; MPI_Datatype st, rt;
+} rm_cf_t;
+/* the full accounting of such a call with payload n: its facts counted, and the entry that holds
+ * them armed for the fast path with the communicator's handle, the payload and the operation's
+ * counters (an untimed call's exit adds n and one size-bin count; see rm_clock_out) */
+static inline __attribute__((always_inline)) uint64_t rm_coll_acc(int op, MPI_Comm comm, rm_cf_t f, uint64_t n) {
+  rm_coll_memo_t *c = rm_coll_fact(op, rm_coll_xl(comm), f.kind >= 0 ? f.kind : rm_mem(f.buf), f.root, f.scount,
+                                   f.st, f.rcount, f.rt, f.flags, NULL, 0);
+  if (c && (rm_t.fast & RM_FAST_PLAIN)) {
+    c->hcomm = comm; c->hgen = __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE);
+    c->fepoch = rm_t.epoch;            /* the epoch of rm_tick, whose bucket the entry counts in */
+    c->n = n;
+    c->ob = &rm_t.ops[op].bytes; c->oh = &rm_t.ops[op].hist[rmrec_hist_bin(n)];
+  }
+  return n;
+}
+/* The fast path of such a collective (calls.spec's "fast"): the entry armed for this operation
+ * holds the call's facts through the same communicator handle (none freed since), and its bucket
+ * is still the current one (rmrec_epoch unchanged): the call counted with plain adds and marked
+ * in progress (the library's own messages are attributed to it until the entry point's
+ * fast.after ends it); 0 (nothing done) otherwise. */
+static inline __attribute__((always_inline)) int rm_coll_fast(int op, MPI_Comm comm, rm_cf_t f) {
+  rm_coll_memo_t *c = rm_t.cm;
+  if (!c) return 0;
+  c += (unsigned)op % RM_COLL_MEMO;
+  int mem = f.kind >= 0 ? f.kind : rm_mem_cached(f.buf);
+  if (c->op != op || c->hcomm != comm || c->scount != f.scount || c->rcount != f.rcount || c->st != f.st ||
+      c->rt != f.rt || c->root != f.root || (c->flags & ~RM_FACT_LIBRARY) != f.flags || c->mem != mem ||
+      c->fepoch != rmrec_epoch || c->hgen != __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE))
+    return 0;
+  __atomic_store_n((uint64_t *)&c->cnt, __atomic_load_n((uint64_t *)&c->cnt, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+  rmrec_add(c->ob, c->n, 1);
+  rmrec_add(c->oh, 1, 1);
+  rm_t.coll = op + 1;
+  rm_t.coll_mem = mem;
+  return 1;
+}
+/* Facts (rm_cf_t) of the collectives without per-peer counts.  The same count and type on both
+ * sides: */
+static inline rm_cf_t rm_cf_sym(const void *buf, MPI_Count count, MPI_Datatype t, int root, int flags) {
+  return (rm_cf_t){buf, -1, root, flags, count, count, t, t};
+}
+static inline rm_cf_t rm_cf_bcast(const void *buf, MPI_Count count, MPI_Datatype t, int root) {
+  return rm_cf_sym(buf, count, t, root, 0);
+}
+static inline rm_cf_t rm_cf_reduce(const void *sbuf, MPI_Count count, MPI_Datatype t, int root) {
+  return rm_cf_sym(sbuf, count, t, root, rm_inplace(sbuf));
+}
+static inline rm_cf_t rm_cf_allreduce(const void *sbuf, MPI_Count count, MPI_Datatype t) {
+  return rm_cf_sym(sbuf, count, t, 0, 0);
+}
+static inline rm_cf_t rm_cf_allgather(const void *sbuf, MPI_Count rcount, MPI_Datatype rt) {
+  return rm_cf_sym(sbuf, rcount, rt, 0, 0);
+}
+static inline rm_cf_t rm_cf_alltoall(const void *sbuf, MPI_Count rcount, MPI_Datatype rt) {
+  return rm_cf_sym(sbuf, rcount, rt, 0, 0);
+}
+static inline rm_cf_t rm_cf_reduce_scatter_block(const void *sbuf, MPI_Count rcount, MPI_Datatype t) {
+  return rm_cf_sym(sbuf, rcount, t, 0, rm_inplace(sbuf));
+}
+static inline rm_cf_t rm_cf_scan(const void *sbuf, MPI_Count count, MPI_Datatype t) {
+  return rm_cf_sym(sbuf, count, t, 0, rm_inplace(sbuf));
+}
+/* The sides differ (a gather's root that receives in place: its send type is the receive type): */
+static inline rm_cf_t rm_cf_gather(const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount,
+                                   MPI_Datatype rt, int root) {
+  return (rm_cf_t){sbuf, -1, root, rm_inplace(sbuf), scount, rcount, sbuf == MPI_IN_PLACE ? rt : st, rt};
+}
+static inline rm_cf_t rm_cf_scatter(const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount,
+                                    MPI_Datatype rt, int root) {
+  return (rm_cf_t){sbuf, -1, root, 0, scount, rcount, st, rt};
+}
+static inline rm_cf_t rm_cf_barrier(void) {
+  return (rm_cf_t){NULL, RMREC_MEM_UNKNOWN, 0, 0, 0, 0, MPI_BYTE, MPI_BYTE};
+}
 /* The collectives a code calls most often (a solver's dot products, a time step's broadcast), inline
  * in their wrappers: with the signature remembered they come to a few compares and adds, and a call
  * into another function with its register saves would be a good part of that. */
 static inline __attribute__((always_inline))
 uint64_t rm_acc_bcast(int op, const void *buf, MPI_Count count, MPI_Datatype t, int root, MPI_Comm comm) {
-  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(buf), root, count, t, count, t, 0, NULL, 0);
-  return rm_tsz(t, count);
+  return rm_coll_acc(op, comm, rm_cf_bcast(buf, count, t, root), rm_tsz(t, count));
 }
 static inline __attribute__((always_inline))
 uint64_t rm_acc_reduce(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, int root, MPI_Comm comm) {
-  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), root, count, t, count, t, rm_inplace(sbuf), NULL, 0);
-  return rm_tsz(t, count);
+  return rm_coll_acc(op, comm, rm_cf_reduce(sbuf, count, t, root), rm_tsz(t, count));
 }
 static inline __attribute__((always_inline))
 uint64_t rm_acc_allreduce(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm) {
-  rm_coll_fact(op, rm_coll_xl(comm), rm_mem(sbuf), 0, count, t, count, t, 0, NULL, 0);
-  return rm_tsz(t, count);
+  return rm_coll_acc(op, comm, rm_cf_allreduce(sbuf, count, t), rm_tsz(t, count));
+}
+static inline __attribute__((always_inline)) uint64_t rm_acc_barrier(int op, MPI_Comm comm) {
+  return rm_coll_acc(op, comm, rm_cf_barrier(), 0);
 }
 uint64_t rm_acc_gather(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, MPI_Count rcount, MPI_Datatype rt, int root, MPI_Comm comm);
 uint64_t rm_acc_gatherv(int op, const void *sbuf, MPI_Count scount, MPI_Datatype st, rm_cv_t rcounts, MPI_Datatype rt, int root, MPI_Comm comm);
@@ -577,10 +666,6 @@ uint64_t rm_acc_alltoallw(int op, const void *sbuf, rm_cv_t scounts, const MPI_D
 uint64_t rm_acc_reduce_scatter(int op, const void *sbuf, rm_cv_t rcounts, MPI_Datatype t, MPI_Comm comm);
 uint64_t rm_acc_reduce_scatter_block(int op, const void *sbuf, MPI_Count rcount, MPI_Datatype t, MPI_Comm comm);
 uint64_t rm_acc_scan(int op, const void *sbuf, MPI_Count count, MPI_Datatype t, MPI_Comm comm);
-static inline __attribute__((always_inline)) uint64_t rm_acc_barrier(int op, MPI_Comm comm) {
-  rm_coll_fact(op, rm_coll_xl(comm), RMREC_MEM_UNKNOWN, 0, 0, MPI_BYTE, 0, MPI_BYTE, 0, NULL, 0);
-  return 0;
-}
 /* neighbour collectives: kind 0 allgather, 1 allgatherv, 2 alltoall, 3 alltoallv, 4 alltoallw */
 uint64_t rm_acc_neighbor(int op, int kind, const void *sbuf, MPI_Count scount, rm_cv_t scounts, MPI_Datatype st,
                          const MPI_Datatype *sts, MPI_Count rcount, rm_cv_t rcounts, MPI_Datatype rt,

@@ -12,7 +12,16 @@
  *   S  every 4th round, a window of 4 MPI_Irecv / MPI_Isend of 24 B on a split of the duplicate
  *      made that round and freed after it (a new communicator each time: its translation and the
  *      remembered sends must not outlive it)                               Isend / Irecv 4 x 24 B
- * Exits with 2 if a message's content is wrong (the shim must not disturb the library).
+ *   C  collectives (the fast path of those without per-peer counts), each call R = 4 times in a
+ *      row: MPI_Allreduce of 1 double on MPI_COMM_WORLD x3, in place x1, on the duplicate x2, on
+ *      MPI_COMM_SELF x1 (no facts); MPI_Iallreduce x1; MPI_Bcast of 2 ints from root r % 2 x2;
+ *      MPI_Reduce of 3 ints to root 0 (in place at the root in odd rounds); MPI_Allgather,
+ *      MPI_Alltoall of 1 int; MPI_Gather to root 1 and MPI_Scatter from root 0 of 2 ints;
+ *      MPI_Reduce_scatter_block of 1 int; MPI_Scan and MPI_Exscan of 1 int; MPI_Barrier x2; and
+ *      once every 4th round an MPI_Allreduce on the round's split
+ * Then E: ER = 4 rounds of EN = 5 MPI_Allreduce of 2 doubles on MPI_COMM_WORLD, 4 ms apart.
+ * Exits with 2 if a message's content or a collective's result is wrong (the shim must not
+ * disturb the library).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -21,6 +30,80 @@
 
 #define ROUNDS 40
 #define WIN 16
+#define ER 4
+#define EN 5
+
+/* C: one round's collectives, each call repeated R times in a row (the first of a repeat may
+ * take the full path, the rest the fast path); nonzero if a result is wrong */
+#define R 4
+static int collectives(int r, int me, int p, MPI_Comm dup) {
+  int bad = 0;
+  double one = 1, sum = 0;
+  for (int k = 0; k < 3 * R; k++) {
+    MPI_Allreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    bad |= sum != p;
+  }
+  for (int k = 0; k < R; k++) {
+    sum = 1;
+    MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    bad |= sum != p;
+  }
+  for (int k = 0; k < 2 * R; k++) MPI_Allreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, dup);
+  for (int k = 0; k < R; k++) MPI_Allreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_SELF);
+  bad |= sum != 1;
+  for (int k = 0; k < R; k++) {
+    MPI_Request rq;
+    MPI_Iallreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &rq);
+    MPI_Wait(&rq, MPI_STATUS_IGNORE);
+    bad |= sum != p;
+  }
+  int b2[2] = {r, r + 1};
+  for (int k = 0; k < 2 * R; k++) MPI_Bcast(b2, 2, MPI_INT, r % 2, MPI_COMM_WORLD);
+  bad |= b2[0] != r;
+  for (int k = 0; k < R; k++) {
+    int v3[3] = {1, 2, 3}, s3[3] = {0, 0, 0};
+    if (r % 2 && me == 0) {
+      memcpy(s3, v3, sizeof v3);
+      MPI_Reduce(MPI_IN_PLACE, s3, 3, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    } else
+      MPI_Reduce(v3, s3, 3, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    bad |= me == 0 && s3[2] != 3 * p;
+  }
+  int mine = me, all[64], two[2] = {me, me}, g[128], sc[128], ones[64], got = 0, u = 1;
+  for (int i = 0; i < p; i++) ones[i] = 1;
+  for (int k = 0; k < R; k++) {
+    MPI_Allgather(&mine, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
+    bad |= all[p - 1] != p - 1;
+  }
+  for (int k = 0; k < R; k++) {
+    for (int i = 0; i < p; i++) sc[i] = i;
+    MPI_Alltoall(sc, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
+    bad |= all[p - 1] != me;
+  }
+  for (int k = 0; k < R; k++) {
+    MPI_Gather(two, 2, MPI_INT, g, 2, MPI_INT, 1, MPI_COMM_WORLD);
+    bad |= me == 1 && g[2 * p - 1] != p - 1;
+  }
+  for (int k = 0; k < R; k++) {
+    for (int i = 0; i < 2 * p; i++) sc[i] = i / 2;
+    MPI_Scatter(sc, 2, MPI_INT, two, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    bad |= two[1] != me;
+  }
+  for (int k = 0; k < R; k++) {
+    MPI_Reduce_scatter_block(ones, &got, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    bad |= got != p;
+  }
+  for (int k = 0; k < R; k++) {
+    MPI_Scan(&u, &got, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    bad |= got != me + 1;
+  }
+  for (int k = 0; k < R; k++) {
+    MPI_Exscan(&u, &got, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    bad |= me > 0 && got != me;
+  }
+  for (int k = 0; k < 2 * R; k++) MPI_Barrier(MPI_COMM_WORLD);
+  return bad;
+}
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -61,9 +144,21 @@ int main(int argc, char **argv) {
       for (int k = 0; k < 4; k++) MPI_Irecv(rb[k], 24, MPI_CHAR, prv, k, s, &rq[k]);
       for (int k = 0; k < 4; k++) MPI_Isend(sb[k], 24, MPI_CHAR, nxt, k, s, &rq[4 + k]);
       MPI_Waitall(8, rq, MPI_STATUSES_IGNORE);
+      double one = 1, sum = 0;
+      MPI_Allreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, s);
+      bad |= sum != p;
       MPI_Comm_free(&s);
     }
+    bad |= collectives(r, me, p, dup);
     usleep(1000);
+  }
+  /* E: one signature alone, ER rounds of EN calls 4 ms apart: each round's calls in their own
+   * timeline bucket, however long the fast path's remembered bucket was current */
+  for (int r = 0; r < ER; r++) {
+    double two[2] = {1, 1}, s2[2];
+    for (int k = 0; k < EN; k++) MPI_Allreduce(two, s2, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    bad |= s2[1] != p;
+    usleep(4000);
   }
   MPI_Comm_free(&dup);
   MPI_Finalize();

@@ -38,7 +38,7 @@ from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
 
 ATTRS = {"pre", "post", "after", "err", "persist", "status_if", "variants", "families", "plain",
-         "fast", "fast.post", "pre.f", "post.f", "after.f", "err.f"}
+         "fast", "fast.post", "fast.after", "pre.f", "post.f", "after.f", "err.f"}
 FAMILIES = ("c", "f", "f08")
 
 # Handle types and their Fortran -> C conversion.
@@ -180,8 +180,9 @@ def expand(entries) -> Spec:
         if set(fams) - set(FAMILIES):
             raise RankmapError(f"calls.spec:{line}: unknown family in {fams}")
         plain = attrs.get("plain", "") == "yes"
-        if "fast.post" in attrs and "fast" not in attrs:
-            raise RankmapError(f"calls.spec:{line}: 'fast.post' without 'fast'")
+        for k in ("fast.post", "fast.after"):
+            if k in attrs and "fast" not in attrs:
+                raise RankmapError(f"calls.spec:{line}: '{k}' without 'fast'")
         if "fast" in attrs and plain:
             raise RankmapError(f"calls.spec:{line}: a 'plain' entry has no 'fast' path")
         body = {k: v for k, v in attrs.items() if k not in ("variants", "families", "plain")}
@@ -192,7 +193,7 @@ def expand(entries) -> Spec:
                 forms.append(Call(nb, params + [Param("MPI_Request", 1, False, "request")], body, fams, nb))
             if "init" in variants:
                 m = re.fullmatch(r"n = (.*);", body.get("pre", ""), re.S)
-                if not m or set(body) - {"pre", "fast", "fast.post"}:
+                if not m or set(body) - {"pre", "fast", "fast.post", "fast.after"}:
                     raise RankmapError(f"calls.spec:{line}: 'init' needs exactly one 'pre: n = <expression>;'")
                 pers = {"persist": m.group(1)}     # (counted at MPI_Start: no fast path)
                 forms.append(Call(name + "_init", params + [Param("MPI_Info", 0, False, "info"),
@@ -298,8 +299,14 @@ def gen_c(c: Call) -> str:
     # frame up at its entry when any of its paths needs one).
     full = f"rmw_{c.name}"
     post = _sub_op(c.code("fast.post", False), c.op)
-    lib = (f"    int rc = {call};\n    if (rc == MPI_SUCCESS) {{\n{_indent(post, '      ')}    }}\n    return rc;"
-           if post.strip() else f"    return {call};")
+    after = _sub_op(c.code("fast.after", False), c.op)
+    lib = f"    return {call};"                   # a jump: nothing left to do after the library's call
+    if post.strip() or after.strip():
+        lib = "\n".join(line for line in (
+            f"    int rc = {call};",
+            f"    if (rc == MPI_SUCCESS) {{\n{_indent(post, '      ')}    }}" if post.strip() else "",
+            _indent(after, "    ").rstrip("\n"),
+            "    return rc;") if line)
     return (f"static __attribute__((noinline)) int {full}({decl}) {{\n{_gen_full(c, call)}\n}}\n"
             f"int {c.name}({decl}) {{\n{guard}"
             f"  if (rm_fast_ok(OP_{c.op}) && ({_sub_op(c.attrs['fast'], c.op)})) {{\n"
