@@ -13,7 +13,9 @@
 #  4. reads the records with rankmap.formats.record and checks the device / managed / host split
 #     of every rank's sent and received bytes against the exact expectation -- this covers the
 #     paths on which the shim asks the driver nothing (a heap buffer used before CUDA was loaded
-#     and after, device buffers inside allocations seen before, a small device allocation);
+#     and after, device buffers inside allocations seen before, a small device allocation), and
+#     the memory kind of repeated MPI_Bcast calls from each kind of buffer (the collectives' fast
+#     path reads it from the granule cache);
 #  5. writes mpi_device.txt (split table + PASS/FAIL lines) under $OUT.
 # Exit status: the number of FAILs (0 = all good).
 set -uo pipefail
@@ -104,6 +106,13 @@ for r in recs:
     for d in ("send", "recv"):
         got = {mem: tuple(v) for (dd, mem), v in split.items() if dd == d}
         check(got == exp_send, f"rank {r.world_rank} {d} split by memory kind {got} == {exp_send}")
+    facts = {f.sig: f for f in r.coll_facts if f.operation == "MPI_Bcast"}
+    bc = {}
+    for sig, _bucket, calls in r.coll_calls:
+        if sig in facts:
+            bc[facts[sig].mem] = bc.get(facts[sig].mem, 0) + calls
+    check(bc == {"host": 80, "managed": 40, "device": 40},
+          f"rank {r.world_rank} MPI_Bcast calls by memory kind {bc} == host 80, managed 40, device 40")
 dev = sum(t.bytes for r in recs for t in r.traffic if t.mem == "device")
 tot = sum(t.bytes for r in recs for t in r.traffic)
 print(f"device-resident share of p2p bytes: {dev / max(tot, 1):.1%} (cuda-aware={aware})")
