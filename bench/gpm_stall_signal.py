@@ -122,7 +122,7 @@ def session(args: argparse.Namespace, period: float, hold: bool) -> dict:
     s.stop()
     src.close()
     c = s.cost
-    files = dict(s.open_watch.opened) if s.open_watch else {}
+    files = dict(s.open_watch.seen) if s.open_watch else {}
     return {"hold": "on" if hold else "off", "rc": rc, "s": time.monotonic() - t0, "samples": c.samples,
             "reads": c.reads, "stalls": c.stalls, "stall_ms": c.stall_cpu_ns / 1e6, "held": c.held,
             "held_open": c.held_open, "before": before, "capped": c.open_capped, "cpu": c.per_gpu_sample_cpu_ms,
@@ -253,7 +253,8 @@ def main() -> int:
              f"{max(proc_cost) / 1e6:.1f} ms max" if proc_cost else "no process-count query")
           + f"; device-file events before the launch {sum(1 for e, _k, _p in ev if e < launched)}, "
             f"after the end {sum(1 for e, _k, _p in ev if e > ended_at)}")
-    print(f"{'read at s':>9} {'gpu':>3} {'cpu ms':>8} {'wall ms':>8} {'last dev event s before':>24} {'last proc change s before':>26}")
+    print(f"{'read at s':>9} {'gpu':>3} {'cpu ms':>8} {'wall ms':>8} {'last dev event s before':>24} {'last proc change s before':>26}"
+          f"  other processes' events in the 0.5 s before")
     print(f"device-file events during the sampler's reads (its own): {own}; between them (other processes): "
           f"{len(others)}, of which before the launch {sum(1 for e in others if e < launched)}")
     from collections import Counter
@@ -264,7 +265,9 @@ def main() -> int:
         last_ev = max((e for e in others if e <= t), default=None)
         last_pc = max((x for x in changes if x <= t), default=None)
         fmt = lambda x: f"{(t - x) / 1e9:.2f}" if x is not None else "-"  # noqa: E731
-        print(f"{(t - reads[0][0]) / 1e9:>9.2f} {g:>3} {c / 1e6:>8.2f} {w / 1e6:>8.2f} {fmt(last_ev):>24} {fmt(last_pc):>26}")
+        near = Counter(f"{k} {p.rsplit('/', 1)[-1]}" for e, k, p in other_kinds if 0 <= t - e < 500_000_000)
+        print(f"{(t - reads[0][0]) / 1e9:>9.2f} {g:>3} {c / 1e6:>8.2f} {w / 1e6:>8.2f} {fmt(last_ev):>24} {fmt(last_pc):>26}"
+              f"  {dict(sorted(near.items())) or '-'}")
     print(f"{'hold s':>6} {'reads skipped':>14} {'stalls avoided':>15} {'stall CPU avoided ms':>21} {'of ms':>7}")
     total = sum(c for _t, _g, c, _w in stalls)
     for hold in (0.5, 1, 2, 4, 8):

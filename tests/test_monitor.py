@@ -185,7 +185,7 @@ def test_summary_says_what_the_open_hold_did():
         return out.getvalue()
 
     t = text(held_open=7, open_capped=1, open_watch="2 device file(s)")
-    assert "7 ticks were skipped because another process had just opened a GPU's device file" in t
+    assert "7 ticks were skipped because another process had just opened or closed a GPU's device file" in t
     assert "1 read all the same after a long hold" in t and "device-file watch" not in t
     t = text(open_watch="off: no GPU device file to watch")
     assert "skipped" not in t and "device-file watch off: no GPU device file to watch" in t

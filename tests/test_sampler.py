@@ -373,13 +373,47 @@ def test_sampler_holds_after_another_process_opens_a_gpu_file(tmp_path):
     time.sleep(0.8)
     s.stop()
     assert s.cost.held_open >= 10 and s.cost.held == 0 and s.cost.stalls == 0 and s.cost.open_capped == 0
-    assert set(s.open_watch.opened) == {str(dev / "nvidia1")}
+    assert set(s.open_watch.seen) == {str(dev / "nvidia1")}
     times = [t for t, g in src.reads[n0:] if g == 0]
     gaps = [(b - a, a) for a, b in zip(times, times[1:])]
     gap, at = max(gaps)
     assert 0.25 <= gap < 0.35 + 0.5, gaps     # a hold of about open_hold_s (the shared CI machine: wide)
     assert at <= t_opened                     # it began when the open was seen ...
     assert sum(1 for t in times if t > at + gap) >= 5  # ... and sampling went on after it
+
+
+_HOLDER = ("import sys, time\n"
+           "f = open(sys.argv[1])\n"
+           "print('open', flush=True)\n"
+           "time.sleep(float(sys.argv[2]))\n"
+           "f.close()\n"
+           "print('closed', flush=True)\n"
+           "time.sleep(0.2)\n")
+
+
+def test_sampler_holds_after_another_process_closes_a_gpu_file(tmp_path):
+    """A job's teardown closes the GPU's file (opened long before, when the watch was not there yet):
+    the close alone holds every GPU for about open_hold_s; the open, made before the sampler started,
+    holds nothing."""
+    dev = _dev(tmp_path)
+    p = subprocess.Popen([sys.executable, "-c", _HOLDER, str(dev / "nvidia0"), "0.4"], stdout=subprocess.PIPE,
+                         text=True)
+    assert p.stdout.readline() == "open\n"
+    src = _Recording()
+    s = LinkSampler(src, interval_s=0.01, open_hold_s=0.3, open_cap_s=10.0, keep=False,
+                    open_paths=gpu_device_files(dev)).start()
+    time.sleep(0.2)
+    assert s.cost.held_open == 0 and s.cost.samples >= 5   # the file open all along: nothing
+    assert p.stdout.readline() == "closed\n"
+    t_closed = time.monotonic()
+    p.wait()
+    time.sleep(0.5)
+    s.stop()
+    assert s.cost.held_open >= 10 and s.cost.held == 0 and s.cost.open_capped == 0
+    assert dict(s.open_watch.seen) == {str(dev / "nvidia0"): 1}
+    times = [t for t, g in src.reads if g == 0]
+    gap, at = max((b - a, a) for a, b in zip(times, times[1:]))
+    assert 0.25 <= gap < 0.35 + 0.5 and at <= t_closed + 0.05, (gap, at, t_closed)
 
 
 def test_sampler_own_opens_never_hold(tmp_path):
@@ -389,7 +423,7 @@ def test_sampler_own_opens_never_hold(tmp_path):
     s = LinkSampler(src, interval_s=0.005, open_hold_s=0.5, keep=False, open_paths=gpu_device_files(dev)).start()
     time.sleep(0.25)
     s.stop()
-    assert s.cost.samples >= 10 and s.cost.held_open == 0 and not s.open_watch.opened
+    assert s.cost.samples >= 10 and s.cost.held_open == 0 and not s.open_watch.seen
     assert s.open_watch.own >= s.cost.samples  # every sample's opens were seen, and taken as its own
     assert len(src.reads) == 2 * s.cost.samples
 

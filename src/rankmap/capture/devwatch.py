@@ -1,16 +1,19 @@
-"""Another process opening a GPU's device file: the warning that comes before a stalled NVML read.
+"""Another process opening or closing a GPU's device file: the warning that comes before a stalled NVML read.
 
-While a process creates a CUDA context, single NVML reads of the GPUs can spin milliseconds of CPU
-in the driver (``capture/sampler.py``, "Driver stalls"). The context's set-up opens the GPU's own
-device file, ``/dev/nvidia<N>`` (N = the GPU's minor number), before that; an inotify watch on those
-files sees the open at no driver cost (``bench/gpm_stall_signal.py``: on an H200 every stalled GPM read
-came within 0.1 s after another process's device-file event). ``/dev/nvidiactl`` is left out on
+While a process creates a CUDA context, and while it tears one down, single NVML reads of the GPUs
+can spin milliseconds of CPU in the driver (``capture/sampler.py``, "Driver stalls"). The context's
+set-up opens the GPU's own device file, ``/dev/nvidia<N>`` (N = the GPU's minor number), before that,
+and its teardown closes it (the kernel reports a close before it runs the driver's release of the
+file). An inotify watch on those files sees both at no driver cost
+(``bench/gpm_stall_signal.py``: on an H200 every stalled GPM read came within 0.1 s after another
+process's device-file event). ``/dev/nvidiactl`` is left out on
 purpose: every NVML user opens it -- ``nvidia-smi`` polling, a second monitor, this sampler's own
 reads -- so an open of it does not tell a poller from a job, while a job opens its GPU's file too.
 
-inotify does not say who opened a file, so :class:`DeviceOpenWatch` is drained at two moments: right
-after the sampler's own reads (:meth:`drain`: those opens are the sampler's own NVML calls, thrown
-away) and when the sampler wakes (:meth:`others`: what came while it slept was another process).
+inotify does not say who opened or closed a file, so :class:`DeviceFileWatch` is drained at two
+moments: right after the sampler's own reads (:meth:`drain`: those events are the sampler's own NVML
+calls, thrown away) and when the sampler wakes (:meth:`others`: what came while it slept was another
+process).
 inotify through ctypes on libc, as the bench does: no dependency; where it is missing (not Linux,
 no libc, ``fs.inotify.max_user_watches`` exhausted) the watch is off and says why.
 """
@@ -26,9 +29,12 @@ from pathlib import Path
 from typing import Sequence
 
 IN_OPEN = 0x20
+IN_CLOSE_WRITE = 0x08
+IN_CLOSE_NOWRITE = 0x10
 IN_Q_OVERFLOW = 0x4000  # the kernel's queue overflowed: events were lost (counted as an open)
 IN_NONBLOCK = 0o4000
 IN_CLOEXEC = 0o2000000
+_WATCHED = IN_OPEN | IN_CLOSE_WRITE | IN_CLOSE_NOWRITE
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (the name follows)
 _GPU_FILE = re.compile(r"nvidia(\d+)$")
 
@@ -44,16 +50,17 @@ def gpu_device_files(dev: str | Path = "/dev") -> list[str]:
     return [str(d / name) for _minor, name in sorted(found)]
 
 
-class DeviceOpenWatch:
-    """Opens of the watched files since the last look, by file; ``status`` says what is watched or why not.
+class DeviceFileWatch:
+    """Opens and closes of the watched files since the last look, by file; ``status`` says what is
+    watched or why not.
 
     ``ok`` is False when the watch could not be set up (then every call answers nothing)."""
 
     def __init__(self, paths: Sequence[str]) -> None:
         self.fd = -1
         self.paths: dict[int, str] = {}
-        self.opened: Counter[str] = Counter()  # other processes' opens by file, over the watch's life
-        self.own = 0                           # opens drained as the sampler's own
+        self.seen: Counter[str] = Counter()    # other processes' opens and closes by file, over the watch's life
+        self.own = 0                           # events drained as the sampler's own
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
@@ -66,7 +73,7 @@ class DeviceOpenWatch:
         self.fd = fd
         failed = []
         for p in paths:
-            wd = libc.inotify_add_watch(fd, os.fsencode(p), IN_OPEN)
+            wd = libc.inotify_add_watch(fd, os.fsencode(p), _WATCHED)
             if wd >= 0:
                 self.paths[wd] = p
             else:
@@ -82,7 +89,8 @@ class DeviceOpenWatch:
         return self.fd >= 0
 
     def _read(self) -> list[str]:
-        """The files opened since the last read (an overflow counts as an open of ``?``)."""
+        """The files opened or closed since the last read, once per event (an overflow counts as one
+        event of ``?``)."""
         out: list[str] = []
         while self.fd >= 0:
             try:
@@ -93,22 +101,22 @@ class DeviceOpenWatch:
             while off + _EVENT.size <= len(buf):
                 wd, mask, _cookie, ln = _EVENT.unpack_from(buf, off)
                 off += _EVENT.size + ln
-                if mask & (IN_OPEN | IN_Q_OVERFLOW):
+                if mask & (_WATCHED | IN_Q_OVERFLOW):
                     out.append(self.paths.get(wd, "?"))
             if len(buf) < 4096 - 256:  # a short read took everything queued: skip the EAGAIN round trip
                 break
         return out
 
     def drain(self) -> int:
-        """Throw away what is queued: the caller's own opens (its NVML calls just now). Returns how many."""
+        """Throw away what is queued: the caller's own events (its NVML calls just now). Returns how many."""
         n = len(self._read())
         self.own += n
         return n
 
     def others(self) -> list[str]:
-        """The files other processes opened since the last look (the caller slept meanwhile)."""
+        """The files other processes opened or closed since the last look (the caller slept meanwhile)."""
         got = self._read()
-        self.opened.update(got)
+        self.seen.update(got)
         return got
 
     def close(self) -> None:

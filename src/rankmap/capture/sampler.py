@@ -22,8 +22,8 @@ behind the job's own driver work; at 10 Hz a handful of those outweigh every oth
 life. Two rules keep that cheap and exact: :class:`LinkSampler` leaves every GPU alone for
 ``hold_s`` (1 s) after a read that burnt more than ``stall_ms`` (2 ms) of CPU, so a burst of stalls
 costs one slow read instead of ten; it also holds them for ``open_hold_s`` (0.5 s) after another
-process opened a GPU's device file (:mod:`rankmap.capture.devwatch`), which comes before the first
-stalled read of a burst, up to ``open_cap_s`` (2 s) of continuous hold; and :class:`GpmSource`
+process opened or closed a GPU's device file (:mod:`rankmap.capture.devwatch`), which comes before
+the first stalled read of a burst, up to ``open_cap_s`` (2 s) of continuous hold; and :class:`GpmSource`
 does not use a snapshot whose call took longer than ``SNAP_MAX_NS`` as an end point of the integral
 (the snapshot lies somewhere in a call of milliseconds, so its instant is unknown), the next good
 snapshot closes the interval instead. GPM
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from rankmap.capture import gpm_native
-from rankmap.capture.devwatch import DeviceOpenWatch, gpu_device_files
+from rankmap.capture.devwatch import DeviceFileWatch, gpu_device_files
 from rankmap.capture.gpm_native import NativeReader
 from rankmap.errors import RankmapError
 
@@ -470,7 +470,7 @@ class SamplerCost:
     wall_ns: int = 0          # from the first to the last sample
     stalls: int = 0           # reads that burnt more than the sampler's stall_ms of CPU
     held: int = 0             # ticks skipped because a read had just stalled (hold_s)
-    held_open: int = 0        # ticks skipped because another process had just opened a GPU's device file
+    held_open: int = 0        # ticks skipped because another process had just opened or closed a GPU's device file
     open_capped: int = 0      # ticks read all the same, the open hold having lasted open_cap_s
     open_watch: str | None = None  # what the device-file watch watches, or why it is off (None: not asked for)
     reader: str | None = None  # who reads GPM: "native" (one C call) or "python" (GpmSource.reader)
@@ -534,8 +534,8 @@ class LinkSampler:
 
     With that guard on, the sampler also watches ``open_paths`` (default: the GPUs' own device files,
     ``/dev/nvidia<N>``, never ``/dev/nvidiactl``; see :mod:`rankmap.capture.devwatch`) and takes no
-    sample for ``open_hold_s`` after another process opened one, which it does while creating a CUDA
-    context, before the driver stalls. A hold that has lasted ``open_cap_s`` lets one tick read all
+    sample for ``open_hold_s`` after another process opened or closed one, which it does while
+    creating a CUDA context and while tearing one down, before the driver stalls. A hold that has lasted ``open_cap_s`` lets one tick read all
     the same, so a job that keeps opening the files cannot starve the monitor. The hold is for the
     whole tick, every GPU, as the stall hold is: which GPUs' reads a context's set-up on one GPU
     stalls was not measured, and stalls come in bursts across the GPUs. ``open_hold_s=None``: no
@@ -558,7 +558,7 @@ class LinkSampler:
     def __post_init__(self) -> None:
         self._hold_until = 0         # monotonic ns before which the loop takes no sample
         self._guard = self.stall_ms is not None and getattr(self.source, "gap_safe", False)
-        self.open_watch: DeviceOpenWatch | None = None  # set up by start() (the loop's watch)
+        self.open_watch: DeviceFileWatch | None = None  # set up by start() (the loop's watch)
         self._open_until = 0         # monotonic ns before which another process's open holds the loop
         self._open_since: int | None = None  # when the current continuous open hold began
         self.cost.reader = getattr(self.source, "reader", None)
@@ -609,7 +609,7 @@ class LinkSampler:
                 self.on_sample(batch)
                 self.cost.callback_cpu_ns += time.thread_time_ns() - cb0
             if self.open_watch:
-                self.open_watch.drain()  # opens during the reads (and the callback) were this process's own
+                self.open_watch.drain()  # events during the reads (and the callback) were this process's own
             self.cost.thread_cpu_ns += time.thread_time_ns() - cpu0
             return batch
 
@@ -642,8 +642,8 @@ class LinkSampler:
                 return
 
     def _look_for_opens(self, now: int) -> None:
-        """On waking: a GPU's device file opened while the loop slept was opened by another process
-        (this process's own opens were drained after its reads); hold for ``open_hold_s`` from now."""
+        """On waking: a GPU's device file opened or closed while the loop slept was another process's
+        (this process's own events were drained after its reads); hold for ``open_hold_s`` from now."""
         if self.open_watch is None:
             return
         c0 = time.thread_time_ns()
@@ -673,7 +673,7 @@ class LinkSampler:
     def start(self) -> "LinkSampler":
         if self._guard and self.open_hold_s is not None:
             paths = gpu_device_files() if self.open_paths is None else list(self.open_paths)
-            w = DeviceOpenWatch(paths)
+            w = DeviceFileWatch(paths)
             self.cost.open_watch = w.status
             self.open_watch = w if w.ok else None
         self.sample_once()

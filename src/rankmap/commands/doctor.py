@@ -91,10 +91,10 @@ def check_nvml() -> list[Check]:
 
 
 def check_open_watch(dev: str = "/dev") -> Check:
-    """Whether the link sampler can see other processes open the GPUs' device files (its early hold)."""
-    from rankmap.capture.devwatch import DeviceOpenWatch, gpu_device_files
+    """Whether the link sampler can see other processes open and close the GPUs' device files (its early hold)."""
+    from rankmap.capture.devwatch import DeviceFileWatch, gpu_device_files
 
-    w = DeviceOpenWatch(gpu_device_files(dev))
+    w = DeviceFileWatch(gpu_device_files(dev))
     ok = w.ok
     w.close()
     if ok:

@@ -45,8 +45,8 @@ def print_monitor(res: Any, console: Console | None = None) -> None:
                       f"down its GPU contexts); {c['held']} ticks were skipped after them, their bytes carried "
                       f"by the next reads")
         if c.get("held_open") or c.get("open_capped"):
-            con.print(f"{c['held_open']} ticks were skipped because another process had just opened a GPU's "
-                      f"device file (a CUDA context being set up, before the driver stalls)"
+            con.print(f"{c['held_open']} ticks were skipped because another process had just opened or closed a GPU's "
+                      f"device file (a CUDA context being set up or torn down, before the driver stalls)"
                       + (f"; {c['open_capped']} read all the same after {'a' if c['open_capped'] == 1 else 'each'} "
                          f"long hold" if c.get("open_capped") else ""))
         if (c.get("open_watch") or "").startswith("off"):
