@@ -12,17 +12,17 @@ creates a context and closes them when it ends), and, for comparison, NVML's cou
 processes per GPU (a driver call: its own cost is timed). It samples every GPU through ``GpmSource``
 at ``--interval`` through the life of a ``torchrun --nproc_per_node=--nproc`` job looping all-reduces
 (``bench/nccl_load.py``), and prints every read that burnt more than 2 ms of CPU with how long before
-it the last device-file event of another process (one that came while the sampler slept: the
-sampler's own NVML calls open the files too, during its reads) and the last process-count change came, then how many reads a rule
+it the last device-file event of another process and which events came in the 0.5 s before it (those
+that came while the sampler slept: its own NVML calls open the files too, during its reads), and the last process-count change, then how many reads a rule
 "hold the sampler for H seconds after another process's device-file event" would have skipped, and how many stalled
 reads it would have avoided, for a few H.
 
 ``--compare REPS`` checks the rule as ``LinkSampler`` implements it instead (hold every GPU for 0.5 s
-after another process opened ``/dev/nvidia<N>``, capped at 2 s; ``/dev/nvidiactl`` not watched): REPS
+after another process opened or closed ``/dev/nvidia<N>``, capped at 2 s; ``/dev/nvidiactl`` not watched): REPS
 pairs of sessions, each a ``LinkSampler`` as ``rankmap monitor`` runs it around a job of its own, one
 with the open hold and one without (the stall guard on in both), alternating which goes first; one
 row per session (stalled reads and their CPU, ticks held by each rule, the sampler's CPU per GPU per
-sample, the device files other processes opened), each stalled read's CPU and when it came (before
+sample, the device files other processes opened or closed), each stalled read's CPU and when it came (before
 the launch, seconds after it, or seconds after the job's exit), and the sums per rule.
 """
 
@@ -109,7 +109,7 @@ def session(args: argparse.Namespace, period: float, hold: bool) -> dict:
     t0 = time.monotonic()
     s.start()
     time.sleep(args.before)
-    before = s.cost.held_open             # held before the launch: other processes' opens, not this job's
+    before = s.cost.held_open             # held before the launch: other processes' events, not this job's
     t_launch = time.monotonic_ns()
     job = launch(args)
     try:
@@ -134,7 +134,7 @@ def session(args: argparse.Namespace, period: float, hold: bool) -> dict:
 def when(t: int, cpu_ns: int, t_launch: int, t_exit: int) -> str:
     """A stalled read's CPU and when it ended: before the launch, in the job (s after the launch) or
     after it (s after the launcher's exit) -- at the job's start, a context's set-up the hold can see
-    coming (opens); at its end, a teardown it cannot (closes are not watched)."""
+    coming (opens); at its end, a teardown (closes)."""
     if t < t_launch:
         where = f"{(t - t_launch) / 1e9:+.2f} s before the launch"
     elif t <= t_exit:
@@ -151,7 +151,7 @@ def compare(args: argparse.Namespace, period: float) -> int:
           f"{args.after:g} s at {period * 1e3:g} ms; open hold 0.5 s, cap 2 s; stall guard on in both")
     head = (f"{'rep':>3} {'hold':>4} {'rc':>3} {'s':>5} {'samples':>7} {'stalls':>6} {'stall CPU ms':>12} "
             f"{'held':>4} {'held_open':>9} {'pre-job':>7} {'capped':>6} {'CPU ms/GPU/sample':>17} "
-            f"{'median ms':>9} {'max ms':>7} {'thread %':>8}  other processes' opens")
+            f"{'median ms':>9} {'max ms':>7} {'thread %':>8}  other processes' opens and closes")
     print(head)
     rows = []
     for rep, hold in order:
