@@ -445,6 +445,11 @@ def test_build_cache_reused_and_keyed(mpi, tmp_path, monkeypatch):
     assert build_shim(MPIS[mpi.name]["cc"]) == a and a.stat().st_mtime_ns == mtime
     assert a.parent.parent == tmp_path / "shim"
     assert mpi.name in (a.parent / "identity.txt").read_text().lower()
+    # a changed compiler flag is a new build, as a changed source is
+    from rankmap.capture import shim_build
+    monkeypatch.setattr(shim_build, "_OPT_FLAGS", shim_build._OPT_FLAGS + ["-fno-omit-frame-pointer"])
+    b = build_shim(MPIS[mpi.name]["cc"])
+    assert b != a and b.is_file() and a.is_file()
 
 
 def test_build_errors(tmp_path, monkeypatch):

@@ -5,9 +5,9 @@ The shim must be compiled against the very MPI the application runs with (the AB
 ``native/mpi/calls.spec`` (:mod:`rankmap.capture.shim_gen`) for the routines that MPI's ``mpi.h``
 declares, read from one preprocessor run of the wrapper, which also gives the version macros. The
 cache key hashes the MPI identity (the wrapper's real path, its ``-showme``/``-show`` command line,
-the version macros of its ``mpi.h``, the underlying compiler's version), the hand-written sources
-and the generated ones, so switching MPI with ``module load`` or editing the spec or the sources
-gives a fresh build while repeated runs reuse one.
+the version macros of its ``mpi.h``, the underlying compiler's version), the compiler flags, the
+hand-written sources and the generated ones, so switching MPI with ``module load`` or editing the
+spec, the sources or the flags gives a fresh build while repeated runs reuse one.
 
 Cache layout: ``${RANKMAP_CACHE:-~/.cache/rankmap}/shim/<key>/librankmap_mpi.so`` plus
 ``identity.txt`` (what went into the key) and ``src/`` (the generated sources it was built from).
@@ -33,6 +33,10 @@ from rankmap.native_sources import native_dir
 LIB_NAME = "librankmap_mpi.so"
 # Optional flags: dropped if the wrapper's compiler rejects them.
 _OPT_FLAGS = ["-fno-semantic-interposition", "-Wno-stringop-overflow"]
+# a routine used without its declaration would be an undefined symbol found only when a rank first
+# calls it: a build error instead
+_FLAGS = ["-std=gnu11", "-O2", "-fPIC", "-shared", "-Werror=implicit-function-declaration"]
+_LIBS = ["-ldl", "-lpthread"]
 
 
 def shim_sources() -> list[Path]:
@@ -146,20 +150,18 @@ def build_shim(mpicc: str = "mpicc", force: bool = False, progress: Callable[[st
     wrapper = _resolve_wrapper(mpicc)
     srcs = shim_sources()
     generated = shim_gen.generate(shim_gen.load(), header.declared or None)
-    key = hashlib.sha256((identity + "\n" + _sources_hash(srcs, generated)).encode()).hexdigest()[:20]
+    flags = " ".join(_FLAGS + _OPT_FLAGS + _LIBS)     # a changed flag builds anew, as a changed source does
+    key = hashlib.sha256((identity + "\n" + flags + "\n" + _sources_hash(srcs, generated)).encode()).hexdigest()[:20]
     out_dir = cache_root() / "shim" / key
     gen_dir = out_dir / "src"
-    # a routine used without its declaration would be an undefined symbol found only when a rank
-    # first calls it: a build error instead
-    base = [str(wrapper), "-std=gnu11", "-O2", "-fPIC", "-shared", "-Werror=implicit-function-declaration",
-            "-I", str(native_dir() / "common"),
-            "-I", str(native_dir() / "mpi"), "-I", str(gen_dir)]
+    base = [str(wrapper), *_FLAGS, "-I", str(native_dir() / "common"), "-I", str(native_dir() / "mpi"),
+            "-I", str(gen_dir)]
     if force or not (out_dir / LIB_NAME).is_file():
         _write_generated(gen_dir, generated)
 
     def commands(tmp: str) -> list[list[str]]:
         tail = [str(s) for s in srcs] + [str(gen_dir / n) for n in sorted(generated) if n.endswith(".c")]
-        tail += ["-o", tmp, "-ldl", "-lpthread"]
+        tail += ["-o", tmp, *_LIBS]
         return [base + _OPT_FLAGS + tail, base + tail]   # the second in case an optional flag was the problem
 
     return compile_cached(out_dir, LIB_NAME, commands, f"MPI shim with {wrapper}",
