@@ -105,7 +105,7 @@ static int type_size(MPI_Datatype t) {
   return (int)rm_tsz(t, 1);
 }
 
-/* count one call of signature slot i in bucket b (sig_lock held) */
+/* a signature's buckets and calls since the last flush: its own ring once grown, else ring0 */
 static int64_t *sig_buckets(sig_t *e) { return e->bucket ? e->bucket : e->ring0; }
 static uint64_t *sig_calls(sig_t *e) { return e->calls ? e->calls : e->calls0; }
 
@@ -126,6 +126,7 @@ static int sig_grow(sig_t *e) {
   return 1;
 }
 
+/* count `calls` calls of signature e in bucket b (sig_lock held) */
 static void sig_add(sig_t *e, int64_t b, uint64_t calls) {
   int64_t *eb = sig_buckets(e);
   uint64_t *ec = sig_calls(e);

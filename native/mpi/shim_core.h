@@ -436,7 +436,8 @@ rm_coll_memo_t *rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem
 /* One call's facts; x = NULL (self or inter-communicator): the call is attributed, no facts.
  * vec: nvec per-peer byte counts (v/w collectives), or NULL.  A remembered signature in the same
  * bucket is counted inline; anything else goes through the table (rm_coll_fact_miss).  Returns
- * the thread's entry that now holds the call's signature (NULL: none), for rm_coll_arm. */
+ * the thread's entry that now holds the call's signature (NULL: none), which rm_coll_acc arms for
+ * the fast path. */
 static inline __attribute__((always_inline))
 rm_coll_memo_t *rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scount, MPI_Datatype st,
                              int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec, int nvec) {

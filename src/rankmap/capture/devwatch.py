@@ -4,11 +4,11 @@ While a process creates a CUDA context, and while it tears one down, single NVML
 can spin milliseconds of CPU in the driver (``capture/sampler.py``, "Driver stalls"). The context's
 set-up opens the GPU's own device file, ``/dev/nvidia<N>`` (N = the GPU's minor number), before that,
 and its teardown closes it (the kernel reports a close before it runs the driver's release of the
-file). An inotify watch on those files sees both at no driver cost
-(``bench/gpm_stall_signal.py``: on an H200 every stalled GPM read came within 0.1 s after another
-process's device-file event). ``/dev/nvidiactl`` is left out on
-purpose: every NVML user opens it -- ``nvidia-smi`` polling, a second monitor, this sampler's own
-reads -- so an open of it does not tell a poller from a job, while a job opens its GPU's file too.
+file). An inotify watch on those files sees both at no driver cost (``bench/gpm_stall_signal.py``:
+on an H200 every stalled GPM read came within 0.2 s after another process's device-file event).
+``/dev/nvidiactl`` is left out on purpose: every NVML user opens it -- ``nvidia-smi`` polling, a
+second monitor, this sampler's own reads -- so an open of it does not tell a poller from a job,
+while a job opens its GPU's file too.
 
 inotify does not say who opened or closed a file, so :class:`DeviceFileWatch` is drained at two
 moments: right after the sampler's own reads (:meth:`drain`: those events are the sampler's own NVML
@@ -31,7 +31,7 @@ from typing import Sequence
 IN_OPEN = 0x20
 IN_CLOSE_WRITE = 0x08
 IN_CLOSE_NOWRITE = 0x10
-IN_Q_OVERFLOW = 0x4000  # the kernel's queue overflowed: events were lost (counted as an open)
+IN_Q_OVERFLOW = 0x4000  # the kernel's queue overflowed: events were lost (counted as one)
 IN_NONBLOCK = 0o4000
 IN_CLOEXEC = 0o2000000
 _WATCHED = IN_OPEN | IN_CLOSE_WRITE | IN_CLOSE_NOWRITE
