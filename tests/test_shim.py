@@ -779,7 +779,8 @@ def test_failed_receives_released(mpi, tmp_path):
 
 def test_memory_kind_classification(mpi, tmp_path):
     """A fake libcuda.so.1 (tests/native/fake_cuda.c) marks two buffers device and managed; blocking
-    and nonblocking receives (whose buffer's kind is looked up at completion) get the kind too."""
+    and nonblocking receives (whose buffer's kind is looked up at completion) get the kind too, and
+    so do repeated collectives that differ only in their buffer."""
     cc = shutil.which("cc") or shutil.which("gcc")
     libdir = tmp_path / "lib"
     libdir.mkdir()
@@ -802,6 +803,11 @@ def test_memory_kind_classification(mpi, tmp_path):
         extra = ("host", "send" if r.world_rank == 0 else "recv")        # the small heap buffer
         exp[extra] = (n * (iters + 1), iters + 1)
         assert split == exp
+        facts = {f.sig: f for f in r.coll_facts if f.operation == "MPI_Bcast"}
+        bcast: dict[str, int] = {}
+        for sig, _b, calls in r.coll_calls:
+            bcast[facts[sig].mem] = bcast.get(facts[sig].mem, 0) + calls
+        assert bcast == {"host": 40, "device": 40, "managed": 40}    # whichever path each call took
     # the allocation-range cache: one driver query per device/managed allocation, one per host granule
     for line in p.stdout.splitlines():
         if line.startswith("rank "):

@@ -356,7 +356,7 @@ uint64_t rm_p2p_send_slow(rm_sc_t *c, int op, const void *buf, MPI_Count count, 
   rmrec_opstat_t *o = &rm_t.ops[op];
   *c = (rm_sc_t){.dk = rm_sc_dk(dest, op), .comm = comm, .t = t, .count = count, .mem = mem, .peer = w, .gen = gen,
                  .n = n, .s = e->s, .tl = e->tl, .tl_epoch = e->tl ? e->tl_epoch : RM_NO_EPOCH,
-                 .ob = &o->bytes, .oh = &o->hist[rmrec_hist_bin(n)]};
+                 .ob = &o->bytes, .oh = &o->hist[rmrec_hist_bin(n)], .gran = (uint64_t)(uintptr_t)buf >> 16};
   return n;
 }
 

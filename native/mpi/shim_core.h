@@ -56,6 +56,7 @@ typedef struct {
   uint64_t dk; MPI_Count count; MPI_Datatype t; MPI_Comm comm; unsigned gen; int mem, peer;
   uint64_t n; rmrec_slot_t *s; _Atomic uint64_t *tl; unsigned tl_epoch;
   _Atomic uint64_t *ob, *oh;
+  uint64_t gran;                    /* the 64 KiB granule of the buffer it was filled with (kind mem) */
 } rm_sc_t;
 #define RM_NO_EPOCH 0xffffffffu
 static inline uint64_t rm_sc_dk(int dest, int op) { return (uint64_t)(uint32_t)dest | ((uint64_t)(uint32_t)op << 32); }
@@ -425,6 +426,7 @@ typedef struct rm_coll_memo {
    * was last counted in full, the epoch of its bucket (RM_NO_EPOCH: not armed), the call's payload
    * and its operation's byte and size-bin counters */
   MPI_Comm hcomm; unsigned hgen, fepoch; uint64_t n; _Atomic uint64_t *ob, *oh;
+  uint64_t gran;                    /* the buffer's 64 KiB granule, whose kind is mem */
 } rm_coll_memo_t;
 #define RM_COLL_MEMO 4
 rm_coll_memo_t *rm_coll_memo_init(void);  /* the calling thread's entries (first collective) */
@@ -514,8 +516,11 @@ int rm_p2p_send_fast(int op, const void *buf, MPI_Count count, MPI_Datatype t, i
   _Atomic uint64_t *tl = c->tl, *ob = c->ob, *oh = c->oh;
   unsigned tle = c->tl_epoch;
   int mem = c->mem;
+  uint64_t gran = c->gran;
   if (!rm_sc_holds(c, op, count, t, dest, comm)) return 0;
-  if (mem != rm_mem_cached(buf) || (n && tle != rmrec_epoch)) return 0;
+  /* the memory kind: the entry's for a buffer in its granule (a granule keeps its kind once
+   * classified), else the granule cache's */
+  if ((gran != (uint64_t)(uintptr_t)buf >> 16 && mem != rm_mem_cached(buf)) || (n && tle != rmrec_epoch)) return 0;
   rmrec_add(&s->bytes, n, 1);
   rmrec_add(&s->msgs, 1, 1);
   if (n) rmrec_add(tl, n, rm_single);
@@ -575,6 +580,7 @@ static inline __attribute__((always_inline)) uint64_t rm_coll_acc(int op, MPI_Co
     c->fepoch = rm_t.epoch;            /* the epoch of rm_tick, whose bucket the entry counts in */
     c->n = n;
     c->ob = &rm_t.ops[op].bytes; c->oh = &rm_t.ops[op].hist[rmrec_hist_bin(n)];
+    c->gran = (uint64_t)(uintptr_t)f.buf >> 16;
   }
   return n;
 }
@@ -587,10 +593,14 @@ static inline __attribute__((always_inline)) int rm_coll_fast(int op, MPI_Comm c
   rm_coll_memo_t *c = rm_t.cm;
   if (!c) return 0;
   c += (unsigned)op % RM_COLL_MEMO;
-  int mem = f.kind >= 0 ? f.kind : rm_mem_cached(f.buf);
   if (c->op != op || c->hcomm != comm || c->scount != f.scount || c->rcount != f.rcount || c->st != f.st ||
-      c->rt != f.rt || c->root != f.root || (c->flags & ~RM_FACT_LIBRARY) != f.flags || c->mem != mem ||
+      c->rt != f.rt || c->root != f.root || (c->flags & ~RM_FACT_LIBRARY) != f.flags ||
       c->fepoch != rmrec_epoch || c->hgen != __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE))
+    return 0;
+  /* the memory kind: the entry's when the buffer lies in the granule the entry was armed with (the
+   * granule cache keeps a granule's kind once classified: docs/mpi-capture.md), else the cache's */
+  int mem = c->mem;
+  if (f.kind >= 0 ? mem != f.kind : c->gran != (uint64_t)(uintptr_t)f.buf >> 16 && rm_mem_cached(f.buf) != mem)
     return 0;
   __atomic_store_n((uint64_t *)&c->cnt, __atomic_load_n((uint64_t *)&c->cnt, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
   rmrec_add(c->ob, c->n, 1);

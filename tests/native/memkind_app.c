@@ -3,13 +3,16 @@
  * usage: memkind_app BYTES ITERS.  Each kind: ITERS round trips of BYTES, MPI_Send there and back,
  * received with MPI_Recv, MPI_Irecv + MPI_Wait and MPI_Irecv + MPI_Waitall (the kind of a nonblocking
  * receive's buffer is looked up when it completes), with the offset inside the buffer varying
- * (exercises the allocation-range cache).  Then one
+ * (exercises the allocation-range cache).  Then NB = 40 MPI_Bcast of 16 bytes from rank 0 out of
+ * each kind of buffer in turn.  Then one
  * message from rank 0 to 1 out of a small malloc'ed (brk heap) buffer: "heap R queries 0" says
  * it cost no driver call. */
 #include <dlfcn.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#define NB 40
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -40,6 +43,11 @@ int main(int argc, char **argv) {
         MPI_Send(p, n, MPI_CHAR, 0, k, MPI_COMM_WORLD);
       }
     }
+  /* collectives: NB MPI_Bcast in a row from each kind of buffer, the same arguments but the buffer
+   * (all but the first of a kind may take the entry point's fast path, whose kind must follow the
+   * buffer) */
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < NB; i++) MPI_Bcast(buf[k], 16, MPI_CHAR, 0, MPI_COMM_WORLD);
   long (*q)(void) = (long (*)(void))dlsym(h, "fake_cuda_queries");
   long before = q();
   char *small = malloc((size_t)n);             /* the brk heap: known host memory, no driver call */
