@@ -214,6 +214,25 @@ void rm_coll_memo_retick(rm_coll_memo_t *c) {
   c->tick = rm_tick;
 }
 
+/* The thread's entry for the operation class of a call without facts: its held calls go to the
+ * table, then it takes the call's arguments with no signature (slot1 0: rm_coll_fact never counts
+ * a hit on it and the flush adds nothing from it), for rm_coll_fast. */
+rm_coll_memo_t *rm_coll_memo_bare(int op, const rm_cf_t *f, int mem) {
+  rm_coll_memo_t *cm = rm_t.cm;
+  if (!cm) cm = rm_coll_memo_init();
+  if (cm == memo_spare) return NULL;
+  rm_coll_memo_t *c = &cm[(unsigned)op % RM_COLL_MEMO];
+  if (c->slot1) {
+    sig_lock_take();
+    memo_publish(c);
+    c->slot1 = 0;
+    sig_lock_give();
+  }
+  c->comm = 0; c->op = op; c->root = f->root; c->flags = f->flags; c->mem = mem;
+  c->scount = f->scount; c->rcount = f->rcount; c->st = f->st; c->rt = f->rt;
+  return c;
+}
+
 /* A signature rm_coll_fact did not find in the thread's memory: built, found or added in the
  * table, and counted there or (a remembered one) in the entry it takes. */
 rm_coll_memo_t *rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root, int64_t scount,

@@ -571,11 +571,17 @@ typedef struct {
 } rm_cf_t;
 /* the full accounting of such a call with payload n: its facts counted, and the entry that holds
  * them armed for the fast path with the communicator's handle, the payload and the operation's
- * counters (an untimed call's exit adds n and one size-bin count; see rm_clock_out) */
+ * counters (an untimed call's exit adds n and one size-bin count; see rm_clock_out).  A call
+ * without facts (a communicator of one rank, an inter-communicator) arms an entry that holds its
+ * arguments and no signature (rm_coll_memo_bare), so its repeats take the fast path too. */
+rm_coll_memo_t *rm_coll_memo_bare(int op, const rm_cf_t *f, int mem);
 static inline __attribute__((always_inline)) uint64_t rm_coll_acc(int op, MPI_Comm comm, rm_cf_t f, uint64_t n) {
-  rm_coll_memo_t *c = rm_coll_fact(op, rm_coll_xl(comm), f.kind >= 0 ? f.kind : rm_mem(f.buf), f.root, f.scount,
-                                   f.st, f.rcount, f.rt, f.flags, NULL, 0);
-  if (c && (rm_t.fast & RM_FAST_PLAIN)) {
+  rm_xl_t *x = rm_coll_xl(comm);
+  int mem = f.kind >= 0 ? f.kind : rm_mem(f.buf);
+  rm_coll_memo_t *c = rm_coll_fact(op, x, mem, f.root, f.scount, f.st, f.rcount, f.rt, f.flags, NULL, 0);
+  if (!(rm_t.fast & RM_FAST_PLAIN) || rm_rs) return n;
+  if (!x) c = rm_coll_memo_bare(op, &f, mem);   /* no facts (MPI_COMM_SELF, ...): the arguments alone */
+  if (c) {
     c->hcomm = comm; c->hgen = __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE);
     c->fepoch = rm_t.epoch;            /* the epoch of rm_tick, whose bucket the entry counts in */
     c->n = n;
