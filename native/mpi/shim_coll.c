@@ -166,7 +166,7 @@ int rm_coll_on;
 
 /* The threads' remembered signatures (shim_core.h, rm_coll_fact): one block per thread that made a
  * collective call, pushed on a list the flush walks, never freed (a thread's pending calls are
- * added to the table after it exits; a block is ~560 bytes). */
+ * added to the table after it exits; a block is ~590 bytes). */
 typedef struct coll_block { rm_coll_memo_t m[RM_COLL_MEMO]; struct coll_block *next; } coll_block_t;
 static _Atomic(coll_block_t *) coll_blocks;
 static RM_TLS rm_coll_memo_t memo_spare[RM_COLL_MEMO];   /* out of memory: never remembers (slot1 0) */
