@@ -54,8 +54,8 @@ typedef struct {
   uint64_t hash;
   fact_sig_t def;
   int64_t *vec;
-  int written, n, cap;               /* buckets counted since the last flush; room (0: SIG_RING) */
-  int64_t *bucket;                   /* cap buckets of its own, or NULL: ring0 */
+  int written, n, cap;               /* buckets counted since the last flush, and room for them */
+  int64_t *bucket;                   /* ring0 / calls0 until the ring grows (sig_grow) */
   uint64_t *calls;
   int64_t ring0[SIG_RING];
   uint64_t calls0[SIG_RING];
@@ -105,35 +105,27 @@ static int type_size(MPI_Datatype t) {
   return (int)rm_tsz(t, 1);
 }
 
-/* a signature's buckets and calls since the last flush: its own ring once grown, else ring0 */
-static int64_t *sig_buckets(sig_t *e) { return e->bucket ? e->bucket : e->ring0; }
-static uint64_t *sig_calls(sig_t *e) { return e->calls ? e->calls : e->calls0; }
-
 /* A signature called in more buckets between two flushes than its ring holds (a collective in every
  * bucket, more buckets than 8 per flush interval: the default 100 ms buckets and 1 s flushes make
  * 10) gets a ring twice as large, once per size: merging them would put several buckets' calls in
  * one.  Only when that fails, or past SIG_RING_MAX, are the rest merged into the last bucket. */
 static int sig_grow(sig_t *e) {
-  int cap = e->cap ? e->cap : SIG_RING;
-  if (cap >= SIG_RING_MAX) return 0;
-  int64_t *b = malloc(sizeof(int64_t) * 2 * (size_t)cap);
-  uint64_t *c = malloc(sizeof(uint64_t) * 2 * (size_t)cap);
+  if (e->cap >= SIG_RING_MAX) return 0;
+  int64_t *b = malloc(sizeof(int64_t) * 2 * (size_t)e->cap);
+  uint64_t *c = malloc(sizeof(uint64_t) * 2 * (size_t)e->cap);
   if (!b || !c) { free(b); free(c); return 0; }
-  memcpy(b, sig_buckets(e), sizeof(int64_t) * (size_t)e->n);
-  memcpy(c, sig_calls(e), sizeof(uint64_t) * (size_t)e->n);
-  free(e->bucket); free(e->calls);
-  e->bucket = b; e->calls = c; e->cap = 2 * cap;
+  memcpy(b, e->bucket, sizeof(int64_t) * (size_t)e->n);
+  memcpy(c, e->calls, sizeof(uint64_t) * (size_t)e->n);
+  if (e->bucket != e->ring0) { free(e->bucket); free(e->calls); }
+  e->bucket = b; e->calls = c; e->cap *= 2;
   return 1;
 }
 
 /* count `calls` calls of signature e in bucket b (sig_lock held) */
 static void sig_add(sig_t *e, int64_t b, uint64_t calls) {
-  int64_t *eb = sig_buckets(e);
-  uint64_t *ec = sig_calls(e);
-  if (e->n && eb[e->n - 1] == b) { ec[e->n - 1] += calls; return; }
-  if (e->n == (e->cap ? e->cap : SIG_RING) && !sig_grow(e)) { ec[e->n - 1] += calls; return; }
-  eb = sig_buckets(e); ec = sig_calls(e);
-  eb[e->n] = b; ec[e->n] = calls; e->n++;
+  if (e->n && e->bucket[e->n - 1] == b) { e->calls[e->n - 1] += calls; return; }
+  if (e->n == e->cap && !sig_grow(e)) { e->calls[e->n - 1] += calls; return; }
+  e->bucket[e->n] = b; e->calls[e->n] = calls; e->n++;
 }
 
 static int sig_find(const fact_sig_t *d, const int64_t *vec, int nvec) {
@@ -151,6 +143,7 @@ static int sig_find(const fact_sig_t *d, const int64_t *vec, int nvec) {
         memcpy(v, vec, sizeof(int64_t) * (size_t)nvec);
       }
       e->hash = h; e->def = *d; e->vec = v; e->def.sig = nsig;
+      e->bucket = e->ring0; e->calls = e->calls0; e->cap = SIG_RING;
       sig_order[nsig++] = i;
       return (int)i;
     }
@@ -214,6 +207,13 @@ void rm_coll_memo_retick(rm_coll_memo_t *c) {
   c->tick = rm_tick;
 }
 
+/* the call an entry holds from now on (its signature's slot, if any, is set apart) */
+static void memo_key(rm_coll_memo_t *c, int op, uint64_t comm, int mem, int root, int64_t scount, MPI_Datatype st,
+                     int64_t rcount, MPI_Datatype rt, int flags) {
+  c->op = op; c->comm = comm; c->mem = mem; c->root = root; c->flags = flags;
+  c->scount = scount; c->st = st; c->rcount = rcount; c->rt = rt;
+}
+
 /* The thread's entry for the operation class of a call without facts: its held calls go to the
  * table, then it takes the call's arguments with no signature (slot1 0: rm_coll_fact never counts
  * a hit on it and the flush adds nothing from it), for rm_coll_fast. */
@@ -228,8 +228,7 @@ rm_coll_memo_t *rm_coll_memo_bare(int op, const rm_cf_t *f, int mem) {
     c->slot1 = 0;
     sig_lock_give();
   }
-  c->comm = 0; c->op = op; c->root = f->root; c->flags = f->flags; c->mem = mem;
-  c->scount = f->scount; c->rcount = f->rcount; c->st = f->st; c->rt = f->rt;
+  memo_key(c, op, 0, mem, f->root, f->scount, f->st, f->rcount, f->rt, f->flags);
   return c;
 }
 
@@ -256,8 +255,8 @@ rm_coll_memo_t *rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem
   else if (!remember) sig_add(&sigs[i], b, 1);
   if (i >= 0 && remember) {
     memo_restart(c, b, rm_rs ? 0 : 1);     /* the previous signature's calls first, then this one's */
-    c->comm = x->id; c->scount = scount; c->rcount = rcount; c->st = st; c->rt = rt; c->op = op;
-    c->root = root; c->flags = flags; c->mem = mem; c->slot1 = i + 1;
+    memo_key(c, op, x->id, mem, root, scount, st, rcount, rt, flags);
+    c->slot1 = i + 1;
     c->tick = rm_tick;
     c->fepoch = RM_NO_EPOCH;               /* new facts: the fast path waits for rm_coll_acc to arm it */
   }
@@ -290,7 +289,7 @@ static void facts_flush(rmrec_t *c, int final) {
     }
     for (int j = 0; j < e->n; j++) {
       fact_calls_t r = {0};
-      r.kind = 2; r.sig = e->def.sig; r.bucket = sig_buckets(e)[j]; r.calls = sig_calls(e)[j];
+      r.kind = 2; r.sig = e->def.sig; r.bucket = e->bucket[j]; r.calls = e->calls[j];
       rmrec_put(c, RMREC_BT_COLLFACTS, &r, sizeof r);
     }
     e->n = 0;

@@ -193,11 +193,14 @@ extern rm_xl_t rm_xl_world;
 extern _Atomic unsigned rm_xt_gen;
 extern RM_TLS rm_comm_last_t rm_comm_last;
 rm_xl_t *rm_comm_xl_slow(MPI_Comm comm);
+/* the thread's last translation is comm's (and no communicator was freed since) */
+static inline __attribute__((always_inline)) int rm_comm_last_is(MPI_Comm comm) {
+  return rm_comm_last.key == rm_hkey(&comm, sizeof comm) &&
+         rm_comm_last.gen == __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE);
+}
 static inline rm_xl_t *rm_comm_xl(MPI_Comm comm) {
   if (comm == MPI_COMM_WORLD) return &rm_xl_world;
-  if (rm_comm_last.key == rm_hkey(&comm, sizeof comm) &&
-      rm_comm_last.gen == __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE))
-    return rm_comm_last.x;
+  if (rm_comm_last_is(comm)) return rm_comm_last.x;
   return rm_comm_xl_slow(comm);
 }
 rm_xl_t *rm_win_xl(MPI_Win win);
@@ -223,6 +226,11 @@ static inline __attribute__((always_inline)) int rm_mem_cached(const void *buf) 
 static inline int rm_mem(const void *buf) {
   int k = rm_mem_cached(buf);
   return __builtin_expect(k >= 0, 1) ? k : rm_mem_slow(buf);
+}
+/* A remembered call's buffer has the kind mem it was counted with: it lies in the granule gran the
+ * entry was filled with (a granule keeps its kind once classified), or the granule cache says so. */
+static inline __attribute__((always_inline)) int rm_mem_is(const void *buf, uint64_t gran, int mem) {
+  return gran == (uint64_t)(uintptr_t)buf >> 16 || rm_mem_cached(buf) == mem;
 }
 void rm_mem_init(void);
 
@@ -350,9 +358,7 @@ static inline __attribute__((always_inline)) int rm_rq_recv_fast(int op, const v
     if (source == MPI_PROC_NULL || rm_rl.tail == rm_rl.lim) return 0;
     rm_xl_t *x = &rm_xl_world;
     if (comm != MPI_COMM_WORLD) {
-      if (rm_comm_last.key != rm_hkey(&comm, sizeof comm) ||
-          rm_comm_last.gen != __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE))
-        return 0;
+      if (!rm_comm_last_is(comm)) return 0;
       x = rm_comm_last.x;
     }
     rm_rle_t *e = rm_rl_next();
@@ -429,6 +435,10 @@ typedef struct rm_coll_memo {
   uint64_t gran;                    /* the buffer's 64 KiB granule, whose kind is mem */
 } rm_coll_memo_t;
 #define RM_COLL_MEMO 4
+/* one more call held in the entry: its owner's plain add (the flush reads cnt under the table's lock) */
+static inline __attribute__((always_inline)) void rm_coll_memo_add(rm_coll_memo_t *c) {
+  __atomic_store_n((uint64_t *)&c->cnt, __atomic_load_n((uint64_t *)&c->cnt, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
 rm_coll_memo_t *rm_coll_memo_init(void);  /* the calling thread's entries (first collective) */
 void rm_coll_memo_retick(rm_coll_memo_t *c);   /* rm_tick moved: a new bucket moves the calls held */
 extern int rm_coll_on;                    /* the facts table exists */
@@ -453,7 +463,7 @@ rm_coll_memo_t *rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scou
   if (nvec <= 0 && c->slot1 && c->op == op && c->comm == x->id && c->scount == scount && c->rcount == rcount &&
       c->st == st && c->rt == rt && c->root == root && c->flags == flags && c->mem == mem && !rm_rs) {
     if (__builtin_expect(c->tick != rm_tick, 0)) rm_coll_memo_retick(c);
-    __atomic_store_n((uint64_t *)&c->cnt, __atomic_load_n((uint64_t *)&c->cnt, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+    rm_coll_memo_add(c);
     return c;
   }
   return rm_coll_fact_miss(c, op, x, mem, root, scount, st, rcount, rt, flags, vec, nvec);
@@ -518,9 +528,7 @@ int rm_p2p_send_fast(int op, const void *buf, MPI_Count count, MPI_Datatype t, i
   int mem = c->mem;
   uint64_t gran = c->gran;
   if (!rm_sc_holds(c, op, count, t, dest, comm)) return 0;
-  /* the memory kind: the entry's for a buffer in its granule (a granule keeps its kind once
-   * classified), else the granule cache's */
-  if ((gran != (uint64_t)(uintptr_t)buf >> 16 && mem != rm_mem_cached(buf)) || (n && tle != rmrec_epoch)) return 0;
+  if (!rm_mem_is(buf, gran, mem) || (n && tle != rmrec_epoch)) return 0;
   rmrec_add(&s->bytes, n, 1);
   rmrec_add(&s->msgs, 1, 1);
   if (n) rmrec_add(tl, n, rm_single);
@@ -603,12 +611,9 @@ static inline __attribute__((always_inline)) int rm_coll_fast(int op, MPI_Comm c
       c->rt != f.rt || c->root != f.root || (c->flags & ~RM_FACT_LIBRARY) != f.flags ||
       c->fepoch != rmrec_epoch || c->hgen != __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE))
     return 0;
-  /* the memory kind: the entry's when the buffer lies in the granule the entry was armed with (the
-   * granule cache keeps a granule's kind once classified: docs/mpi-capture.md), else the cache's */
   int mem = c->mem;
-  if (f.kind >= 0 ? mem != f.kind : c->gran != (uint64_t)(uintptr_t)f.buf >> 16 && rm_mem_cached(f.buf) != mem)
-    return 0;
-  __atomic_store_n((uint64_t *)&c->cnt, __atomic_load_n((uint64_t *)&c->cnt, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+  if (f.kind >= 0 ? mem != f.kind : !rm_mem_is(f.buf, c->gran, mem)) return 0;
+  rm_coll_memo_add(c);
   rmrec_add(c->ob, c->n, 1);
   rmrec_add(c->oh, 1, 1);
   rm_t.coll = op + 1;
