@@ -29,11 +29,9 @@ the launch, seconds after it, or seconds after the job's exit), and the sums per
 from __future__ import annotations
 
 import argparse
-import ctypes
 import glob
 import os
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -44,40 +42,25 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from dataclasses import dataclass, field  # noqa: E402
 
-from rankmap.capture.devwatch import gpu_device_files  # noqa: E402
+from rankmap.capture.devwatch import DeviceFileWatch, gpu_device_files  # noqa: E402
 from rankmap.capture.sampler import GpmSource, LinkSampler, SamplerCost  # noqa: E402
 from rankmap.pipeline.monitor import parse_interval  # noqa: E402
 
-IN_OPEN, IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_NONBLOCK = 0x20, 0x08, 0x10, 0o4000
 STALL_NS = 2_000_000
 
 
 class DeviceWatch:
-    """inotify on the GPU device files: (monotonic ns, 'open'|'close', path) as they come."""
+    """The GPU device files' opens and closes as they come: (monotonic ns when seen, 'open'|'close', path)."""
 
     def __init__(self, paths: list[str]) -> None:
-        self.libc = ctypes.CDLL(None, use_errno=True)
-        self.fd = self.libc.inotify_init1(IN_NONBLOCK)
-        if self.fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1")
-        self.wd = {}
-        for p in paths:
-            w = self.libc.inotify_add_watch(self.fd, p.encode(), IN_OPEN | IN_CLOSE_WRITE | IN_CLOSE_NOWRITE)
-            if w >= 0:
-                self.wd[w] = p
+        self.w = DeviceFileWatch(paths)
+        if not self.w.ok:
+            raise OSError(self.w.status)
         self.events: list[tuple[int, str, str]] = []
 
     def poll(self) -> None:
-        while True:
-            try:
-                buf = os.read(self.fd, 65536)
-            except BlockingIOError:
-                return
-            now, off = time.monotonic_ns(), 0
-            while off + 16 <= len(buf):
-                wd, mask, _cookie, ln = struct.unpack_from("iIII", buf, off)
-                off += 16 + ln
-                self.events.append((now, "open" if mask & IN_OPEN else "close", self.wd.get(wd, "?")))
+        now = time.monotonic_ns()
+        self.events.extend((now, kind, path) for kind, path in self.w.events())
 
 
 def launch(args: argparse.Namespace) -> subprocess.Popen:
@@ -196,7 +179,7 @@ def main() -> int:
     src = GpmSource()
     nv, n = src.nvml, src.gpu_count()
     watch = DeviceWatch(sorted(glob.glob("/dev/nvidia[0-9]*")) + ["/dev/nvidiactl"])
-    print(f"== {n} GPU(s), GPM reader {getattr(src, 'reader', 'python')}, watching {sorted(watch.wd.values())}")
+    print(f"== {n} GPU(s), GPM reader {getattr(src, 'reader', 'python')}, watching {sorted(watch.w.paths.values())}")
     reads: list[tuple[int, int, int, int]] = []      # (t ns, gpu, cpu ns, wall ns)
     others: list[int] = []                            # device-file events that came between the reads
     other_kinds: list[tuple[int, str, str]] = []      # the same with what and which file

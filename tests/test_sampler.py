@@ -416,6 +416,21 @@ def test_sampler_holds_after_another_process_closes_a_gpu_file(tmp_path):
     assert 0.25 <= gap < 0.35 + 0.5 and at <= t_closed + 0.05, (gap, at, t_closed)
 
 
+def test_device_file_watch_tells_opens_from_closes(tmp_path):
+    """The watch's events name their kind and file (what bench/gpm_stall_signal.py times); the
+    control file, not watched here, gives none."""
+    from rankmap.capture.devwatch import DeviceFileWatch
+
+    dev = _dev(tmp_path)
+    w = DeviceFileWatch(gpu_device_files(dev))
+    try:
+        _open_elsewhere(dev / "nvidia1", dev / "nvidiactl", times=2).wait()
+        assert w.events() == [("open", str(dev / "nvidia1")), ("close", str(dev / "nvidia1"))] * 2
+        assert w.events() == [] and not w.seen and w.own == 0
+    finally:
+        w.close()
+
+
 def test_sampler_own_opens_never_hold(tmp_path):
     """NVML's calls in the sampler's own reads open device files too: drained after the reads, never a hold."""
     dev = _dev(tmp_path)

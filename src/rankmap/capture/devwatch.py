@@ -88,10 +88,11 @@ class DeviceFileWatch:
     def ok(self) -> bool:
         return self.fd >= 0
 
-    def _read(self) -> list[str]:
-        """The files opened or closed since the last read, once per event (an overflow counts as one
-        event of ``?``)."""
-        out: list[str] = []
+    def events(self) -> list[tuple[str, str]]:
+        """What came since the last look, as ``(kind, file)``: ``open``, ``close``, or ``overflow``
+        (the kernel's queue overflowed, events were lost; the file is ``?``). Not counted in
+        :attr:`seen` or :attr:`own`: for a caller that tells the events apart itself."""
+        out: list[tuple[str, str]] = []
         while self.fd >= 0:
             try:
                 buf = os.read(self.fd, 4096)
@@ -101,11 +102,18 @@ class DeviceFileWatch:
             while off + _EVENT.size <= len(buf):
                 wd, mask, _cookie, ln = _EVENT.unpack_from(buf, off)
                 off += _EVENT.size + ln
-                if mask & (_WATCHED | IN_Q_OVERFLOW):
-                    out.append(self.paths.get(wd, "?"))
+                if mask & IN_Q_OVERFLOW:
+                    out.append(("overflow", "?"))
+                elif mask & _WATCHED:
+                    out.append(("open" if mask & IN_OPEN else "close", self.paths.get(wd, "?")))
             if len(buf) < 4096 - 256:  # a short read took everything queued: skip the EAGAIN round trip
                 break
         return out
+
+    def _read(self) -> list[str]:
+        """The files opened or closed since the last read, once per event (an overflow counts as one
+        event of ``?``)."""
+        return [path for _kind, path in self.events()]
 
     def drain(self) -> int:
         """Throw away what is queued: the caller's own events (its NVML calls just now). Returns how many."""

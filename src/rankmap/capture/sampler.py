@@ -535,8 +535,9 @@ class LinkSampler:
     With that guard on, the sampler also watches ``open_paths`` (default: the GPUs' own device files,
     ``/dev/nvidia<N>``, never ``/dev/nvidiactl``; see :mod:`rankmap.capture.devwatch`) and takes no
     sample for ``open_hold_s`` after another process opened or closed one, which it does while
-    creating a CUDA context and while tearing one down, before the driver stalls. A hold that has lasted ``open_cap_s`` lets one tick read all
-    the same, so a job that keeps opening the files cannot starve the monitor. The hold is for the
+    creating a CUDA context and while tearing one down, before the driver stalls. A hold that has
+    lasted ``open_cap_s`` lets one tick read all the same, so a job that keeps opening the files
+    cannot starve the monitor. The hold is for the
     whole tick, every GPU, as the stall hold is: which GPUs' reads a context's set-up on one GPU
     stalls was not measured, and stalls come in bursts across the GPUs. ``open_hold_s=None``: no
     watch.
