@@ -1,6 +1,8 @@
 /* pingpong.c -- OSU-style point-to-point figures for the shim overhead benchmark (2 ranks).
  *
- * usage: pingpong [MAX_BYTES=4194304] [SCALE=1] [ROUNDS=20]   (SCALE multiplies iteration counts)
+ * usage: pingpong [MAX_BYTES=4194304] [SCALE=1] [ROUNDS=20] [SHIM_RANKS=2]
+ *        (SCALE multiplies iteration counts; SHIM_RANKS=1: only rank 0 calls the MPI_ entry points in
+ *        the "shim" blocks, rank 1 the PMPI_ ones throughout -- which rank's cost a figure pays)
  *
  * Side by side in one run: every figure is measured in ROUNDS rounds; each round runs one block of
  * iterations through the PMPI_ entry points (the MPI library itself: "plain") and one block through
@@ -8,7 +10,9 @@
  * between rounds.  Both ranks switch in lockstep.  Interleaving at this granularity (milliseconds)
  * cancels most of the noise of a shared machine.  Without the shim both columns measure the same.
  *
- * Output (rank 0), medians over the rounds:
+ * Output (rank 0), medians over the rounds, each line followed by its rounds' own pairs
+ * ("pairs <test> <bytes> <plain_1> <shim_1> <plain_2> <shim_2> ..."): a round's two blocks ran back to
+ * back, so their difference is the steadiest figure of the shim's cost:
  *   lat  <bytes> <plain us> <shim us>      one-way latency, blocking Send/Recv ping-pong
  *   rate <bytes> <plain msg/s> <shim msg/s> osu_bw / osu_mbw_mr with one pair: windows of 64
  *                                           Isend (sender) and Irecv (receiver) + Waitall, 1-byte ack;
@@ -51,7 +55,17 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static int rank;
+static int rank, shim_ranks = 2;
+/* the entry points of column k (0 plain, 1 shim) on this rank */
+static const api_t *api(int k) { return &API[rank < shim_ranks ? k : 0]; }
+
+/* rank 0 prints the rounds' pairs, then the medians of both columns (median() sorts v in place) */
+static void report(const char *test, long n, double *v[2], int rounds, int decimals) {
+  if (rank != 0) return;
+  printf("pairs %s %ld", test, n);
+  for (int r = 0; r < rounds; r++) printf(" %.*f %.*f", decimals + 1, v[0][r], decimals + 1, v[1][r]);
+  printf("\n%s %ld %.*f %.*f\n", test, n, decimals, median(v[0], rounds), decimals, median(v[1], rounds));
+}
 static char *buf, *wbuf;
 
 static double lat_block(const api_t *a, long n, int iters) {
@@ -106,6 +120,7 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   long maxb = argc > 1 ? atol(argv[1]) : 4194304;
   int scale = argc > 2 ? atoi(argv[2]) : 1, rounds = argc > 3 ? atoi(argv[3]) : 20;
+  if (argc > 4) shim_ranks = atoi(argv[4]);
   if (size != 2) { if (!rank) fprintf(stderr, "pingpong needs exactly 2 ranks\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
   buf = calloc((size_t)maxb, 1);
   wbuf = calloc((size_t)WINDOW * RATE_MAX, 1);
@@ -113,36 +128,36 @@ int main(int argc, char **argv) {
 
   for (long n = 8; n <= maxb; n *= 2) {
     int iters = (n <= 8192 ? 1000 : n <= 262144 ? 100 : 10) * scale;
-    lat_block(&API[0], n, iters / 10 + 1);               /* warm-up */
-    lat_block(&API[1], n, iters / 10 + 1);
+    lat_block(api(0), n, iters / 10 + 1);                /* warm-up */
+    lat_block(api(1), n, iters / 10 + 1);
     for (int r = 0; r < rounds; r++)
-      for (int j = 0; j < 2; j++) { int k = (r + j) % 2; v[k][r] = lat_block(&API[k], n, iters); }
-    if (rank == 0) printf("lat %ld %.4f %.4f\n", n, median(v[0], rounds), median(v[1], rounds));
+      for (int j = 0; j < 2; j++) { int k = (r + j) % 2; v[k][r] = lat_block(api(k), n, iters); }
+    report("lat", n, v, rounds, 4);
   }
   static MPI_Status st[WINDOW];
   for (long n = 8; n <= RATE_MAX && n <= maxb; n *= 8)
     for (int osu = 0; osu <= (n == 8); osu++) {      /* at 8 B also with statuses, as OSU asks */
       MPI_Status *s = osu ? st : MPI_STATUSES_IGNORE;
       int windows = (int)(100 * 8192 / (n > 8192 ? n : 8192)) * scale + 1;
-      rate_block(&API[0], n, windows / 10 + 1, s);
-      rate_block(&API[1], n, windows / 10 + 1, s);
+      rate_block(api(0), n, windows / 10 + 1, s);
+      rate_block(api(1), n, windows / 10 + 1, s);
       for (int r = 0; r < rounds; r++)
-        for (int j = 0; j < 2; j++) { int k = (r + j) % 2; v[k][r] = rate_block(&API[k], n, windows, s); }
-      if (rank == 0) printf("%s %ld %.0f %.0f\n", osu ? "osu" : "rate", n, median(v[0], rounds), median(v[1], rounds));
+        for (int j = 0; j < 2; j++) { int k = (r + j) % 2; v[k][r] = rate_block(api(k), n, windows, s); }
+      report(osu ? "osu" : "rate", n, v, rounds, 0);
     }
   {
     int iters = 20000 * scale;
     for (int r = 0; r < rounds; r++)
-      for (int j = 0; j < 2; j++) { int k = (r + j) % 2; v[k][r] = self_block(&API[k], iters); }
-    if (rank == 0) printf("self 8 %.1f %.1f\n", median(v[0], rounds), median(v[1], rounds));
+      for (int j = 0; j < 2; j++) { int k = (r + j) % 2; v[k][r] = self_block(api(k), iters); }
+    report("self", 8, v, rounds, 1);
   }
   {
     int iters = 5000 * scale;
-    allr_block(&API[0], iters / 10 + 1);
-    allr_block(&API[1], iters / 10 + 1);
+    allr_block(api(0), iters / 10 + 1);
+    allr_block(api(1), iters / 10 + 1);
     for (int r = 0; r < rounds; r++)
-      for (int j = 0; j < 2; j++) { int k = (r + j) % 2; v[k][r] = allr_block(&API[k], iters); }
-    if (rank == 0) printf("allr 8 %.1f %.1f\n", median(v[0], rounds), median(v[1], rounds));
+      for (int j = 0; j < 2; j++) { int k = (r + j) % 2; v[k][r] = allr_block(api(k), iters); }
+    report("allr", 8, v, rounds, 1);
   }
   free(buf); free(wbuf); free(v[0]); free(v[1]);
   MPI_Finalize();

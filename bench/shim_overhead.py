@@ -5,14 +5,17 @@ rankmap PMPI shim, side by side in one run; ns and instructions per intercepted 
 usage: PYTHONPATH=src python3 bench/shim_overhead.py [--mpi openmpi,mpich] [--mpicc mpicc --mpirun mpirun]
                                    [--reps 3] [--rounds 20] [--max-bytes 4194304] [--scale 1]
                                    [--callgrind] [--calls-only] [--recv0] [--baseline-shim OLD/librankmap_mpi.so]
+                                   [--one-rank]
                                    [--shim-env K=V ...]
 
 Two ranks (bench/pingpong.c, LD_PRELOAD=librankmap_mpi.so, RANKMAP_RUN_DIR set: capture on). Inside
 that one run every figure alternates, round by round, between blocks that call the PMPI_ entry
 points (the MPI library alone: "plain") and blocks that call the MPI_ entry points (through the
-shim), so both see the same machine state; each figure is the median over the rounds, and the table
-shows the median over --reps runs. A control run without the shim (both columns then go to the
-library) shows the method's own noise floor. Figures: "lat" one-way latency of a blocking
+shim), so both see the same machine state. The table shows each column's median over the rounds and
+--reps runs; the cost ("added", "ns/call") is each round's own figure -- its two blocks ran back to
+back, under the same load -- pooled over the rounds of all runs: the median and its distribution-free
+95 % interval, which a rank descheduled for a block does not move. A control run without the shim
+(both columns then go to the library) shows the method's own noise floor. Figures: "lat" one-way latency of a blocking
 ping-pong (osu_latency), "rate" messages per second and bandwidth of windows of 64 nonblocking
 messages (osu_bw; at 8 B with one pair, osu_mbw_mr) with MPI_STATUSES_IGNORE, "osu" the same at 8 B
 with a status array, as osu_mbw_mr and osu_bw pass to MPI_Waitall (the library fills the statuses
@@ -33,13 +36,15 @@ The targets are checked at the end: <= 20 ns per intercepted call (callcost, eac
 
 --mpi openmpi,mpich runs the Debian flavours (mpicc.X, mpirun.openmpi / mpiexec.mpich) one after
 the other; --mpicc/--mpirun name one MPI. --baseline-shim compares against another build of the shim
-(same MPI; its one-process figures are printed too), --recv0 against this shim with RANKMAP_RECV=0:
-their runs alternate with the shim's, rep by rep. --calls-only skips the 2-rank runs.
+(same MPI; its one-process figures are printed too), --recv0 against this shim with RANKMAP_RECV=0,
+--one-rank against this shim on rank 0 alone (rank 1 calls the PMPI_ entry points: which rank's cost
+a two-rank figure pays): their runs alternate with the shim's, rep by rep. --calls-only skips the 2-rank runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import re
@@ -49,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -74,28 +80,64 @@ def launcher(mpirun: str, env: dict[str, str]) -> list[str]:
     return cmd
 
 
-def run_once(cmd: list[str]) -> dict[tuple[str, int], tuple[float, float]]:
+class Fig(NamedTuple):
+    """One figure of one run: the medians of its plain and shim columns over the rounds, and each
+    round's own (plain, shim) pair (the two blocks ran back to back)."""
+    plain: float
+    shim: float
+    pairs: list[tuple[float, float]]
+
+
+def run_once(cmd: list[str]) -> dict[tuple[str, int], Fig]:
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if p.returncode != 0:
         raise SystemExit(f"benchmark run failed: {' '.join(cmd)}\n{p.stderr}")
-    out = {}
+    out, pairs = {}, {}
     for line in p.stdout.splitlines():
-        kind, size, plain, shim = line.split()
-        out[(kind, int(size))] = (float(plain), float(shim))
+        f = line.split()
+        if f[0] == "pairs":
+            v = [float(x) for x in f[3:]]
+            pairs[(f[1], int(f[2]))] = list(zip(v[0::2], v[1::2]))
+        else:
+            out[(f[0], int(f[1]))] = Fig(float(f[2]), float(f[3]), pairs.get((f[0], int(f[1])), []))
     return out
 
 
-def ns_per_call(runs: list[dict], k: tuple[str, int]) -> float:
-    """ns/call of one row: the median over the runs of each run's own figure (both columns of a run
-    saw the same load, so this is steadier than the difference of the medians when the load changes
-    between runs)."""
-    def one(p0: float, s0: float) -> float:
-        if k[0] == "lat":
-            return (s0 - p0) * 1000 / 2
-        if k[0] in ("rate", "osu"):
-            return (64 / s0 - 64 / p0) * 1e9 / 66
-        return s0 - p0
-    return statistics.median(one(*r[k]) for r in runs)
+def ns_of(k: tuple[str, int], p0: float, s0: float) -> float:
+    """ns added per intercepted call by the shim in one (plain, shim) pair of figure k."""
+    if k[0] == "lat":
+        return (s0 - p0) * 1000 / 2
+    if k[0] in ("rate", "osu"):
+        return (64 / s0 - 64 / p0) * 1e9 / 66
+    return s0 - p0
+
+
+def median_ci(v: list[float]) -> tuple[float, float, float]:
+    """Median of v and its distribution-free 95 % confidence interval: the order statistics
+    1.96 standard deviations of a binomial(n, 1/2) either side of n/2 (the count of values below the
+    median; for n = 20 the exact interval's ranks 6 and 15).  The rounds of a shared machine have
+    outliers -- a rank descheduled in one block -- that a mean and its standard error would not
+    survive."""
+    v = sorted(v)
+    n = len(v)
+    h = 1.96 * math.sqrt(n) / 2
+    lo, hi = max(0, math.floor(n / 2 - h)), min(n - 1, math.ceil(n / 2 + h) - 1)
+    return statistics.median(v), v[lo], v[hi]
+
+
+def pooled(runs: list[dict], k: tuple[str, int], f) -> tuple[float, float, float]:
+    """f(plain, shim) over every round of every run, pooled: median and 95 % interval."""
+    return median_ci([f(p0, s0) for r in runs for p0, s0 in (r[k].pairs or [(r[k].plain, r[k].shim)])])
+
+
+def ns_per_call(runs: list[dict], k: tuple[str, int]) -> tuple[float, float, float]:
+    """ns/call of one row: each round's own figure (its two blocks ran back to back, under the same
+    load), pooled over the rounds of all runs; median and 95 % interval."""
+    return pooled(runs, k, lambda p0, s0: ns_of(k, p0, s0))
+
+
+def ci_text(m: tuple[float, float, float], fmt: str = ".0f") -> str:
+    return f"{m[0]:{fmt}} [{m[1]:{fmt}}, {m[2]:{fmt}}]"
 
 
 CALLCOST_ITERS, CALLCOST_ROUNDS = 4000, 2
@@ -163,21 +205,25 @@ def callcost_table(ns: dict, ir: dict | None, mode: str) -> None:
 
 
 def table(runs: list[dict], title: str) -> None:
+    """plain and shim: medians over the runs of each run's median; added and ns/call: each round's own
+    figure pooled over the rounds of all runs, median [95 % interval]."""
     print(f"\n{title}")
-    print(f"{'test':<6}{'bytes':>9}{'plain':>14}{'shim':>14}{'added':>9}{'ns/call':>9}")
+    print(f"{'test':<6}{'bytes':>9}{'plain':>14}{'shim':>14}{'added':>9}   ns/call [95 %]")
     keys = sorted(runs[0], key=lambda k: (ORDER[k[0]], k[1]))
     for k in keys:
-        p0 = statistics.median(r[k][0] for r in runs)
-        s0 = statistics.median(r[k][1] for r in runs)
+        p0 = statistics.median(r[k].plain for r in runs)
+        s0 = statistics.median(r[k].shim for r in runs)
+        ns = ci_text(ns_per_call(runs, k))
         if k[0] == "lat":
-            print(f"{'lat':<6}{k[1]:>9}{p0:>11.3f} us{s0:>11.3f} us{(s0 - p0) / p0 * 100:>8.1f}%"
-                  f"{(s0 - p0) * 1000 / 2:>9.0f}")
+            added = pooled(runs, k, lambda a, b: (b - a) / a * 100)[0]
+            print(f"{'lat':<6}{k[1]:>9}{p0:>11.3f} us{s0:>11.3f} us{added:>8.1f}%   {ns}")
         elif k[0] in ("rate", "osu"):
-            ns = (64 / s0 - 64 / p0) * 1e9 / 66
+            added = pooled(runs, k, lambda a, b: (a - b) / a * 100)[0]
             print(f"{k[0]:<6}{k[1]:>9}{p0 / 1e6:>10.3f} M/s{s0 / 1e6:>10.3f} M/s"
-                  f"{(p0 - s0) / p0 * 100:>8.1f}%{ns:>9.0f}   {p0 * k[1] / 1e9:.3f} -> {s0 * k[1] / 1e9:.3f} GB/s")
+                  f"{added:>8.1f}%   {ns:<16}{p0 * k[1] / 1e9:.3f} -> {s0 * k[1] / 1e9:.3f} GB/s")
         else:
-            print(f"{k[0]:<6}{k[1]:>9}{p0:>11.1f} ns{s0:>11.1f} ns{(s0 - p0) / p0 * 100:>8.1f}%{s0 - p0:>9.0f}")
+            added = pooled(runs, k, lambda a, b: (b - a) / a * 100)[0]
+            print(f"{k[0]:<6}{k[1]:>9}{p0:>11.1f} ns{s0:>11.1f} ns{added:>8.1f}%   {ns}")
 
 
 def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
@@ -189,18 +235,21 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
     for src, out in (("pingpong.c", exe), ("callcost.c", cost)):
         subprocess.run([cc, "-O2", str(ROOT / "bench" / src), "-o", str(out)], check=True)
     args = [str(exe), str(a.max_bytes), str(a.scale), str(a.rounds)]
-    with_shim, base, control = [], [], []
+    with_shim, base, one, control = [], [], [], []
     for rep in range(0 if a.calls_only else a.reps):
         env = {"LD_PRELOAD": str(shim), "RANKMAP_RUN_DIR": str(work / f"run{rep}"), **a.shim_env}
-        jobs = [(with_shim, env)]
-        if a.baseline_shim or a.recv0:      # alternate which of the two goes first
+        jobs = [(with_shim, env, args)]
+        if a.baseline_shim or a.recv0:
             benv = {"LD_PRELOAD": str(Path(a.baseline_shim or shim).resolve()), "RANKMAP_RUN_DIR": str(work / f"base{rep}"),
                     **a.shim_env}
             if a.recv0:
                 benv["RANKMAP_RECV"] = "0"
-            jobs = [(base, benv)] + jobs if rep % 2 else jobs + [(base, benv)]
-        for out, e in jobs:
-            out.append(run_once(launcher(mpirun, e) + args))
+            jobs.append((base, benv, args))
+        if a.one_rank:                      # pingpong's SHIM_RANKS=1: rank 1 calls PMPI_ throughout
+            jobs.append((one, {**env, "RANKMAP_RUN_DIR": str(work / f"one{rep}")}, args + ["1"]))
+        k = rep % len(jobs)                 # rotate which series goes first
+        for out, e, cmd in jobs[k:] + jobs[:k]:
+            out.append(run_once(launcher(mpirun, e) + cmd))
         print(f"  {mpicc}: run {rep + 1}/{a.reps} done", file=sys.stderr)
     if not a.calls_only:
         control.append(run_once(launcher(mpirun, {}) + args))
@@ -218,19 +267,23 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
     if base:
         what = f"baseline shim {a.baseline_shim}" if a.baseline_shim else "RANKMAP_RECV=0 (send side only)"
         table(base, f"{what} (capture on), median of {a.reps} runs x {a.rounds} rounds")
-        print("\nns per intercepted call, baseline -> this shim (median of the runs' own figures; "
-              "sizes up to 1 KiB, rate and self)")
+        print("\nns per intercepted call, baseline -> this shim (each round's own figure, pooled over the "
+              "runs: median [95 % interval]; sizes up to 1 KiB)")
         for k in sorted(with_shim[0], key=lambda k: (ORDER[k[0]], k[1])):
             if k[0] == "lat" and k[1] > 1024:
                 continue
-            print(f"{k[0]:<6}{k[1]:>9}{ns_per_call(base, k):>9.0f} ->{ns_per_call(with_shim, k):>5.0f}")
+            print(f"{k[0]:<6}{k[1]:>9}   {ci_text(ns_per_call(base, k)):>16} -> {ci_text(ns_per_call(with_shim, k))}")
+    if one:
+        table(one, f"the shim on rank 0 only (rank 1 calls the PMPI_ entry points), median of {a.reps} runs x "
+              f"{a.rounds} rounds: for 'rate' the sender's share")
     if control:
         table(control, "control: no shim loaded (both columns are the library itself)")
     for m in modes:
         callcost_table(ns[m], ir.get(m), m)
     shutil.rmtree(work, ignore_errors=True)
-    def ratio(runs: list[dict], k: tuple[str, int]) -> float | None:
-        return statistics.median(r[k][1] / r[k][0] for r in runs) if runs and k in runs[0] else None
+    def ratio(runs: list[dict], k: tuple[str, int]) -> tuple[float, float, float] | None:
+        """shim / plain message rate, each round's own, pooled over the runs"""
+        return pooled(runs, k, lambda p0, s0: s0 / p0) if runs and k in runs[0] else None
     rate8, osu8 = ratio(with_shim, ("rate", 8)), ratio(with_shim, ("osu", 8))
     rate8_b = ratio(base, ("rate", 8)) if a.recv0 else None
     osu8_b = ratio(base, ("osu", 8)) if a.recv0 else None
@@ -257,6 +310,8 @@ def main() -> None:
     ap.add_argument("--calls-only", action="store_true", help="only the one-process figures (no 2-rank runs)")
     ap.add_argument("--baseline-shim", default=None, help="another librankmap_mpi.so to compare with")
     ap.add_argument("--recv0", action="store_true", help="also run the shim with RANKMAP_RECV=0, alternating")
+    ap.add_argument("--one-rank", action="store_true",
+                    help="also run with the shim's entry points on rank 0 only, alternating: one rank's share of a figure")
     ap.add_argument("--shim-env", action="append", default=[], metavar="K=V",
                     help="an environment variable of every run with a shim (e.g. RANKMAP_SAMPLE=1024)")
     a = ap.parse_args()
@@ -265,19 +320,21 @@ def main() -> None:
     print(f"host: {platform.machine()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}\n"
           f"command: {' '.join(sys.argv)}")
     results = [bench_one(cc, run, a) for cc, run in pairs]
-    print(f"\ntargets: <= {TARGET_NS:.0f} ns per intercepted call (one process), >= {TARGET_RATE} x the 8 B message rate")
+    print(f"\ntargets: <= {TARGET_NS:.0f} ns per intercepted call (one process), >= {TARGET_RATE} x the 8 B message rate"
+          "\n(2-rank figures: the median of every round's own figure, [its 95 % interval]; the verdict reads the median)")
     met = lambda ok: "met" if ok else "not met"  # noqa: E731
     for r in results:
         print(r["name"])
         for key, what in (("osu8", "statuses asked (as osu_mbw_mr)"), ("rate8", "MPI_STATUSES_IGNORE")):
             if r[key] is not None:
-                print(f"  8 B message rate, 2 ranks, {what}, receives recorded: {r[key]:.2f} x "
-                      f"[{met(r[key] >= TARGET_RATE)}]")
+                print(f"  8 B message rate, 2 ranks, {what}, receives recorded: {ci_text(r[key], '.2f')} x "
+                      f"[{met(r[key][0] >= TARGET_RATE)}]")
             if r[key + "_recv0"] is not None:
-                print(f"  8 B message rate, 2 ranks, {what}, RANKMAP_RECV=0: {r[key + '_recv0']:.2f} x "
-                      f"[{met(r[key + '_recv0'] >= TARGET_RATE)}]")
+                print(f"  8 B message rate, 2 ranks, {what}, RANKMAP_RECV=0: {ci_text(r[key + '_recv0'], '.2f')} x "
+                      f"[{met(r[key + '_recv0'][0] >= TARGET_RATE)}]")
         if r["allr_ns"] is not None:
-            print(f"  MPI_Allreduce over 2 ranks: {r['allr_ns']:.1f} ns added per call [{met(r['allr_ns'] <= TARGET_NS)}]")
+            print(f"  MPI_Allreduce over 2 ranks: {ci_text(r['allr_ns'], '.1f')} ns added per call "
+                  f"[{met(r['allr_ns'][0] <= TARGET_NS)}]")
         for m, f in r["modes"].items():
             shim_ns = {k: v for k, v in f["ns"].items() if k != "floor"}
             calls = ", ".join(f"{k} {v:.1f} ns" + (f" / {f['ir'][k]:.0f} instr" if k in f["ir"] else "")
