@@ -13,10 +13,11 @@ that one run every figure alternates, round by round, between blocks that call t
 points (the MPI library alone: "plain") and blocks that call the MPI_ entry points (through the
 shim), so both see the same machine state. The table shows each column's median over the rounds and
 --reps runs; the cost ("added", "ns/call") is each round's own figure -- its two blocks ran back to
-back, under the same load -- pooled over the rounds of all runs: the median and its distribution-free
-95 % interval, which a rank descheduled for a block does not move. A control run without the shim
-(both columns then go to the library) shows the method's own noise floor. Figures: "lat" one-way latency of a blocking
-ping-pong (osu_latency), "rate" messages per second and bandwidth of windows of 64 nonblocking
+back, under the same load -- its median per run (a block slowed by a descheduled rank does not move
+it), and the median over the runs with its distribution-free 95 % interval: runs are the units,
+since two runs of the same shim differ by more than their rounds do. Control runs without the shim
+(both columns then go to the library), one per rep, show the method's own noise floor. Figures:
+"lat" one-way latency of a blocking ping-pong (osu_latency), "rate" messages per second and bandwidth of windows of 64 nonblocking
 messages (osu_bw; at 8 B with one pair, osu_mbw_mr) with MPI_STATUSES_IGNORE, "osu" the same at 8 B
 with a status array, as osu_mbw_mr and osu_bw pass to MPI_Waitall (the library fills the statuses
 in both columns; with MPI_STATUSES_IGNORE only the shim asks for them), "self" a Sendrecv to the calling rank, "allr"
@@ -125,15 +126,20 @@ def median_ci(v: list[float]) -> tuple[float, float, float]:
     return statistics.median(v), v[lo], v[hi]
 
 
-def pooled(runs: list[dict], k: tuple[str, int], f) -> tuple[float, float, float]:
-    """f(plain, shim) over every round of every run, pooled: median and 95 % interval."""
-    return median_ci([f(p0, s0) for r in runs for p0, s0 in (r[k].pairs or [(r[k].plain, r[k].shim)])])
+def over_runs(runs: list[dict], k: tuple[str, int], f) -> tuple[float, float, float]:
+    """f(plain, shim) of figure k: each run's median over its rounds' own pairs, then the median over
+    the runs and its 95 % interval.  Runs, not rounds, are the units: two runs of the same shim
+    differ by more than their rounds do (each run places its processes, lays out its memory and
+    meets the machine anew), so an interval over pooled rounds would claim a precision the next
+    run does not repeat."""
+    return median_ci([statistics.median(f(p0, s0) for p0, s0 in (r[k].pairs or [(r[k].plain, r[k].shim)]))
+                      for r in runs])
 
 
 def ns_per_call(runs: list[dict], k: tuple[str, int]) -> tuple[float, float, float]:
     """ns/call of one row: each round's own figure (its two blocks ran back to back, under the same
-    load), pooled over the rounds of all runs; median and 95 % interval."""
-    return pooled(runs, k, lambda p0, s0: ns_of(k, p0, s0))
+    load), its median per run; the median over the runs and its 95 % interval."""
+    return over_runs(runs, k, lambda p0, s0: ns_of(k, p0, s0))
 
 
 def ci_text(m: tuple[float, float, float], fmt: str = ".0f") -> str:
@@ -206,7 +212,7 @@ def callcost_table(ns: dict, ir: dict | None, mode: str) -> None:
 
 def table(runs: list[dict], title: str) -> None:
     """plain and shim: medians over the runs of each run's median; added and ns/call: each round's own
-    figure pooled over the rounds of all runs, median [95 % interval]."""
+    figure, its median per run, and the median over the runs [95 % interval]."""
     print(f"\n{title}")
     print(f"{'test':<6}{'bytes':>9}{'plain':>14}{'shim':>14}{'added':>9}   ns/call [95 %]")
     keys = sorted(runs[0], key=lambda k: (ORDER[k[0]], k[1]))
@@ -215,14 +221,14 @@ def table(runs: list[dict], title: str) -> None:
         s0 = statistics.median(r[k].shim for r in runs)
         ns = ci_text(ns_per_call(runs, k))
         if k[0] == "lat":
-            added = pooled(runs, k, lambda a, b: (b - a) / a * 100)[0]
+            added = over_runs(runs, k, lambda a, b: (b - a) / a * 100)[0]
             print(f"{'lat':<6}{k[1]:>9}{p0:>11.3f} us{s0:>11.3f} us{added:>8.1f}%   {ns}")
         elif k[0] in ("rate", "osu"):
-            added = pooled(runs, k, lambda a, b: (a - b) / a * 100)[0]
+            added = over_runs(runs, k, lambda a, b: (a - b) / a * 100)[0]
             print(f"{k[0]:<6}{k[1]:>9}{p0 / 1e6:>10.3f} M/s{s0 / 1e6:>10.3f} M/s"
                   f"{added:>8.1f}%   {ns:<16}{p0 * k[1] / 1e9:.3f} -> {s0 * k[1] / 1e9:.3f} GB/s")
         else:
-            added = pooled(runs, k, lambda a, b: (b - a) / a * 100)[0]
+            added = over_runs(runs, k, lambda a, b: (b - a) / a * 100)[0]
             print(f"{k[0]:<6}{k[1]:>9}{p0:>11.1f} ns{s0:>11.1f} ns{added:>8.1f}%   {ns}")
 
 
@@ -247,12 +253,11 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
             jobs.append((base, benv, args))
         if a.one_rank:                      # pingpong's SHIM_RANKS=1: rank 1 calls PMPI_ throughout
             jobs.append((one, {**env, "RANKMAP_RUN_DIR": str(work / f"one{rep}")}, args + ["1"]))
+        jobs.append((control, {}, args))    # no shim: the method's own noise, run by run
         k = rep % len(jobs)                 # rotate which series goes first
         for out, e, cmd in jobs[k:] + jobs[:k]:
             out.append(run_once(launcher(mpirun, e) + cmd))
         print(f"  {mpicc}: run {rep + 1}/{a.reps} done", file=sys.stderr)
-    if not a.calls_only:
-        control.append(run_once(launcher(mpirun, {}) + args))
     modes = {"receives recorded": (shim, dict(a.shim_env)),
              "RANKMAP_RECV=0 (send side only)": (shim, {**a.shim_env, "RANKMAP_RECV": "0"})}
     if a.baseline_shim:                 # the one-process figures of the other build too
@@ -267,8 +272,8 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
     if base:
         what = f"baseline shim {a.baseline_shim}" if a.baseline_shim else "RANKMAP_RECV=0 (send side only)"
         table(base, f"{what} (capture on), median of {a.reps} runs x {a.rounds} rounds")
-        print("\nns per intercepted call, baseline -> this shim (each round's own figure, pooled over the "
-              "runs: median [95 % interval]; sizes up to 1 KiB)")
+        print("\nns per intercepted call, baseline -> this shim (each round's own figure, its median per run; "
+              "the median over the runs [95 % interval]; sizes up to 1 KiB)")
         for k in sorted(with_shim[0], key=lambda k: (ORDER[k[0]], k[1])):
             if k[0] == "lat" and k[1] > 1024:
                 continue
@@ -277,13 +282,13 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
         table(one, f"the shim on rank 0 only (rank 1 calls the PMPI_ entry points), median of {a.reps} runs x "
               f"{a.rounds} rounds: for 'rate' the sender's share")
     if control:
-        table(control, "control: no shim loaded (both columns are the library itself)")
+        table(control, f"control: no shim loaded (both columns are the library itself), {a.reps} runs x {a.rounds} rounds")
     for m in modes:
         callcost_table(ns[m], ir.get(m), m)
     shutil.rmtree(work, ignore_errors=True)
     def ratio(runs: list[dict], k: tuple[str, int]) -> tuple[float, float, float] | None:
-        """shim / plain message rate, each round's own, pooled over the runs"""
-        return pooled(runs, k, lambda p0, s0: s0 / p0) if runs and k in runs[0] else None
+        """shim / plain message rate: each round's own, its median per run, the median over the runs"""
+        return over_runs(runs, k, lambda p0, s0: s0 / p0) if runs and k in runs[0] else None
     rate8, osu8 = ratio(with_shim, ("rate", 8)), ratio(with_shim, ("osu", 8))
     rate8_b = ratio(base, ("rate", 8)) if a.recv0 else None
     osu8_b = ratio(base, ("osu", 8)) if a.recv0 else None

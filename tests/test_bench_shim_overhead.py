@@ -1,6 +1,6 @@
 """bench/shim_overhead.py's statistics: the median's interval must hold the true median about 95 %
-of the time, whatever the distribution, and the per-round pairs of bench/pingpong.c must be read as
-printed."""
+of the time, whatever the distribution; the per-round pairs of bench/pingpong.c must be read as
+printed; runs, not rounds, are the units of the interval."""
 
 from __future__ import annotations
 
@@ -56,3 +56,14 @@ def test_run_once_reads_pairs_and_medians(tmp_path: Path):
     assert so.ns_per_call(runs, ("allr", 8))[0] == 20.0
     # a figure printed without pairs counts as one round (older pingpong builds)
     assert abs(so.ns_per_call(runs, ("lat", 8))[0] - 5.0) < 1e-9
+
+
+def test_runs_are_the_units():
+    """Rounds of one run are not independent of each other: a run whose every round says 40 ns
+    weighs as one run, however many rounds it has."""
+    so = load_bench()
+    def run(diffs):
+        return {("allr", 8): so.Fig(300.0, 300.0 + diffs[0], [(300.0, 300.0 + d) for d in diffs])}
+    runs = [run([10, 11, 12]), run([40] * 30), run([14, 13, 15])]
+    med, lo, hi = so.ns_per_call(runs, ("allr", 8))
+    assert (med, lo, hi) == (14.0, 11.0, 40.0)      # pooled rounds would say 40
