@@ -624,18 +624,21 @@ def test_repeated_send_arguments_follow_their_meaning(mpi, tmp_path):
 
 
 def test_fast_path_counts_what_the_full_path_counts(mpi, tmp_path):
-    """An untimed MPI_Send, MPI_Isend, MPI_Irecv or collective without per-peer counts whose
-    accounting is all cached takes a fast path in its entry point (calls.spec's "fast"); the same
+    """An untimed MPI_Send, MPI_Isend, MPI_Irecv, MPI_Recv, MPI_Sendrecv(_replace) or collective
+    without per-peer counts whose accounting is all cached takes a fast path in its entry point
+    (calls.spec's "fast"); the same
     program with every call timed (RANKMAP_SAMPLE=1, so no call takes it) must record the same
     traffic, operation counts, size histograms, timeline bytes per peer and collective signatures
     with their calls -- through MPI_COMM_WORLD, a duplicate, communicators made and freed between
-    windows, MPI_COMM_SELF, in-place calls, a root that changes every round, a receive from
-    MPI_PROC_NULL, and 1 ms timeline buckets that change under the cached cells
+    windows, a communicator of the ranks in reverse order, MPI_COMM_SELF, in-place calls, a root that changes every round, receives from
+    MPI_PROC_NULL and MPI_ANY_SOURCE, statuses asked and ignored, and 1 ms timeline buckets that change under the cached cells
     (tests/native/fast_path_app.c).  Both runs are also checked against the program's own counts."""
     app = _build_app(mpi, tmp_path, "fast_path_app")
     p, rounds, split = 3, 40, 10
     got = {}
-    for mode, env in (("full", {"RANKMAP_SAMPLE": "1"}), ("fast", {})):
+    # "fast": no call counts as slow (a slow call is timed next time, off the fast path), so a
+    # blocking call that waited for its peer on this loaded machine still takes it next time
+    for mode, env in (("full", {"RANKMAP_SAMPLE": "1"}), ("fast", {"RANKMAP_SLOW_NS": str(10**12)})):
         recs = mpi.run(p, str(app), rundir=tmp_path / mode, env={"RANKMAP_BUCKET_MS": "1", **env})
         raw = {r.world_rank: r for r in records.read_dir(tmp_path / mode)}   # signatures not yet applied
         got[mode] = []
@@ -644,16 +647,22 @@ def test_fast_path_counts_what_the_full_path_counts(mpi, tmp_path):
             nxt, prv = (me + 1) % p, (me - 1) % p
             assert rows(rec, "p2p") == {
                 (nxt, "p2p", "MPI_Isend", "send"): (rounds * 16 * (24 + 8) + split * 4 * 24, rounds * 32 + split * 4),
-                (nxt, "p2p", "MPI_Send", "send"): (rounds * 40, rounds),
+                (nxt, "p2p", "MPI_Send", "send"): (rounds * (40 + 20), rounds * 2),
                 (prv, "p2p", "MPI_Irecv", "recv"): (rounds * 16 * (24 + 8) + split * 4 * 24, rounds * 32 + split * 4),
-                (prv, "p2p", "MPI_Recv", "recv"): (rounds * 40, rounds),
+                (prv, "p2p", "MPI_Recv", "recv"): (rounds * (40 + 20), rounds * 2),
+                (nxt, "p2p", "MPI_Sendrecv", "send"): (rounds * 2 * 16, rounds * 2),
+                (prv, "p2p", "MPI_Sendrecv", "recv"): (rounds * 2 * 16, rounds * 2),
+                (nxt, "p2p", "MPI_Sendrecv_replace", "send"): (rounds * 2 * 12, rounds * 2),
+                (prv, "p2p", "MPI_Sendrecv_replace", "recv"): (rounds * 2 * 12, rounds * 2),
             }, mode
             assert rec.op_time["MPI_Irecv"][0] == rounds * 33 + split * 4, mode
+            assert rec.op_time["MPI_Recv"][0] == rounds * 3, mode     # the one from MPI_PROC_NULL too
+            assert rec.op_time["MPI_Sendrecv"][0] == rounds * 2, mode
             sent = {}
             for _b, peer, k, n in rec.timeline:
                 sent[(peer, k)] = sent.get((peer, k), 0) + n
             assert {k: n for k, n in sent.items() if k[1] == "p2p"} == {
-                (nxt, "p2p"): rounds * (16 * 32 + 40) + split * 96}, mode
+                (nxt, "p2p"): rounds * (16 * 32 + 40 + 32 + 24 + 20) + split * 96}, mode
             assert len({b for b, *_ in rec.timeline}) > 5, "the run should span many timeline buckets"
             calls = {op: rec.op_time[op][0] for op in COLL_CALLS}
             assert calls == {op: n * 4 * rounds + (split + 4 * 5 if op == "MPI_Allreduce" else 0)

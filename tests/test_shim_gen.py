@@ -88,6 +88,28 @@ def test_fast_path_jumps_to_the_library(spec):
     init = c[c.index("int MPI_Allreduce_init("):]
     assert "rm_fast_ok" not in init[:init.index("\n}\n")] and "rmw_MPI_Allreduce_init" not in c
     assert "rmw_MPI_Alltoallv" not in c          # per-peer counts: no fast path
+    # a blocking receive's fast path reads the status after the call: it passes one of its own when
+    # the caller ignores it (only while receives are recorded), and counts the call whatever the
+    # library returned
+    recv = c[c.index("int MPI_Recv("):]
+    recv = recv[recv.index("if (rm_fast_ok(OP_MPI_Recv)"):recv.index("return rmw_MPI_Recv(")].split("\n")
+    assert recv[1:10] == ["    rm_t.skip--;", "    uint64_t n = 0;", "    MPI_Status status_own_;",
+                          "    if ((rm_track_recv) && status == MPI_STATUS_IGNORE) status = &status_own_;",
+                          "    int rc = PMPI_Recv(buf, count, datatype, source, tag, comm, status);",
+                          "    if (rc == MPI_SUCCESS) {",
+                          "      n = rm_recv_fast_row(OP_MPI_Recv, buf, source, comm, status);", "    }",
+                          "    rm_op_fast(OP_MPI_Recv, n);"]
+
+
+def test_status_of_our_own_only_where_the_accounting_reads_it():
+    """A fast path whose work after the call does not read the status passes the caller's as is."""
+    text = ("MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status)\n"
+            "    post: n = rm_p2p_recv(OP, 0, 0, status);\n    fast: 1\n    fast.after: rm_op_fast(OP, 0);\n")
+    c = shim_gen.generate(shim_gen.expand(shim_gen.parse(text)), None)["wrap_c.c"]
+    fast = c[c.index("if (rm_fast_ok(OP_MPI_Recv)"):c.index("return rmw_MPI_Recv(")]
+    assert "status_own_" not in fast and "uint64_t n" not in fast
+    full = c[c.index("static __attribute__((noinline)) int rmw_MPI_Recv("):c.index("int MPI_Recv(")]
+    assert "if (status == MPI_STATUS_IGNORE) status = &status_own_;" in full
 
 
 @pytest.mark.parametrize("text,msg", [

@@ -361,12 +361,7 @@ uint64_t rm_p2p_send_slow(rm_sc_t *c, int op, const void *buf, MPI_Count count, 
 }
 
 uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st) {
-  if (!st || st == MPI_STATUS_IGNORE || st->MPI_SOURCE < 0) return 0;  /* PROC_NULL, inactive */
-  int64_t c = rm_status_bytes(st);
-  if (c < 0) return 0;
-  int w = rm_world(xl, st->MPI_SOURCE);
-  rm_emit(w, RMREC_P2P, op, mem, RMREC_RECV, (uint64_t)c, 1);
-  return (uint64_t)c;
+  return rm_p2p_recv_in(op, mem, xl, st);
 }
 
 uint64_t rm_p2p_expect(int op, const void *buf, MPI_Count count, MPI_Datatype t, int source, MPI_Comm comm) {

@@ -143,12 +143,16 @@ static inline __attribute__((always_inline)) unsigned rm_clock_in(int op, uint64
 }
 uint64_t rm_clock_dt(int op, uint64_t t0, unsigned w);   /* a timed call's weighted duration */
 /* at exit: the operation's counters; a timed call's duration out of line (one call in 16) */
+/* one call of an operation with this payload: its bytes and its size bin */
+static inline __attribute__((always_inline)) void rm_op_add(rmrec_opstat_t *o, uint64_t payload, int pl) {
+  if (payload) rmrec_add(&o->bytes, payload, pl);
+  rmrec_add(&o->hist[rmrec_hist_bin(payload)], 1, pl);
+}
 static inline __attribute__((always_inline)) void rm_clock_out(int op, uint64_t payload, uint64_t t0, unsigned w) {
   rmrec_opstat_t *o = &rm_t.ops[op];
   int pl = rm_t.plain;
   if (__builtin_expect(w != 0, 0)) rmrec_add(&o->ticks, rm_clock_dt(op, t0, w), pl);
-  if (payload) rmrec_add(&o->bytes, payload, pl);
-  rmrec_add(&o->hist[rmrec_hist_bin(payload)], 1, pl);
+  rm_op_add(o, payload, pl);
 }
 /* a wrapper's clock: RM_T0 at entry, RM_DONE at exit (the collective in progress, if any, is over then) */
 #define RM_T0(op) uint64_t t0_ = 0; unsigned w_ = rm_clock_in(op, &t0_)
@@ -204,7 +208,7 @@ static inline rm_xl_t *rm_comm_xl(MPI_Comm comm) {
   return rm_comm_xl_slow(comm);
 }
 rm_xl_t *rm_win_xl(MPI_Win win);
-static inline int rm_world(const rm_xl_t *x, int r) {
+static inline __attribute__((always_inline)) int rm_world(const rm_xl_t *x, int r) {
   if (r < 0 || !x || r >= x->size) return -1;
   return x->w ? x->w[r] : r;
 }
@@ -223,7 +227,7 @@ static inline __attribute__((always_inline)) int rm_mem_cached(const void *buf) 
   uint64_t c = __atomic_load_n((uint64_t *)&rm_mk_cache[g & (RM_MK_SLOTS - 1)], __ATOMIC_RELAXED);
   return c != 0 && (c >> 2) == g ? (int)(c & 3) : -1;
 }
-static inline int rm_mem(const void *buf) {
+static inline __attribute__((always_inline)) int rm_mem(const void *buf) {
   int k = rm_mem_cached(buf);
   return __builtin_expect(k >= 0, 1) ? k : rm_mem_slow(buf);
 }
@@ -536,7 +540,7 @@ int rm_p2p_send_fast(int op, const void *buf, MPI_Count count, MPI_Datatype t, i
   rmrec_add(oh, 1, 1);
   return 1;
 }
-uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st);
+uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st);   /* rm_p2p_recv_in out of line */
 
 /* Bytes a status says were received, -1 if the request was cancelled (a cancelled receive is no
  * message; MPICH fills its source with 0).  The MPI_Get_elements_x call is a good share of a short
@@ -559,6 +563,32 @@ static inline int64_t rm_status_fields(const MPI_Status *st) {
 }
 static inline int64_t rm_status_bytes(const MPI_Status *st) {
   return rm_status_direct ? rm_status_fields(st) : rm_status_bytes_call(st);
+}
+/* A completed receive's row: the status's source (a rank of xl) and length; its bytes, 0 when it
+ * has none (MPI_PROC_NULL, an inactive request, a cancelled receive). */
+static inline __attribute__((always_inline)) uint64_t rm_p2p_recv_in(int op, int mem, rm_xl_t *xl, const MPI_Status *st) {
+  if (!st || st == MPI_STATUS_IGNORE || st->MPI_SOURCE < 0) return 0;
+  int64_t c = rm_status_bytes(st);
+  if (c < 0) return 0;
+  rm_emit(rm_world(xl, st->MPI_SOURCE), RMREC_P2P, op, mem, RMREC_RECV, (uint64_t)c, 1);
+  return (uint64_t)c;
+}
+/* The fast path of a blocking receive (MPI_Recv, and MPI_Sendrecv's receive half): before the
+ * call, that its row will need no call of its own -- receives are not recorded, or the
+ * communicator's translation is at hand (MPI_COMM_WORLD, the thread's last); after the library's
+ * successful call, the row from the status (calls.spec's fast.post).  No MPI library calls the
+ * MPI_ entry points from inside its own, so the thread's last translation is still comm's then. */
+static inline __attribute__((always_inline)) int rm_recv_fast_ok(MPI_Comm comm) {
+  return !rm_track_recv || comm == MPI_COMM_WORLD || rm_comm_last_is(comm);
+}
+static inline __attribute__((always_inline))
+uint64_t rm_recv_fast_row(int op, const void *buf, int source, MPI_Comm comm, const MPI_Status *st) {
+  if (!rm_track_recv || source == MPI_PROC_NULL) return 0;
+  return rm_p2p_recv_in(op, rm_mem(buf), comm == MPI_COMM_WORLD ? &rm_xl_world : rm_comm_last.x, st);
+}
+/* a fast path's own count of its call (an untimed call's rm_clock_out, plain adds) */
+static inline __attribute__((always_inline)) void rm_op_fast(int op, uint64_t payload) {
+  rm_op_add(&rm_t.ops[op], payload, 1);
 }
 /* a receive whose source and length are known when it is set up (partitioned receives) */
 uint64_t rm_p2p_expect(int op, const void *buf, MPI_Count count, MPI_Datatype t, int source, MPI_Comm comm);

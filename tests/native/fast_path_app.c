@@ -1,5 +1,6 @@
 /* fast_path_app.c -- the traffic the shim's entry points count on their fast path (an untimed
- * MPI_Send, MPI_Isend or MPI_Irecv whose accounting is all cached) and on their full path alike.
+ * MPI_Send, MPI_Isend, MPI_Irecv, MPI_Recv, MPI_Sendrecv(_replace) or collective whose accounting
+ * is all cached) and on their full path alike.
  * A test runs it once with every call timed (RANKMAP_SAMPLE=1: no call takes the fast path) and
  * once as usual, with 1 ms timeline buckets, and compares the records.
  *
@@ -9,6 +10,11 @@
  *      one MPI_Irecv from MPI_PROC_NULL, one MPI_Waitall           Isend 16 x 24 B, Irecv 16 x 24 B
  *   D  the same window of 8 B messages on a duplicate of MPI_COMM_WORLD      Isend / Irecv 16 x 8 B
  *   B  one MPI_Send of 40 B to nxt and an MPI_Recv from prv on the duplicate     Send / Recv 40 B
+ *   P  blocking pairs: MPI_Sendrecv of 16 B to nxt from prv on MPI_COMM_WORLD x2 (status ignored),
+ *      MPI_Sendrecv_replace of 12 B x2 on a communicator of the ranks in reverse order (status
+ *      asked; its ranks must be translated), an MPI_Recv from MPI_PROC_NULL, and an MPI_Send of
+ *      20 B to nxt with an MPI_Recv from MPI_ANY_SOURCE (the status names prv)
+ *                               Sendrecv 2 x 16 B, Sendrecv_replace 2 x 12 B, Send / Recv 20 B
  *   S  every 4th round, a window of 4 MPI_Irecv / MPI_Isend of 24 B on a split of the duplicate
  *      made that round and freed after it (a new communicator each time: its translation and the
  *      remembered sends must not outlive it)                               Isend / Irecv 4 x 24 B
@@ -111,8 +117,9 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &p);
   int nxt = (me + 1) % p, prv = (me + p - 1) % p, bad = 0;
-  MPI_Comm dup;
+  MPI_Comm dup, rev;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  MPI_Comm_split(MPI_COMM_WORLD, 0, p - me, &rev);      /* rank p - 1 - me */
   static char sb[WIN][24], rb[WIN + 1][24], b40[2][40];
   MPI_Request rq[2 * WIN + 1];
   for (int r = 0; r < ROUNDS; r++) {
@@ -137,6 +144,28 @@ int main(int argc, char **argv) {
       MPI_Send(b40[0], 40, MPI_CHAR, nxt, 99, dup);
     }
     bad |= b40[1][39] != (char)(r & 0x7f);
+    /* P: blocking pairs */
+    static char s16[16], r16[16], b12[12], b20[20];
+    MPI_Status st;
+    for (int k = 0; k < 2; k++) {
+      memset(s16, (r + k) & 0x7f, 16);
+      MPI_Sendrecv(s16, 16, MPI_CHAR, nxt, 7, r16, 16, MPI_CHAR, prv, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      bad |= r16[15] != (char)((r + k) & 0x7f);
+    }
+    for (int k = 0; k < 2; k++) {
+      memset(b12, me, 12);
+      MPI_Sendrecv_replace(b12, 12, MPI_CHAR, p - 1 - nxt, 8, p - 1 - prv, 8, rev, &st);
+      bad |= b12[11] != (char)prv || st.MPI_SOURCE != p - 1 - prv;
+    }
+    MPI_Recv(b20, 20, MPI_CHAR, MPI_PROC_NULL, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (me % 2 == 0) {
+      MPI_Send(b40[0], 20, MPI_CHAR, nxt, 9, MPI_COMM_WORLD);
+      MPI_Recv(b20, 20, MPI_CHAR, MPI_ANY_SOURCE, 9, MPI_COMM_WORLD, &st);
+    } else {
+      MPI_Recv(b20, 20, MPI_CHAR, MPI_ANY_SOURCE, 9, MPI_COMM_WORLD, &st);
+      MPI_Send(b40[0], 20, MPI_CHAR, nxt, 9, MPI_COMM_WORLD);
+    }
+    bad |= st.MPI_SOURCE != prv || b20[19] != (char)(r & 0x7f);
     /* S: a communicator made and freed this round */
     if (r % 4 == 0) {
       MPI_Comm s;
@@ -161,6 +190,7 @@ int main(int argc, char **argv) {
     usleep(4000);
   }
   MPI_Comm_free(&dup);
+  MPI_Comm_free(&rev);
   MPI_Finalize();
   return bad ? 2 : 0;
 }

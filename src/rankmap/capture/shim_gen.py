@@ -236,14 +236,24 @@ def _status_param(c: Call) -> Param | None:
     return next((p for p in c.params if p.base == "MPI_Status" and p.ptr == 1 and not p.array), None)
 
 
-def _status_cond(c: Call, fortran: bool) -> str | None:
-    """When to pass our own status because the caller ignores it (None: never)."""
+def _status_cond(c: Call, fortran: bool, post: str = "post") -> str | None:
+    """When to pass our own status because the caller ignores it (None: never): the accounting
+    after the call (``post``, or the fast path's ``fast.post``) reads it."""
     st = _status_param(c)
     if st is None:
         return None
-    if "status_if" in c.attrs:
+    if post == "post" and "status_if" in c.attrs:
         return c.attrs["status_if"]
-    return "1" if st.name in _idents(c.code("post", fortran)) else None
+    return c.attrs.get("status_if", "1") if st.name in _idents(c.code(post, fortran)) else None
+
+
+def _own_status(c: Call, cond: str | None, pad: str) -> str:
+    """The lines that pass our own status when cond holds and the caller ignores it."""
+    if not cond:
+        return ""
+    st = _status_param(c).name
+    test = f"{st} == MPI_STATUS_IGNORE" if cond == "1" else f"({cond}) && {st} == MPI_STATUS_IGNORE"
+    return f"{pad}MPI_Status {st}_own_;\n{pad}if ({test}) {st} = &{st}_own_;"
 
 
 # PMPI_ routines the hand-written sources use where the MPI has them (RM_HAVE_PMPI_x)
@@ -265,11 +275,7 @@ def _gen_full(c: Call, call: str) -> str:
     if not c.plain:
         out.append(f"  RM_T0(OP_{c.op});\n  uint64_t n = 0;")
     out.append(_indent(_sub_op(c.code("pre", False), c.op)).rstrip("\n"))
-    cond = _status_cond(c, False)
-    if cond:
-        st = _status_param(c).name
-        test = f"{st} == MPI_STATUS_IGNORE" if cond == "1" else f"({cond}) && {st} == MPI_STATUS_IGNORE"
-        out.append(f"  MPI_Status {st}_own_;\n  if ({test}) {st} = &{st}_own_;")
+    out.append(_own_status(c, _status_cond(c, False), "  "))
     out.append(f"  int rc = {call};")
     ok = _sub_op(c.code("post", False), c.op)
     if "persist" in c.attrs:
@@ -303,6 +309,8 @@ def gen_c(c: Call) -> str:
     lib = f"    return {call};"                   # a jump: nothing left to do after the library's call
     if post.strip() or after.strip():
         lib = "\n".join(line for line in (
+            "    uint64_t n = 0;" if "n" in _idents(post + after) else "",
+            _own_status(c, _status_cond(c, False, "fast.post"), "    "),
             f"    int rc = {call};",
             f"    if (rc == MPI_SUCCESS) {{\n{_indent(post, '      ')}    }}" if post.strip() else "",
             _indent(after, "    ").rstrip("\n"),
