@@ -25,7 +25,8 @@ an MPI_Allreduce of one double over both ranks (a collective on a real communica
 "coll" pattern below runs on MPI_COMM_SELF, where no signature is counted).
 
 One process (bench/callcost.c): the cost of an intercepted call without a peer or a wire, in the
-thread's CPU time (a shared machine's descheduling does not count), and with --callgrind in
+thread's CPU time (a shared machine's descheduling does not count; every mode runs --reps times,
+interleaved, and the figure is the median over the runs with its 95 % interval), and with --callgrind in
 instructions (valgrind --tool=callgrind: independent of the machine's load). Patterns: "rate"
 64 Irecv + 64 Isend + Waitall, "pair" Irecv + Send + Wait, "coll" Allreduce of one double, and
 "floor": no shim, the "rate" pattern through PMPI_ plus the least bookkeeping an exact receive row
@@ -199,15 +200,30 @@ def callcost_units(exe: Path, shim: Path, work: Path, valgrind: bool, extra_env:
     return out
 
 
-def callcost_table(ns: dict, ir: dict | None, mode: str) -> None:
-    print(f"\nper intercepted call, {mode}, one process (bench/callcost.c: 8 B to MPI_COMM_SELF; CPU time, median of 15 rounds;"
-          "\nspeed = plain / shim time per iteration, for 'rate' the 8 B message rate with sender and receiver on one core)")
-    print(f"{'pattern':<8}{'calls':>6}{'plain':>12}{'shim':>12}{'ns/call':>9}{'speed':>7}" + (f"{'instr/call':>12}" if ir else ""))
-    for name, (calls, p0, s0) in ns.items():
-        extra = ""
-        if ir and name in ir:
-            extra = f"{(ir[name][2] - ir[name][1]) / calls:>12.0f}"
-        print(f"{name:<8}{calls:>6}{p0:>9.1f} ns{s0:>9.1f} ns{(s0 - p0) / calls:>9.1f}{p0 / s0:>7.2f}{extra}")
+def callcost_table(runs: list[dict], ir: dict | None, mode: str) -> None:
+    """One mode's one-process figures over its runs: plain and shim the medians of the runs' own,
+    ns/call each run's (shim - plain) / calls, the median over the runs [95 % interval]."""
+    print(f"\nper intercepted call, {mode}, one process (bench/callcost.c: 8 B to MPI_COMM_SELF; CPU time, median of 15 rounds "
+          f"per run, {len(runs)} runs;\nspeed = plain / shim time per iteration, for 'rate' the 8 B message rate with sender "
+          "and receiver on one core)")
+    print(f"{'pattern':<8}{'calls':>6}{'plain':>12}{'shim':>12}   ns/call [95 %]{'speed':>8}" + (f"{'instr/call':>12}" if ir else ""))
+    for name in runs[0]:
+        calls = runs[0][name][0]
+        p0 = statistics.median(r[name][1] for r in runs)
+        s0 = statistics.median(r[name][2] for r in runs)
+        extra = f"{(ir[name][2] - ir[name][1]) / calls:>12.0f}" if ir and name in ir else ""
+        print(f"{name:<8}{calls:>6}{p0:>9.1f} ns{s0:>9.1f} ns   {ci_text(call_ns(runs, name), '.1f'):<18}"
+              f"{call_speed(runs, name):>5.2f}{extra}")
+
+
+def call_ns(runs: list[dict], name: str) -> tuple[float, float, float]:
+    """ns added per call of a one-process pattern: each run's own, the median over the runs [95 %]."""
+    return median_ci([(r[name][2] - r[name][1]) / r[name][0] for r in runs])
+
+
+def call_speed(runs: list[dict], name: str) -> float:
+    """plain / shim time per iteration of a one-process pattern, the median of the runs' own"""
+    return statistics.median(r[name][1] / r[name][2] for r in runs)
 
 
 def table(runs: list[dict], title: str) -> None:
@@ -263,7 +279,14 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
     if a.baseline_shim:                 # the one-process figures of the other build too
         old = Path(a.baseline_shim).resolve()
         modes.update({f"baseline shim, {m}": (old, e) for m, (_s, e) in list(modes.items())})
-    ns = {m: callcost_units(cost, sh, work, False, e) for m, (sh, e) in modes.items()}
+    # the one-process runs interleave like the two-rank ones: every mode once per rep, the order rotated
+    ns: dict[str, list[dict]] = {m: [] for m in modes}
+    names = list(modes)
+    for rep in range(max(1, a.reps)):
+        k = rep % len(names)
+        for m in names[k:] + names[:k]:
+            sh, e = modes[m]
+            ns[m].append(callcost_units(cost, sh, work, False, e))
     ir = {m: callcost_units(cost, sh, work, True, e) for m, (sh, e) in modes.items()} if a.callgrind else {}
     lib = " ".join(records.read_dir(work / "callcost-run")[0].meta.get("mpi_library", "?").split())
     print(f"\n==== {lib.split(',')[0]}\nshim: {shim}\nmpi: {lib}")
@@ -295,10 +318,10 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
     allr = ns_per_call(with_shim, ("allr", 8)) if with_shim and ("allr", 8) in with_shim[0] else None
     return {"name": lib.split(",")[0], "rate8": rate8, "rate8_recv0": rate8_b, "osu8": osu8, "osu8_recv0": osu8_b,
             "allr_ns": allr,
-            "modes": {m: {"ns": {k: (s0 - p0) / c for k, (c, p0, s0) in ns[m].items()},
+            "modes": {m: {"ns": {k: call_ns(ns[m], k) for k in ns[m][0]},
                           "ir": {k: (s0 - p0) / c for k, (c, p0, s0) in ir[m].items()} if m in ir else {},
-                          "rate8_one": ns[m]["rate"][1] / ns[m]["rate"][2],
-                          "floor8_one": ns[m]["floor"][1] / ns[m]["floor"][2] if "floor" in ns[m] else 0.0}
+                          "rate8_one": call_speed(ns[m], "rate"),
+                          "floor8_one": call_speed(ns[m], "floor") if "floor" in ns[m][0] else 0.0}
                       for m in modes}}
 
 
@@ -326,7 +349,7 @@ def main() -> None:
           f"command: {' '.join(sys.argv)}")
     results = [bench_one(cc, run, a) for cc, run in pairs]
     print(f"\ntargets: <= {TARGET_NS:.0f} ns per intercepted call (one process), >= {TARGET_RATE} x the 8 B message rate"
-          "\n(2-rank figures: the median of every round's own figure, [its 95 % interval]; the verdict reads the median)")
+          "\n(figures: the median over the runs of each run's own [its 95 % interval]; the verdict reads the median)")
     met = lambda ok: "met" if ok else "not met"  # noqa: E731
     for r in results:
         print(r["name"])
@@ -342,13 +365,13 @@ def main() -> None:
                   f"[{met(r['allr_ns'][0] <= TARGET_NS)}]")
         for m, f in r["modes"].items():
             shim_ns = {k: v for k, v in f["ns"].items() if k != "floor"}
-            calls = ", ".join(f"{k} {v:.1f} ns" + (f" / {f['ir'][k]:.0f} instr" if k in f["ir"] else "")
+            calls = ", ".join(f"{k} {ci_text(v, '.1f')} ns" + (f" / {f['ir'][k]:.0f} instr" if k in f["ir"] else "")
                               for k, v in shim_ns.items())
-            print(f"  {m}: per call {calls} [{met(all(v <= TARGET_NS for v in shim_ns.values()))}]; "
+            print(f"  {m}: per call {calls} [{met(all(v[0] <= TARGET_NS for v in shim_ns.values()))}]; "
                   f"8 B message rate in one process {f['rate8_one']:.2f} x [{met(f['rate8_one'] >= TARGET_RATE)}]")
         f = next(iter(r["modes"].values()))
         if "floor" in f["ns"]:
-            print(f"  floor of exact receive rows (no shim; bench/callcost.c floor_rate): {f['ns']['floor']:.1f} ns"
+            print(f"  floor of exact receive rows (no shim; bench/callcost.c floor_rate): {f['ns']['floor'][0]:.1f} ns"
                   + (f" / {f['ir']['floor']:.0f} instr" if "floor" in f["ir"] else "")
                   + f" per call over the library alone, rate pattern; one-process rate {f['floor8_one']:.2f} x")
 
