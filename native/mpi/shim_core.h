@@ -142,12 +142,12 @@ static inline __attribute__((always_inline)) unsigned rm_clock_in(int op, uint64
   return w;
 }
 uint64_t rm_clock_dt(int op, uint64_t t0, unsigned w);   /* a timed call's weighted duration */
-/* at exit: the operation's counters; a timed call's duration out of line (one call in 16) */
 /* one call of an operation with this payload: its bytes and its size bin */
 static inline __attribute__((always_inline)) void rm_op_add(rmrec_opstat_t *o, uint64_t payload, int pl) {
   if (payload) rmrec_add(&o->bytes, payload, pl);
   rmrec_add(&o->hist[rmrec_hist_bin(payload)], 1, pl);
 }
+/* at exit: the operation's counters; a timed call's duration out of line (one call in 16) */
 static inline __attribute__((always_inline)) void rm_clock_out(int op, uint64_t payload, uint64_t t0, unsigned w) {
   rmrec_opstat_t *o = &rm_t.ops[op];
   int pl = rm_t.plain;
