@@ -154,13 +154,15 @@ rm_xl_t *rm_win_xl(MPI_Win win) {
 
 /* ---- setup / teardown ------------------------------------------------------------------- */
 
-/* Fill rm_ts_tab with the predefined datatypes (first come keeps a slot; the rest go through
- * PMPI_Type_size as before). */
+/* Fill rm_ts_tab with the predefined datatypes; one whose slot is taken sits in the next free
+ * one (rm_ts_cached).  Which types collide depends on where the library is loaded, and a type
+ * left out would never be remembered by the sends' and collectives' memories.  The types codes
+ * send most come first, so that they keep their own slots (one compare to find) when they can. */
 static void ts_init(void) {
   const MPI_Datatype ts[] = {
-    MPI_CHAR, MPI_SIGNED_CHAR, MPI_UNSIGNED_CHAR, MPI_BYTE, MPI_WCHAR, MPI_SHORT, MPI_UNSIGNED_SHORT,
-    MPI_INT, MPI_UNSIGNED, MPI_LONG, MPI_UNSIGNED_LONG, MPI_LONG_LONG, MPI_UNSIGNED_LONG_LONG,
-    MPI_FLOAT, MPI_DOUBLE, MPI_LONG_DOUBLE, MPI_C_BOOL, MPI_INT8_T, MPI_INT16_T, MPI_INT32_T,
+    MPI_DOUBLE, MPI_INT, MPI_BYTE, MPI_CHAR, MPI_FLOAT, MPI_LONG, MPI_LONG_LONG, MPI_UNSIGNED_CHAR,
+    MPI_SIGNED_CHAR, MPI_WCHAR, MPI_SHORT, MPI_UNSIGNED_SHORT, MPI_UNSIGNED, MPI_UNSIGNED_LONG,
+    MPI_UNSIGNED_LONG_LONG, MPI_LONG_DOUBLE, MPI_C_BOOL, MPI_INT8_T, MPI_INT16_T, MPI_INT32_T,
     MPI_INT64_T, MPI_UINT8_T, MPI_UINT16_T, MPI_UINT32_T, MPI_UINT64_T, MPI_AINT, MPI_OFFSET,
     MPI_C_FLOAT_COMPLEX, MPI_C_DOUBLE_COMPLEX, MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT,
     MPI_2INT, MPI_SHORT_INT, MPI_PACKED,
@@ -168,8 +170,9 @@ static void ts_init(void) {
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
     int sz = 0;
     if (ts[i] == MPI_DATATYPE_NULL || PMPI_Type_size(ts[i], &sz) != MPI_SUCCESS || sz <= 0) continue;
-    rm_ts_t *e = &rm_ts_tab[rm_ts_slot(ts[i])];
-    if (e->size == 0) { e->t = ts[i]; e->size = sz; }
+    unsigned k = rm_ts_slot(ts[i]);
+    while (rm_ts_tab[k].size > 0 && rm_ts_tab[k].t != ts[i]) k = (k + 1) & (RM_TS_SLOTS - 1);
+    if (rm_ts_tab[k].size == 0) { rm_ts_tab[k].t = ts[i]; rm_ts_tab[k].size = sz; }
   }
 }
 

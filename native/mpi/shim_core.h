@@ -248,10 +248,16 @@ static inline unsigned rm_ts_slot(MPI_Datatype t) {
   __builtin_memcpy(&k, &t, sizeof t < 8 ? sizeof t : 8);
   return (unsigned)((k * 0x9E3779B97F4A7C15ull) >> 57);   /* 7 bits = RM_TS_SLOTS */
 }
-/* the cached size of a predefined datatype, 0 for any other */
+/* the cached size of a predefined datatype, 0 for any other.  Two types may hash to one slot (the
+ * handles are addresses in the library, which moves from run to run), so a type that found its
+ * slot taken sits in the next free one: a lookup goes on to the first empty slot (the table is
+ * never full). */
 static inline int rm_ts_cached(MPI_Datatype t) {
-  const rm_ts_t *e = &rm_ts_tab[rm_ts_slot(t)];
-  return e->size > 0 && e->t == t ? e->size : 0;
+  for (unsigned i = rm_ts_slot(t);; i = (i + 1) & (RM_TS_SLOTS - 1)) {
+    const rm_ts_t *e = &rm_ts_tab[i];
+    if (e->size <= 0) return 0;
+    if (e->t == t) return e->size;
+  }
 }
 /* a datatype whose size cannot change under its handle: predefined (in the table) or none */
 static inline int rm_ts_fixed(MPI_Datatype t) { return t == MPI_DATATYPE_NULL || rm_ts_cached(t) > 0; }
