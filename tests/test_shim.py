@@ -751,6 +751,47 @@ def test_remembered_collectives_reach_the_record(mpi, tmp_path):
                 assert [sum(n for _b, n in v) for v in rd.values()] == [9], rd
 
 
+def test_alternating_collectives_remembered_and_counted(mpi, tmp_path):
+    """Collectives that alternate their arguments call by call (tests/native/coll_ways_app.c): two
+    sizes of MPI_Allreduce, MPI_Allreduce and MPI_Scan (one set of the thread's memory), two
+    communicators, MPI_Bcast and MPI_Barrier, two one-rank communicators.  Every call reaches the
+    record in its own round's timeline buckets (10 ms; rounds 250 ms apart), each signature with
+    the calls the round made of it.  The thread's memory holds both signatures of each pair: the
+    calls that missed it (META collectives.memo_misses) are a few per round, not one per call as
+    with one way per set."""
+    app = _build_app(mpi, tmp_path, "coll_ways_app")
+    rounds, n = 6, 20
+    rundir = tmp_path / "run"
+    r = subprocess.run(mpi.cmd(2, str(app), [], rundir, {"RANKMAP_BUCKET_MS": "10"}), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    recs = records.read_dir(rundir)
+    assert len(recs) == 2
+    for rec in recs:
+        facts = {f.sig: f for f in rec.coll_facts}
+        per: dict[tuple, dict[int, int]] = {}          # (operation, count, communicator) -> {bucket: calls}
+        for s, b, c in rec.coll_calls:
+            f = facts[s]
+            d = per.setdefault((f.operation, f.scount, f.comm), {})
+            d[b] = d.get(b, 0) + c
+        dup = next(k[2] for k in per if k[0] == "MPI_Allreduce" and k[2] != 0)
+        want = {("MPI_Allreduce", 1, 0): n, ("MPI_Allreduce", 2, 0): n, ("MPI_Allreduce", 3, 0): n, ("MPI_Scan", 1, 0): n,
+                ("MPI_Allreduce", 4, 0): n, ("MPI_Allreduce", 4, dup): n, ("MPI_Bcast", 1, 0): n, ("MPI_Barrier", 0, 0): n}
+        assert sorted(per) == sorted(want), sorted(per)
+        for key, calls in per.items():
+            groups: list[list[int]] = []                # buckets less than 100 ms apart: one round
+            for b in sorted(calls):
+                if groups and b - groups[-1][0] <= 10:
+                    groups[-1][0] = b
+                    groups[-1][1] += calls[b]
+                else:
+                    groups.append([b, calls[b]])
+            assert [c for _b, c in groups] == [want[key]] * rounds, (key, calls)
+        assert rec.op_time["MPI_Allreduce"][0] == 7 * n * rounds      # 2 n of them on MPI_COMM_SELF
+        misses = int(rec.meta["collectives.memo_misses"])
+        assert misses <= 10 * rounds, misses             # one way per set: about 8 n per round
+
+
 def test_sampling_draw_is_its_definition(mpi, tmp_path):
     """Which short calls get timed (tests/native/skip_test.c): the shim's one-step draw of the gap
     to the next timed call equals the field-by-field geometric draw it replaces, for the same

@@ -79,12 +79,22 @@ def test_fast_path_jumps_to_the_library(spec):
     assert "int rc = PMPI_Irecv(" in irecv[:irecv.index("return rmw_MPI_Irecv(")]
     assert "if (rm_t.fast & RM_FAST_RLOG) rm_rq_recv_push(*request);" in irecv
     # a collective's fast path ends the collective in progress after the call, whatever it returned;
-    # its persistent form (counted at MPI_Start) has none
+    # the entry point tries way 0 of the thread's remembered calls ("fast.ways"), an untimed call
+    # that misses it the other ways in a function of its own, then the full wrapper; its
+    # persistent form (counted at MPI_Start) has none
     allr = c[c.index("int MPI_Allreduce("):]
     allr = allr[:allr.index("\n}\n")]
-    lines = allr[allr.index("if (rm_fast_ok(OP_MPI_Allreduce)"):].split("\n")
-    assert lines[1:5] == ["    rm_t.skip--;", "    int rc = PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);",
-                          "    rm_t.coll = 0;", "    return rc;"]
+    lines = allr[allr.index("if (rm_fast_ok(OP_MPI_Allreduce)) {"):].split("\n")
+    call = "PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm)"
+    assert lines[1:8] == [
+        "    if (rm_coll_fast(OP_MPI_Allreduce, 0, comm, rm_cf_allreduce(RM_INPLACE(sendbuf, recvbuf), count, datatype))) {",
+        "      rm_t.skip--;", f"      int rc = {call};", "      rm_t.coll = 0;", "      return rc;", "    }",
+        "    return rmf_MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);"]
+    assert allr.rstrip().endswith("return rmw_MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);")
+    ways = c[c.index("static __attribute__((noinline)) int rmf_MPI_Allreduce("):c.index("int MPI_Allreduce(")]
+    assert "for (int way_ = 1; way_ < RM_COLL_WAYS; way_++)" in ways
+    assert "rm_coll_fast(OP_MPI_Allreduce, way_, comm," in ways and f"int rc = {call};" in ways
+    assert ways.rstrip().endswith("return rmw_MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);\n}")
     init = c[c.index("int MPI_Allreduce_init("):]
     assert "rm_fast_ok" not in init[:init.index("\n}\n")] and "rmw_MPI_Allreduce_init" not in c
     assert "rmw_MPI_Alltoallv" not in c          # per-peer counts: no fast path

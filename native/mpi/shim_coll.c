@@ -65,6 +65,7 @@ static sig_t *sigs;               /* SIG_SLOTS, allocated at setup (pages touche
 static uint32_t *sig_order;       /* slot of signature i, in creation order */
 static uint32_t nsig;
 static uint64_t lost_calls;
+static uint64_t memo_misses;      /* calls a thread could have remembered that took the table's path */
 /* The table is written by the MPI calls and read (and its per-bucket counts reset) by the flush
  * thread.  A spin lock, not a mutex: held for a few instructions by a call, it costs one exchange
  * to take and a plain store to release, where an uncontended mutex costs two locked operations and
@@ -159,7 +160,7 @@ int rm_coll_on;
 
 /* The threads' remembered signatures (shim_core.h, rm_coll_fact): one block per thread that made a
  * collective call, pushed on a list the flush walks, never freed (a thread's pending calls are
- * added to the table after it exits; a block is ~590 bytes). */
+ * added to the table after it exits; a block is ~1.2 KB). */
 typedef struct coll_block { rm_coll_memo_t m[RM_COLL_MEMO]; struct coll_block *next; } coll_block_t;
 static _Atomic(coll_block_t *) coll_blocks;
 static RM_TLS rm_coll_memo_t memo_spare[RM_COLL_MEMO];   /* out of memory: never remembers (slot1 0) */
@@ -167,7 +168,10 @@ static RM_TLS rm_coll_memo_t memo_spare[RM_COLL_MEMO];   /* out of memory: never
 rm_coll_memo_t *rm_coll_memo_init(void) {
   coll_block_t *blk = calloc(1, sizeof *blk);
   if (!blk) return rm_t.cm = memo_spare;
-  for (int j = 0; j < RM_COLL_MEMO; j++) blk->m[j].fepoch = RM_NO_EPOCH;
+  for (int j = 0; j < RM_COLL_MEMO; j++) {
+    blk->m[j].fepoch = RM_NO_EPOCH;
+    blk->m[j].bucket = INT64_MIN;          /* never called: the first way a new signature takes */
+  }
   blk->next = atomic_load_explicit(&coll_blocks, memory_order_relaxed);
   while (!atomic_compare_exchange_weak_explicit(&coll_blocks, &blk->next, blk, memory_order_release,
                                                 memory_order_relaxed)) {
@@ -214,30 +218,64 @@ static void memo_key(rm_coll_memo_t *c, int op, uint64_t comm, int mem, int root
   c->scount = scount; c->st = st; c->rcount = rcount; c->rt = rt;
 }
 
-/* The thread's entry for the operation class of a call without facts: its held calls go to the
- * table, then it takes the call's arguments with no signature (slot1 0: rm_coll_fact never counts
- * a hit on it and the flush adds nothing from it), for rm_coll_fast. */
-rm_coll_memo_t *rm_coll_memo_bare(int op, const rm_cf_t *f, int mem) {
+/* The way of a set a new signature takes: the one last called in the oldest timeline bucket, of
+ * those in the same bucket the one filled first (a set's first signature takes way 0, the one the
+ * entry point looks at first).  Across buckets that is the least recently used; within one it
+ * keeps the newest signature, so two that alternate settle after a miss or two, where keeping
+ * the one called most would let a new pair displace each other until the bucket ends. */
+static RM_TLS uint64_t memo_fills;
+static rm_coll_memo_t *memo_victim(rm_coll_memo_t *set) {
+  rm_coll_memo_t *v = set;
+  for (int w = 1; w < RM_COLL_WAYS; w++) {
+    rm_coll_memo_t *c = &set[w];
+    if (c->bucket < v->bucket || (c->bucket == v->bucket && c->filled < v->filled)) v = c;
+  }
+  v->filled = ++memo_fills;
+  return v;
+}
+
+/* An entry of the operation class's set for a call without facts: the one armed with the same
+ * arguments and communicator handle, else memo_victim's (its held calls go to the table).  It
+ * takes the call's arguments with no signature (slot1 0: rm_coll_fact never counts a hit on it and
+ * the flush adds nothing from it), for rm_coll_fast. */
+rm_coll_memo_t *rm_coll_memo_bare(int op, MPI_Comm comm, const rm_cf_t *f, int mem) {
   rm_coll_memo_t *cm = rm_t.cm;
   if (!cm) cm = rm_coll_memo_init();
   if (cm == memo_spare) return NULL;
-  rm_coll_memo_t *c = &cm[(unsigned)op % RM_COLL_MEMO];
-  if (c->slot1) {
-    sig_lock_take();
-    memo_publish(c);
-    c->slot1 = 0;
-    sig_lock_give();
+  rm_coll_memo_t *set = rm_coll_set(cm, op), *c = NULL;
+  for (int w = 0; w < RM_COLL_WAYS && !c; w++) {
+    rm_coll_memo_t *e = &set[w];
+    if (!e->slot1 && e->op == op && e->hcomm == comm && e->mem == mem && e->root == f->root &&
+        e->scount == f->scount && e->st == f->st && e->rcount == f->rcount && e->rt == f->rt && e->flags == f->flags)
+      c = e;
   }
-  memo_key(c, op, 0, mem, f->root, f->scount, f->st, f->rcount, f->rt, f->flags);
+  if (!c) {
+    c = memo_victim(set);
+    if (c->slot1) {
+      sig_lock_take();
+      memo_publish(c);
+      c->slot1 = 0;
+      sig_lock_give();
+    }
+    c->pub = 0;
+    atomic_store_explicit(&c->cnt, 0, memory_order_relaxed);
+    memo_key(c, op, 0, mem, f->root, f->scount, f->st, f->rcount, f->rt, f->flags);
+    c->fepoch = RM_NO_EPOCH;
+  }
+  if (c->fepoch != rm_t.epoch) c->bucket = rmrec_bucket(rm_R, rm_tick);   /* (else armed in this bucket) */
   return c;
 }
 
 /* A signature rm_coll_fact did not find in the thread's memory: built, found or added in the
  * table, and counted there or (a remembered one) in the entry it takes. */
-rm_coll_memo_t *rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root, int64_t scount,
+rm_coll_memo_t *rm_coll_fact_miss(rm_coll_memo_t *set, int op, rm_xl_t *x, int mem, int root, int64_t scount,
                                   MPI_Datatype st, int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec,
                                   int nvec) {
   int remember = nvec <= 0 && rm_t.cm != memo_spare && rm_ts_fixed(st) && rm_ts_fixed(rt);
+  rm_coll_memo_t *c = NULL;                /* the way it takes: the one holding it (a persistent */
+  for (int w = 0; w < RM_COLL_WAYS && remember && !c; w++)   /* collective's setup), else a victim */
+    if (rm_coll_memo_is(&set[w], op, x->id, mem, root, scount, st, rcount, rt, flags)) c = &set[w];
+  if (remember && !c) c = memo_victim(set);
   int64_t b = rmrec_bucket(rm_R, rm_tick);
   fact_sig_t d;
   memset(&d, 0, sizeof d);
@@ -250,6 +288,7 @@ rm_coll_memo_t *rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem
   d.nvec = (uint32_t)(nvec > 0 ? nvec : 0);
   sig_lock_take();
   int i = sig_find(&d, vec, nvec > 0 ? nvec : 0);
+  if (remember && !rm_rs) memo_misses++;
   if (i < 0) lost_calls++;
   else if (rm_rs) rm_rs->sig = i + 1;
   else if (!remember) sig_add(&sigs[i], b, 1);
@@ -271,7 +310,7 @@ void rm_coll_count(int slot) {
   count_now(slot);
 }
 
-static void facts_flush(rmrec_t *c, int final) {
+static void facts_flush(rmrec_t *c) {
   sig_lock_take();
   for (coll_block_t *blk = atomic_load_explicit(&coll_blocks, memory_order_acquire); blk; blk = blk->next)
     for (int j = 0; j < RM_COLL_MEMO; j++) memo_publish(&blk->m[j]);
@@ -294,13 +333,23 @@ static void facts_flush(rmrec_t *c, int final) {
     }
     e->n = 0;
   }
-  uint64_t lost = lost_calls;
   sig_lock_give();
-  if (final && lost) {
-    char v[96];
+}
+
+/* Before the final flush (META given during a flush is written by the next one, and the final
+ * flush has none): how many calls the threads' memory missed, and the calls without facts. */
+void rm_coll_teardown(void) {
+  if (!sigs) return;
+  sig_lock_take();
+  uint64_t lost = lost_calls, misses = memo_misses;
+  sig_lock_give();
+  char v[96];
+  snprintf(v, sizeof v, "%llu", (unsigned long long)misses);
+  rmrec_meta(rm_R, "collectives.memo_misses", v);
+  if (lost) {
     snprintf(v, sizeof v, "%llu collective calls without facts: more than %u distinct signatures",
              (unsigned long long)lost, SIG_SLOTS * 3 / 4);
-    rmrec_meta(c, "warning.collective_facts", v);
+    rmrec_meta(rm_R, "warning.collective_facts", v);
   }
 }
 
@@ -382,7 +431,7 @@ static void lib_setup(void) {
 
 static void on_flush(rmrec_t *c, void *arg, int final) {
   (void)arg;
-  facts_flush(c, final);
+  facts_flush(c);
   rm_mpit_sample(c, final);
 }
 

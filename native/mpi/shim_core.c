@@ -263,6 +263,7 @@ void rm_setup(void) {
 void rm_teardown(void) {
   if (!rm_on) return;
   rm_on = 0;
+  rm_coll_teardown();
   rmrec_close(rm_R);          /* the final flush samples the pvars once more */
   rm_mpit_teardown();
 }

@@ -422,7 +422,8 @@ rm_xl_t *rm_msg_take(MPI_Message msg);
 enum { RM_FACT_INPLACE = 1, RM_FACT_COMMUTE = 2, RM_FACT_COMMUTE_KNOWN = 4, RM_FACT_LIBRARY = 8 };
 extern int rm_lib_on;
 void rm_coll_setup(void);                 /* after the writer is open: library hook, flush hook */
-/* The signatures a thread counted last, by the call's own arguments (one per operation class):
+void rm_coll_teardown(void);              /* before the final flush: META of the facts */
+/* The signatures a thread counted last, by the call's own arguments (a set per operation class):
  * a code calls the same collective with the same arguments again and again, and a repeat then
  * costs a few compares and one plain add instead of building the 64-byte signature, hashing it,
  * taking the table's lock and probing it.  Communicators are told apart by their translation's id
@@ -434,7 +435,14 @@ void rm_coll_setup(void);                 /* after the writer is open: library h
  * table already.  The owner
  * thread adds to cnt without a lock; everything else (a new bucket, a new signature, the flush
  * adding cnt - pub) happens under the table's lock.  So the entries live in a block on the heap
- * that the flush can reach (rm_coll_blocks), and outlive their thread. */
+ * that the flush can reach (rm_coll_blocks), and outlive their thread.
+ * Codes alternate signatures (a solver's dot products of one and of two doubles, a row and a
+ * column communicator, MPI_Bcast and MPI_Barrier, whose numbers are equal mod RM_COLL_SETS), so
+ * an operation class is a set of RM_COLL_WAYS entries, looked up way 0 first: a signature that
+ * repeats alone costs what one entry did.  A new signature takes the way last called in the
+ * oldest timeline bucket (bucket), of those in the same bucket the one filled first (filled)
+ * (shim_coll.c, memo_victim): no entry is written on a hit to keep a recency order, and a way is
+ * never moved (its held calls stay where the flush finds them). */
 typedef struct rm_coll_memo {
   uint64_t comm; int64_t scount, rcount; MPI_Datatype st, rt; int op, root, flags, mem, slot1;
   uint64_t tick; int64_t bucket; _Atomic uint64_t cnt; uint64_t pub;
@@ -443,8 +451,22 @@ typedef struct rm_coll_memo {
    * and its operation's byte and size-bin counters */
   MPI_Comm hcomm; unsigned hgen, fepoch; uint64_t n; _Atomic uint64_t *ob, *oh;
   uint64_t gran;                    /* the buffer's 64 KiB granule, whose kind is mem */
+  uint64_t filled;                  /* when it took its call: the thread's count of fills then */
 } rm_coll_memo_t;
-#define RM_COLL_MEMO 4
+#define RM_COLL_SETS 4
+#define RM_COLL_WAYS 2
+#define RM_COLL_MEMO (RM_COLL_SETS * RM_COLL_WAYS)   /* entries per thread */
+/* the first way of op's set in a thread's entries */
+static inline rm_coll_memo_t *rm_coll_set(rm_coll_memo_t *cm, int op) {
+  return cm + ((unsigned)op % RM_COLL_SETS) * RM_COLL_WAYS;
+}
+/* the entry remembers this signature (the facts' arguments; comm: the translation's id) */
+static inline __attribute__((always_inline))
+int rm_coll_memo_is(const rm_coll_memo_t *c, int op, uint64_t comm, int mem, int root, int64_t scount,
+                    MPI_Datatype st, int64_t rcount, MPI_Datatype rt, int flags) {
+  return c->slot1 && c->op == op && c->comm == comm && c->scount == scount && c->rcount == rcount &&
+         c->st == st && c->rt == rt && c->root == root && c->flags == flags && c->mem == mem;
+}
 /* one more call held in the entry: its owner's plain add (the flush reads cnt under the table's lock) */
 static inline __attribute__((always_inline)) void rm_coll_memo_add(rm_coll_memo_t *c) {
   __atomic_store_n((uint64_t *)&c->cnt, __atomic_load_n((uint64_t *)&c->cnt, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
@@ -452,7 +474,7 @@ static inline __attribute__((always_inline)) void rm_coll_memo_add(rm_coll_memo_
 rm_coll_memo_t *rm_coll_memo_init(void);  /* the calling thread's entries (first collective) */
 void rm_coll_memo_retick(rm_coll_memo_t *c);   /* rm_tick moved: a new bucket moves the calls held */
 extern int rm_coll_on;                    /* the facts table exists */
-rm_coll_memo_t *rm_coll_fact_miss(rm_coll_memo_t *c, int op, rm_xl_t *x, int mem, int root, int64_t scount,
+rm_coll_memo_t *rm_coll_fact_miss(rm_coll_memo_t *set, int op, rm_xl_t *x, int mem, int root, int64_t scount,
                                   MPI_Datatype st, int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec,
                                   int nvec);
 /* One call's facts; x = NULL (self or inter-communicator): the call is attributed, no facts.
@@ -469,14 +491,16 @@ rm_coll_memo_t *rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scou
   flags |= rm_lib_on ? RM_FACT_LIBRARY : 0;
   rm_coll_memo_t *cm = rm_t.cm;
   if (__builtin_expect(!cm, 0)) cm = rm_coll_memo_init();
-  rm_coll_memo_t *c = &cm[(unsigned)op % RM_COLL_MEMO];
-  if (nvec <= 0 && c->slot1 && c->op == op && c->comm == x->id && c->scount == scount && c->rcount == rcount &&
-      c->st == st && c->rt == rt && c->root == root && c->flags == flags && c->mem == mem && !rm_rs) {
+  rm_coll_memo_t *set = rm_coll_set(cm, op), *c = set;
+  _Static_assert(RM_COLL_WAYS == 2, "rm_coll_fact looks at two ways");
+  if (nvec <= 0 && !rm_rs &&
+      (rm_coll_memo_is(c, op, x->id, mem, root, scount, st, rcount, rt, flags) ||
+       rm_coll_memo_is(++c, op, x->id, mem, root, scount, st, rcount, rt, flags))) {
     if (__builtin_expect(c->tick != rm_tick, 0)) rm_coll_memo_retick(c);
     rm_coll_memo_add(c);
     return c;
   }
-  return rm_coll_fact_miss(c, op, x, mem, root, scount, st, rcount, rt, flags, vec, nvec);
+  return rm_coll_fact_miss(set, op, x, mem, root, scount, st, rcount, rt, flags, vec, nvec);
 }
 
 void rm_coll_count(int sig);              /* one more call of a stored signature (MPI_Start) */
@@ -618,13 +642,13 @@ typedef struct {
  * counters (an untimed call's exit adds n and one size-bin count; see rm_clock_out).  A call
  * without facts (a communicator of one rank, an inter-communicator) arms an entry that holds its
  * arguments and no signature (rm_coll_memo_bare), so its repeats take the fast path too. */
-rm_coll_memo_t *rm_coll_memo_bare(int op, const rm_cf_t *f, int mem);
+rm_coll_memo_t *rm_coll_memo_bare(int op, MPI_Comm comm, const rm_cf_t *f, int mem);
 static inline __attribute__((always_inline)) uint64_t rm_coll_acc(int op, MPI_Comm comm, rm_cf_t f, uint64_t n) {
   rm_xl_t *x = rm_coll_xl(comm);
   int mem = f.kind >= 0 ? f.kind : rm_mem(f.buf);
   rm_coll_memo_t *c = rm_coll_fact(op, x, mem, f.root, f.scount, f.st, f.rcount, f.rt, f.flags, NULL, 0);
   if (!(rm_t.fast & RM_FAST_PLAIN) || rm_rs) return n;
-  if (!x) c = rm_coll_memo_bare(op, &f, mem);   /* no facts (MPI_COMM_SELF, ...): the arguments alone */
+  if (!x) c = rm_coll_memo_bare(op, comm, &f, mem);   /* no facts (MPI_COMM_SELF, ...): the arguments alone */
   if (c) {
     c->hcomm = comm; c->hgen = __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE);
     c->fepoch = rm_t.epoch;            /* the epoch of rm_tick, whose bucket the entry counts in */
@@ -634,21 +658,26 @@ static inline __attribute__((always_inline)) uint64_t rm_coll_acc(int op, MPI_Co
   }
   return n;
 }
-/* The fast path of such a collective (calls.spec's "fast"): the entry armed for this operation
- * holds the call's facts through the same communicator handle (none freed since), and its bucket
- * is still the current one (rmrec_epoch unchanged): the call counted with plain adds and marked
- * in progress (the library's own messages are attributed to it until the entry point's
- * fast.after ends it); 0 (nothing done) otherwise. */
-static inline __attribute__((always_inline)) int rm_coll_fast(int op, MPI_Comm comm, rm_cf_t f) {
-  rm_coll_memo_t *c = rm_t.cm;
-  if (!c) return 0;
-  c += (unsigned)op % RM_COLL_MEMO;
-  if (c->op != op || c->hcomm != comm || c->scount != f.scount || c->rcount != f.rcount || c->st != f.st ||
-      c->rt != f.rt || c->root != f.root || (c->flags & ~RM_FACT_LIBRARY) != f.flags ||
+/* The fast path of such a collective (calls.spec's "fast"; the entry point tries way 0, a function
+ * of its own the other ways: "fast.ways"): way `way` of the operation's set was armed with the
+ * call's facts through the same communicator handle (none freed since), its bucket is still the
+ * current one (rmrec_epoch unchanged) and the buffer has its memory kind (rm_coll_armed): the call
+ * counted with plain adds and marked in progress (the library's own messages are attributed to it
+ * until the entry point's fast.after ends it); 0 (nothing done) otherwise. */
+static inline __attribute__((always_inline)) int rm_coll_armed(const rm_coll_memo_t *c, int op, MPI_Comm comm,
+                                                                const rm_cf_t *f) {
+  if (c->op != op || c->hcomm != comm || c->scount != f->scount || c->rcount != f->rcount || c->st != f->st ||
+      c->rt != f->rt || c->root != f->root || (c->flags & ~RM_FACT_LIBRARY) != f->flags ||
       c->fepoch != rmrec_epoch || c->hgen != __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE))
     return 0;
+  return f->kind >= 0 ? c->mem == f->kind : rm_mem_is(f->buf, c->gran, c->mem);
+}
+static inline __attribute__((always_inline)) int rm_coll_fast(int op, int way, MPI_Comm comm, rm_cf_t f) {
+  rm_coll_memo_t *c = rm_t.cm;
+  if (!c) return 0;
+  c = rm_coll_set(c, op) + way;
+  if (!rm_coll_armed(c, op, comm, &f)) return 0;
   int mem = c->mem;
-  if (f.kind >= 0 ? mem != f.kind : !rm_mem_is(f.buf, c->gran, mem)) return 0;
   rm_coll_memo_add(c);
   rmrec_add(c->ob, c->n, 1);
   rmrec_add(c->oh, 1, 1);

@@ -38,7 +38,7 @@ from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
 
 ATTRS = {"pre", "post", "after", "err", "persist", "status_if", "variants", "families", "plain",
-         "fast", "fast.post", "fast.after", "pre.f", "post.f", "after.f", "err.f"}
+         "fast", "fast.post", "fast.after", "fast.ways", "pre.f", "post.f", "after.f", "err.f"}
 FAMILIES = ("c", "f", "f08")
 
 # Handle types and their Fortran -> C conversion.
@@ -180,7 +180,7 @@ def expand(entries) -> Spec:
         if set(fams) - set(FAMILIES):
             raise RankmapError(f"calls.spec:{line}: unknown family in {fams}")
         plain = attrs.get("plain", "") == "yes"
-        for k in ("fast.post", "fast.after"):
+        for k in ("fast.post", "fast.after", "fast.ways"):
             if k in attrs and "fast" not in attrs:
                 raise RankmapError(f"calls.spec:{line}: '{k}' without 'fast'")
         if "fast" in attrs and plain:
@@ -193,7 +193,7 @@ def expand(entries) -> Spec:
                 forms.append(Call(nb, params + [Param("MPI_Request", 1, False, "request")], body, fams, nb))
             if "init" in variants:
                 m = re.fullmatch(r"n = (.*);", body.get("pre", ""), re.S)
-                if not m or set(body) - {"pre", "fast", "fast.post", "fast.after"}:
+                if not m or set(body) - {"pre", "fast", "fast.post", "fast.after", "fast.ways"}:
                     raise RankmapError(f"calls.spec:{line}: 'init' needs exactly one 'pre: n = <expression>;'")
                 pers = {"persist": m.group(1)}     # (counted at MPI_Start: no fast path)
                 forms.append(Call(name + "_init", params + [Param("MPI_Info", 0, False, "info"),
@@ -304,6 +304,8 @@ def gen_c(c: Call) -> str:
     # that the entry point jumps to, so the entry point saves no registers (GCC sets a function's
     # frame up at its entry when any of its paths needs one).
     full = f"rmw_{c.name}"
+    ways = c.attrs.get("fast.ways", "").strip()
+    fast = _sub_op(c.attrs["fast"], c.op)
     post = _sub_op(c.code("fast.post", False), c.op)
     after = _sub_op(c.code("fast.after", False), c.op)
     lib = f"    return {call};"                   # a jump: nothing left to do after the library's call
@@ -315,10 +317,26 @@ def gen_c(c: Call) -> str:
             f"    if (rc == MPI_SUCCESS) {{\n{_indent(post, '      ')}    }}" if post.strip() else "",
             _indent(after, "    ").rstrip("\n"),
             "    return rc;") if line)
-    return (f"static __attribute__((noinline)) int {full}({decl}) {{\n{_gen_full(c, call)}\n}}\n"
+    out = f"static __attribute__((noinline)) int {full}({decl}) {{\n{_gen_full(c, call)}\n}}\n"
+    if not ways:
+        return (out + f"int {c.name}({decl}) {{\n{guard}"
+                f"  if (rm_fast_ok(OP_{c.op}) && ({fast})) {{\n"
+                f"    rm_t.skip--;\n{lib}\n  }}\n"
+                f"  return {full}({args});\n}}\n\n")
+    # The entry point tries way 0 (where a call that repeats alone is remembered: its code is what
+    # it is with one way); an untimed call that misses it jumps to a function of its own that tries
+    # the other ways before the full wrapper, so they add nothing to way 0's path.
+    nxt, first, other = f"rmf_{c.name}", re.sub(r"\bWAY\b", "0", fast), re.sub(r"\bWAY\b", "way_", fast)
+    return (out + f"static __attribute__((noinline)) int {nxt}({decl}) {{\n"
+            f"  for (int way_ = 1; way_ < {ways}; way_++)\n"
+            f"    if ({other}) {{\n"
+            f"      rm_t.skip--;\n{_indent(lib, '  ').rstrip()}\n    }}\n"
+            f"  return {full}({args});\n}}\n"
             f"int {c.name}({decl}) {{\n{guard}"
-            f"  if (rm_fast_ok(OP_{c.op}) && ({_sub_op(c.attrs['fast'], c.op)})) {{\n"
-            f"    rm_t.skip--;\n{lib}\n  }}\n"
+            f"  if (rm_fast_ok(OP_{c.op})) {{\n"
+            f"    if ({first}) {{\n"
+            f"      rm_t.skip--;\n{_indent(lib, '  ').rstrip()}\n    }}\n"
+            f"    return {nxt}({args});\n  }}\n"
             f"  return {full}({args});\n}}\n\n")
 
 
