@@ -64,51 +64,68 @@ def test_generated_sources(spec):
 def test_fast_path_jumps_to_the_library(spec):
     """An entry with "fast" keeps its common untimed call in the entry point, which goes straight
     to the library (as its last act: a jump, no frame), and hands every other call to the full
-    wrapper, a function of its own; entries without "fast" are one function as before."""
+    wrapper, a function of its own; entries without "fast" are one function as before.  Work
+    after the library's call (fast.post, fast.after) is a function of its own too, which the
+    entry point jumps to; fast.jump is a second fast path without it."""
     c = shim_gen.generate(spec, None)["wrap_c.c"]
     isend = c[c.index("int MPI_Isend("):]
     isend = isend[:isend.index("\n}\n")]
-    fast = isend[isend.index("if (rm_fast_ok(OP_MPI_Isend) && (rm_p2p_send_fast(OP_MPI_Isend, buf, count, datatype, dest, comm))) {"):]
-    assert fast.split("\n")[1:4] == ["    rm_t.skip--;",
-                                     "    return PMPI_Isend(buf, count, datatype, dest, tag, comm, request);", "  }"]
+    lines = isend.split("\n")
+    # the fast path first: rm_fast_ok implies capture, so the capture test comes after it
+    assert lines[1:6] == ["  if (rm_fast_ok(OP_MPI_Isend)) {",
+                          "    if (rm_p2p_send_fast(OP_MPI_Isend, buf, count, datatype, dest, comm)) {",
+                          "      rm_t.skip--;",
+                          "      return PMPI_Isend(buf, count, datatype, dest, tag, comm, request);", "    }"]
+    assert lines[7] == "  if (!RM_CAPTURE) return PMPI_Isend(buf, count, datatype, dest, tag, comm, request);"
     assert isend.rstrip().endswith("return rmw_MPI_Isend(buf, count, datatype, dest, tag, comm, request);")
     full = c[c.index("static __attribute__((noinline)) int rmw_MPI_Isend("):c.index("int MPI_Isend(")]
     assert "RM_T0(OP_MPI_Isend);" in full and "RM_DONE(OP_MPI_Isend, n);" in full
-    # a fast path with work after the call keeps the call's result
+    assert "rma_MPI_Isend" not in c               # nothing after the call: no helper
+    # a fast path with work after the call jumps to its helper, which keeps the call's result
     irecv = c[c.index("int MPI_Irecv("):]
-    assert "int rc = PMPI_Irecv(" in irecv[:irecv.index("return rmw_MPI_Irecv(")]
-    assert "if (rm_t.fast & RM_FAST_RLOG) rm_rq_recv_push(*request);" in irecv
+    irecv = irecv[:irecv.index("\n}\n")]
+    assert "      return rma_MPI_Irecv(buf, count, datatype, source, tag, comm, request);" in irecv
+    helper = c[c.index("static __attribute__((noinline)) int rma_MPI_Irecv("):c.index("int MPI_Irecv(")]
+    assert helper.split("\n")[1:4] == ["  int rc = PMPI_Irecv(buf, count, datatype, source, tag, comm, request);",
+                                       "  if (rc == MPI_SUCCESS) {", "    rm_rq_recv_push(*request);"]
+    # ... and its fast.jump goes straight to the library
+    jump = irecv[irecv.index("    if (rm_rq_recv_fast0(OP_MPI_Irecv)) {"):].split("\n")
+    assert jump[1:3] == ["      rm_t.skip--;", "      return PMPI_Irecv(buf, count, datatype, source, tag, comm, request);"]
     # a collective's fast path ends the collective in progress after the call, whatever it returned;
     # the entry point tries way 0 of the thread's remembered calls ("fast.ways"), an untimed call
-    # that misses it the other ways in a function of its own, then the full wrapper; its
-    # persistent form (counted at MPI_Start) has none
+    # that misses it the other ways in a function of its own, then the full wrapper; the work after
+    # the call is a function of its own too; its persistent form (counted at MPI_Start) has none
     allr = c[c.index("int MPI_Allreduce("):]
     allr = allr[:allr.index("\n}\n")]
     lines = allr[allr.index("if (rm_fast_ok(OP_MPI_Allreduce)) {"):].split("\n")
     call = "PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm)"
-    assert lines[1:8] == [
+    args = "sendbuf, recvbuf, count, datatype, op, comm"
+    assert lines[1:6] == [
         "    if (rm_coll_fast(OP_MPI_Allreduce, 0, comm, rm_cf_allreduce(RM_INPLACE(sendbuf, recvbuf), count, datatype))) {",
-        "      rm_t.skip--;", f"      int rc = {call};", "      rm_t.coll = 0;", "      return rc;", "    }",
-        "    return rmf_MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);"]
-    assert allr.rstrip().endswith("return rmw_MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);")
+        "      rm_t.skip--;", f"      return rma_MPI_Allreduce({args});", "    }",
+        f"    return rmf_MPI_Allreduce({args});"]
+    assert allr.rstrip().endswith(f"return rmw_MPI_Allreduce({args});")
     ways = c[c.index("static __attribute__((noinline)) int rmf_MPI_Allreduce("):c.index("int MPI_Allreduce(")]
     assert "for (int way_ = 1; way_ < RM_COLL_WAYS; way_++)" in ways
-    assert "rm_coll_fast(OP_MPI_Allreduce, way_, comm," in ways and f"int rc = {call};" in ways
-    assert ways.rstrip().endswith("return rmw_MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);\n}")
+    assert "rm_coll_fast(OP_MPI_Allreduce, way_, comm," in ways and f"return rma_MPI_Allreduce({args});" in ways
+    assert ways.rstrip().endswith(f"return rmw_MPI_Allreduce({args});\n}}")
+    helper = c[c.index("static __attribute__((noinline)) int rma_MPI_Allreduce("):c.index("int MPI_Allreduce(")]
+    assert helper.split("\n")[1:4] == [f"  int rc = {call};", "  rm_t.coll = 0;", "  return rc;"]
     init = c[c.index("int MPI_Allreduce_init("):]
     assert "rm_fast_ok" not in init[:init.index("\n}\n")] and "rmw_MPI_Allreduce_init" not in c
     assert "rmw_MPI_Alltoallv" not in c          # per-peer counts: no fast path
     # a blocking receive's fast path reads the status after the call: it passes one of its own when
     # the caller ignores it (only while receives are recorded), and counts the call whatever the
     # library returned
-    recv = c[c.index("int MPI_Recv("):]
-    recv = recv[recv.index("if (rm_fast_ok(OP_MPI_Recv)"):recv.index("return rmw_MPI_Recv(")].split("\n")
-    assert recv[1:10] == ["    rm_t.skip--;", "    uint64_t n = 0;", "    MPI_Status status_own_;",
-                          "    if ((rm_track_recv) && status == MPI_STATUS_IGNORE) status = &status_own_;",
-                          "    int rc = PMPI_Recv(buf, count, datatype, source, tag, comm, status);",
-                          "    if (rc == MPI_SUCCESS) {",
-                          "      n = rm_recv_fast_row(OP_MPI_Recv, buf, source, comm, status);", "    }",
-                          "    rm_op_fast(OP_MPI_Recv, n);"]
+    recv = c[c.index("static __attribute__((noinline)) int rma_MPI_Recv("):c.index("int MPI_Recv(")].split("\n")
+    assert recv[1:10] == ["  uint64_t n = 0;", "  MPI_Status status_own_;",
+                          "  if ((rm_track_recv) && status == MPI_STATUS_IGNORE) status = &status_own_;",
+                          "  int rc = PMPI_Recv(buf, count, datatype, source, tag, comm, status);",
+                          "  if (rc == MPI_SUCCESS) {",
+                          "    n = rm_recv_fast_row(OP_MPI_Recv, buf, source, comm, status);", "  }",
+                          "  rm_op_fast(OP_MPI_Recv, n);", "  return rc;"]
+    entry = c[c.index("int MPI_Recv("):]
+    assert "      return rma_MPI_Recv(buf, count, datatype, source, tag, comm, status);" in entry[:entry.index("\n}\n")]
 
 
 def test_status_of_our_own_only_where_the_accounting_reads_it():
@@ -116,7 +133,7 @@ def test_status_of_our_own_only_where_the_accounting_reads_it():
     text = ("MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status)\n"
             "    post: n = rm_p2p_recv(OP, 0, 0, status);\n    fast: 1\n    fast.after: rm_op_fast(OP, 0);\n")
     c = shim_gen.generate(shim_gen.expand(shim_gen.parse(text)), None)["wrap_c.c"]
-    fast = c[c.index("if (rm_fast_ok(OP_MPI_Recv)"):c.index("return rmw_MPI_Recv(")]
+    fast = c[c.index("static __attribute__((noinline)) int rma_MPI_Recv("):c.index("return rmw_MPI_Recv(")]
     assert "status_own_" not in fast and "uint64_t n" not in fast
     full = c[c.index("static __attribute__((noinline)) int rmw_MPI_Recv("):c.index("int MPI_Recv(")]
     assert "if (status == MPI_STATUS_IGNORE) status = &status_own_;" in full
@@ -130,6 +147,7 @@ def test_status_of_our_own_only_where_the_accounting_reads_it():
     ("MPI_Bcast(int count)\n    pre: n = 1;\n    post: x;\n    variants: init\n", "'init' needs exactly one"),
     ("MPI_Send(int count)\n    pre: n = 1;\n    fast.post: x;\n", "calls.spec:1: 'fast.post' without 'fast'"),
     ("MPI_Send(int count)\n    pre: n = 1;\n    fast.after: x;\n", "calls.spec:1: 'fast.after' without 'fast'"),
+    ("MPI_Send(int count)\n    pre: n = 1;\n    fast.jump: x\n", "calls.spec:1: 'fast.jump' without 'fast'"),
     ("MPI_Init(int count)\n    plain: yes\n    fast: 1\n", "calls.spec:1: a 'plain' entry has no 'fast' path"),
 ])
 def test_spec_errors_name_the_line(text, msg):

@@ -42,7 +42,6 @@ static _Atomic uint64_t comm_seq = 1;
 /* The last communicator each thread looked up (most codes use one or two): valid while no
  * communicator was freed since (xt_gen counts frees; a freed handle may come back as another). */
 _Atomic unsigned rm_xt_gen;
-RM_TLS rm_comm_last_t rm_comm_last;
 #define xt_gen rm_xt_gen
 #define comm_last rm_comm_last
 
@@ -264,6 +263,7 @@ void rm_teardown(void) {
   if (!rm_on) return;
   rm_on = 0;
   rm_coll_teardown();
+  rm_t.fast = 0;              /* this thread's fast paths off with capture (rm_fast_ok) */
   rmrec_close(rm_R);          /* the final flush samples the pvars once more */
   rm_mpit_teardown();
 }

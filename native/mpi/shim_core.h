@@ -28,6 +28,13 @@ enum {
   OP__COUNT
 };
 
+/* rank translation of one communicator (or window): world rank of each (remote) rank, and the
+ * communicator's id in the record's COMM blocks (0 = MPI_COMM_WORLD) */
+typedef struct { int size, me, inter; int *w; uint64_t id; } rm_xl_t;
+/* rm_comm_xl: MPI_COMM_WORLD and the communicator this thread translated last (valid while no
+ * communicator was freed since: rm_xt_gen counts frees) inline, the rest through the table */
+typedef struct { uint64_t key; unsigned gen; rm_xl_t *x; } rm_comm_last_t;
+
 /* Capture state.  rm_on: capture active (Init done, RANKMAP_RUN_DIR set, not finalized).
  * rm_single: the MPI library provides less than MPI_THREAD_MULTIPLE, so MPI calls never overlap
  * and the shim's counters and request table need no locked instructions.
@@ -41,10 +48,14 @@ enum {
  *   ops, shard, plain: the operation counters this thread adds to (its own rmrec shard under
  *     MPI_THREAD_MULTIPLE, else the shared ones) and whether it is their only writer;
  *   fast: what the entry points' fast paths may do (RM_FAST_*), one test of the thread's own block;
+ *     set only while capture is on (by rm_thread_init, cleared by rm_teardown on its thread) and
+ *     0 while a Fortran wrapper runs the library's routine (RM_F_LIB), so a fast path needs no test
+ *     of rm_on and in_f of its own;
  *   rowc: pointers to the traffic rows this thread updated last (see rm_emit);
  *   sc: the sends this thread accounted last, by their arguments (see rm_p2p_send);
  *   coll, coll_mem: the collective in progress on this thread (operation id + 1, 0 for none) and
- *   its buffer's memory kind: what the library's own messages are attributed to (shim_coll.c). */
+ *   its buffer's memory kind: what the library's own messages are attributed to (shim_coll.c);
+ *   comm_last: the communicator this thread translated last (rm_comm_xl). */
 typedef struct rm_rowset rm_rowset_t;
 typedef struct { uint64_t key; rmrec_slot_t *s; _Atomic uint64_t *tl; unsigned tl_epoch; } rm_rowc_t;
 #define RM_ROWC 16
@@ -68,6 +79,7 @@ typedef struct {
   uint8_t slow[(RMREC_MAX_OPS + 7) / 8];
   rm_rowc_t rowc[RM_ROWC];
   rm_sc_t sc[RM_SC];
+  rm_comm_last_t comm_last;          /* see rm_comm_xl */
 } rm_tls_t;
 /* rm_t.fast: plain adds to the thread's counters; and nonblocking receives recorded in the log */
 enum { RM_FAST_PLAIN = 1, RM_FAST_RLOG = 2 };
@@ -80,6 +92,8 @@ extern int rm_on, rm_single;
 extern int rm_track_recv;      /* RANKMAP_RECV (default 1): record receives (from their statuses) */
 extern int rm_wrank, rm_wsize;
 #define RM_CAPTURE (__builtin_expect(rm_on, 1) && !rm_in_f)
+/* a Fortran wrapper's call of the library's own routine: the C wrappers it reaches pass through */
+#define RM_F_LIB(call) do { int f_fast_ = rm_t.fast; rm_t.fast = 0; rm_in_f++; call; rm_in_f--; rm_t.fast = f_fast_; } while (0)
 
 /* ---- the time of a call ------------------------------------------------------------------------
  * Two clock reads (~12 ns each on a virtual machine's TSC) would be most of what a short call
@@ -160,9 +174,11 @@ static inline __attribute__((always_inline)) void rm_clock_out(int op, uint64_t 
 
 /* The fast path of an entry point (calls.spec's "fast"): an untimed call whose accounting needs
  * no call of its own.  rm_fast_ok: the call is untimed and the thread is the only writer of its
- * counters (plain adds); the entry's own test comes next, and counts the call when it can (0:
- * nothing counted); only when both hold is the call taken off the count to the next timed one.
- * Anything else goes the full way, which decides again (nothing was changed). */
+ * counters (plain adds) -- which also says that capture is on and no Fortran wrapper is running
+ * the library's routine (rm_t.fast is 0 otherwise), so the entry point tests it first; the
+ * entry's own test comes next, and counts the call when it can (0: nothing counted); only when
+ * both hold is the call taken off the count to the next timed one.  Anything else goes the full
+ * way, which decides again (nothing was changed). */
 static inline __attribute__((always_inline)) int rm_fast_ok(int op) {
   return !(rm_t.slow[op >> 3] & (1u << (op & 7))) && rm_t.skip && (rm_t.fast & RM_FAST_PLAIN);
 }
@@ -187,15 +203,9 @@ static inline uint64_t rm_hkey(const void *h, size_t n) {
 }
 static inline uint64_t rm_hmix(uint64_t k) { k ^= k >> 31; k *= 0x9e3779b97f4a7c15ull; return k ^ (k >> 29); }
 
-/* rank translation of one communicator (or window): world rank of each (remote) rank, and the
- * communicator's id in the record's COMM blocks (0 = MPI_COMM_WORLD) */
-typedef struct { int size, me, inter; int *w; uint64_t id; } rm_xl_t;
-/* rm_comm_xl: MPI_COMM_WORLD and the communicator this thread translated last (valid while no
- * communicator was freed since: rm_xt_gen counts frees) inline, the rest through the table */
-typedef struct { uint64_t key; unsigned gen; rm_xl_t *x; } rm_comm_last_t;
 extern rm_xl_t rm_xl_world;
 extern _Atomic unsigned rm_xt_gen;
-extern RM_TLS rm_comm_last_t rm_comm_last;
+#define rm_comm_last (rm_t.comm_last)
 rm_xl_t *rm_comm_xl_slow(MPI_Comm comm);
 /* the thread's last translation is comm's (and no communicator was freed since) */
 static inline __attribute__((always_inline)) int rm_comm_last_is(MPI_Comm comm) {
@@ -324,13 +334,42 @@ extern volatile int rm_rq_count;    /* entries in the table */
 /* The receive log: the receive of sequence number s at e[s & (cap - 1)], key 0 once completed;
  * the live ones lie in [head, tail), head live or equal to tail; full when tail == lim
  * (head + cap).  Used only when rm_single.  The buffer's memory kind is looked up at completion,
- * where a window's buffers mostly share one granule (one lookup for many receives). */
-typedef struct { uint64_t key; rm_xl_t *xl; const void *buf; int op, spare; } rm_rle_t;
-typedef struct { rm_rle_t *e; uint64_t cap, head, tail, lim; int live; } rm_rlog_t;
+ * where a window's buffers mostly share one granule (one lookup for many receives).
+ * An entry holds its communicator's translation and its operation in one word, xo: the
+ * translation's address (8-aligned) with the operation's code in its low bit (RM_RL_OP*: the log
+ * serves MPI_Irecv and MPI_Imrecv and their large-count forms), so posting stores one word less
+ * and a completion compares one word less per receive.
+ * nx is the entry of tail and nlim the first entry the fast path may not fill: the array's end
+ * or the full mark (lim), whichever comes first, so posting a receive tests one pointer for both
+ * (rm_rl_mark after tail, lim or the array changed). */
+typedef struct { uint64_t key; uintptr_t xo; const void *buf; uint64_t spare; } rm_rle_t;
+typedef struct { rm_rle_t *e, *nx, *nlim; uint64_t cap, head, tail, lim; int live; } rm_rlog_t;
 extern rm_rlog_t rm_rl;
+#define RM_RL_OPS(X) X(0, MPI_Irecv) X(1, MPI_Imrecv)
+/* the code of op in the log (a constant where op is), -1 if the log does not serve op */
+static inline int rm_rl_code(int op) {
+#define RM_RL_CODE(c, o) if (op == OP_##o) return c;
+  RM_RL_OPS(RM_RL_CODE)
+#undef RM_RL_CODE
+  return -1;
+}
+static inline int rm_rl_op(uintptr_t xo) {
+#define RM_RL_OP(c, o) if ((xo & 1) == c) return OP_##o;
+  RM_RL_OPS(RM_RL_OP)
+#undef RM_RL_OP
+  return -1;
+}
+static inline rm_xl_t *rm_rl_xl(uintptr_t xo) { return (rm_xl_t *)(xo & ~(uintptr_t)1); }
 static inline int rm_rq_pending(void) { return rm_rq_count | rm_rl.live; }
 void rm_rq_put(MPI_Request req, int kind, int op, int mem, rm_xl_t *xl, rm_rowset_t *rs);
 int rm_rl_room(void);
+static inline rm_rle_t *rm_rl_at(uint64_t s) { return &rm_rl.e[s & (rm_rl.cap - 1)]; }   /* receive s's entry */
+static inline void rm_rl_mark(void) {
+  if (!rm_rl.cap) { rm_rl.nx = rm_rl.nlim = NULL; return; }
+  uint64_t to_end = rm_rl.cap - (rm_rl.tail & (rm_rl.cap - 1)), to_full = rm_rl.lim - rm_rl.tail;
+  rm_rl.nx = rm_rl_at(rm_rl.tail);
+  rm_rl.nlim = rm_rl.nx + (to_end < to_full ? to_end : to_full);
+}
 /* A nonblocking receive (MPI_Irecv, MPI_Imrecv), in two steps around the library's call, so that
  * only the entry and the request's address stay live across it: rm_rq_recv_begin fills the log's
  * next entry (or, if the MPI calls of threads may overlap, the thread's scratch entry for the
@@ -339,43 +378,55 @@ int rm_rl_room(void);
  * can append to the log in between: it is used only when MPI calls never overlap, and no MPI
  * library calls the MPI_ entry points from inside its own. */
 extern RM_TLS rm_rle_t rm_rq_scratch;
-static inline rm_rle_t *rm_rl_at(uint64_t s) { return &rm_rl.e[s & (rm_rl.cap - 1)]; }   /* receive s's entry */
-static inline rm_rle_t *rm_rl_next(void) { return rm_rl_at(rm_rl.tail); }
-/* the log's next entry made live with its request */
+/* the log's next entry (rm_rl.nx, filled before the library's call) made live with its request */
 static inline __attribute__((always_inline)) void rm_rq_recv_push(MPI_Request req) {
-  rm_rl_next()->key = rm_hkey(&req, sizeof req);
+  rm_rl.nx->key = rm_hkey(&req, sizeof req);
+  rm_rl.nx++;
   rm_rl.tail++; rm_rl.live++;
 }
 static inline __attribute__((always_inline)) rm_rle_t *rm_rq_recv_begin(int op, const void *buf, rm_xl_t *xl) {
   rm_rle_t *e = &rm_rq_scratch;
-  if (rm_single) {
-    if (__builtin_expect(rm_rl.tail == rm_rl.lim, 0) && !rm_rl_room()) return NULL;
-    e = rm_rl_next();
-  }
-  e->xl = xl; e->buf = buf; e->op = op;
+  int code = rm_rl_code(op);
+  if (rm_single && code >= 0) {
+    if (__builtin_expect(rm_rl.nx == rm_rl.nlim, 0)) {      /* the array's end or a full log */
+      if (rm_rl.tail == rm_rl.lim && !rm_rl_room()) return NULL;
+      rm_rl_mark();
+    }
+    e = rm_rl.nx;
+    e->xo = (uintptr_t)xl | (uintptr_t)code;
+  } else
+    e->xo = (uintptr_t)xl, e->spare = (uint64_t)op;
+  e->buf = buf;
   return e;
 }
 static inline __attribute__((always_inline)) void rm_rq_recv_commit(rm_rle_t *e, MPI_Request req) {
-  if (e == &rm_rq_scratch) rm_rq_put(req, RQ_RECV, e->op, rm_mem(e->buf), e->xl, NULL);
+  if (e == &rm_rq_scratch) rm_rq_put(req, RQ_RECV, (int)e->spare, rm_mem(e->buf), rm_rl_xl(e->xo), NULL);
   else rm_rq_recv_push(req);
 }
-/* The fast path of MPI_Irecv (calls.spec's "fast"): the call counted and, when receives are
- * recorded, the log's next entry filled, if the log has room and the communicator's translation is
- * at hand (MPI_COMM_WORLD, the thread's last); 0 (nothing done) otherwise.  rm_rq_recv_push makes
- * the entry live after the library's call. */
+/* The fast path of MPI_Irecv with receives recorded (calls.spec's "fast"): the call counted and
+ * the log's next entry filled, if the log is in use (rm_single) and has room before the array's
+ * end, and the communicator's translation is at hand (MPI_COMM_WORLD, the thread's last); 0
+ * (nothing done) otherwise.  rm_rq_recv_push makes the entry live after the library's call. */
 static inline __attribute__((always_inline)) int rm_rq_recv_fast(int op, const void *buf, int source, MPI_Comm comm) {
-  if (rm_t.fast & RM_FAST_RLOG) {
-    if (source == MPI_PROC_NULL || rm_rl.tail == rm_rl.lim) return 0;
-    rm_xl_t *x = &rm_xl_world;
-    if (comm != MPI_COMM_WORLD) {
-      if (!rm_comm_last_is(comm)) return 0;
-      x = rm_comm_last.x;
-    }
-    rm_rle_t *e = rm_rl_next();
-    e->xl = x; e->buf = buf; e->op = op;
-  } else if (rm_track_recv)
-    return 0;                                  /* MPI calls of threads may overlap: the table */
+  if (rm_rl_code(op) < 0 || !(rm_t.fast & RM_FAST_RLOG) || source == MPI_PROC_NULL) return 0;
+  /* the communicator before the log: fewer values live at once, so the entry point needs no
+   * register of its own to save */
+  uintptr_t x = (uintptr_t)&rm_xl_world;
+  if (comm != MPI_COMM_WORLD) {
+    if (!rm_comm_last_is(comm)) return 0;
+    x = (uintptr_t)rm_comm_last.x;
+  }
+  rm_rle_t *e = rm_rl.nx;
+  if (e == rm_rl.nlim) return 0;
+  e->xo = x | (uintptr_t)rm_rl_code(op);
+  e->buf = buf;
   rmrec_add(&rm_t.ops[op].hist[0], 1, 1);      /* a receive's payload is counted at its completion */
+  return 1;
+}
+/* ... with receives not recorded (RANKMAP_RECV=0): only the call counted, and the library's call a jump */
+static inline __attribute__((always_inline)) int rm_rq_recv_fast0(int op) {
+  if (rm_track_recv) return 0;
+  rmrec_add(&rm_t.ops[op].hist[0], 1, 1);
   return 1;
 }
 /* The receive half of MPI_Isendrecv(_replace).  MPICH 4.0 completes these requests without
@@ -397,6 +448,7 @@ typedef struct { int peer, op, mem; uint64_t bytes, msgs; } rm_agg_t;   /* a rec
 typedef struct {
   int n, k, nr, nt, own, freed;     /* requests; tracked; runs; table copies; own buffers (a nested
                                        call); log entries released */
+  int all;                          /* the runs hold every live entry of the log: how many (else 0) */
   rm_run_t *r; rm_tfound_t *t; MPI_Status *st; MPI_Fint *fst;
   rm_agg_t agg;
 } rm_multi_t;
@@ -589,6 +641,26 @@ static inline int64_t rm_status_fields(const MPI_Status *st) {
        : (int64_t)((((uint64_t)(unsigned)st->count_hi_and_cancelled >> 1) << 32) | (unsigned)st->count_lo);
 #else
   return rm_status_bytes_call(st);
+#endif
+}
+/* The same fields in two parts, where rm_status_direct holds: nonzero if the receive was
+ * cancelled, and the bytes otherwise (so a loop can test the first with other words at once) */
+static inline uint64_t rm_status_cancel_bits(const MPI_Status *st) {
+#if defined(OPEN_MPI)
+  return (uint32_t)st->_cancelled;
+#elif defined(MPICH_NUMVERSION) || defined(MPICH_VERSION)
+  return (uint32_t)st->count_hi_and_cancelled & 1;
+#else
+  return rm_status_bytes_call(st) < 0;
+#endif
+}
+static inline uint64_t rm_status_count_bits(const MPI_Status *st) {
+#if defined(OPEN_MPI)
+  return (uint64_t)st->_ucount;
+#elif defined(MPICH_NUMVERSION) || defined(MPICH_VERSION)
+  return (((uint64_t)(unsigned)st->count_hi_and_cancelled >> 1) << 32) | (unsigned)st->count_lo;
+#else
+  return (uint64_t)rm_status_bytes_call(st);
 #endif
 }
 static inline int64_t rm_status_bytes(const MPI_Status *st) {

@@ -19,6 +19,7 @@
  */
 #include "shim_core.h"
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,11 +261,13 @@ static int64_t rl_find(uint64_t key, uint64_t from) {
 /* the log entry as a table entry (for the single-request calls) */
 static void rl_copy(uint64_t s, rm_rq_t *out) {
   const rm_rle_t *e = rm_rl_at(s);
-  *out = (rm_rq_t){.key = e->key, .seq = s, .kind = RQ_RECV, .op = e->op, .mem = rm_mem(e->buf), .where = RQ_IN_LOG,
-                   .xl = e->xl, .src = -1};
+  *out = (rm_rq_t){.key = e->key, .seq = s, .kind = RQ_RECV, .op = rm_rl_op(e->xo), .mem = rm_mem(e->buf),
+                   .where = RQ_IN_LOG, .xl = rm_rl_xl(e->xo), .src = -1};
 }
 
-/* after entries were released: the head onto the first live entry */
+/* after entries were released: the head onto the first live entry.  lim grows with it; nlim, the
+ * fast path's bound, is left as it was (never past the true one: lim only grows between two
+ * rm_rl_mark), and the first receive that meets it sets it again (rm_rq_recv_begin). */
 static inline void rl_trim(void) {
   if (!rm_rl.live) rm_rl.head = rm_rl.tail;
   else while (rm_rl.head < rm_rl.tail && !rm_rl_at(rm_rl.head)->key) rm_rl.head++;
@@ -302,6 +305,7 @@ int rm_rl_room(void) {
     rm_rl.e = n; rm_rl.cap = ncap;
   }
   rm_rl.lim = rm_rl.head + rm_rl.cap;
+  rm_rl_mark();
   return 1;
 }
 
@@ -334,7 +338,7 @@ static void multi_table(rm_multi_t *m, int i, MPI_Request r) {
 }
 
 int rm_multi_get(rm_multi_t *m, int n, const MPI_Request *reqs) {
-  m->n = n; m->k = 0; m->nr = 0; m->nt = 0; m->freed = 0; m->agg.msgs = 0;
+  m->n = n; m->k = 0; m->nr = 0; m->nt = 0; m->freed = 0; m->all = 0; m->agg.msgs = 0;
   m->r = NULL; m->t = NULL; m->st = NULL; m->fst = NULL;
   if (n <= 0 || !rm_rq_pending()) { m->own = 0; return 0; }
   m->own = mb.busy;
@@ -354,8 +358,16 @@ int rm_multi_get(rm_multi_t *m, int n, const MPI_Request *reqs) {
         if (room > (uint64_t)left) room = (uint64_t)left;
         if (room > (uint64_t)(n - i)) room = (uint64_t)(n - i);
         const rm_rle_t *p = &L[cur & mask] + 1;
+        const MPI_Request *q = &reqs[i + 1];
         uint64_t c = 1;
-        while (c < room && p->key == hkey(&reqs[i + (int)c], sizeof reqs[i])) { p++; c++; }
+        /* four at a time, one branch: each key equals its request's key, that is the request's
+         * bits xor the key's top bit (rm_hkey) */
+        for (; c + 4 <= room; c += 4, p += 4, q += 4) {
+          uint64_t x = (p[0].key ^ hkey(&q[0], sizeof *q)) | (p[1].key ^ hkey(&q[1], sizeof *q)) |
+                       (p[2].key ^ hkey(&q[2], sizeof *q)) | (p[3].key ^ hkey(&q[3], sizeof *q));
+          if (x) break;
+        }
+        while (c < room && p->key == hkey(q, sizeof *q)) { p++; q++; c++; }
         if (i == next_i && cur == next_s) R[nr - 1].n += (int)c;
         else R[nr++] = (rm_run_t){i, (int)c, cur};
         i += (int)c; cur += c; next_i = i; next_s = cur;
@@ -377,6 +389,7 @@ int rm_multi_get(rm_multi_t *m, int n, const MPI_Request *reqs) {
     }
   }
   m->nr = nr;
+  m->all = nr && !left ? rm_rl.live : 0;
   if (rm_rq_count)
     for (; i < n; i++) multi_table(m, i, reqs[i]);
   rq_unlock();
@@ -422,8 +435,8 @@ static inline __attribute__((always_inline)) int log_take(rm_agg_t *a, rm_rle_t 
   int src = st->MPI_SOURCE;
   if (src >= 0) {                                            /* else PROC_NULL */
     int64_t c = rm_status_bytes(st);
-    int peer = rm_world(e->xl, src);
-    if (c >= 0 && peer >= 0) agg_add(a, peer, e->op, rm_mem(e->buf), (uint64_t)c);
+    int peer = rm_world(rm_rl_xl(e->xo), src);
+    if (c >= 0 && peer >= 0) agg_add(a, peer, rm_rl_op(e->xo), rm_mem(e->buf), (uint64_t)c);
   }
   e->key = 0;
   return 1;
@@ -438,49 +451,78 @@ static void table_take(rm_agg_t *a, rm_tfound_t *t, const MPI_Status *st) {
 }
 
 /* The runs of one batch completed (statuses sts): their rows summed, entries released.  A receive
- * whose communicator, source, buffer granule and operation are those of the one summed before
- * joins its row at once (the common case: a window from one peer); only a change looks up the
- * world rank and the memory kind.  `direct`: rm_status_direct, a constant in each of the two
- * copies rm_multi_done_all makes, so the status read is a field read (or a call) with no test. */
-typedef struct { rm_agg_t a; const rm_xl_t *lx; int lsrc, lop; uint64_t lg; } rd_t;
+ * whose communicator and operation (one word), source and buffer granule are those of the one
+ * summed before joins its row at once (the common case: a window from one peer), and a run of
+ * such receives costs a few loads, compares and one add each; only a change looks up the world
+ * rank and the memory kind.  `direct`: rm_status_direct, a constant in each of the copies
+ * rm_multi_done_all makes, so the status read is a field read (or a call) with no test; `zero`:
+ * the keys are cleared -- not needed when the batch completes every live receive, since the head
+ * then moves to the tail and nothing before it is looked at again. */
+typedef struct { rm_agg_t a; uintptr_t lxo; int lsrc; uint64_t lg; } rd_t;
 
 static inline __attribute__((always_inline)) void seg_done(rd_t *d, rm_rle_t *e, const MPI_Status *st, int n,
-                                                         int direct) {
-  for (rm_rle_t *end = e + n; e < end; e++, st++) {
-    e->key = 0;                /* each request completes once: released here, no live check */
+                                                         int direct, int zero) {
+  rm_rle_t *end = e + n;
+  while (e < end) {
+    /* the run that joins the row being summed: bytes in a register, messages by the run's length */
+    rm_rle_t *e0 = e;
+    uint64_t bytes = 0;
+    const int lsrc = d->lsrc;
+    const uintptr_t lxo = d->lxo;
+    const uint64_t lg = d->lg;
+    for (; e < end; e++, st++) {
+      uint64_t differ = (uint32_t)(st->MPI_SOURCE ^ lsrc) | (e->xo ^ lxo) | (((uint64_t)(uintptr_t)e->buf >> 16) ^ lg);
+      uint64_t c;
+      if (direct) {                    /* the cancelled flag tested with the rest */
+        if (differ | rm_status_cancel_bits(st)) break;
+        c = rm_status_count_bits(st);
+      } else {
+        int64_t b = rm_status_bytes_call(st);
+        if (differ || b < 0) break;
+        c = (uint64_t)b;
+      }
+      if (zero) e->key = 0;
+      bytes += c;
+    }
+    d->a.bytes += bytes;
+    d->a.msgs += (uint64_t)(e - e0);
+    if (e == end) break;
+    /* a receive that does not join: each request completes once, so it is released with no check */
+    if (zero) e->key = 0;
     int src = st->MPI_SOURCE;
     int64_t c = direct ? rm_status_fields(st) : rm_status_bytes_call(st);
-    uint64_t g = (uint64_t)(uintptr_t)e->buf >> 16;
-    if (src == d->lsrc && c >= 0 && e->xl == d->lx && g == d->lg && e->op == d->lop) {
-      d->a.bytes += (uint64_t)c;
-      d->a.msgs++;
-      continue;
-    }
+    uintptr_t xo = e->xo;
+    const void *buf = e->buf;
+    e++, st++;
     if (src < 0 || c < 0) continue;          /* PROC_NULL (as the library says), cancelled */
-    int peer = rm_world(e->xl, src);
-    d->lsrc = peer < 0 ? -1 : src; d->lx = e->xl; d->lg = g; d->lop = e->op;   /* lsrc -1: never matches */
+    int peer = rm_world(rm_rl_xl(xo), src);
+    d->lsrc = peer < 0 ? INT_MIN : src; d->lxo = xo; d->lg = (uint64_t)(uintptr_t)buf >> 16;  /* INT_MIN: no source */
     if (peer < 0) continue;
-    agg_add(&d->a, peer, e->op, rm_mem(e->buf), (uint64_t)c);
+    agg_add(&d->a, peer, rm_rl_op(xo), rm_mem(buf), (uint64_t)c);
   }
 }
 
-static inline __attribute__((always_inline)) void runs_done(rm_multi_t *m, const MPI_Status *sts, int direct) {
+static inline __attribute__((always_inline)) void runs_done(rm_multi_t *m, const MPI_Status *sts, int direct,
+                                                          int zero) {
   rm_rle_t *L = rm_rl.e;
   uint64_t cap = rm_rl.cap;
-  rd_t d = {m->agg, NULL, -1, 0, 0};
+  rd_t d = {m->agg, 0, INT_MIN, 0};
   for (int j = 0; j < m->nr; j++) {
     const rm_run_t r = m->r[j];
     uint64_t s0 = r.s & (cap - 1);
     int n1 = (uint64_t)r.n <= cap - s0 ? r.n : (int)(cap - s0);   /* a run may go round the end */
     m->freed += r.n;
-    seg_done(&d, L + s0, &sts[r.i], n1, direct);
-    if (n1 < r.n) seg_done(&d, L, &sts[r.i + n1], r.n - n1, direct);
+    seg_done(&d, L + s0, &sts[r.i], n1, direct, zero);
+    if (n1 < r.n) seg_done(&d, L, &sts[r.i + n1], r.n - n1, direct, zero);
   }
   m->agg = d.a;
 }
 
 void rm_multi_done_all(rm_multi_t *m, const MPI_Status *sts) {
-  if (rm_status_direct) runs_done(m, sts, 1); else runs_done(m, sts, 0);
+  if (!rm_status_direct) runs_done(m, sts, 0, 1);
+  /* every live receive completes here, and no nested call posted or completed one since rm_multi_get */
+  else if (m->all && rm_rl.live == m->all) runs_done(m, sts, 1, 0);
+  else runs_done(m, sts, 1, 1);
   for (int j = 0; j < m->nt; j++) table_take(&m->agg, &m->t[j], &sts[m->t[j].i]);
 }
 

@@ -38,7 +38,7 @@ from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
 
 ATTRS = {"pre", "post", "after", "err", "persist", "status_if", "variants", "families", "plain",
-         "fast", "fast.post", "fast.after", "fast.ways", "pre.f", "post.f", "after.f", "err.f"}
+         "fast", "fast.post", "fast.after", "fast.ways", "fast.jump", "pre.f", "post.f", "after.f", "err.f"}
 FAMILIES = ("c", "f", "f08")
 
 # Handle types and their Fortran -> C conversion.
@@ -180,7 +180,7 @@ def expand(entries) -> Spec:
         if set(fams) - set(FAMILIES):
             raise RankmapError(f"calls.spec:{line}: unknown family in {fams}")
         plain = attrs.get("plain", "") == "yes"
-        for k in ("fast.post", "fast.after", "fast.ways"):
+        for k in ("fast.post", "fast.after", "fast.ways", "fast.jump"):
             if k in attrs and "fast" not in attrs:
                 raise RankmapError(f"calls.spec:{line}: '{k}' without 'fast'")
         if "fast" in attrs and plain:
@@ -193,7 +193,7 @@ def expand(entries) -> Spec:
                 forms.append(Call(nb, params + [Param("MPI_Request", 1, False, "request")], body, fams, nb))
             if "init" in variants:
                 m = re.fullmatch(r"n = (.*);", body.get("pre", ""), re.S)
-                if not m or set(body) - {"pre", "fast", "fast.post", "fast.after", "fast.ways"}:
+                if not m or set(body) - {"pre", "fast", "fast.post", "fast.after", "fast.ways", "fast.jump"}:
                     raise RankmapError(f"calls.spec:{line}: 'init' needs exactly one 'pre: n = <expression>;'")
                 pers = {"persist": m.group(1)}     # (counted at MPI_Start: no fast path)
                 forms.append(Call(name + "_init", params + [Param("MPI_Info", 0, False, "info"),
@@ -308,20 +308,30 @@ def gen_c(c: Call) -> str:
     fast = _sub_op(c.attrs["fast"], c.op)
     post = _sub_op(c.code("fast.post", False), c.op)
     after = _sub_op(c.code("fast.after", False), c.op)
-    lib = f"    return {call};"                   # a jump: nothing left to do after the library's call
+    lib = f"      return {call};"                 # a jump: nothing left to do after the library's call
+    helper = ""
     if post.strip() or after.strip():
-        lib = "\n".join(line for line in (
-            "    uint64_t n = 0;" if "n" in _idents(post + after) else "",
-            _own_status(c, _status_cond(c, False, "fast.post"), "    "),
-            f"    int rc = {call};",
-            f"    if (rc == MPI_SUCCESS) {{\n{_indent(post, '      ')}    }}" if post.strip() else "",
-            _indent(after, "    ").rstrip("\n"),
-            "    return rc;") if line)
-    out = f"static __attribute__((noinline)) int {full}({decl}) {{\n{_gen_full(c, call)}\n}}\n"
+        # Work after the library's call needs a frame (the return, what the work reads): it goes to
+        # a function of its own too, which the entry point jumps to, so that the entry point still
+        # saves nothing (GCC would set the frame up at its entry, for every path).
+        tail = f"rma_{c.name}"
+        helper = (f"static __attribute__((noinline)) int {tail}({decl}) {{\n" + "\n".join(line for line in (
+            "  uint64_t n = 0;" if "n" in _idents(post + after) else "",
+            _own_status(c, _status_cond(c, False, "fast.post"), "  "),
+            f"  int rc = {call};",
+            f"  if (rc == MPI_SUCCESS) {{\n{_indent(post, '    ')}  }}" if post.strip() else "",
+            _indent(after, "  ").rstrip("\n"),
+            "  return rc;") if line) + "\n}\n")
+        lib = f"      return {tail}({args});"
+    out = f"static __attribute__((noinline)) int {full}({decl}) {{\n{_gen_full(c, call)}\n}}\n{helper}"
+    # rm_fast_ok implies capture (RM_CAPTURE), so the fast path comes before the capture test
     if not ways:
-        return (out + f"int {c.name}({decl}) {{\n{guard}"
-                f"  if (rm_fast_ok(OP_{c.op}) && ({fast})) {{\n"
-                f"    rm_t.skip--;\n{lib}\n  }}\n"
+        body = f"    if ({fast}) {{\n      rm_t.skip--;\n{lib}\n    }}\n"
+        if "fast.jump" in c.attrs:       # a second fast path, with nothing after the library's call
+            body += (f"    if ({_sub_op(c.attrs['fast.jump'], c.op)}) {{\n      rm_t.skip--;\n"
+                     f"      return {call};\n    }}\n")
+        return (out + f"int {c.name}({decl}) {{\n"
+                f"  if (rm_fast_ok(OP_{c.op})) {{\n{body}  }}\n{guard}"
                 f"  return {full}({args});\n}}\n\n")
     # The entry point tries way 0 (where a call that repeats alone is remembered: its code is what
     # it is with one way); an untimed call that misses it jumps to a function of its own that tries
@@ -330,13 +340,13 @@ def gen_c(c: Call) -> str:
     return (out + f"static __attribute__((noinline)) int {nxt}({decl}) {{\n"
             f"  for (int way_ = 1; way_ < {ways}; way_++)\n"
             f"    if ({other}) {{\n"
-            f"      rm_t.skip--;\n{_indent(lib, '  ').rstrip()}\n    }}\n"
+            f"      rm_t.skip--;\n{lib}\n    }}\n"
             f"  return {full}({args});\n}}\n"
-            f"int {c.name}({decl}) {{\n{guard}"
+            f"int {c.name}({decl}) {{\n"
             f"  if (rm_fast_ok(OP_{c.op})) {{\n"
             f"    if ({first}) {{\n"
-            f"      rm_t.skip--;\n{_indent(lib, '  ').rstrip()}\n    }}\n"
-            f"    return {nxt}({args});\n  }}\n"
+            f"      rm_t.skip--;\n{lib}\n    }}\n"
+            f"    return {nxt}({args});\n  }}\n{guard}"
             f"  return {full}({args});\n}}\n\n")
 
 
@@ -419,7 +429,7 @@ def gen_f(c: Call, family: str) -> str:
         st = _status_param(c).name
         test = f"rm_fstatus_ignored(f_{st})" if cond == "1" else f"({cond}) && rm_fstatus_ignored(f_{st})"
         out.append(f"  MPI_Fint {st}_own_[RM_F_STATUS_SIZE];\n  if ({test}) f_{st} = {st}_own_;")
-    out.append(f"  rm_in_f++;\n  real_({args});\n  rm_in_f--;")
+    out.append(f"  RM_F_LIB(real_({args}));")
     refresh = "".join(f"{v[1]}\n" for _p, v in views if v[1])   # the views, after the call
     ok = refresh + codes["post"]
     if persist:
