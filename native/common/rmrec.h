@@ -169,9 +169,16 @@ rmrec_slot_t *rmrec_slot(rmrec_t *c, int shard, int origin, int peer, int klass,
                          int dir);  /* NULL: off */
 rmrec_opstat_t *rmrec_opstats(rmrec_t *c, int shard);       /* array indexed by op; NULL: no shard */
 _Atomic uint64_t *rmrec_tl_cell(rmrec_t *c, int peer, int klass, uint64_t ticks);  /* NULL: none */
+/* A plain add is a relaxed load and store (a reader sees the old or the new value, never a torn
+ * one); on x86-64 one add to memory does exactly that, where the compiler would emit three
+ * instructions and take a register for the sum. */
 static inline __attribute__((always_inline)) void rmrec_add(_Atomic uint64_t *p, uint64_t v, int plain) {
-  if (plain) __atomic_store_n((uint64_t *)p, __atomic_load_n((uint64_t *)p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
-  else __atomic_fetch_add((uint64_t *)p, v, __ATOMIC_RELAXED);
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (plain) { __asm__("addq %1, %0" : "+m"(*(uint64_t *)p) : "er"(v)); return; }
+#else
+  if (plain) { __atomic_store_n((uint64_t *)p, __atomic_load_n((uint64_t *)p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED); return; }
+#endif
+  __atomic_fetch_add((uint64_t *)p, v, __ATOMIC_RELAXED);
 }
 static inline __attribute__((always_inline)) int rmrec_hist_bin(uint64_t n) {      /* 0: 0 bytes; k: 2^(k-1) <= n < 2^k */
   return n ? 64 - __builtin_clzll(n) - (n >> 63) : 0;   /* 2^63 and up share the last bin */

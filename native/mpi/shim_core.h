@@ -117,14 +117,19 @@ static inline uint32_t rm_next_skip(void) {
   unsigned b = rm_sample_bits;
   if (!b) return 0;
   uint64_t mask = (1ull << b) - 1;
-  if (64 % b == 0) {
-    /* the first all-zero b-bit field of x, found at once: (x - L) & ~x & H (L: a 1 at the bottom of
-     * every field, H: at the top) has its lowest set bit in the lowest zero field (a borrow starts
-     * only at a zero field, so the fields below it are exact) */
-    uint64_t lo = ~0ull / mask, hi = lo << (b - 1);
-    for (uint32_t skip = 0;; skip += 64 / b) {
+  if (!(b & (b - 1))) {
+    /* b a power of two (so 64 % b == 0): the first all-zero b-bit field of x, found at once:
+     * (x - L) & ~x & H (L: a 1 at the bottom of every field, H: at the top) has its lowest set
+     * bit in the lowest zero field (a borrow starts only at a zero field, so the fields below it
+     * are exact).  L from a table and shifts for the divisions by b: three divisions were most
+     * of a draw's cost. */
+    static const uint64_t lo_of[7] = {~0ull, ~0ull / 3, ~0ull / 0xf, ~0ull / 0xff, ~0ull / 0xffff,
+                                      ~0ull / 0xffffffffull, 1};
+    unsigned sh = (unsigned)__builtin_ctz(b);
+    uint64_t lo = lo_of[sh], hi = lo << (b - 1);
+    for (uint32_t skip = 0;; skip += 64u >> sh) {
       uint64_t x = rm_rng(), z = (x - lo) & ~x & hi;
-      if (z) return skip + (uint32_t)__builtin_ctzll(z) / b;
+      if (z) return skip + ((uint32_t)__builtin_ctzll(z) >> sh);
     }
   }
   for (uint32_t skip = 0;;) {
