@@ -610,21 +610,19 @@ uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, i
 static inline __attribute__((always_inline))
 int rm_p2p_send_fast(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm) {
   const rm_sc_t *c = rm_sc_of(op, count, dest);
-  /* every field read before any counter is written: the entry's (thread-local) address is then
-   * needed only here, not worked out again after each store */
-  rmrec_slot_t *s = c->s;
-  uint64_t n = c->n;
-  _Atomic uint64_t *tl = c->tl, *ob = c->ob, *oh = c->oh;
-  unsigned tle = c->tl_epoch;
-  int mem = c->mem;
-  uint64_t gran = c->gran;
+  /* the entry's address made opaque: GCC keeps it in a register rather than working the
+   * thread-local address out again at each read, so the fields are read where they are needed
+   * and few values are live at once */
+  __asm__("" : "+r"(c));
   if (!rm_sc_holds(c, op, count, t, dest, comm)) return 0;
-  if (!rm_mem_is(buf, gran, mem) || (n && tle != rmrec_epoch)) return 0;
+  uint64_t n = c->n;
+  if (!rm_mem_is(buf, c->gran, c->mem) || (n && c->tl_epoch != rmrec_epoch)) return 0;
+  rmrec_slot_t *s = c->s;
   rmrec_add(&s->bytes, n, 1);
   rmrec_add(&s->msgs, 1, 1);
-  if (n) rmrec_add(tl, n, rm_single);
-  rmrec_add(ob, n, 1);
-  rmrec_add(oh, 1, 1);
+  if (n) rmrec_add(c->tl, n, rm_single);
+  rmrec_add(c->ob, n, 1);
+  rmrec_add(c->oh, 1, 1);
   return 1;
 }
 uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st);   /* rm_p2p_recv_in out of line */
