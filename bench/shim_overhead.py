@@ -75,8 +75,8 @@ def launcher(mpirun: str, env: dict[str, str]) -> list[str]:
         cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2"]
         for k, v in env.items():
             cmd += ["-x", f"{k}={v}"]
-    else:
-        cmd = [mpirun, "-n", "2"]
+    else:                                   # hydra: bound to cores as Open MPI binds 2 ranks by default
+        cmd = [mpirun, "-bind-to", "core", "-n", "2"]
         for k, v in env.items():
             cmd += ["-genv", k, v]
     return cmd
