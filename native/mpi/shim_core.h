@@ -635,19 +635,9 @@ uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st);   /* r
  * (rm_status_direct = 0). */
 extern int rm_status_direct;
 int64_t rm_status_bytes_call(const MPI_Status *st);   /* through MPI_Test_cancelled, MPI_Get_elements_x */
-/* the fields themselves: only where rm_status_direct says they read right */
-static inline int64_t rm_status_fields(const MPI_Status *st) {
-#if defined(OPEN_MPI)
-  return st->_cancelled ? -1 : (int64_t)st->_ucount;
-#elif defined(MPICH_NUMVERSION) || defined(MPICH_VERSION)
-  return st->count_hi_and_cancelled & 1 ? -1
-       : (int64_t)((((uint64_t)(unsigned)st->count_hi_and_cancelled >> 1) << 32) | (unsigned)st->count_lo);
-#else
-  return rm_status_bytes_call(st);
-#endif
-}
-/* The same fields in two parts, where rm_status_direct holds: nonzero if the receive was
- * cancelled, and the bytes otherwise (so a loop can test the first with other words at once) */
+/* The fields themselves, only where rm_status_direct says they read right; in two parts: nonzero
+ * if the receive was cancelled, and the bytes otherwise (so a loop can test the first with other
+ * words at once) */
 static inline uint64_t rm_status_cancel_bits(const MPI_Status *st) {
 #if defined(OPEN_MPI)
   return (uint32_t)st->_cancelled;
@@ -664,6 +654,14 @@ static inline uint64_t rm_status_count_bits(const MPI_Status *st) {
   return (((uint64_t)(unsigned)st->count_hi_and_cancelled >> 1) << 32) | (unsigned)st->count_lo;
 #else
   return (uint64_t)rm_status_bytes_call(st);
+#endif
+}
+/* ... and as one figure, -1 for a cancelled receive */
+static inline int64_t rm_status_fields(const MPI_Status *st) {
+#if defined(OPEN_MPI) || defined(MPICH_NUMVERSION) || defined(MPICH_VERSION)
+  return rm_status_cancel_bits(st) ? -1 : (int64_t)rm_status_count_bits(st);
+#else
+  return rm_status_bytes_call(st);
 #endif
 }
 static inline int64_t rm_status_bytes(const MPI_Status *st) {
