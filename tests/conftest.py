@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -22,6 +23,15 @@ def rankmap(*args: str, env: dict | None = None, cwd: str | os.PathLike | None =
         e.update(env)
     return subprocess.run([sys.executable, "-m", "rankmap", *args], capture_output=True, text=True,
                           env=e, cwd=cwd, timeout=timeout, input=input)
+
+
+def load_script(path: Path, name: str | None = None):
+    """A script outside the package (bench/, gpu/, a test fake) imported as a module, so that tests
+    can call its functions."""
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def assert_one_line_error(p: subprocess.CompletedProcess, *needles: str) -> None:

@@ -4,23 +4,16 @@ printed; runs, not rounds, are the units of the interval."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, load_script
 
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("shim_overhead", ROOT / "bench" / "shim_overhead.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+so = load_script(ROOT / "bench" / "shim_overhead.py")
 
 
 def test_median_interval_covers_the_true_median_about_95_percent():
-    so = load_bench()
     rng = random.Random(7)
     for n in (20, 40, 120):
         hits = 0
@@ -37,14 +30,12 @@ def test_median_interval_covers_the_true_median_about_95_percent():
 
 
 def test_interval_of_sorted_ranks():
-    so = load_bench()
     assert so.median_ci([float(x) for x in range(1, 21)]) == (10.5, 6.0, 15.0)   # the exact interval
     med, lo, hi = so.median_ci([float(x) for x in range(1, 101)])
     assert (med, lo, hi) == (50.5, 41.0, 60.0)
 
 
 def test_run_once_reads_pairs_and_medians(tmp_path: Path):
-    so = load_bench()
     out = tmp_path / "out.txt"
     out.write_text("pairs allr 8 300.0 320.0 310.0 900.0 305.0 318.0\nallr 8 305.0 320.0\n"
                    "lat 8 0.1500 0.1600\n")
@@ -61,7 +52,6 @@ def test_run_once_reads_pairs_and_medians(tmp_path: Path):
 def test_runs_are_the_units():
     """Rounds of one run are not independent of each other: a run whose every round says 40 ns
     weighs as one run, however many rounds it has."""
-    so = load_bench()
     def run(diffs):
         return {("allr", 8): so.Fig(300.0, 300.0 + diffs[0], [(300.0, 300.0 + d) for d in diffs])}
     runs = [run([10, 11, 12]), run([40] * 30), run([14, 13, 15])]

@@ -7,14 +7,13 @@ figures that must fail, and the bench's `default` configuration, which runs a lo
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import DATA, ROOT
+from conftest import DATA, ROOT, load_script
 
 CHECK = ROOT / "gpu" / "cuda_activity_check.py"
 MEASURED = json.loads((DATA / "cuda" / "overhead-h200x2.json").read_text())
@@ -73,9 +72,7 @@ def test_a_cheap_capture_fails_the_decision(tmp_path):
 
 
 def test_bench_default_config_runs_the_load_under_rankmap_uninjected(tmp_path):
-    spec = importlib.util.spec_from_file_location("cuda_activity_bench", ROOT / "bench" / "cuda_activity.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(ROOT / "bench" / "cuda_activity.py", "cuda_activity_bench")
     load = tmp_path / "load.sh"
     load.write_text('#!/bin/sh\n[ -n "$CUDA_INJECTION64_PATH" ] && { echo injected >&2; exit 3; }\n'
                     '[ -n "$RANKMAP_RUN_DIR" ] || { echo "not under rankmap" >&2; exit 4; }\n'

@@ -6,7 +6,6 @@ each cell of each matrix is different and a transposed reading would show."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -15,10 +14,9 @@ import pytest
 
 from rankmap.bench.rows import BenchRun, Row
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("bench_compare", ROOT / "gpu" / "bench_compare.py")
-bc = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bc)
+from conftest import ROOT, load_script
+
+bc = load_script(ROOT / "gpu" / "bench_compare.py")
 
 NVB = """nvbandwidth Version: v0.8
 Built from Git version: abc

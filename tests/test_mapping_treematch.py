@@ -8,24 +8,15 @@ component really acts (it falls back to the identity silently when it cannot reo
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, load_script
 
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("mapping_quality", ROOT / "bench" / "mapping_quality.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-mq = _bench()
+mq = load_script(ROOT / "bench" / "mapping_quality.py")
 reason = mq.treematch_available()
 needs_treematch = pytest.mark.skipif(reason is not None,
                                      reason=f"treematch comparison needs Open MPI's topo/treematch: {reason}")

@@ -3,7 +3,6 @@ docs/validation.md (gpu/monitor.sh)."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import subprocess
 import sys
@@ -18,10 +17,10 @@ from rankmap.capture.sampler import (PCIE_WRAP, Counters, FieldSource, GpmSource
                                      Unwrap, link_rows, open_source)
 from rankmap.errors import RankmapError
 
+from conftest import load_script
+
 FAKE = Path(__file__).with_name("fake_nvml") / "pynvml.py"
-_spec = importlib.util.spec_from_file_location("fake_pynvml", FAKE)
-fake_pynvml = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake_pynvml)
+fake_pynvml = load_script(FAKE, "fake_pynvml")
 FakeNvml = fake_pynvml.FakeNvml
 
 GB = 10**9
