@@ -36,16 +36,29 @@ def fake_env(**cfg) -> dict:
 
 
 @pytest.mark.parametrize("text,want", [("100ms", 0.1), ("0.5s", 0.5), ("2 s", 2.0), ("250ms", 0.25),
-                                       ("10000us", 0.01)])
+                                       ("10000us", 0.01), ("1min", 60.0), ("1h", 3600.0)])
 def test_parse_interval(text, want):
     assert parse_interval(text) == pytest.approx(want)
 
 
 @pytest.mark.parametrize("text,msg", [("100", "give a unit"), ("fast ms", "not a number"),
-                                      ("1ms", "between 10ms and 1h"), ("2h", "give a unit")])
+                                      ("1ms", "between 10ms and 1h"), ("2h", "between 10ms and 1h"),
+                                      ("2d", "give a unit")])
 def test_parse_interval_refuses(text, msg):
     with pytest.raises(RankmapError, match=msg):
         parse_interval(text)
+
+
+def test_a_monitor_session_may_last_longer_than_an_hour():
+    """--duration is a span, not a sampling interval: 8 h was refused as "between 10ms and 1h"."""
+    assert parse_interval("8h", "--duration", longest=None) == 8 * 3600
+    assert parse_interval("90min", "--duration", longest=None) == 5400
+    with pytest.raises(RankmapError, match="--duration '5ms': must be at least 10ms"):
+        parse_interval("5ms", "--duration", longest=None)
+    # the command takes it: it goes on to open the store (one that cannot be, so nothing is sampled)
+    r = subprocess.run([sys.executable, "-m", "rankmap", "monitor", "--duration", "2h", "--db", "nosuchdb://x"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "nosuchdb" in r.stderr and "--duration" not in r.stderr, r.stderr
 
 
 def test_session_is_a_job_with_samples_meta_and_a_data_check(tmp_path):
@@ -158,7 +171,7 @@ def test_monitor_command_stops_cleanly_on_ctrl_c(tmp_path):
     (["--interval", "100"], {}, ["--interval '100'", "give a unit"]),
     (["--source", "gpm"], {"gpm": False}, ["GPM is not supported on GPU 0"]),
     ([], {"no_driver": True}, ["NVML is not available"]),
-    (["--duration", "0s"], {}, ["--duration '0s'", "between 10ms and 1h"]),
+    (["--duration", "0s"], {}, ["--duration '0s'", "must be at least 10ms"]),
     ([], {"reader": "fastest"}, ["RANKMAP_GPM_READER='fastest'", "choose one of auto, native, python"]),
 ])
 def test_monitor_command_errors_are_one_line(tmp_path, args, cfg, needles):

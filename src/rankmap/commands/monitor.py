@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "on /metrics. Uses NVML GPM on Hopper and newer, NVML field values elsewhere.")
     p.add_argument("--interval", default="100ms", metavar="T", help="time between samples, e.g. 100ms, 1s (default 100ms)")
     p.add_argument("--db", metavar="URL", help="store URL (default $RANKMAP_DB or the SQLite file in ~/.rankmap)")
-    p.add_argument("--duration", metavar="T", help="stop after this long (e.g. 30s); default: until Ctrl-C")
+    p.add_argument("--duration", metavar="T", help="stop after this long (e.g. 30s, 8h); default: until Ctrl-C")
     p.add_argument("--source", choices=("auto", "gpm", "fields"), default="auto",
                    help="NVML GPM rates or field-value counters (default auto: GPM where every GPU has it)")
     p.add_argument("--json", action="store_true", help="print the session's totals and costs as JSON")
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from rankmap.store import open_store
 
     interval = parse_interval(args.interval)
-    duration = parse_interval(args.duration, "--duration") if args.duration else None
+    duration = parse_interval(args.duration, "--duration", longest=None) if args.duration else None
     store = open_store(args.db)
 
     def started(job_id: int, kind: str, n: int) -> None:

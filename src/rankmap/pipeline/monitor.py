@@ -30,10 +30,12 @@ MIN_INTERVAL_S = 0.01
 MAX_INTERVAL_S = 3600.0
 
 
-def parse_interval(text: str, option: str = "--interval") -> float:
-    """``100ms``, ``0.5s``, ``250us`` -> seconds. A bare number is refused: its unit would be a guess."""
+def parse_interval(text: str, option: str = "--interval", longest: float | None = MAX_INTERVAL_S) -> float:
+    """``100ms``, ``0.5s``, ``250us``, ``30min``, ``2h`` -> seconds. A bare number is refused: its unit
+    would be a guess. ``longest=None`` for a span with no upper bound (``--duration``: a monitor
+    session of a day is fine, though one sample an hour is not)."""
     t = text.strip().lower()
-    for unit, scale in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
+    for unit, scale in (("ms", 1e-3), ("us", 1e-6), ("min", 60.0), ("s", 1.0), ("h", 3600.0)):
         if t.endswith(unit):
             num = t[: -len(unit)].strip()
             break
@@ -43,7 +45,9 @@ def parse_interval(text: str, option: str = "--interval") -> float:
         v = float(num) * scale
     except ValueError:
         raise RankmapError(f"{option} {text!r}: not a number of {unit}") from None
-    if not MIN_INTERVAL_S <= v <= MAX_INTERVAL_S:
+    if longest is None and not v >= MIN_INTERVAL_S:
+        raise RankmapError(f"{option} {text!r}: must be at least 10ms")
+    if longest is not None and not MIN_INTERVAL_S <= v <= longest:
         raise RankmapError(f"{option} {text!r}: must be between 10ms and 1h")
     return v
 
