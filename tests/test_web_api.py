@@ -229,6 +229,15 @@ def test_matrix_exact_and_by_class(web):
     both = client.get(f"/api/jobs/{ids['done']}/matrix?class=p2p,collective").json()
     assert np.array_equal(np.array(both["matrix"]), expected_matrix())
     assert client.get(f"/api/jobs/{ids['done']}/matrix?what=seconds").status_code == 422
+    # a class the job has none of is an empty matrix; a name that is no class at all is refused by
+    # name (a typo such as P2P used to answer an all-zero matrix, read as "no traffic")
+    rma = client.get(f"/api/jobs/{ids['done']}/matrix?class=rma").json()
+    assert rma["total"] == 0 and rma["classes"] == ["rma"]
+    for path in (f"/api/jobs/{ids['done']}/matrix?class=P2P", f"/api/jobs/{ids['done']}/matrix?class=p2p,colective",
+                 f"/api/topology?job={ids['done']}&class=P2P"):
+        r = client.get(path)
+        assert r.status_code == 400, (path, r.text)
+        assert r.json()["detail"].endswith("is not a traffic class; choose p2p, collective, rma, nccl or all")
 
 
 def test_ops_exact(web):
@@ -565,6 +574,10 @@ def test_job_ids_out_of_range_are_unknown_jobs(backend, request, tmp_path):
         for path in (f"/api/jobs/{jid}", f"/api/jobs/{jid}/mapping", f"/api/jobs/{jid}/matrix"):
             r = client.get(path)
             assert r.status_code == 404 and f"unknown job '{jid}'" in r.json()["detail"], (path, r.text)
+    for run in ("99999999999999999999", str(2**31), str(2**63), "0", "-3"):  # SQLite cannot hold 2**63: was a 500
+        r = client.get(f"/api/bench/{run}")
+        assert r.status_code == 404 and r.json()["detail"].startswith(f"no benchmark run {run} in "), (run, r.text)
+    assert client.get("/api/bench/run7").status_code == 422
 
 
 def test_test_client_imports_without_deprecation():

@@ -28,6 +28,7 @@ from rankmap.topology import load  # noqa: E402
 from rankmap.web.app import create_app  # noqa: E402
 from rankmap.web.security import access_for  # noqa: E402
 from rankmap.web.utilisation import bands_of, measured_links, parse_thresholds  # noqa: E402
+from pg import pg_cluster  # noqa: E402,F401  (session fixture)
 from test_web_api import WebRecord, local_client  # noqa: E402
 
 H200 = "h200x2-nvswitch"
@@ -73,6 +74,14 @@ def sampled_job(store, *, launcher="torchrun", t0=None, ranks=2, host="nodeA") -
 @pytest.fixture
 def store(tmp_path):
     return open_store(f"sqlite:///{tmp_path / 'live.db'}")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def both_stores(request, tmp_path):
+    """A fresh store of each back end, for what depends on the database's own queries."""
+    if request.param == "sqlite":
+        return open_store(f"sqlite:///{tmp_path / 'live.db'}")
+    return open_store(request.getfixturevalue("pg_cluster").new_database())
 
 
 def link(d: dict, a: str, b: str) -> dict:
@@ -170,22 +179,35 @@ LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{((?:[a-zA-Z_][a-zA-Z0-9_]*="(?:
 
 
 def parse_metrics(text: str) -> tuple[dict[str, str], list[tuple[str, dict, float]]]:
-    """A strict reader of the exposition format: TYPE lines once per metric, samples after them."""
+    """A strict reader of the exposition format, as promtool checks it: every family has one HELP
+    and then one TYPE line, its samples follow them together (no family resumed after another), a
+    sample line parses, no series (name and label set) appears twice, counters end in ``_total``."""
     types: dict[str, str] = {}
+    helped: set[str] = set()
     samples = []
+    seen: set[tuple] = set()
+    family = None
     assert text.endswith("\n")
     for line in text.splitlines():
-        if line.startswith("# TYPE "):
+        if line.startswith("# HELP "):
+            name = line.split(" ")[2]
+            assert name not in helped and name not in types, line
+            assert len(line.split(" ", 3)) == 4 and line.split(" ", 3)[3].strip(), line
+            helped.add(name)
+        elif line.startswith("# TYPE "):
             _, _, name, kind = line.split(" ")
-            assert name not in types
+            assert name not in types and name in helped, line
+            assert kind in ("counter", "gauge") and (kind != "counter" or name.endswith("_total")), line
             types[name] = kind
-        elif line.startswith("# HELP "):
-            continue
+            family = name
         else:
             m = LINE.match(line)
             assert m, line
-            assert m.group(1) in types, line
+            assert m.group(1) == family, line   # a family's samples come together, under its TYPE
             labels = dict(re.findall(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"', m.group(2)))
+            key = (m.group(1), tuple(sorted(labels.items())))
+            assert key not in seen, line
+            seen.add(key)
             samples.append((m.group(1), labels, float(m.group(3))))
     return types, samples
 
@@ -227,6 +249,59 @@ def test_metrics_keep_recent_jobs_only(store):
     text = local_client(create_app(store, H200)).get("/metrics").text
     assert f'job="{recent}"' in text and f'job="{old}"' not in text
     assert "DCGM_FI_PROF" not in text   # no sampler is running
+
+
+def test_metrics_counters_never_go_down_between_scrapes(both_stores):
+    """Two scrapes of a running job, its sampler and its ranks a flush further on the second: every
+    counter series of the first is in the second and none went down (Prometheus reads a drop as a
+    counter reset), the ones of the flush grew; both scrapes pass the strict reader."""
+    store = both_stores
+    t0 = time.time_ns() - 600_000_000
+    jid = sampled_job(store, t0=t0)
+    client = local_client(create_app(store, H200))
+    types, first = parse_metrics(client.get("/metrics").text)
+    counters = {(n, tuple(sorted(lab.items()))): v for n, lab, v in first if types[n] == "counter"}
+    assert {n for n, _ in counters} == {"rankmap_link_bytes_total", "rankmap_pair_bytes_total"}
+    # the next flush: 0.1 s more of GPU0 at 50 % of its NVLink, rank 0 sent 0.5 GB more (its new totals)
+    tx = cumulative(USE, NV_BW, FRAME)
+    k = len(USE) + 1
+    store.add_link_samples(jid, [dict(t_ns=k * 100_000_000, device=0, link="nvlink", tx_bytes=tx[-1] + int(0.05 * NV_BW), rx_bytes=0),
+                                 dict(t_ns=k * 100_000_000, device=1, link="nvlink", tx_bytes=0, rx_bytes=tx[-1] + int(0.05 * NV_BW)),
+                                 dict(t_ns=k * 100_000_000, device=0, link="pcie", tx_bytes=k * 63_000_000, rx_bytes=0)])
+    store.ingest(jid, [WebRecord(world_rank=0, start_ns=t0, host="nodeA", source="nccl",
+                                 traffic=[(1, "nccl", "ncclSend", "device", "send", 15 * 10**8, 2)])])
+    types2, second = parse_metrics(client.get("/metrics").text)
+    later = {(n, tuple(sorted(lab.items()))): v for n, lab, v in second if types2[n] == "counter"}
+    assert set(counters) <= set(later)
+    assert all(later[key] >= v for key, v in counters.items()), [(k, v, later[k]) for k, v in counters.items() if later[k] < v]
+    grew = {dict(key[1]).get("link", "pair") for key, v in counters.items() if later[key] > v}
+    assert grew == {"nvlink", "pcie", "pair"}
+    rate = {(lab["gpu"], n): v for n, lab, v in second if n == "DCGM_FI_PROF_NVLINK_TX_BYTES"}
+    assert rate[("0", "DCGM_FI_PROF_NVLINK_TX_BYTES")] == pytest.approx(0.5 * NV_BW, rel=1e-6)  # over the last 0.2 s
+
+
+def test_a_job_whose_rankmap_died_is_not_running(both_stores):
+    """A job whose profiling rankmap was killed has no exit status, and is ``incomplete``: the API
+    says it is not running (the page stopped polling it, and says which ranks never flushed), and
+    /metrics leaves it out, though its sampler's last samples are fresh."""
+    store = both_stores
+    from rankmap.store import process_id
+
+    jid = sampled_job(store)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    ident = process_id(gone.pid)
+    gone.wait()
+    with store.engine.begin() as c:
+        c.execute(S.jobs.update().where(S.jobs.c.id == jid).values(profiler=ident))
+    client = local_client(create_app(store, H200))
+    d = client.get(f"/api/jobs/{jid}").json()
+    assert d["job"]["state"] == "incomplete" and d["job"]["exit_status"] is None and d["running"] is False
+    listed = next(j for j in client.get("/api/jobs").json()["jobs"] if j["id"] == jid)
+    assert listed["running"] is False and listed["state"] == "incomplete"
+    text = client.get("/metrics").text
+    assert f'job="{jid}"' not in text and "DCGM_FI_PROF" not in text
+    live = sampled_job(store)                              # a running one is still there
+    assert f'job="{live}"' in client.get("/metrics").text and client.get(f"/api/jobs/{live}").json()["running"]
 
 
 def test_metrics_escape_label_values(store):

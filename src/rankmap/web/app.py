@@ -49,6 +49,7 @@ from rankmap.mapping.traffic import job_matrices
 from rankmap.store import Store, StoreUnavailable
 from rankmap.store.schema import MAX_ROW_ID
 from rankmap.topology import Topology
+from rankmap.formats.record import CLASSES
 from rankmap.formats.topology_json import to_dict
 from rankmap.web import cluster as C
 from rankmap.web import metrics as M
@@ -180,7 +181,12 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         return store.traffic_matrix(jid, classes or None, what=what)
 
     def split_classes(values: list[str] | None) -> list[str]:
-        return [c for v in values or [] for c in v.split(",") if c and c != "all"]
+        """``class=`` values; a name that is no traffic class is refused (a typo would read as no traffic)."""
+        out = [c for v in values or [] for c in v.split(",") if c and c != "all"]
+        bad = [c for c in out if c not in CLASSES]
+        if bad:
+            raise HTTPException(400, f"class {bad[0]!r} is not a traffic class; choose {', '.join(CLASSES)} or all")
+        return out
 
     # ------------------------------------------------------------------ page
     @app.get("/", include_in_schema=False)
@@ -206,7 +212,7 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         totals = Q.job_totals(store, [j["id"] for j in rows])
         for j in rows:
             j.update(totals.get(j["id"], {}))
-            j["running"] = j["exit_status"] is None
+            j["running"] = j["state"] == "running"
         return {"jobs": rows}
 
     @app.get("/api/jobs/{job}")
@@ -221,7 +227,9 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         pop = pop_metrics([r for r in ranks if r["source"] == pop_src])
         by_class = Q.bytes_by_class(store, jid)
         return {
-            "job": j, "running": j["exit_status"] is None, "ranks": ranks,
+            # the store's state, not a missing exit status: a job whose rankmap died (incomplete) has
+            # none either, and read as running it was polled forever with its unflushed ranks unsaid
+            "job": j, "running": j["state"] == "running", "ranks": ranks,
             "summary": {
                 "world_size": store.world_size(jid),
                 "ranks_reporting": len({r["world_rank"] for r in ranks}),
@@ -456,6 +464,8 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
 
     @app.get("/api/bench/{run_id}")
     def bench_run(run_id: int) -> dict:
+        if not 0 < run_id <= MAX_ROW_ID:  # past the schema's ids: no run (SQLite cannot even compare with it)
+            raise HTTPException(404, f"no benchmark run {run_id} in {store.url}")
         try:
             return store.bench_run(run_id)
         except RankmapError as e:

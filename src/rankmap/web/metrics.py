@@ -58,12 +58,14 @@ def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() and abs(v) < 2**63 else repr(float(v))
 
 
-def _running_samplers(store: Store) -> list[dict]:
+def _running(store: Store) -> list[dict]:
+    """The newest MAX_JOBS jobs that run: no exit status, and the store's state says running (a job
+    whose rankmap died has no exit status either, and is ``incomplete``)."""
     j = S.jobs
     with store.engine.connect() as c:
-        ids = c.execute(sa.select(j.c.id).where(j.c.exit_status.is_(None)).order_by(j.c.id.desc())
-                        .limit(MAX_JOBS)).scalars().all()
-    return [store.job(i) for i in ids]
+        ids = c.execute(sa.select(j.c.id).where(j.c.exit_status.is_(None), j.c.state == "running")
+                        .order_by(j.c.id.desc()).limit(MAX_JOBS)).scalars().all()
+    return [job for job in map(store.job, ids) if job["state"] == "running"]
 
 
 def _last_two(store: Store, job_id: int) -> dict[tuple[int, str], list[dict]]:
@@ -88,7 +90,7 @@ def link_metrics(store: Store, now_ns: int | None = None) -> list[str]:
     """The dcgm-exporter rate gauges and rankmap's cumulative link counters of running samplers."""
     now_ns = now_ns or time.time_ns()
     cands: dict[tuple[str, int], dict[int, tuple]] = {}  # (host, gpu) -> job id -> (prefer, job, gpu, links)
-    for job in _running_samplers(store):
+    for job in _running(store):
         t0 = sampler_t0_ns(job)
         if t0 is None:
             continue
@@ -144,10 +146,12 @@ def pair_metrics(store: Store, now: datetime | None = None) -> list[str]:
     j, t = S.jobs, S.traffic
     since = now - timedelta(seconds=RECENT_S)
     with store.engine.connect() as c:
-        ids = c.execute(sa.select(j.c.id).where(sa.or_(j.c.exit_status.is_(None), j.c.ended >= since))
-                        .order_by(j.c.id.desc()).limit(MAX_JOBS)).scalars().all()
-        if not ids:
-            return []
+        ended = c.execute(sa.select(j.c.id).where(j.c.ended >= since).order_by(j.c.id.desc())
+                          .limit(MAX_JOBS)).scalars().all()
+    ids = sorted({*ended, *(job["id"] for job in _running(store))}, reverse=True)[:MAX_JOBS]
+    if not ids:
+        return []
+    with store.engine.connect() as c:
         rows = c.execute(sa.select(t.c.job, t.c.src, t.c.dst, t.c["class"], sa.func.sum(t.c.bytes))
                          .where(t.c.job.in_(ids)).group_by(t.c.job, t.c.src, t.c.dst, t.c["class"])
                          .order_by(t.c.job, t.c.src, t.c.dst, t.c["class"])).all()
