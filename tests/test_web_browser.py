@@ -652,3 +652,99 @@ def test_monitor_session_page(store_url, browser_page):
         assert "50 µs" in page.locator("#kpis").inner_text() and "0.40 % of a core" in page.locator("#kpis").inner_text()
         assert page.locator('#topo-view path.link[data-source="measured"]').count() == 3
         page.locator("#links .main-svg").first.wait_for()
+
+
+def test_more_new_user_findings(store_url, browser_page, tmp_path):
+    """What a new user still ran into: an empty job's "No operations recorded." left under the next
+    job's bars; heatmap axes running past the ranks (a rank -1 and a rank 8 of 8); 64 ranks on 8 GPUs
+    with their rank labels run together; a multi-node view of unnamed boxes; a job whose rankmap died
+    polled as running with its unflushed ranks unsaid; a phone's page twice the window's width."""
+    from rankmap.store import process_id
+
+    store = open_store(store_url)
+    ids = fill_store(store_url)
+    empty = store.create_job(["mpirun", "-np", "4", "./idle"], world_size=4)
+    store.ingest(empty, [WebRecord(world_rank=r, traffic=[]) for r in range(4)])
+    store.finish_job(empty, exit_status=0, elapsed_ns=10**9)
+    big = store.create_job(["mpirun", "-np", "64", "./ring"], world_size=64)
+    store.ingest(big, [WebRecord(world_rank=r, traffic=[((r + 1) % 64, "p2p", "MPI_Send", "device", "send", 10**6, 1)])
+                       for r in range(64)])
+    store.finish_job(big, exit_status=0, elapsed_ns=10**9)
+    multi = store.create_job(["srun", "-n", "4", "./a"], world_size=4)
+    store.ingest(multi, [WebRecord(world_rank=r, host="nodeA" if r < 2 else "nodeB",
+                                   traffic=[((r + 2) % 4, "p2p", "MPI_Send", "device", "send", 10**9, 1)]) for r in range(4)])
+    store.finish_job(multi, exit_status=0, elapsed_ns=2 * 10**9)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = process_id(gone.pid)
+    gone.wait()
+    died = store.create_job(["mpirun", "-np", "2", "./ring"], world_size=2, profiler=dead)
+    store.ingest(died, [WebRecord(world_rank=r, finalized=r == 0, traffic=[(1 - r, "p2p", "MPI_Send", "device", "send", 10, 1)])
+                        for r in range(2)])
+    page, problems, outside = browser_page
+    with _Server(create_app(store, TOPOLOGY), page) as srv:
+        def open_job(jid: int) -> None:
+            page.evaluate(f"location.hash = '#/job/{jid}'")
+            wait_js(page, f"document.getElementById('job-title').innerText === 'Job #{jid}'")
+
+        page.goto(f"{srv.url}/#/job/{empty}")
+        wait_js(page, "document.getElementById('ops').innerText === 'No operations recorded.'")
+        assert page.locator("#timeline").inner_text() == "No timeline recorded."
+        # 1. the next job's charts stand alone: no message of the empty job is left under them
+        open_job(ids["done"])
+        for plot in ("ops", "timeline", "mem", "heatmap"):
+            page.locator(f"#{plot} .main-svg").first.wait_for(timeout=15_000)
+            assert page.locator(f"#{plot} > p").count() == 0, plot
+            assert page.locator(f"#{plot}").inner_text().count("recorded") == 0, plot
+        # 2. the heatmap's axes span the ranks, 0 to 7, each cell square, no rank -1 or 8
+        wait_js(page, f"document.getElementById('heatmap').data[0].z.length === {N}")
+        ranges = page.evaluate("[document.getElementById('heatmap')._fullLayout.xaxis.range,"
+                               " document.getElementById('heatmap')._fullLayout.yaxis.range]")
+        assert ranges == [[-0.5, N - 0.5], [N - 0.5, -0.5]]
+        ticks = page.evaluate("[...document.querySelectorAll('#heatmap .ytick text')].map(t => t.textContent)")
+        assert sorted(ticks, key=int) == [str(r) for r in range(N)], ticks
+
+        # 3. 64 ranks on a DGX-1's 8 GPUs: the rank labels of the GPU row do not run into each other
+        open_job(big)
+        wait_js(page, "[...document.querySelectorAll('#topo-view text.ranks')].some(t => t.textContent.includes('+'))")
+        boxes = page.evaluate("""[...document.querySelectorAll('#topo-view text.ranks')].map(t => {
+            const b = t.getBoundingClientRect(); return {x0: b.left, x1: b.right, y: Math.round(b.top), text: t.textContent}; })""")
+        assert len(boxes) == 8 and all("+" in b["text"] for b in boxes), boxes
+        for a, b in zip(sorted(boxes, key=lambda b: b["x0"]), sorted(boxes, key=lambda b: b["x0"])[1:]):
+            assert a["y"] != b["y"] or a["x1"] <= b["x0"], (a, b)
+        tip = page.locator('#topo-view [data-device="gpu0"] > title').text_content()
+        assert tip.endswith("ranks: " + ", ".join(str(r) for r in range(0, 64, 8))), tip
+
+        # 4. the multi-node view names its GPUs and NICs
+        open_job(multi)
+        page.locator("#cluster-view svg").wait_for(timeout=15_000)
+        gpus = page.locator("#cluster-view .node-gpu text").all_text_contents()
+        assert gpus and gpus == [f"GPU{i}" for i in range(len(gpus) // 2)] * 2, gpus
+        nics = page.locator("#cluster-view .node-nic text").all_text_contents()
+        assert nics and all(nics), nics
+
+        # 5. a job whose rankmap died: incomplete, not polled, its unflushed rank said
+        asked = []
+        page.on("request", lambda r: asked.append(r.url) if r.url.endswith(f"/api/jobs/{died}") else None)
+        open_job(died)
+        wait_js(page, "document.querySelector('#job-status .pill.bad') !== null")
+        assert page.locator("#job-status").inner_text() == "incomplete"
+        assert page.locator("#job-problems").inner_text() == "ranks without a final flush: 1"
+        assert "running" not in page.locator("#kpis").inner_text()
+        page.wait_for_timeout(5000)                     # two poll periods of a running job
+        assert len(asked) == 1, asked
+
+        # 6. a phone: one column, nothing wider than the window, the grid still readable; the window
+        # shrinks while the link counters' chart is hidden (this job has none), which kept its old width
+        assert page.locator("#links").is_hidden()
+        page.set_viewport_size({"width": 390, "height": 844})
+        open_job(ids["done"])
+        wait_js(page, "document.getElementById('links').offsetWidth > 0 && document.querySelector('#links .main-svg') !== null")
+        try:
+            wait_js(page, "document.documentElement.scrollWidth <= 390", timeout=10_000)
+        except AssertionError:
+            wide = page.evaluate("""[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 391)
+                .slice(0, 3).map(e => `${e.closest('[id]').id} ${Math.round(e.getBoundingClientRect().right)}`)""")
+            raise AssertionError(f"wider than the window: {wide}") from None
+        assert page.locator("#heatmap").bounding_box()["width"] >= 300
+        assert page.locator("#job-list").bounding_box()["y"] < page.locator("#job-title").bounding_box()["y"]
+        page.screenshot(path=str(tmp_path / "phone.png"), full_page=True)

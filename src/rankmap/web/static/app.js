@@ -284,6 +284,18 @@ function showPlotError(elId, msg) {
   e.append(el("p", { class: "muted" }, msg));
 }
 
+// Draw a chart where a message may stand (showPlotError): the message goes, or it would stay
+// under the chart of the next job that has data ("No operations recorded." under its bars).
+function plot(elId, traces, layout) {
+  const e = $(elId);
+  for (const m of e.querySelectorAll(":scope > p.muted")) m.remove();
+  // A chart that was hidden when the window changed size (the link counters of a job without any)
+  // keeps its old width when shown again, wider than its card: fit it to its box.
+  return Plotly.react(e, traces, layout, PLOT_CONFIG).then(() => {
+    if (e.offsetWidth && e._fullLayout && Math.abs(e._fullLayout.width - e.offsetWidth) > 1) return Plotly.Plots.resize(e);
+  });
+}
+
 function kpi(k, v, hint) {
   const d = el("div", { class: "kpi" });
   d.append(el("div", { class: "k" }, k), el("div", { class: "v" }, v));
@@ -350,11 +362,16 @@ function renderMatrix(m) {
     hovertemplate: `rank %{y} → rank %{x}<br>%{z:,}${unit}<extra></extra>`,
     colorbar: { title: { text: m.what, side: "right" }, thickness: 12 },
   };
+  // Both axes span exactly the ranks and shrink their domain to keep the cells square: left to
+  // autorange, the square aspect stretched one axis past them (a rank -1 and a rank n, a 2-rank
+  // grid cut off), and the grid lines showed through the gaps as dots.
+  const axis = (title, range) => ({ title: { text: title }, range, dtick: n <= 16 ? 1 : undefined,
+    constrain: "domain", showgrid: false, zeroline: false });
   const layout = plotLayout({
-    xaxis: { title: { text: "receiver (dst rank)" }, dtick: n <= 16 ? 1 : undefined, constrain: "domain" },
-    yaxis: { title: { text: "sender (src rank)" }, autorange: "reversed", dtick: n <= 16 ? 1 : undefined, scaleanchor: "x" },
+    xaxis: axis("receiver (dst rank)", [-0.5, n - 0.5]),
+    yaxis: Object.assign(axis("sender (src rank)", [n - 0.5, -0.5]), { scaleanchor: "x" }),
   });
-  Plotly.react("heatmap", [trace], layout, PLOT_CONFIG);
+  plot("heatmap", [trace], layout);
 }
 
 /** "mirror" or "library 70%, model 30%": where an operation's pair bytes come from. */
@@ -382,12 +399,12 @@ function renderOps(data) {
     { type: "bar", name: "time in call (s)", x: names, y: ops.map((o) => o.time_ns / 1e9), yaxis: "y2", offsetgroup: 2,
       marker: { color: "rgba(100,116,139,.45)" }, hovertext: hover, hoverinfo: "text" },
   ];
-  Plotly.react("ops", traces, plotLayout({
+  plot("ops", traces, plotLayout({
     barmode: "group", margin: { l: 60, r: 60, t: 10, b: 90 },
     yaxis: { title: { text: "bytes" }, tickformat: ".2s" },
     yaxis2: { title: { text: "seconds (all ranks)" }, overlaying: "y", side: "right", showgrid: false, rangemode: "tozero" },
     xaxis: { tickangle: -30 },
-  }), PLOT_CONFIG);
+  }));
 }
 
 function renderTimeline(data) {
@@ -406,10 +423,10 @@ function renderTimeline(data) {
       hovertemplate: `${c}: %{y:.3f} GB/s from %{x:.2f} s<extra></extra>`,
     };
   });
-  Plotly.react("timeline", traces, plotLayout({
+  plot("timeline", traces, plotLayout({
     xaxis: { title: { text: "seconds since start" }, range: [x[0], x[x.length - 1]] },
     yaxis: { title: { text: "GB/s sent" }, rangemode: "tozero" },
-  }), PLOT_CONFIG);
+  }));
 }
 
 function renderMem(job) {
@@ -417,12 +434,12 @@ function renderMem(job) {
   const kinds = Object.keys(mem).sort((a, b) => mem[b] - mem[a]);
   if (!kinds.length) return showPlotError("mem", "No bytes recorded.");
   const total = kinds.reduce((s, k) => s + mem[k], 0);
-  Plotly.react("mem", [{
+  plot("mem", [{
     type: "bar", orientation: "h", y: kinds, x: kinds.map((k) => mem[k]),
     marker: { color: kinds.map((k) => MEM_COLOURS[k] || "#64748b") },
     text: kinds.map((k) => `${fmtBytes(mem[k])} (${(100 * mem[k] / (total || 1)).toFixed(1)} %)`),
     textposition: "auto", hovertemplate: "%{y}: %{x:,} B<extra></extra>",
-  }], plotLayout({ margin: { l: 80, r: 20, t: 10, b: 40 }, xaxis: { title: { text: "bytes sent from" }, tickformat: ".2s" } }), PLOT_CONFIG);
+  }], plotLayout({ margin: { l: 80, r: 20, t: 10, b: 40 }, xaxis: { title: { text: "bytes sent from" }, tickformat: ".2s" } }));
 }
 
 function cudaTable(cols, rows, nameCols = 2) {
@@ -488,10 +505,10 @@ function renderLinks(data) {
         hovertemplate: `GPU${s.device} ${s.link} ${dir}: %{y:.2f} GB/s at %{x:.2f} s<extra></extra>` });
     }
   }
-  Plotly.react("links", traces, plotLayout({
+  plot("links", traces, plotLayout({
     legend: { orientation: "v", x: 1.02, y: 1 }, margin: { l: 60, r: 10, t: 10, b: 45 },
     xaxis: { title: { text: "seconds since first sample" } }, yaxis: { title: { text: "GB/s" }, rangemode: "tozero" },
-  }), PLOT_CONFIG);
+  }));
 }
 
 // ------------------------------------------------------------------ topology drawing
@@ -507,10 +524,27 @@ function deviceLabel(d) {
   }
 }
 
-function ranksLabel(rs) {
+function ranksLabel(rs, most = 4) {
   if (!rs || !rs.length) return "";
-  const shown = rs.slice(0, 4).map((r) => `r${r}`).join(" ");
-  return rs.length > 4 ? `${shown} +${rs.length - 4}` : shown;
+  const shown = rs.slice(0, most).map((r) => `r${r}`).join(" ");
+  return rs.length > most ? `${shown} +${rs.length - most}` : shown;
+}
+
+// The rank labels above the GPUs of one row share its width: with many ranks per GPU (64 ranks on
+// 8 GPUs) "r0 r8 r16 r24 +4" ran into its neighbour's. Each label names as many ranks as fit in the
+// gap to the next labelled GPU, the rest as "+N" (all of them in the GPU's tooltip). Measured once
+// drawn, so it holds for any font; a hidden drawing measures 0 and keeps its labels.
+function fitRankLabels(root) {
+  const labels = [...root.querySelectorAll("text.ranks")].map((t) => {
+    const m = t.parentNode.getAttribute("transform").match(/translate\(([-\d.]+),([-\d.]+)\)/);
+    return { t, x: Number(m[1]), y: Number(m[2]), ranks: JSON.parse(t.dataset.ranks) };
+  });
+  for (const a of labels) {
+    const gaps = labels.filter((b) => b !== a && b.y === a.y).map((b) => Math.abs(b.x - a.x));
+    if (!gaps.length) continue;
+    const room = Math.min(...gaps) - 6;
+    for (let most = 3; most >= 1 && a.t.getComputedTextLength() > room; most--) a.t.textContent = ranksLabel(a.ranks, most);
+  }
 }
 
 function linkName(l) {
@@ -551,10 +585,12 @@ function drawTopology(box, topo, paint, onGpu, onClick) {
     const tx = svg("text", { "text-anchor": "middle", y: 4 });
     tx.textContent = deviceLabel(dv);
     g.append(tx);
-    titled(g, `${id}: ${dv.name || dv.kind}` + Object.entries(dv.attrs || {}).map(([k, v]) => `\n${k}: ${v}`).join(""));
-    if (dv.kind === "gpu" && onGpu && onGpu[String(dv.index)]) {
-      const r = svg("text", { class: "ranks", "text-anchor": "middle", y: -st.h / 2 - 5 });
-      r.textContent = ranksLabel(onGpu[String(dv.index)]);
+    const ranks = dv.kind === "gpu" && onGpu ? onGpu[String(dv.index)] : null;
+    titled(g, `${id}: ${dv.name || dv.kind}` + Object.entries(dv.attrs || {}).map(([k, v]) => `\n${k}: ${v}`).join("") +
+      (ranks && ranks.length ? `\nranks: ${ranks.join(", ")}` : ""));
+    if (ranks) {
+      const r = svg("text", { class: "ranks", "text-anchor": "middle", y: -st.h / 2 - 5, "data-ranks": JSON.stringify(ranks) });
+      r.textContent = ranksLabel(ranks);
       g.append(r);
     }
     devG.append(g);
@@ -562,6 +598,7 @@ function drawTopology(box, topo, paint, onGpu, onClick) {
   root.append(linksG, devG);
   box.textContent = "";
   box.append(root);
+  fitRankLabels(root);
 }
 
 // congestion relative to `ref` (the busiest link of the views compared): the mapping view
@@ -719,7 +756,7 @@ function renderLinkSeries() {
     const tt = u.t_s[Math.min(state.frame, u.frames - 1)] + u.frame_s / 2;
     shapes.push({ type: "line", yref: "paper", y0: 0, y1: 1, x0: tt, x1: tt, line: { width: 1, color: "#0f172a" } });
   }
-  Plotly.react("link-series", [
+  plot("link-series", [
     { type: "scatter", mode: "lines+markers", name: `${r.a} → ${r.b}`, x, y: gb(r.util_ab), line: { color: "#2563eb" },
       hovertemplate: `${r.a} → ${r.b}: %{y:.2f} GB/s at %{x:.2f} s<extra></extra>` },
     { type: "scatter", mode: "lines+markers", name: `${r.b} → ${r.a}`, x, y: gb(r.util_ba), line: { color: "#f97316", dash: "dot" },
@@ -727,7 +764,7 @@ function renderLinkSeries() {
   ], plotLayout({
     shapes, margin: { l: 60, r: 20, t: 10, b: 45 }, xaxis: { title: { text: "seconds since the job's start" } },
     yaxis: { title: { text: "GB/s" }, rangemode: "tozero", range: [0, r.bandwidth * 1.05] },
-  }), PLOT_CONFIG);
+  }));
 }
 
 function stopPlaying() {
@@ -794,11 +831,11 @@ async function drawPvar() {
   const v = d.variables.find((x) => x.name === name) || {};
   $("pvar-note").textContent = `${v.class || "variable"}, ${d.ranks} rank(s)` +
     (d.ranks_shown < d.ranks ? `, the first ${d.ranks_shown} shown` : "") + "; read at every flush and at finalize";
-  Plotly.react("pvar", d.series.map((s) => ({
+  plot("pvar", d.series.map((s) => ({
     type: "scatter", mode: "lines+markers", name: `rank ${s.rank}`, x: s.t_s, y: s.value,
     hovertemplate: `rank ${s.rank}: %{y:,} at %{x:.2f} s<extra></extra>`,
   })), plotLayout({ margin: { l: 70, r: 20, t: 10, b: 45 }, legend: { orientation: "v", x: 1.02, y: 1 },
-    xaxis: { title: { text: "seconds since the rank's start" } }, yaxis: { title: { text: name } } }), PLOT_CONFIG);
+    xaxis: { title: { text: "seconds since the rank's start" } }, yaxis: { title: { text: name } } }));
 }
 
 // ------------------------------------------------------------------ multi-node view
@@ -808,7 +845,11 @@ function renderCluster(p) {
   card.hidden = false;
   const c = p.value, H = c.nodes.length;
   const maxNics = Math.max(1, ...c.nodes.map((n) => n.nics.length));
-  const NW = Math.max(230, maxNics * 52 + 16), NH = 130, GAP = 40, TOP = 120;
+  const NW = Math.max(230, maxNics * 52 + 16), GAP = 40, TOP = 120;
+  // GPU chips: as many per row as the node's width holds, and the node as tall as its rows
+  const per = Math.max(1, Math.floor((NW - 16) / 44));
+  const maxGpus = Math.max(1, ...c.nodes.map((n) => Object.keys(n.gpus).length));
+  const NH = Math.max(130, 40 + Math.ceil(maxGpus / per) * 24 + 28);
   const W = Math.max(H * (NW + GAP) + GAP, 400), HT = TOP + NH + 70 + 14 * H;
   const root = svg("svg", { viewBox: `0 0 ${W} ${HT}`, class: "cluster", role: "img", "aria-label": "nodes and network",
     style: `max-width: ${Math.round(W * MAX_SCALE)}px` });
@@ -824,19 +865,26 @@ function renderCluster(p) {
     name.textContent = n.name;
     g.append(name);
     const gpus = Object.entries(n.gpus);
-    const per = Math.ceil(Math.sqrt(gpus.length * 2));
+    // each chip named: an unnamed grid of boxes said nothing without a hover
     gpus.forEach(([gi, rs], k) => {
-      const gx = 10 + (k % per) * 34, gy = 44 + Math.floor(k / per) * 24;
-      const chip = svg("rect", { x: gx, y: gy, width: 30, height: 20, rx: 3, fill: rs.length ? "#ecf7e2" : "#fff", stroke: "#4d8f1c",
-        class: "node-gpu", "data-gpu": gi });
-      titled(chip, `GPU${gi}: ${rs.length ? "ranks " + rs.join(", ") : "no rank"}`);
+      const gx = 10 + (k % per) * 44, gy = 40 + Math.floor(k / per) * 24;
+      const chip = svg("g", { class: "node-gpu", "data-gpu": gi, transform: `translate(${gx},${gy})` });
+      chip.append(svg("rect", { width: 40, height: 20, rx: 3, fill: rs.length ? "#ecf7e2" : "#fff", stroke: "#4d8f1c" }));
+      const label = svg("text", { x: 20, y: 14, "text-anchor": "middle" });
+      label.textContent = `GPU${gi}`;
+      chip.append(label);
+      titled(chip, `${n.name} GPU${gi}: ${rs.length ? "ranks " + rs.join(", ") : "no rank"}`);
       g.append(chip);
     });
     titled(g, `${n.name}: ${n.ranks.length} ranks; busiest in-node link at ${fmtUtil(n.local_peak_util)} (whole job)`);
     n.nics.forEach((nic, k) => {
       const cx = x0 + (k + 1) * NW / (n.nics.length + 1);
-      const nb = svg("rect", { x: cx - 22 - x0, y: -9, width: 44, height: 18, rx: 4, fill: "#fce7f3", stroke: "#be185d", class: "node-nic" });
-      titled(nb, `${nic.name}: ${nic.bandwidth} GB/s per direction`);
+      const nb = svg("g", { class: "node-nic", transform: `translate(${cx - x0},0)` });
+      nb.append(svg("rect", { x: -22, y: -9, width: 44, height: 18, rx: 4, fill: "#fce7f3", stroke: "#be185d" }));
+      const label = svg("text", { y: 3.5, "text-anchor": "middle" });
+      label.textContent = nic.name.length > 8 ? `${nic.name.slice(0, 7)}…` : nic.name;
+      nb.append(label);
+      titled(nb, `${n.name} ${nic.name}: ${nic.bandwidth} GB/s per direction`);
       g.append(nb);
       const util = Math.max(nic.up_util, nic.down_util);
       const line = svg("path", { d: `M${cx},${TOP - 9} L${sw.x},${sw.y + 15}`, class: "net-link", "data-node": n.name,

@@ -1,5 +1,5 @@
 // rankmap dashboard, machine page: what `rankmap bench p2p|mpi|nccl` measured on a host, from /api/machine.
-// Loaded after app.js and uses its helpers ($, api, el, plotLayout, PLOT_CONFIG, fmtBytes).
+// Loaded after app.js and uses its helpers ($, api, el, plotLayout, plot, showPlotError, fmtBytes).
 "use strict";
 
 const BUFFER_COLOURS = { host: "#2563eb", device: "#76b900", "device-staged": "#f59e0b", "device-ipc": "#8b5cf6" };
@@ -69,11 +69,11 @@ function renderP2p(run) {
       const v = ce.filter((r) => r.src === a && r.dst === b).map((r) => r.bandwidth_GBps);
       return v.length ? Math.max(...v) : null;
     }));
-    Plotly.react("p2p-matrix", [{
+    plot("p2p-matrix", [{
       type: "heatmap", z, x: gpus.map((g) => `GPU${g}`), y: gpus.map((g) => `GPU${g}`), xgap: 2, ygap: 2,
       colorscale: [[0, "#eef4fb"], [1, "#08306b"]], zmin: 0, texttemplate: "%{z:.1f}",
       hovertemplate: "%{y} → %{x}: %{z:.2f} GB/s<extra></extra>", colorbar: { title: { text: "GB/s", side: "right" }, thickness: 12 },
-    }], plotLayout({ xaxis: { title: { text: "destination" } }, yaxis: { title: { text: "source" }, autorange: "reversed" } }), PLOT_CONFIG);
+    }], plotLayout({ xaxis: { title: { text: "destination" } }, yaxis: { title: { text: "source" }, autorange: "reversed" } }));
   } else {
     showPlotError("p2p-matrix", "No GPU pair was measured (one GPU, or no peer access): see the run's note.");
   }
@@ -113,10 +113,10 @@ function renderMpi(run) {
   }
   const axis = (t) => plotLayout({ xaxis: { type: "log", title: { text: "message size (bytes)" } }, yaxis: { type: "log", title: { text: t } } });
   const lat = bySize(run.rows, "latency", "latency_us");
-  if (lat.length) Plotly.react("mpi-latency", lat, axis("µs (half round trip)"), PLOT_CONFIG);
+  if (lat.length) plot("mpi-latency", lat, axis("µs (half round trip)"));
   else showPlotError("mpi-latency", "No latency figures in this run.");
   const bw = bySize(run.rows, "bw", "bandwidth_GBps");
-  if (bw.length) Plotly.react("mpi-bw", bw, axis("GB/s"), PLOT_CONFIG);
+  if (bw.length) plot("mpi-bw", bw, axis("GB/s"));
   else showPlotError("mpi-bw", "No bandwidth figures in this run.");
 }
 
@@ -137,8 +137,8 @@ function renderNccl(run) {
       text: rs.map((r) => `${sizeLabel(r.size)}: ${r.latency_us.toFixed(1)} µs, algbw ${r.algbw_GBps.toFixed(2)}`),
       hovertemplate: `${key} %{text}, busbw %{y:.2f} GB/s<extra></extra>` });
   }
-  Plotly.react("nccl-busbw", traces, plotLayout({ xaxis: { type: "log", title: { text: "size (bytes, nccl-tests' definition)" } },
-    yaxis: { title: { text: "busbw GB/s" }, rangemode: "tozero" } }), PLOT_CONFIG);
+  plot("nccl-busbw", traces, plotLayout({ xaxis: { type: "log", title: { text: "size (bytes, nccl-tests' definition)" } },
+    yaxis: { title: { text: "busbw GB/s" }, rangemode: "tozero" } }));
 }
 
 function renderRuns(history) {
