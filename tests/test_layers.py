@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,24 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "rankmap"
 ARCH = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
-#: bottom to top; folders on one line are siblings that must not import each other
-LAYERS = [("errors",), ("native_sources",), ("formats",), ("topology",), ("capture",), ("store",),
-          ("mapping", "report", "bench"), ("pipeline",), ("web",), ("commands",), ("cli",), ("__main__",)]
+
+def doc_layers(text: str) -> list[tuple[str, ...]]:
+    """The layer list of docs/architecture.md, bottom to top: a numbered line starts a layer, an
+    unnumbered ``src/rankmap/...`` line below it adds a sibling. The doc is the one place it is declared."""
+    block = text.split("```")[1]
+    layers: list[list[str]] = []
+    for line in block.splitlines():
+        m = re.match(r"\s*(\d+)?\s+src/rankmap/(\w+)(?:/|\.py)\s", line + " ")
+        if not m:
+            continue
+        if m.group(1) is not None:
+            layers.append([])
+        layers[-1].append(m.group(2))
+    return [tuple(names) for names in reversed(layers)]
+
+
+#: bottom to top; folders of one layer are siblings that must not import each other
+LAYERS = doc_layers(ARCH.read_text())
 #: the one import up the list: the topology JSON's objects are the topology model's (a module that
 #: imports nothing of rankmap but its errors)
 ALLOWED_UP = {("rankmap.formats.topology_json", "rankmap.topology.model")}
@@ -22,7 +38,7 @@ def level(part: str) -> int:
     for i, names in enumerate(LAYERS):
         if part in names:
             return i
-    raise AssertionError(f"rankmap.{part} is in no layer of this test (and docs/architecture.md)")
+    raise AssertionError(f"rankmap.{part} is in no layer of docs/architecture.md")
 
 
 def modules() -> list[tuple[str, Path]]:
@@ -68,8 +84,17 @@ def test_imports_point_down(module, path):
         assert theirs < mine or target.split(".")[1] == parts[1], f"{module} imports {target} (up the layer list)"
 
 
-def test_architecture_lists_every_layer():
-    text = ARCH.read_text()
-    for names in LAYERS[2:-2]:
-        for n in names:
-            assert f"src/rankmap/{n}/" in text, n
+def test_doc_layers_parse():
+    """The parser reads numbered lines as layers and unnumbered ones as siblings (and is not vacuous)."""
+    text = "x\n```\n 2  src/rankmap/b/   B\n    src/rankmap/c/   C\n              prose src/rankmap/z/\n" \
+           " 1  src/rankmap/a.py   A\n```\n"
+    assert doc_layers(text) == [("a",), ("b", "c")]
+    assert ("errors",) == LAYERS[0] and ("mapping", "report", "bench") in LAYERS and len(LAYERS) >= 10
+
+
+def test_every_package_part_has_a_layer():
+    """Every module and folder of src/rankmap sits on the doc's layer list."""
+    tops = {m.split(".")[1] for m, _ in modules() if "." in m}
+    listed = {n for names in LAYERS for n in names}
+    assert tops - listed == set(), "in no layer of docs/architecture.md"
+    assert listed - tops == set(), "listed in docs/architecture.md but not in src/rankmap"
