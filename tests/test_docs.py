@@ -1,5 +1,6 @@
 """What the docs name exists: the README's verb table is `cli.VERBS`, every `rankmap VERB --option`
-the README and docs/*.md show is an option of that verb, and docs/architecture.md names every
+the README and docs/*.md show is an option of that verb, every repository path they name exists
+(and the options they pass to bench/ and gpu/ scripts), and docs/architecture.md names every
 module and C source there is and nothing that is not.
 
 A doc that drifts from the code misleads a user before any test of the code can; these keep them in step.
@@ -97,6 +98,51 @@ def test_shown_options_catch_a_wrong_one():
 def test_docs_show_only_existing_options():
     known = parsers()
     bad = {f"{d.relative_to(ROOT)}: {cmd} {opt}" for d in DOCS for cmd, opt in shown_options(d.read_text(), known)}
+    assert bad == set()
+
+
+# ---------------------------------------------------------------------- paths and script options
+PATH_RE = re.compile(r"(?<![\w/.~-])((?:src/rankmap|native|tests|bench|gpu|examples|docs|scripts)/[\w./-]*\w)(?!\w|\.\{)")
+
+
+def named_paths(text: str) -> set[str]:
+    """Repository paths a doc names (build outputs, `.../build/...`, are made by the commands shown)."""
+    return {p for p in PATH_RE.findall(text) if "/build/" not in p}
+
+
+def test_named_paths_parse():
+    text = "`native/common/rmrec.{h,c}`, `bench/x.py`. Not /api/bench/RUN nor examples/mpi/build/halo4d"
+    assert named_paths(text) == {"native/common", "bench/x.py"}
+
+
+def test_docs_name_only_paths_that_exist():
+    missing = {f"{d.relative_to(ROOT)}: {p}" for d in DOCS for p in named_paths(d.read_text())
+               if not (ROOT / p).exists() and not (SRC / p).exists()}
+    assert missing == set()
+
+
+def script_options(text: str) -> list[tuple[str, str]]:
+    """(script, option) for every `bench/X.py --opt` / `gpu/X.sh --opt` on a line whose script does
+    not mention that option (its argparse or its shell case), up to a comment or the next command."""
+    out = []
+    for line in text.splitlines():
+        for m in re.finditer(r"(?<![\w/])((?:bench|gpu|scripts)/[\w.-]+\.(?:py|sh))([^`|\n]*)", line):
+            script = ROOT / m.group(1)
+            if not script.is_file():
+                continue
+            rest = re.split(r"\s#|;|&&|\)|,\s", m.group(2))[0]
+            out += [(m.group(1), o) for o in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", rest)
+                    if o not in script.read_text()]
+    return out
+
+
+def test_script_options_catch_a_wrong_one():
+    assert script_options("`PYTHONPATH=src python3 bench/ingest.py --minutes 60 --cycles 10`") == []
+    assert script_options("`python3 bench/ingest.py --minutez 1  # not --other`") == [("bench/ingest.py", "--minutez")]
+
+
+def test_docs_show_only_existing_script_options():
+    bad = {f"{d.relative_to(ROOT)}: {s} {o}" for d in DOCS for s, o in script_options(d.read_text())}
     assert bad == set()
 
 

@@ -163,6 +163,16 @@ def test_demo_one_block(tmp_path):
     assert _summary(p.stdout, "what-if, GPU-resident")[2] == 1.5
 
 
+def test_demo_bad_sizes(tmp_path):
+    """A face or iteration count below 1 is one line before anything runs (a negative face made
+    halo4d abort and the demo end in a traceback; 0 placed nothing and still printed a ratio)."""
+    env = {"RANKMAP_HOME": str(tmp_path), "RANKMAP_DB": f"sqlite:///{tmp_path / 'd.db'}"}
+    assert_one_line_error(rankmap("demo", "--face", "-5", env=env), "--face must be at least 1, got -5")
+    assert_one_line_error(rankmap("demo", "--iters", "0", "--synthetic", env=env), "--iters must be at least 1")
+    assert_one_line_error(rankmap("demo", "--ranks", "1", env=env), "--ranks must be at least 2")
+    assert not (tmp_path / "d.db").exists()
+
+
 def test_platform_xml_routes_host_staged_pairs_via_the_host():
     """A GPU pair whose ranks exchange mostly host memory gets the host-staged route (up to the CPU,
     across the CPU interconnect, down), a GPU with itself the route up and back; others keep theirs."""

@@ -40,5 +40,8 @@ def run(args: argparse.Namespace) -> int:
     con = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
     if args.ranks < 2:
         raise RankmapError("--ranks must be at least 2")
+    for flag, value in (("--face", args.face), ("--iters", args.iters)):
+        if value < 1:                    # halo4d would abort on a negative count; 0 sends nothing to place
+            raise RankmapError(f"{flag} must be at least 1, got {value}")
     res = D.run_demo(args, con)
     return 0 if res else 1
