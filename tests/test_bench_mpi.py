@@ -175,6 +175,21 @@ def test_bad_launchers_and_options_are_one_line(bench_env, tmp_path):
     assert_one_line_error(rankmap("bench", "mpi", "--buffers", "gpu", "--", *OMPI, env=bench_env), "unknown buffer 'gpu'")
 
 
+def test_counts_below_what_the_programs_take_are_one_line(bench_env):
+    """Named as the user's option before anything is built or run (the programs' own check would be
+    reported as a rankmap bug)."""
+    for args, needle in ((["p2p", "--loops", "0"], "--loops must be at least 1, got 0"),
+                         (["p2p", "--samples", "-2"], "--samples must be at least 1"),
+                         (["mpi", "--window", "0", "--", *OMPI], "--window must be at least 1"),
+                         (["mpi", "--max-iters", "0", "--", *OMPI], "--max-iters must be at least 1"),
+                         (["nccl", "--iters", "0"], "--iters must be at least 1"),
+                         (["nccl", "--warmup", "-1"], "--warmup must be at least 0"),
+                         (["nccl", "--step-factor", "1"], "--step-factor must be at least 1.01, got 1")):
+        p = rankmap("bench", *args, env=bench_env)
+        assert_one_line_error(p, needle)
+        assert "rankmap bug" not in p.stderr
+
+
 def test_a_benchmark_past_its_time_limit_is_stopped(bench_env):
     need_openmpi()
     p = rankmap("bench", "mpi", "--timeout", "1", "--sizes", "8:64M", "--", *OMPI, env=bench_env, timeout=300)

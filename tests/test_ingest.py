@@ -190,6 +190,12 @@ def test_postgresql_stopped_in_the_middle_of_a_job(pairs, own_pg_cluster, tmp_pa
     assert matrix(rankmap("export", "latest", "--db", url, env=env).stdout, n) == expected(n, nbytes, rounds)
 
 
+def test_jobs_limit_below_one_is_one_line(tmp_path):
+    env = {"RANKMAP_HOME": str(tmp_path)}
+    assert_one_line_error(rankmap("jobs", "--limit", "-1", env=env), "--limit must be at least 1, got -1")
+    assert_one_line_error(rankmap("jobs", "--limit", "0", "--format", "json", env=env), "--limit")
+
+
 def test_ingest_refuses_a_job_that_is_still_streamed(tmp_path):
     from rankmap.capture.rundir import make_run_dir
     from rankmap.errors import RankmapError

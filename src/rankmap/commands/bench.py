@@ -132,6 +132,15 @@ def _launcher(cmd: list[str]) -> list[str]:
     return cmd[1:] if cmd and cmd[0] == "--" else cmd
 
 
+def _at_least(args: argparse.Namespace, **lows: float) -> None:
+    """Counts below what the benchmark programs take are the user's, so one line names the option
+    here; the programs' own check would read as a rankmap bug."""
+    for name, lo in lows.items():
+        value = getattr(args, name)
+        if value is not None and value < lo:
+            raise RankmapError(f"--{name.replace('_', '-')} must be at least {lo:g}, got {value:g}")
+
+
 def _finish(run, args: argparse.Namespace) -> int:
     """Store, print, and say in one line what was measured and what was not (an error when nothing was)."""
     if not run.rows:
@@ -155,6 +164,7 @@ def _finish(run, args: argparse.Namespace) -> int:
 def run_p2p(args: argparse.Namespace) -> int:
     from rankmap.bench import p2p
 
+    _at_least(args, loops=1, samples=1)
     return _finish(p2p.run(size=args.size, loops=args.loops, samples=args.samples, tests=args.tests,
                            devices=args.devices, timeout=args.timeout), args)
 
@@ -165,6 +175,7 @@ def run_mpi(args: argparse.Namespace) -> int:
     cmd = _launcher(list(args.command))
     if not cmd:
         raise RankmapError("give the MPI launcher after --, e.g. rankmap bench mpi -- mpirun -np 2")
+    _at_least(args, trials=1, window=1, max_iters=1)
     return _finish(mpi.run(cmd, min_size=args.sizes[0], max_size=args.sizes[1], coll_max_size=args.coll_max_size,
                            tests=args.tests, buffers=args.buffers, trials=args.trials, window=args.window,
                            cuda_aware=args.cuda_aware, timeout=args.timeout, mpicc=args.mpicc,
@@ -175,6 +186,7 @@ def run_mpi(args: argparse.Namespace) -> int:
 def run_nccl(args: argparse.Namespace) -> int:
     from rankmap.bench import nccl
 
+    _at_least(args, iters=1, warmup=0, trials=1, gpus=0, step_factor=1.01)
     cmd = _launcher(list(args.command))
     return _finish(nccl.run(cmd or None, ops=args.ops, min_size=args.sizes[0], max_size=args.sizes[1],
                             step_factor=args.step_factor, iters=args.iters, warmup=args.warmup, trials=args.trials,

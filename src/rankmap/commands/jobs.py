@@ -20,8 +20,11 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
+    from rankmap.errors import RankmapError
     from rankmap.store import open_store
 
+    if args.limit < 1:                  # SQLite reads a negative LIMIT as none, PostgreSQL refuses it
+        raise RankmapError(f"--limit must be at least 1, got {args.limit}")
     store = open_store(args.db)
     store.settle_jobs()
     rows = store.job_list(args.limit)
