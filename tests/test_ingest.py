@@ -60,6 +60,7 @@ def test_ingest_of_a_run_directory_matches_the_streamed_job(pairs, tmp_path):
         q = rankmap("ingest", run_dir, "--db", fresh, env=env)
         assert q.returncode == 0, q.stderr
         assert ("created" if attempt == 0 else "completed") in q.stdout and "state finished" in q.stdout
+        assert ("nothing new" in q.stdout) == (attempt == 1), q.stdout     # "adds nothing", and says so
         assert rankmap("export", "latest", "--db", fresh, env=env).stdout == streamed
     again = json.loads(rankmap("jobs", "--format", "json", "--db", fresh, env=env).stdout)
     assert len(again) == 1 and again[0]["state"] == "finished" and again[0]["exit_status"] == 0

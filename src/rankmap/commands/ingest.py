@@ -25,5 +25,8 @@ def run(args: argparse.Namespace) -> int:
     for p in res.problems:
         print(f"rankmap: warning: {p}")
     how = "created" if res.created else "completed"
-    print(f"job {res.job_id} {how} from {res.files} record file(s): {res.rows} rows written, state {res.state}")
+    # rows are rewritten with the same values on a repeat (a rank's totals): say what was new instead
+    what = "nothing new" if res.new_bytes == 0 and not res.created else \
+        f"{res.new_bytes} bytes of records stored in {res.rows} rows"
+    print(f"job {res.job_id} {how} from {res.files} record file(s): {what}, state {res.state}")
     return 0

@@ -292,6 +292,8 @@ class IngestResult:
     state: str
     files: int
     problems: list[str] = field(default_factory=list)
+    #: bytes of record files read past what the store held: 0 when an ingest found nothing new
+    new_bytes: int = 0
 
 
 def new_run_uid() -> str:
@@ -324,16 +326,18 @@ def ingest_run(run_dir: str | Path, store: Store) -> IngestResult:
             host, pid, _ = (j.get("profiler") or "? ? ?").split()
             raise RankmapError(f"job {jid} is still being profiled (rankmap pid {pid} on {host}) and streams "
                                f"{rd.path} itself: ingest it after that ends")
+    before = {n: done for n, (done, _) in store.file_states(jid).items()}
     ing = RunIngest(store, jid, rd.path)
     ing.poll(final=True)
     rows = ing.write()
+    new_bytes = sum(done - before.get(n, 0) for n, (done, _) in store.file_states(jid).items())
     problems = ing.problems()
     done = "exit_status" in info
     state = "finished" if done else "incomplete"
     store.finish_job(jid, exit_status=info.get("exit_status"), elapsed_ns=info.get("elapsed_ns"),
                      world_size=info.get("world_size") or ing.world_size, state=state, ended=_when(info.get("end")),
                      meta={"ingested_from": str(rd.path), "problems": len(problems)})
-    return IngestResult(jid, created, rows, state, len(files), problems)
+    return IngestResult(jid, created, rows, state, len(files), problems, new_bytes)
 
 
 def _when(stamp: str | None) -> datetime | None:
