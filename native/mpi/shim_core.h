@@ -454,6 +454,8 @@ typedef struct {
   int n, k, nr, nt, own, freed;     /* requests; tracked; runs; table copies; own buffers (a nested
                                        call); log entries released */
   int all;                          /* the runs hold every live entry of the log: how many (else 0) */
+  uint64_t tail0, rel0;             /* the log's tail and its count of releases (tail - live) at the
+                                       lookup: what a nested call changed since (rm_multi_done_all) */
   rm_run_t *r; rm_tfound_t *t; MPI_Status *st; MPI_Fint *fst;
   rm_agg_t agg;
 } rm_multi_t;

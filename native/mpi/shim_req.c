@@ -281,11 +281,18 @@ static void rl_release(const rm_rq_t *e) {
   rl_trim();
 }
 
+/* The thread's buffers for the batch calls, grown once.  A completion call nested in another on
+ * the same thread (a callback of the library) gets buffers of its own, freed at its end. */
+typedef struct { rm_run_t *r; rm_tfound_t *t; MPI_Status *st; MPI_Fint *fst; size_t nr, nt, nst, nfst; int busy; } mbuf_t;
+static RM_TLS mbuf_t mb;
+
 /* The log is full: compact it in place (live entries renumbered after the old tail, so no stale
- * index entry can name them) when at most half is live, else double it.  0: out of memory. */
+ * index entry can name them) when at most half is live, else double it (sequence numbers kept).
+ * Never compacted while a batch call of the thread holds sequence numbers (mb.busy: a call nested
+ * in it posts receives), so that its runs still name its receives.  0: out of memory. */
 int rm_rl_room(void) {
   uint64_t cap = rm_rl.cap;
-  if (cap && (uint64_t)rm_rl.live <= cap / 2) {
+  if (cap && (uint64_t)rm_rl.live <= cap / 2 && !mb.busy) {
     uint64_t j = 0, base = rm_rl.tail;
     for (uint64_t s = rm_rl.head; s < rm_rl.tail; s++) {
       rm_rle_t *e = rm_rl_at(s);
@@ -310,11 +317,6 @@ int rm_rl_room(void) {
 }
 
 /* ---- multi-request completion ------------------------------------------------------------------- */
-
-/* The thread's buffers for the batch calls, grown once.  A completion call nested in another on
- * the same thread (a callback of the library) gets buffers of its own, freed at its end. */
-typedef struct { rm_run_t *r; rm_tfound_t *t; MPI_Status *st; MPI_Fint *fst; size_t nr, nt, nst, nfst; int busy; } mbuf_t;
-static RM_TLS mbuf_t mb;
 
 static void *grow(void **p, size_t *cap, size_t need, size_t size, int own) {
   if (own) return malloc(need * size);
@@ -390,6 +392,8 @@ int rm_multi_get(rm_multi_t *m, int n, const MPI_Request *reqs) {
   }
   m->nr = nr;
   m->all = nr && !left ? rm_rl.live : 0;
+  m->tail0 = rm_rl.tail;
+  m->rel0 = rm_rl.tail - (uint64_t)(int64_t)rm_rl.live;
   if (rm_rq_count)
     for (; i < n; i++) multi_table(m, i, reqs[i]);
   rq_unlock();
@@ -518,10 +522,32 @@ static inline __attribute__((always_inline)) void runs_done(rm_multi_t *m, const
   m->agg = d.a;
 }
 
+/* Log entry s, if it is still live: a nested call may have released it (its key is 0 then, or the
+ * head has moved past it and its slot holds a later receive).  The log is not compacted while a
+ * batch holds sequence numbers (rm_rl_room), so a live entry at s is the one the batch found. */
+static inline rm_rle_t *run_entry(uint64_t s) {
+  if (s < rm_rl.head || s >= rm_rl.tail) return NULL;
+  rm_rle_t *e = rm_rl_at(s);
+  return e->key ? e : NULL;
+}
+
+/* The runs of a batch during whose library call a nested call (a callback: a generalized request's
+ * query function, an error handler) released log entries: each entry taken only if still live, so
+ * none is counted or released twice. */
+static __attribute__((noinline)) void runs_recheck(rm_multi_t *m, const MPI_Status *sts) {
+  for (int j = 0; j < m->nr; j++)
+    for (int q = 0; q < m->r[j].n; q++) {
+      rm_rle_t *e = run_entry(m->r[j].s + (uint64_t)q);
+      if (e) m->freed += log_take(&m->agg, e, &sts[m->r[j].i + q]);
+    }
+}
+
 void rm_multi_done_all(rm_multi_t *m, const MPI_Status *sts) {
-  if (!rm_status_direct) runs_done(m, sts, 0, 1);
+  /* tail - live counts the log's releases (a receive posted moves both): a nested call released some */
+  if (rm_rl.tail - (uint64_t)(int64_t)rm_rl.live != m->rel0) runs_recheck(m, sts);
+  else if (!rm_status_direct) runs_done(m, sts, 0, 1);
   /* every live receive completes here, and no nested call posted or completed one since rm_multi_get */
-  else if (m->all && rm_rl.live == m->all) runs_done(m, sts, 1, 0);
+  else if (m->all && rm_rl.tail == m->tail0) runs_done(m, sts, 1, 0);
   else runs_done(m, sts, 1, 1);
   for (int j = 0; j < m->nt; j++) table_take(&m->agg, &m->t[j], &sts[m->t[j].i]);
 }
@@ -555,7 +581,11 @@ int rm_multi_has(const rm_multi_t *m, int i) {
 void rm_multi_done(rm_multi_t *m, int i, const MPI_Status *st) {
   if (!m->k || i < 0 || i >= m->n) return;
   int64_t s = run_of(m, i);
-  if (s >= 0) { m->freed += log_take(&m->agg, rm_rl_at((uint64_t)s), st); return; }
+  if (s >= 0) {
+    rm_rle_t *e = run_entry((uint64_t)s);
+    if (e) m->freed += log_take(&m->agg, e, st);
+    return;
+  }
   rm_tfound_t *t = table_of(m, i);
   if (t) table_take(&m->agg, t, st);
 }
@@ -564,8 +594,8 @@ void rm_multi_drop(rm_multi_t *m, int i) {
   if (!m->k || i < 0 || i >= m->n) return;
   int64_t s = run_of(m, i);
   if (s >= 0) {
-    rm_rle_t *e = rm_rl_at((uint64_t)s);
-    if (e->key) { e->key = 0; m->freed++; }
+    rm_rle_t *e = run_entry((uint64_t)s);
+    if (e) { e->key = 0; m->freed++; }
     return;
   }
   rm_tfound_t *t = table_of(m, i);

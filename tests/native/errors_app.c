@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "windows.h"
+
 #define W 4
 #define ROUNDS 20
 
@@ -26,19 +28,6 @@ static void send_failing_round(void) {
   MPI_Send(b, 8, MPI_BYTE, 1, 1, rev);
   MPI_Send(b, 16, MPI_BYTE, 1, 2, rev);
   MPI_Send(b, 8, MPI_BYTE, 1, 3, rev);
-}
-
-static void ordinary(void) {
-  char b[W][8];
-  MPI_Request rq[W];
-  for (int r = 0; r < ROUNDS; r++) {
-    if (me == 0) {
-      for (int k = 0; k < W; k++) MPI_Irecv(b[k], 8, MPI_BYTE, 1, 10 + k, MPI_COMM_WORLD, &rq[k]);
-      MPI_Waitall(W, rq, MPI_STATUSES_IGNORE);
-    } else {
-      for (int k = 0; k < W; k++) MPI_Send(b[k], 8, MPI_BYTE, 0, 10 + k, MPI_COMM_WORLD);
-    }
-  }
 }
 
 static void report(const char *call, int rc) {
@@ -79,7 +68,7 @@ int main(int argc, char **argv) {
         if (rq[k] != MPI_REQUEST_NULL) MPI_Wait(&rq[k], MPI_STATUS_IGNORE);
     }
     if (me == 1) MPI_Barrier(MPI_COMM_WORLD);
-    ordinary();
+    ordinary_windows(me, W, ROUNDS);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (me == 0) printf("done\n");
