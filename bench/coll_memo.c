@@ -11,6 +11,8 @@
  *              numbers are equal mod 4, the shim's remembered-signature sets)
  *   comms      MPI_Allreduce of 1 double on MPI_COMM_WORLD and on a duplicate, alternating (a 2-D
  *              decomposition's row and column communicators)
+ *   three      MPI_Allreduce of 1, of 2 and of 3 doubles in turn (three signatures of one set)
+ *   four       MPI_Allreduce of 1, 2, 3 and 4 doubles in turn (more signatures than the set's ways)
  * Prints "<pattern> <calls>"; exits with 2 if a result is wrong.
  */
 #include <mpi.h>
@@ -18,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double one[2] = {1, 1}, sum[2];
+static double one[4] = {1, 1, 1, 1}, sum[4];
 static MPI_Comm dup;
 
 __attribute__((noinline)) int pattern_one(int n) {
@@ -46,6 +48,19 @@ __attribute__((noinline)) int pattern_comms(int n) {
   }
   return n;
 }
+__attribute__((noinline)) int pattern_three(int n) {
+  for (int i = 0; i < n; i += 3) {
+    MPI_Allreduce(one, sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(one, sum, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(one, sum, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  }
+  return (n + 2) / 3 * 3;
+}
+__attribute__((noinline)) int pattern_four(int n) {
+  for (int i = 0; i < n; i += 4)
+    for (int c = 1; c <= 4; c++) MPI_Allreduce(one, sum, c, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return (n + 3) / 4 * 4;
+}
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -56,6 +71,7 @@ int main(int argc, char **argv) {
   int n = argc > 2 ? atoi(argv[2]) : 4000;
   struct { const char *name; int (*f)(int); } pat[] = {
     {"one", pattern_one}, {"counts", pattern_counts}, {"collide", pattern_collide}, {"comms", pattern_comms},
+    {"three", pattern_three}, {"four", pattern_four},
   };
   int done = -1;
   for (size_t k = 0; k < sizeof pat / sizeof pat[0]; k++)

@@ -7,15 +7,15 @@ usage: PYTHONPATH=src python3 bench/coll_memo.py [--mpi openmpi,mpich] [--calls 
 A thread remembers its last collective signatures by their arguments (native/mpi/shim_core.h,
 rm_coll_memo_t): a repeat takes the entry point's fast path, anything else the full wrapper and
 the shared signature table.  Codes alternate -- two sizes of MPI_Allreduce, a row and a column
-communicator, two operations that share a set of the memory -- so this counts, per pattern of
-bench/coll_memo.c ("one", "counts", "collide", "comms"), the instructions executed inside the
-shim's own object per collective call: valgrind --tool=callgrind on both ranks, collecting only
-inside the pattern's function (so MPI_Init, the flush thread and MPI_Finalize do not count), the
-library's own instructions (PMPI_, its progress loop, waiting for the peer) left out.  Instruction
-counts do not depend on the machine's load.  A call of 2 us or more would be timed on its next
-call, and under valgrind every call takes that long, so RANKMAP_SLOW_NS is raised as
-bench/shim_overhead.py does: the counted paths are those of a native run (one call in 16 timed).
---baseline-shim counts another build beside this one.
+communicator, two operations that share a set of the memory, three or four sizes in turn -- so
+this counts, per pattern of bench/coll_memo.c ("one", "counts", "collide", "comms", "three",
+"four"), the instructions executed inside the shim's own object per collective call: valgrind
+--tool=callgrind on both ranks, collecting only inside the pattern's function (so MPI_Init, the
+flush thread and MPI_Finalize do not count), the library's own instructions (PMPI_, its progress
+loop, waiting for the peer) left out.  Instruction counts do not depend on the machine's load.  A
+call of 2 us or more would be timed on its next call, and under valgrind every call takes that
+long, so RANKMAP_SLOW_NS is raised as bench/shim_overhead.py does: the counted paths are those of
+a native run (one call in 16 timed).  --baseline-shim counts another build beside this one.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ PATTERNS = {
     "counts": "MPI_Allreduce of 1 and of 2 doubles, alternating",
     "collide": "MPI_Allreduce and MPI_Scan (equal mod 4), alternating",
     "comms": "MPI_Allreduce on MPI_COMM_WORLD and a duplicate, alternating",
+    "three": "MPI_Allreduce of 1, 2 and 3 doubles in turn",
+    "four": "MPI_Allreduce of 1, 2, 3 and 4 doubles in turn",
 }
 
 

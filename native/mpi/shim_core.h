@@ -495,13 +495,21 @@ void rm_coll_teardown(void);              /* before the final flush: META of the
  * thread adds to cnt without a lock; everything else (a new bucket, a new signature, the flush
  * adding cnt - pub) happens under the table's lock.  So the entries live in a block on the heap
  * that the flush can reach (rm_coll_blocks), and outlive their thread.
- * Codes alternate signatures (a solver's dot products of one and of two doubles, a row and a
+ * Codes alternate signatures (a solver's dot products of one, two and three doubles, a row and a
  * column communicator, MPI_Bcast and MPI_Barrier, whose numbers are equal mod RM_COLL_SETS), so
- * an operation class is a set of RM_COLL_WAYS entries, looked up way 0 first: a signature that
- * repeats alone costs what one entry did.  A new signature takes the way last called in the
- * oldest timeline bucket (bucket), of those in the same bucket the one filled first (filled)
- * (shim_coll.c, memo_victim): no entry is written on a hit to keep a recency order, and a way is
- * never moved (its held calls stay where the flush finds them). */
+ * an operation class is a set of RM_COLL_WAYS entries, looked up in order by a chain of functions
+ * (the entry point way 0, rmf_ way 1, rmg_ the ways after it: shim_gen.py): a signature that
+ * repeats alone, or two in turn, cost what they did with one or two ways.  The third way took
+ * three signatures in turn from a miss on every call (725 shim instructions per call, Open MPI;
+ * MPICH 709) to 110 (110), and left the others as they were (bench/coll_memo.py, callgrind: one
+ * 85-87, two in turn 93-100, before and after).  Four or more in turn in one set still miss every
+ * call, each new signature evicting the one filled first, the next to be called again; a miss
+ * now looks at three ways (784 per call against 725, MPICH 768 against 709).  A fourth way would
+ * hold them too, for 160 bytes more per set and thread and more compares on each miss; three is
+ * where this stops.  A new signature takes the way last called in the oldest timeline bucket
+ * (bucket), of those in the same bucket the one filled first (filled) (shim_coll.c, memo_victim):
+ * no entry is written on a hit to keep a recency order, and a way is never moved (its held calls
+ * stay where the flush finds them). */
 typedef struct rm_coll_memo {
   uint64_t comm; int64_t scount, rcount; MPI_Datatype st, rt; int op, root, flags, mem, slot1;
   uint64_t tick; int64_t bucket; _Atomic uint64_t cnt; uint64_t pub;
@@ -511,9 +519,11 @@ typedef struct rm_coll_memo {
   MPI_Comm hcomm; unsigned hgen, fepoch; uint64_t n; _Atomic uint64_t *ob, *oh;
   uint64_t gran;                    /* the buffer's 64 KiB granule, whose kind is mem */
   uint64_t filled;                  /* when it took its call: the thread's count of fills then */
+  uint64_t hits;                    /* calls the fast path counted in it, in a way after the first
+                                       (way 0's path stays as it was): META collectives.memo_way_hits */
 } rm_coll_memo_t;
 #define RM_COLL_SETS 4
-#define RM_COLL_WAYS 2
+#define RM_COLL_WAYS 3
 #define RM_COLL_MEMO (RM_COLL_SETS * RM_COLL_WAYS)   /* entries per thread */
 /* the first way of op's set in a thread's entries */
 static inline rm_coll_memo_t *rm_coll_set(rm_coll_memo_t *cm, int op) {
@@ -551,9 +561,10 @@ rm_coll_memo_t *rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scou
   rm_coll_memo_t *cm = rm_t.cm;
   if (__builtin_expect(!cm, 0)) cm = rm_coll_memo_init();
   rm_coll_memo_t *set = rm_coll_set(cm, op), *c = set;
-  _Static_assert(RM_COLL_WAYS == 2, "rm_coll_fact looks at two ways");
+  _Static_assert(RM_COLL_WAYS == 3, "rm_coll_fact looks at three ways");
   if (nvec <= 0 && !rm_rs &&
       (rm_coll_memo_is(c, op, x->id, mem, root, scount, st, rcount, rt, flags) ||
+       rm_coll_memo_is(++c, op, x->id, mem, root, scount, st, rcount, rt, flags) ||
        rm_coll_memo_is(++c, op, x->id, mem, root, scount, st, rcount, rt, flags))) {
     if (__builtin_expect(c->tick != rm_tick, 0)) rm_coll_memo_retick(c);
     rm_coll_memo_add(c);
@@ -754,6 +765,7 @@ static inline __attribute__((always_inline)) int rm_coll_fast(int op, int way, M
   if (!rm_coll_armed(c, op, comm, &f)) return 0;
   int mem = c->mem;
   rm_coll_memo_add(c);
+  if (way) c->hits++;                  /* (a constant in each path: nothing in way 0's) */
   rmrec_add(c->ob, c->n, 1);
   rmrec_add(c->oh, 1, 1);
   rm_t.coll = op + 1;

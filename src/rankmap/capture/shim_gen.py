@@ -335,13 +335,21 @@ def gen_c(c: Call) -> str:
                 f"  return {full}({args});\n}}\n\n")
     # The entry point tries way 0 (where a call that repeats alone is remembered: its code is what
     # it is with one way); an untimed call that misses it jumps to a function of its own that tries
-    # the other ways before the full wrapper, so they add nothing to way 0's path.
-    nxt, first, other = f"rmf_{c.name}", re.sub(r"\bWAY\b", "0", fast), re.sub(r"\bWAY\b", "way_", fast)
-    return (out + f"static __attribute__((noinline)) int {nxt}({decl}) {{\n"
-            f"  for (int way_ = 1; way_ < {ways}; way_++)\n"
+    # way 1 (two signatures in turn: its code is what it is with two ways), which jumps to another
+    # that tries the ways after it, then the full wrapper: each way adds nothing to the paths of
+    # the ways before it (a function that looked at more ways would save more registers on entry).
+    nxt, rest = f"rmf_{c.name}", f"rmg_{c.name}"
+    first, second, other = (re.sub(r"\bWAY\b", w, fast) for w in ("0", "1", "way_"))
+    return (out + f"static __attribute__((noinline)) int {rest}({decl}) {{\n"
+            "#pragma GCC unroll 8\n"
+            f"  for (int way_ = 2; way_ < {ways}; way_++)\n"
             f"    if ({other}) {{\n"
             f"      rm_t.skip--;\n{lib}\n    }}\n"
             f"  return {full}({args});\n}}\n"
+            f"static __attribute__((noinline)) int {nxt}({decl}) {{\n"
+            f"  if ({ways} > 1 && {second}) {{\n"
+            f"    rm_t.skip--;\n{lib[2:]}\n  }}\n"
+            f"  return {rest}({args});\n}}\n"
             f"int {c.name}({decl}) {{\n"
             f"  if (rm_fast_ok(OP_{c.op})) {{\n"
             f"    if ({first}) {{\n"
