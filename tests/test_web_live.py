@@ -174,6 +174,32 @@ def test_a_monitor_session_on_the_host_measures_a_job_without_sampler(store):
     assert local_client(create_app(store, H200)).get(f"/api/jobs/{other}/utilisation").json()["measured"] is None
 
 
+def test_a_monitor_session_after_an_incomplete_job_is_not_its_counters(store):
+    """A job whose rankmap died has no end time; it ended, for what it measured, at its ranks' last
+    stored flush: a monitor session started on its host after that is not its counters (it used to
+    count as overlapping the job for ever)."""
+    from rankmap.store import process_id
+
+    t0 = time.time_ns() - 60 * 10**9
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = process_id(gone.pid)
+    gone.wait()
+    job = store.create_job(["mpirun", "-np", "2", "./a"], world_size=2, hosts=["nodeA"], profiler=dead)
+    with store.engine.begin() as conn:
+        conn.execute(S.jobs.update().where(S.jobs.c.id == job).values(
+            created=datetime.fromtimestamp(t0 / 1e9, timezone.utc)))
+    store.ingest(job, [WebRecord(world_rank=r, host="nodeA", start_ns=t0, elapsed_ns=600_000_000, finalized=False,
+                                 traffic=[]) for r in range(2)])
+    mon = sampled_job(store, launcher="monitor", t0=t0 + 10 * 10**9, ranks=0)   # 10 s after its last flush
+    with store.engine.begin() as conn:
+        conn.execute(S.jobs.update().where(S.jobs.c.id == mon).values(
+            meta={"monitor": {"host": "nodeA", "source": "fields", "interval_ms": 100,
+                              "t0_unix_ns": t0 + 10 * 10**9, "gpus": []}}))
+    client = local_client(create_app(store, H200))
+    assert client.get(f"/api/jobs/{job}").json()["job"]["state"] == "incomplete"
+    assert client.get(f"/api/jobs/{job}/utilisation").json()["measured"] is None
+
+
 # ----------------------------------------------------------------------------- /metrics
 LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{((?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*)\} (-?[0-9.e+]+)$')
 
@@ -336,6 +362,46 @@ def test_cluster_view_routes_off_node_bytes_through_the_nics(store):
     one = store.create_job(["mpirun", "-np", "2", "./a"], world_size=2)
     store.ingest(one, [WebRecord(world_rank=r, host="nodeA", traffic=[]) for r in range(2)])
     assert local_client(create_app(store, "dgx-a100")).get(f"/api/jobs/{one}/cluster").json()["multi_node"] is False
+
+
+def test_cluster_view_of_an_incomplete_job_ends_at_its_last_flush(both_stores, monkeypatch):
+    """A job whose rankmap died has no elapsed time: its NIC use is its bytes over the time up to
+    its ranks' last stored flush, the same an hour later (it used to be over "now minus start", so
+    it shrank as the clock went on); a running job's still runs to now."""
+    from rankmap.store import process_id
+
+    store = both_stores
+    t0 = time.time_ns() - 60 * 10**9
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = process_id(gone.pid)
+    gone.wait()
+    ids = {}
+    for name, profiler in (("incomplete", dead), ("running", process_id(os.getpid()))):
+        jid = store.create_job(["srun", "-n", "2", "./a"], world_size=2, profiler=profiler)
+        # rank 0 on nodeA sends 5 GB to rank 1 on nodeB; their last flushes 4 s and 5 s after the start
+        store.ingest(jid, [WebRecord(world_rank=0, host="nodeA", start_ns=t0, elapsed_ns=4 * 10**9, finalized=False,
+                                     traffic=[(1, "p2p", "MPI_Send", "device", "send", 5 * 10**9, 1)]),
+                           WebRecord(world_rank=1, host="nodeB", start_ns=t0 + 10**9, elapsed_ns=4 * 10**9,
+                                     finalized=False, traffic=[])])
+        ids[name] = jid
+    client = local_client(create_app(store, "dgx-a100"))
+    assert client.get(f"/api/jobs/{ids['incomplete']}").json()["job"]["state"] == "incomplete"
+
+    def up_nic(jid: int) -> dict:
+        d = client.get(f"/api/jobs/{jid}/cluster").json()
+        return next(x for x in d["nodes"][0]["nics"] if x["up_bytes"]) | {"duration_s": d["duration_s"]}
+
+    first = {name: up_nic(jid) for name, jid in ids.items()}
+    real = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real() + 3600 * 10**9)    # an hour later
+    later = {name: up_nic(jid) for name, jid in ids.items()}
+    assert later["incomplete"] == first["incomplete"]
+    assert first["incomplete"]["duration_s"] == pytest.approx(5.0)
+    bw = first["incomplete"]["bandwidth"]
+    assert first["incomplete"]["up_util"] == pytest.approx(5e9 / (bw * 1e9 * 5) * 100, abs=1e-3)
+    assert first["running"]["duration_s"] == pytest.approx(60, abs=30)
+    assert later["running"]["duration_s"] == pytest.approx(3660, abs=30)
+    assert later["running"]["up_util"] < first["running"]["up_util"]
 
 
 # ----------------------------------------------------------------------------- safe to expose

@@ -584,6 +584,24 @@ class Store:
         n = max([x + 1 for x in (seen, *(hi or ())) if x is not None] + [0])
         return max(ws or 0, n)
 
+    def last_seen_ns(self, job_id: int) -> int | None:
+        """Wall-clock ns of the job's last sign of life in the store: its ranks' newest stored flush
+        (start + elapsed of their records), else the profiler's last write (heartbeat), else None.
+
+        What a job that stopped without an elapsed time (its profiler died) is measured up to: its
+        stored bytes are those flushed by then, so a rate over "now" would shrink by the hour."""
+        r = S.ranks
+        with self._guard(), self.engine.connect() as c:
+            last = c.execute(sa.select(sa.func.max(r.c.start_ns + r.c.elapsed_ns))
+                             .where(r.c.job == job_id, r.c.start_ns > 0, r.c.elapsed_ns > 0)).scalar()
+            hb = c.execute(sa.select(S.jobs.c.heartbeat).where(S.jobs.c.id == job_id)).scalar()
+        if last:
+            return int(last)
+        if hb is None:
+            return None
+        hb = hb if hb.tzinfo else hb.replace(tzinfo=timezone.utc)
+        return int(hb.timestamp() * 1e9)
+
     def traffic_matrix(self, job_id: int, classes: Sequence[str] | None = None, *,
                        what: str = "bytes") -> np.ndarray:
         """T[src][dst] as an int64 array ``[world_size, world_size]`` of bytes (or messages)."""

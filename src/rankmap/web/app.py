@@ -32,7 +32,6 @@ from __future__ import annotations
 import re
 import shlex
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -429,10 +428,8 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         j = store.job(jid)
         m, host = job_matrices(store, jid)
         p = placement_of(jid, j, topo, m.shape[0], "auto")
-        secs = (j.get("elapsed_ns") or 0) / 1e9
-        if not secs:
-            t0 = U.job_zero_ns(store, j)
-            secs = max((time.time_ns() - t0) / 1e9, 1e-3) if t0 else 1.0
+        span = U.job_span_s(store, j, U.job_zero_ns(store, j))
+        secs = 1.0 if span is None else max(span, 1e-3)
         return {"job": jid, "topology": topo.name, **C.cluster_view(topo, m, p, secs, thresholds(bands), host)}
 
     @app.get("/api/jobs/{job}/pvars")

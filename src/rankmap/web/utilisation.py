@@ -20,6 +20,7 @@ start, so model frames and measured frames line up in wall-clock time.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -122,6 +123,9 @@ def measured(store: Store, job: dict, t0_ns: int) -> Measured | None:
         return Measured(_series(own, shift), what, jid, info.get("source"), _uuids(info))
     hosts = set(job.get("hosts") or [])
     start, end = _unix_ns(job.get("created")), _unix_ns(job.get("ended"))
+    if end is None and job.get("state") != "running":  # gone without an end: up to its last sign of life
+        span = job_span_s(store, job, t0_ns)
+        end = None if span is None else t0_ns + int(span * 1e9)
     if not hosts or start is None:
         return None
     best = None
@@ -258,6 +262,18 @@ def job_zero_ns(store: Store, job: dict) -> int:
     with store.engine.connect() as c:
         st = c.execute(sa.select(sa.func.min(S.ranks.c.start_ns)).where(S.ranks.c.job == int(job["id"]))).scalar()
     return int(st) if st else (_unix_ns(job.get("created")) or 0)
+
+
+def job_span_s(store: Store, job: dict, t0_ns: int) -> float | None:
+    """Seconds from the job's zero (:func:`job_zero_ns`) to the end of what its figures cover.
+
+    Its elapsed time when it stored one; now while it runs; else (incomplete: its profiler died)
+    its last sign of life (:meth:`Store.last_seen_ns`), so that its rates stay what they were
+    instead of shrinking as the clock goes on. None when nothing says."""
+    if job.get("elapsed_ns"):
+        return job["elapsed_ns"] / 1e9
+    end = time.time_ns() if job.get("state") == "running" else store.last_seen_ns(int(job["id"]))
+    return (end - t0_ns) / 1e9 if end and t0_ns else None
 
 
 def utilisation(store: Store, job: dict, topo: Topology, placement: V.Placement, n: int,
