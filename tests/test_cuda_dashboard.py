@@ -29,7 +29,7 @@ def test_gpu_activity_card(parts, browser_page, tmp_path):  # noqa: F811
     page, problems, outside = browser_page
     with _Server(create_app(open_store(url), TOPOLOGY)) as srv:
         api = srv.get(f"/api/jobs/{jid}/cuda")
-        assert api["state"] == "CUDA activity: on for 2 rank(s)"
+        assert api["state"] == "CUDA activity: on for 2 ranks"
         page.goto(srv.url + "/")
         page.locator(f'#job-list li[data-job="{jid}"]').click()
         card = page.locator("#cuda-card")

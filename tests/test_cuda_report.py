@@ -67,7 +67,7 @@ def rows(report: dict, category: str) -> dict[str, dict]:
 def test_staged_exchange(bins, env):
     p, data = profile(env, *launch(bins, "staged"))
     rep = data["cuda_report"]
-    assert rep["state"] == "CUDA activity: on for 2 rank(s)" and rep["ranks"] == [0, 1]
+    assert rep["state"] == "CUDA activity: on for 2 ranks" and rep["ranks"] == [0, 1]
     kinds = {k["kind"]: k for k in rep["copy_kinds"]}
     assert set(kinds) == {"D2H", "H2D"}
     assert (kinds["D2H"]["count"], kinds["D2H"]["bytes"]) == (2 * (ITERS + 1), 2 * (ITERS + 1) * N)
@@ -125,7 +125,7 @@ def test_copies_only(bins, env):
     p, data = profile(env, *launch(bins, "staged"), cuda="copies")
     rep = data["cuda_report"]
     assert data["job"]["meta"]["injected"]["RANKMAP_CUDA_KINDS"] == "copies"
-    assert rep["state"] == "CUDA activity: copies only (kernels not recorded) for 2 rank(s)"
+    assert rep["state"] == "CUDA activity: copies only (kernels not recorded) for 2 ranks"
     kinds = {k["kind"]: (k["count"], k["bytes"]) for k in rep["copy_kinds"]}
     assert kinds == {"D2H": (2 * (ITERS + 1), 2 * (ITERS + 1) * N), "H2D": (2 * ITERS, 2 * ITERS * N)}
     assert data["cuda_activity"]["kernels"] == [] and rep["kernels_total"] == 0

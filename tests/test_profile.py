@@ -351,9 +351,9 @@ def writer(tmp_path_factory) -> Path:
 def test_progress_line_when_asked(writer, home):
     p = rankmap("profile", "--progress", "--no-summary", "--", str(writer), "2", env=home)
     assert p.returncode == 0, p.stderr
-    assert "ranks reporting" in p.stderr and "1 kB sent" in p.stderr
+    assert "/1 rank reporting · " in p.stderr and "1 kB sent" in p.stderr
     p = rankmap("profile", "--no-summary", "--", str(writer), "0", env=home)
-    assert "ranks reporting" not in p.stderr           # not a terminal: no progress line
+    assert "reporting · " not in p.stderr              # not a terminal: no progress line
 
 
 def test_torchrun_gets_the_nccl_plugin_in_its_environment(home, tmp_path):

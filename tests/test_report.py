@@ -63,3 +63,34 @@ def test_large_jobs_are_shown_in_blocks(tmp_path):
     out = summary_text(store, jid, width=400)
     assert "blocks of 2 ranks" in out and "62-63" in out
     assert "no traffic recorded" in summary_text(store, store.create_job(["x"]))
+
+
+def test_counts_of_one_are_singular(tmp_path):
+    """``rankmap show`` of a one-rank job said "1 of 1 ranks reported" and "POP efficiency (1 ranks";
+    the profile's progress line "1 ranks reporting"; the mapping report "1 rank(s) per GPU" (one of each, and two)."""
+    from types import SimpleNamespace
+
+    from conftest import rankmap
+    from rankmap.pipeline.profile import _ProgressLine
+    from rankmap.report.summary import counted
+
+    url = f"sqlite:///{tmp_path / 'db'}"
+    store = open_store(url)
+    for n in (1, 2):
+        jid = store.create_job(["mpirun", "-np", str(n), "./x"], launcher="openmpi", world_size=n)
+        store.ingest(jid, [FakeRecord(r, world_size=n, elapsed_ns=10**9, op_time={"MPI_Send": (1, 10**8)},
+                                      traffic=[Row((r + 1) % n, "p2p", "MPI_Send", "device", "send", 100, 1)])
+                           for r in range(n)])
+        store.finish_job(jid, exit_status=0, elapsed_ns=10**9)
+        p = rankmap("show", str(jid), "--db", url, env={"COLUMNS": "200"})
+        assert p.returncode == 0, p.stderr
+        word = "rank" if n == 1 else "ranks"
+        assert f"{n} of {n} {word} reported" in p.stdout and f"POP efficiency ({n} {word}, " in p.stdout, p.stdout
+    m = rankmap("map", "--job", str(jid), "--db", url, "--topology", "dgx1-v100", env={"COLUMNS": "200"})
+    assert m.returncode == 0, m.stderr   # (a one-rank job sends nothing to place)
+    assert "placement of 2 ranks on 1 x dgx1-v100 (8 GPUs per node, 1 rank per GPU)" in m.stdout, m.stdout
+    assert [counted(k, "rank") for k in (0, 1, 2, "?")] == ["0 ranks", "1 rank", "2 ranks", "? ranks"]
+    line = _ProgressLine(7, SimpleNamespace(ranks_reporting=1, bytes_sent=1000), None, False)
+    assert "· 1 rank reporting · 1 kB sent" in line.__rich__()
+    line = _ProgressLine(7, SimpleNamespace(ranks_reporting=1, bytes_sent=1000), 4, False)
+    assert "· 1/4 ranks reporting · " in line.__rich__()

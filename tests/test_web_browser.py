@@ -748,3 +748,32 @@ def test_more_new_user_findings(store_url, browser_page, tmp_path):
         assert page.locator("#heatmap").bounding_box()["width"] >= 300
         assert page.locator("#job-list").bounding_box()["y"] < page.locator("#job-title").bounding_box()["y"]
         page.screenshot(path=str(tmp_path / "phone.png"), full_page=True)
+
+
+def test_counts_of_one_are_singular(store_url, browser_page):
+    """"1 ranks" in the job list (and "1 messages", "nodeA: 1 ranks" in the multi-node view): a
+    count of one takes the singular, any other count the plural."""
+    store = open_store(store_url)
+    one = store.create_job(["./solo"], world_size=1)
+    store.ingest(one, [WebRecord(world_rank=0, traffic=[(0, "p2p", "MPI_Send", "device", "send", 10, 1)],
+                                 op_time={"MPI_Send": (1, 1000)})])
+    store.finish_job(one, exit_status=0, elapsed_ns=10**9)
+    pair = store.create_job(["srun", "-n", "2", "./a"], world_size=2)
+    store.ingest(pair, [WebRecord(world_rank=r, host=f"node{'AB'[r]}",
+                                  traffic=[(1 - r, "p2p", "MPI_Send", "device", "send", 10**9, 2)]) for r in range(2)])
+    store.finish_job(pair, exit_status=0, elapsed_ns=10**9)
+    page, problems, outside = browser_page
+    with _Server(create_app(store, TOPOLOGY), page) as srv:
+        page.goto(f"{srv.url}/#/job/{one}")
+        wait_js(page, f"document.getElementById('job-title').innerText === 'Job #{one}'")
+        meta = {j: page.locator(f'#job-list li[data-job="{j}"] .job-meta').inner_text() for j in (one, pair)}
+        assert meta[one].startswith("1 rank · ") and meta[pair].startswith("2 ranks · "), meta
+        assert "1 message" in page.locator("#kpis").inner_text().splitlines()
+        wait_js(page, "document.getElementById('ops').data !== undefined")
+        hover = page.evaluate("document.getElementById('ops').data[0].hovertext[0]")
+        assert "in 1 message<br>1 call, " in hover and "summed over 1 rank<br>" in hover, hover
+        page.evaluate(f"location.hash = '#/job/{pair}'")
+        page.locator("#cluster-view svg").wait_for(timeout=15_000)
+        tips = page.locator("#cluster-view title").all_text_contents()
+        assert any(t.startswith("nodeA: 1 rank; ") for t in tips), tips
+        assert "nodeA GPU0: rank 0" in tips, tips

@@ -69,7 +69,7 @@ def describe(rows: list[Row], out: native_out.Output, launcher: bool) -> tuple[l
         ops = [o for o in OPS if any(r.library == lib and r.benchmark == o for r in rows)]
         if ops:
             bufs = sorted({r.buffer for r in rows if r.library == lib})
-            ran.append(f"{lib.upper()} {', '.join(ops)} ({', '.join(bufs)} buffers, {out.info.get('ranks')} ranks)")
+            ran.append(f"{lib.upper()} {', '.join(ops)} ({', '.join(bufs)} buffers, {out.info.get('ranks')} rank{'' if out.info.get('ranks') == 1 else 's'})")
     if not launcher:
         not_run.append("MPI collectives: run with a launcher to compare them (rankmap bench nccl -- mpirun -np N)")
     return ran, not_run

@@ -99,7 +99,7 @@ def print_mpi(run: dict[str, Any]) -> None:
 
     con = _console()
     m = run.get("machine") or {}
-    con.print(f"[bold]{m.get('mpi') or 'MPI'}[/bold], {m.get('ranks')} ranks; CUDA-aware: "
+    con.print(f"[bold]{m.get('mpi') or 'MPI'}[/bold], {m.get('ranks')} rank{'' if m.get('ranks') == 1 else 's'}; CUDA-aware: "
               f"{'yes' if m.get('cuda_aware') else 'no'} ({m.get('cuda_aware_how') or '?'})", highlight=False)
     rows = run["rows"]
     for bench in dict.fromkeys(r["benchmark"] for r in rows):
@@ -134,7 +134,7 @@ def print_nccl(run: dict[str, Any]) -> None:
     con = _console()
     m = run.get("machine") or {}
     con.print(f"[bold]NCCL {m.get('nccl_version') or '?'}[/bold] ({m.get('nccl_library') or '?'}), "
-              f"{m.get('ranks')} ranks, {m.get('mode')}", highlight=False)
+              f"{m.get('ranks')} rank{'' if m.get('ranks') == 1 else 's'}, {m.get('mode')}", highlight=False)
     rows = run["rows"]
     for op in dict.fromkeys(r["benchmark"] for r in rows):
         mine = [r for r in rows if r["benchmark"] == op]

@@ -203,11 +203,12 @@ class _ProgressLine:
                          redirect_stdout=False, redirect_stderr=False)
 
     def __rich__(self) -> str:
-        from rankmap.report.summary import human_bytes
+        from rankmap.report.summary import counted, human_bytes
         s = int(time.monotonic() - self.t0)
-        ranks = f"{self.streamer.ranks_reporting}" + (f"/{self.world_size}" if self.world_size else "")
+        shown = self.world_size or self.streamer.ranks_reporting
+        ranks = (f"{self.streamer.ranks_reporting}/" if self.world_size else "") + counted(shown, "rank")
         return (f"[dim]rankmap:[/dim] job {self.job_id} · {s // 3600}:{s // 60 % 60:02d}:{s % 60:02d} · "
-                f"{ranks} ranks reporting · {human_bytes(self.streamer.bytes_sent)} sent")
+                f"{ranks} reporting · {human_bytes(self.streamer.bytes_sent)} sent")
 
     def __enter__(self) -> "_ProgressLine":
         self.live.__enter__()

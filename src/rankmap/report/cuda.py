@@ -190,6 +190,8 @@ def _kernels_recorded(inp: CudaInputs) -> bool:
 
 
 def _state(inp: CudaInputs, on_ranks: list[int]) -> str:
+    from rankmap.report.summary import counted
+
     if inp.capture and inp.capture.startswith("off"):
         return f"CUDA activity: {inp.capture}"
     off: dict[str, list[int]] = {}
@@ -199,8 +201,8 @@ def _state(inp: CudaInputs, on_ranks: list[int]) -> str:
             off.setdefault(a, []).append(int(r["rank"]))
     parts = []
     if on_ranks:
-        parts.append(f"on for {len(on_ranks)} rank(s)" if _kernels_recorded(inp) else
-                     f"copies only (kernels not recorded) for {len(on_ranks)} rank(s)")
+        parts.append(f"on for {counted(len(on_ranks), 'rank')}" if _kernels_recorded(inp) else
+                     f"copies only (kernels not recorded) for {counted(len(on_ranks), 'rank')}")
     for why, rs in sorted(off.items()):
         parts.append(f"{why} (rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, sorted(rs)[:8]))})")
     if not parts:
@@ -411,7 +413,7 @@ def renderables(rep: CudaReport, *, full: bool = True) -> list[Any]:
     def Table() -> RichTable:  # noqa: N802  (compact: the report is often read side by side)
         return RichTable(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
 
-    from rankmap.report.summary import human_bytes
+    from rankmap.report.summary import counted, human_bytes
 
     out: list[Any] = [Text(rep.state, style="bold" if rep.ranks else "dim")]
     if not rep.ranks and not full:
@@ -427,7 +429,7 @@ def renderables(rep: CudaReport, *, full: bool = True) -> list[Any]:
         t.add_row(r.category, r.operation, human_time(r.avg_ns), human_time(r.min_ns), human_time(r.max_ns),
                   _fmt_count(r.instances), human_bytes(r.bytes) if r.bytes else "")
     if rep.table:
-        out.append(Group(Text(f"per process, over {len(rep.ranks) or '?'} GPU rank(s): time, instances, bytes",
+        out.append(Group(Text(f"per process, over {counted(len(rep.ranks) or '?', 'GPU rank')}: time, instances, bytes",
                               style="bold"), t))
     if rep.copy_kinds:
         t = Table()
@@ -454,7 +456,7 @@ def renderables(rep: CudaReport, *, full: bool = True) -> list[Any]:
         t.add_row("  device load balance", f"{100 * p.load_balance:.1f} %")
         t.add_row("  device communication efficiency", f"{100 * p.communication_efficiency:.1f} %")
         t.add_row("GPU compute share of the run", f"{100 * p.compute_share:.1f} %")
-        out.append(Group(Text(f"POP efficiency of the GPUs ({p.ranks} ranks, kernels {human_time(p.avg_kernel_ns)} and "
+        out.append(Group(Text(f"POP efficiency of the GPUs ({counted(p.ranks, 'rank')}, kernels {human_time(p.avg_kernel_ns)} and "
                               f"copies {human_time(p.avg_copy_ns)} per GPU, runtime {human_time(p.runtime_ns)})",
                               style="bold"), t))
     if rep.verdicts:

@@ -35,6 +35,11 @@ def human_bytes(n: float) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+def counted(n: int | str, word: str) -> str:
+    """``counted(1, "rank")`` -> '1 rank', 2 -> '2 ranks' (and '? ranks' for an unknown count)."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _compact(n: int) -> str:
     """Bytes in at most 5 characters, for the matrix cells."""
     if n == 0:
@@ -96,7 +101,7 @@ def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[A
     head.append(f"rankmap job {job_id}", style="bold")
     head.append(f"  {job['command']}\n", style="cyan")
     head.append(f"launcher {job['launcher']} · {len({r['world_rank'] for r in ranks})} of "
-                f"{job.get('world_size') or '?'} ranks reported · host(s) {', '.join(job.get('hosts') or []) or '?'}")
+                f"{counted(job.get('world_size') or '?', 'rank')} reported · host(s) {', '.join(job.get('hosts') or []) or '?'}")
     if elapsed is not None:
         head.append(f" · {elapsed / 1e9:.2f} s")
     if status is not None:
@@ -146,7 +151,7 @@ def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[A
 
     pop = pop_metrics([r for r in ranks if r["source"] == "mpi"])
     if pop is not None:
-        t = _table(f"POP efficiency ({pop.ranks} ranks, runtime {pop.runtime_ns / 1e9:.3f} s, "
+        t = _table(f"POP efficiency ({counted(pop.ranks, 'rank')}, runtime {pop.runtime_ns / 1e9:.3f} s, "
                    f"useful = outside MPI)")
         t.add_column("metric")
         t.add_column("value", justify="right")

@@ -91,6 +91,8 @@ function fmtNs(ns) {
 }
 function fmtSeconds(s) { return s ? fmtNs(s * 1e9) : "0"; }
 function fmtPct(x) { return x === null || x === undefined ? "–" : `${(100 * x).toFixed(1)} %`; }
+// "1 rank", "2 ranks", "1,024 ranks": a count with its noun, singular for exactly one
+function count(n, word) { return `${fmtCount(n)} ${word}${Number(n) === 1 ? "" : "s"}`; }
 function fmtUtil(u) { return u >= 10 ? `${u.toFixed(0)} %` : u >= 0.1 ? `${u.toFixed(1)} %` : u > 0 ? "< 0.1 %" : "0 %"; }
 function ago(iso) {
   if (!iso) return "";
@@ -175,7 +177,7 @@ async function loadJobs() {
     li.append(line, el("div", { class: "job-cmd", title: j.command }, j.command));
     const ranks = j.world_size || j.ranks_reporting;
     li.append(el("div", { class: "job-meta" },
-      [ranks ? `${ranks} ranks` : null, j.launcher === "monitor" ? null : fmtBytes(j.bytes), j.launcher,
+      [ranks ? count(ranks, "rank") : null, j.launcher === "monitor" ? null : fmtBytes(j.bytes), j.launcher,
         ago(j.created)].filter(Boolean).join(" · ")));
     li.addEventListener("click", () => selectJob(j.id));
     list.append(li);
@@ -328,7 +330,7 @@ function renderHeader(data) {
     return;
   }
   k.append(kpi("ranks", `${s.ranks_reporting} / ${s.world_size}`, "reporting / world size"));
-  k.append(kpi("bytes sent", fmtBytes(s.total_bytes), `${fmtCount(s.total_messages)} messages`));
+  k.append(kpi("bytes sent", fmtBytes(s.total_bytes), count(s.total_messages, "message")));
   k.append(kpi("elapsed", j.elapsed_ns ? fmtNs(j.elapsed_ns) : (data.running ? "running" : "–")));
   if (s.pop) {
     k.append(kpi("parallel efficiency", fmtPct(s.pop.parallel_efficiency), "load balance × comm. efficiency"));
@@ -387,8 +389,8 @@ function renderOps(data) {
   $("ops-note").textContent = "";
   if (!ops.length) return showPlotError("ops", "No operations recorded.");
   const names = ops.map((o) => o.operation);
-  const hover = ops.map((o) => `${o.operation} (${o.class || "no pair bytes"})<br>${fmtBytes(o.bytes)} in ${fmtCount(o.messages)} messages` +
-    `<br>${fmtCount(o.calls)} calls, ${fmtNs(o.time_ns)} summed over ${o.ranks} ranks` +
+  const hover = ops.map((o) => `${o.operation} (${o.class || "no pair bytes"})<br>${fmtBytes(o.bytes)} in ${count(o.messages, "message")}` +
+    `<br>${count(o.calls, "call")}, ${fmtNs(o.time_ns)} summed over ${count(o.ranks, "rank")}` +
     (pairSources(o) ? `<br>pairs from: ${pairSources(o)}` : ""));
   // collective pairs: where they come from (the library, a mirror of its algorithm choice, a model)
   const coll = ops.filter((o) => o.class === "collective" && o.bytes > 0);
@@ -464,7 +466,7 @@ function renderCuda(rep) {
     body.appendChild(el("p", { class: "muted" }, "No GPU copies, kernels or MPI/NCCL operations recorded for this job."));
     return;
   }
-  body.appendChild(el("h4", {}, `Per process (${rep.ranks.length || "no"} GPU ranks): average, min and max over the processes`));
+  body.appendChild(el("h4", {}, `Per process (${rep.ranks.length ? count(rep.ranks.length, "GPU rank") : "no GPU ranks"}): average, min and max over the processes`));
   body.appendChild(cudaTable(["category", "operation", "avg total time", "min", "max", "instances per process", "bytes per process"],
     rep.table.map((r) => [r.category, r.operation, fmtNs(r.avg_ns), fmtNs(r.min_ns), fmtNs(r.max_ns),
       fmtCount(Math.round(r.instances * 10) / 10), r.bytes ? fmtBytes(r.bytes) : ""])));
@@ -587,7 +589,7 @@ function drawTopology(box, topo, paint, onGpu, onClick) {
     g.append(tx);
     const ranks = dv.kind === "gpu" && onGpu ? onGpu[String(dv.index)] : null;
     titled(g, `${id}: ${dv.name || dv.kind}` + Object.entries(dv.attrs || {}).map(([k, v]) => `\n${k}: ${v}`).join("") +
-      (ranks && ranks.length ? `\nranks: ${ranks.join(", ")}` : ""));
+      (ranks && ranks.length ? `\n${ranks.length === 1 ? "rank" : "ranks"}: ${ranks.join(", ")}` : ""));
     if (ranks) {
       const r = svg("text", { class: "ranks", "text-anchor": "middle", y: -st.h / 2 - 5, "data-ranks": JSON.stringify(ranks) });
       r.textContent = ranksLabel(ranks);
@@ -829,7 +831,7 @@ async function drawPvar() {
   catch (e) { return showPlotError("pvar", e.message); }
   if (id !== state.jobId || name !== $("pvar-name").value) return;
   const v = d.variables.find((x) => x.name === name) || {};
-  $("pvar-note").textContent = `${v.class || "variable"}, ${d.ranks} rank(s)` +
+  $("pvar-note").textContent = `${v.class || "variable"}, ${count(d.ranks, "rank")}` +
     (d.ranks_shown < d.ranks ? `, the first ${d.ranks_shown} shown` : "") + "; read at every flush and at finalize";
   plot("pvar", d.series.map((s) => ({
     type: "scatter", mode: "lines+markers", name: `rank ${s.rank}`, x: s.t_s, y: s.value,
@@ -873,10 +875,10 @@ function renderCluster(p) {
       const label = svg("text", { x: 20, y: 14, "text-anchor": "middle" });
       label.textContent = `GPU${gi}`;
       chip.append(label);
-      titled(chip, `${n.name} GPU${gi}: ${rs.length ? "ranks " + rs.join(", ") : "no rank"}`);
+      titled(chip, `${n.name} GPU${gi}: ${rs.length ? (rs.length === 1 ? "rank " : "ranks ") + rs.join(", ") : "no rank"}`);
       g.append(chip);
     });
-    titled(g, `${n.name}: ${n.ranks.length} ranks; busiest in-node link at ${fmtUtil(n.local_peak_util)} (whole job)`);
+    titled(g, `${n.name}: ${count(n.ranks.length, "rank")}; busiest in-node link at ${fmtUtil(n.local_peak_util)} (whole job)`);
     n.nics.forEach((nic, k) => {
       const cx = x0 + (k + 1) * NW / (n.nics.length + 1);
       const nb = svg("g", { class: "node-nic", transform: `translate(${cx - x0},0)` });
@@ -919,7 +921,7 @@ function renderCluster(p) {
   view.textContent = "";
   view.append(root);
   $("cluster-note").textContent = `${H} nodes, ${fmtBytes(c.off_node_bytes)} between nodes; NIC links coloured by use of their bandwidth ` +
-    `over the whole job (${c.duration_s.toFixed(2)} s), from the traffic model` + (c.unplaced_ranks.length ? `; ${c.unplaced_ranks.length} rank(s) of unknown host left out` : "");
+    `over the whole job (${c.duration_s.toFixed(2)} s), from the traffic model` + (c.unplaced_ranks.length ? `; ${count(c.unplaced_ranks.length, "rank")} of unknown host left out` : "");
 }
 
 // ------------------------------------------------------------------ mapping view

@@ -1,5 +1,5 @@
 // rankmap dashboard, machine page: what `rankmap bench p2p|mpi|nccl` measured on a host, from /api/machine.
-// Loaded after app.js and uses its helpers ($, api, el, plotLayout, plot, showPlotError, fmtBytes).
+// Loaded after app.js and uses its helpers ($, api, el, count, plotLayout, plot, showPlotError, fmtBytes).
 "use strict";
 
 const BUFFER_COLOURS = { host: "#2563eb", device: "#76b900", "device-staged": "#f59e0b", "device-ipc": "#8b5cf6" };
@@ -122,7 +122,7 @@ function renderMpi(run) {
 
 function renderNccl(run) {
   const sel = $("nccl-op");
-  $("nccl-note").textContent = run ? `run #${run.id} · NCCL ${run.machine && run.machine.nccl_version || "?"} · ${run.machine && run.machine.ranks} ranks · ${notRun(run)}` : "no bench nccl run";
+  $("nccl-note").textContent = run ? `run #${run.id} · NCCL ${run.machine && run.machine.nccl_version || "?"} · ${count(run.machine && run.machine.ranks, "rank")} · ${notRun(run)}` : "no bench nccl run";
   if (!run) { showPlotError("nccl-busbw", "Run `rankmap bench nccl -- mpirun -np 2` on this host."); return; }
   const ops = [...new Set(run.rows.map((r) => r.benchmark))];
   const keep = ops.includes(sel.value) ? sel.value : ops[0];
