@@ -616,6 +616,53 @@ def test_live_topology_unavailable_is_a_clear_404(tmp_path):
     assert r.status_code == 404 and "is not available" in r.json()["detail"]
 
 
+def test_no_mapping_hint_names_a_command_that_runs_here(tmp_path):
+    """The panel's hint for a job without a mapping is a command to copy: with the server on
+    ``live`` where there is no NVIDIA driver it said ``--topology live``, which fails the same way.
+    It names a node that loads here, with the nodes and ranks per GPU the job needs, and each
+    command given runs as given (the real CLI) and stores the mapping the panel then shows."""
+    import re
+    import shlex
+
+    from rankmap.cli import build_parser
+
+    try:
+        load("live")
+        live = True
+    except RankmapError:
+        live = False
+    url = f"sqlite:///{tmp_path / 'rankmap.db'}"
+    store = open_store(url)
+    jobs = {}
+    for name, n, hosts in (("one node", N, 1), ("two nodes", 4, 2), ("crowded", 20, 1)):
+        jid = store.create_job(["mpirun", "-np", str(n), f"./{name[:3]}"], world_size=n)
+        store.ingest(jid, [WebRecord(world_rank=r, host=f"node{r * hosts // n}",
+                                     traffic=[((r + 1) % n, "p2p", "MPI_Send", "device", "send", 10**6, 1)])
+                           for r in range(n)])
+        store.finish_job(jid, exit_status=0, elapsed_ns=10**9)
+        jobs[name] = jid
+    client = local_client(create_app(store, None))            # the default: live
+    hints = {name: client.get(f"/api/jobs/{jid}/mapping").json()["message"] for name, jid in jobs.items()}
+    missing = local_client(create_app(store, str(tmp_path / "missing.json")))
+    hints["missing file"] = missing.get(f"/api/jobs/{jobs['one node']}/mapping?spec=live").json()["message"]
+    if not live:
+        for name, hint in hints.items():
+            assert "--topology live" not in hint and "NVIDIA driver" in hint and "nvidia-smi topo -m" in hint, hint
+    assert "missing.json' does not load here" in hints["missing file"]
+    assert "--nodes 2" in hints["two nodes"] and "--ranks-per-gpu" in hints["crowded"]
+    for name, jid in jobs.items():
+        cmd = shlex.split(re.search(r"`(rankmap map [^`]*)`", hints[name]).group(1))
+        assert cmd[:4] == ["rankmap", "map", "--job", str(jid)] and cmd[-1] == "--save", cmd
+        p = rankmap(*cmd[1:], env={"RANKMAP_HOME": str(tmp_path)})
+        assert p.returncode == 0, (hints[name], p.stderr)
+        got = client.get(f"/api/jobs/{jid}/mapping").json()
+        assert got["mapping"] is not None and got["mapping"]["job"] == jid, got
+        # the tune command would profile again (not here): the CLI's own parser takes it as given
+        tune = shlex.split(re.search(r"`(rankmap tune [^`]*)`", hints[name]).group(1).replace("<its command>", "./x"))
+        args = build_parser().parse_args(tune[1:])
+        assert args.topology == ("live" if live else "dgx1-v100") and args.db == url, vars(args)
+
+
 def test_page_and_plotly_are_served_locally(web):
     client, _ = web
     page = client.get("/")

@@ -281,14 +281,39 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         return {"job": jid, "series": Q.link_series(store.link_samples(jid))}
 
     def no_mapping(jid: int, spec: str | None) -> str:
-        """What to run for a job without a mapping: commands that work against this very store."""
+        """What to run for a job without a mapping: commands that work against this very store.
+
+        On a node that loads here (the asked-for one, the server's, else a fixture), with as many
+        nodes as the job had hosts and the ranks per GPU it needs, so the command runs as given:
+        ``live`` without an NVIDIA driver (a laptop, a login node) would only fail again."""
         from rankmap.store import shown_url
+        from rankmap.topology import fixtures
 
         db = "" if store.url == shown_url() else f" --db {shlex.quote(store.url)}"
-        topo = spec or topologies.default or "live"
-        return (f"no mapping for job {jid}: `rankmap map --job {jid} --topology {shlex.quote(topo)}{db} --save` places "
-                f"its stored profile and stores the mapping; `rankmap tune{db} -- <its command>` profiles it again "
-                f"and stores one")
+        failed = []
+        for cand in dict.fromkeys([spec or topologies.default, topologies.default, *fixtures.NAMES]):
+            try:
+                topo = topologies.get(cand)
+                break
+            except HTTPException:
+                failed.append(cand)
+        nodes = max(1, len(store.job(jid).get("hosts") or []))
+        per_gpu = -(-store.world_size(jid) // max(1, len(topo.gpus) * nodes))
+        flags = f"--topology {shlex.quote(cand)}" + (f" --nodes {nodes}" if nodes > 1 else "") + \
+            (f" --ranks-per-gpu {per_gpu}" if per_gpu > 1 else "")
+        why = ""
+        if failed:
+            others = [f"{c!r}" for c in failed if c != "live"]
+            why = " (" + "; ".join(
+                ([f"{', '.join(others)} {'does' if len(others) == 1 else 'do'} not load here"] if others else []) +
+                (["live does not load here: it discovers the node it runs on through its NVIDIA driver (on the "
+                  "job's node it works); anywhere, `--topology nvidia-smi-topo.txt` reads the output of "
+                  "`nvidia-smi topo -m` saved on that node"] if "live" in failed else []) +
+                [f"{cand} is a built-in node: `rankmap topo --list` names them all"]) + ")"
+        tune = "" if cand == "live" else f" --topology {shlex.quote(cand)}"
+        return (f"no mapping for job {jid}: `rankmap map --job {jid} {flags}{db} --save` places its stored profile "
+                f"and stores the mapping{why}; `rankmap tune{tune}{db} -- <its command>` profiles it again and "
+                f"stores one")
 
     def view(topo: Topology, m: np.ndarray, placement: V.Placement, host: np.ndarray | None) -> dict:
         v = V.link_loads(topo, m, placement, host)
