@@ -25,7 +25,7 @@ def _cc(tmp: Path, src: str, out: str, *extra: str) -> Path:
 
 @pytest.fixture(scope="session")
 def fake_cudart(tmp_path_factory) -> Path:
-    return _cc(tmp_path_factory.mktemp("fakecuda"), "fake_cudart.c", "libcudart.so.13", "-lrt")
+    return _cc(tmp_path_factory.mktemp("fakecuda"), "fake_cudart.c", "libcudart.so.13")
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,8 @@ buffer arithmetic and result checks run for real; the figures follow nccl-tests'
 from __future__ import annotations
 
 import json
+import os
+import re
 
 import pytest
 
@@ -69,11 +71,19 @@ def test_mpi_collectives_on_the_same_gpus(bench_env, fake_cudart):
     assert "not measured: nccl:" in p.stderr
 
 
-def test_nccl_failure_under_a_launcher_is_one_line(bench_env, fake_cudart, fake_nccl):
+def test_nccl_failure_under_a_launcher_is_one_line(bench_env, fake_cudart, fake_nccl, tmp_path):
+    """The job aborts (MPI_Abort: no rank runs its exit handlers), and its stand-in device memory goes
+    with it, as real device memory would: nothing named after its ranks is left in /dev/shm."""
     need_openmpi()
-    env = nccl_env(bench_env, fake_cudart, fake_nccl)       # the stand-in NCCL has no ncclCommInitRank
+    log = tmp_path / "cuda.log"
+    env = dict(nccl_env(bench_env, fake_cudart, fake_nccl), FAKE_CUDA_LOG=str(log))   # no ncclCommInitRank
     p = rankmap("bench", "nccl", "--sizes", "1K:1K", *QUICK, "--", *OMPI, env=env, timeout=300)
     assert_one_line_error(p, "N.CommInitRank", "invalid usage (fake NCCL)")
+    handles = [line.split()[1] for line in log.read_text().splitlines() if line.startswith("alloc ")]
+    pids = {h.split("/")[2] for h in handles}
+    assert len(pids) == 2 and len(handles) >= 4, handles       # both ranks had allocated their buffers
+    left = [e for e in os.listdir("/dev/shm") if set(re.split(r"[-_.]", e)) & pids] if os.path.isdir("/dev/shm") else []
+    assert left == [], left
 
 
 def test_missing_pieces_are_one_line(bench_env, fake_cudart, fake_nccl):

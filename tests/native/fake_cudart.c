@@ -1,10 +1,14 @@
 /* fake_cudart.c -- a stand-in CUDA runtime for testing rankmap's MPI and NCCL benchmarks without a GPU.
  *
- * Implements the calls of native/bench/cudart_dl.h on host memory: "device" allocations are POSIX
- * shared memory so that an IPC handle (the segment's name) opens in another process, copies are
- * memcpy, streams and events are nothing.  FAKE_CUDA_DEVICES sets how many devices there are
- * (default 2; 0 = cudaErrorNoDevice); FAKE_CUDA_FAIL_IPC=1 makes cudaIpcOpenMemHandle fail;
- * FAKE_CUDA_LOG=path appends one line per copy ("copy <bytes>") so a test can count them. */
+ * Implements the calls of native/bench/cudart_dl.h on host memory: "device" allocations are
+ * anonymous shared memory (memfd) so that an IPC handle (the owner's pid and descriptor, opened
+ * through /proc/<pid>/fd/<fd>) opens in another process, copies are memcpy, streams and events are
+ * nothing.  A memfd has no name in /dev/shm: its memory goes with the last process that maps it, so
+ * a job killed before its exit handlers (an MPI_Abort) leaves nothing behind, as real device
+ * memory would.  FAKE_CUDA_DEVICES sets how many devices there are (default 2; 0 =
+ * cudaErrorNoDevice); FAKE_CUDA_FAIL_IPC=1 makes cudaIpcOpenMemHandle fail; FAKE_CUDA_LOG=path
+ * appends one line per copy ("copy <bytes>") and one per allocation ("alloc <handle>") so a test
+ * can count them. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,25 +18,20 @@
 #include <unistd.h>
 
 typedef struct { char reserved[64]; } ipc_handle;
-struct seg { void *p; size_t n; char name[56]; int ipc; };
+struct seg { void *p; size_t n; int fd; };   /* fd: the memfd of an allocation, -1 for a mapped peer's */
 static struct seg segs[256];
-static int nsegs, seq, current;
+static int nsegs, current;
 
 static int devices(void) {
   const char *e = getenv("FAKE_CUDA_DEVICES");
   return e ? atoi(e) : 2;
 }
 
-static void log_copy(size_t n) {
+static void log_line(const char *what, const char *value) {
   const char *path = getenv("FAKE_CUDA_LOG");
   if (!path) return;
   FILE *f = fopen(path, "a");
-  if (f) { fprintf(f, "copy %zu\n", n); fclose(f); }
-}
-
-static void cleanup(void) {
-  for (int i = 0; i < nsegs; i++)
-    if (segs[i].p && !segs[i].ipc) shm_unlink(segs[i].name);
+  if (f) { fprintf(f, "%s %s\n", what, value); fclose(f); }
 }
 
 int cudaGetDeviceCount(int *n) {
@@ -53,22 +52,17 @@ int cudaDeviceGetPCIBusId(char *buf, int len, int dev) { snprintf(buf, (size_t)l
 int cudaMalloc(void **p, size_t n) {
   if (nsegs == 256) return 2;        /* cudaErrorMemoryAllocation */
   struct seg *s = &segs[nsegs];
-  if (nsegs == 0) atexit(cleanup);
-  /* A process killed before its atexit (an aborted MPI job) leaves its segments behind, and a later
-   * process can get the same pid: skip names that exist instead of failing on them. */
-  int fd = -1;
-  for (int tries = 0; fd < 0 && tries < 1000; tries++) {
-    snprintf(s->name, sizeof s->name, "/rmfake-%d-%d", (int)getpid(), seq++);
-    fd = shm_open(s->name, O_CREAT | O_RDWR | O_EXCL, 0600);
-  }
+  int fd = memfd_create("rmfake", MFD_CLOEXEC);
   if (fd < 0) return 2;
-  if (ftruncate(fd, (off_t)(n ? n : 1)) != 0) { close(fd); shm_unlink(s->name); return 2; }
+  if (ftruncate(fd, (off_t)(n ? n : 1)) != 0) { close(fd); return 2; }
   s->p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (s->p == MAP_FAILED) { shm_unlink(s->name); return 2; }
+  if (s->p == MAP_FAILED) { close(fd); return 2; }
   s->n = n ? n : 1;
-  s->ipc = 0;
+  s->fd = fd;
   nsegs++;
+  char name[48];
+  snprintf(name, sizeof name, "/proc/%d/fd/%d", (int)getpid(), fd);
+  log_line("alloc", name);
   *p = s->p;
   return 0;
 }
@@ -83,14 +77,23 @@ int cudaFree(void *p) {
   struct seg *s = find(p);
   if (!s) return 1;                   /* cudaErrorInvalidValue */
   munmap(s->p, s->n);
-  if (!s->ipc) shm_unlink(s->name);
+  if (s->fd >= 0) close(s->fd);
   s->p = NULL;
   return 0;
 }
 
 int cudaMallocHost(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
 int cudaFreeHost(void *p) { free(p); return 0; }
-int cudaMemcpy(void *d, const void *s, size_t n, int kind) { (void)kind; memmove(d, s, n); log_copy(n); return 0; }
+int cudaMemcpy(void *d, const void *s, size_t n, int kind) {
+  (void)kind;
+  memmove(d, s, n);
+  if (getenv("FAKE_CUDA_LOG")) {
+    char b[24];
+    snprintf(b, sizeof b, "%zu", n);
+    log_line("copy", b);
+  }
+  return 0;
+}
 int cudaMemcpyAsync(void *d, const void *s, size_t n, int kind, void *st) { (void)st; return cudaMemcpy(d, s, n, kind); }
 int cudaMemset(void *p, int v, size_t n) { memset(p, v, n); return 0; }
 int cudaStreamCreateWithFlags(void **s, unsigned f) { (void)f; *s = (void *)0x5; return 0; }
@@ -98,11 +101,13 @@ int cudaStreamSynchronize(void *s) { (void)s; return 0; }
 int cudaStreamDestroy(void *s) { (void)s; return 0; }
 int cudaDeviceSynchronize(void) { return 0; }
 
+/* The handle: "/proc/<owner pid>/fd/<memfd>" and the size; the owner keeps the memfd open until
+ * cudaFree, as a real owner keeps its allocation. */
 int cudaIpcGetMemHandle(ipc_handle *h, void *p) {
   struct seg *s = find(p);
-  if (!s) return 1;
+  if (!s || s->fd < 0) return 1;
   memset(h, 0, sizeof *h);
-  snprintf(h->reserved, 48, "%s", s->name);
+  snprintf(h->reserved, 48, "/proc/%d/fd/%d", (int)getpid(), s->fd);
   memcpy(h->reserved + 48, &s->n, sizeof s->n);
   return 0;
 }
@@ -116,7 +121,7 @@ int cudaIpcOpenMemHandle(void **p, ipc_handle h, unsigned flags) {
   memcpy(name, h.reserved, 48);
   name[48] = 0;
   memcpy(&n, h.reserved + 48, sizeof n);
-  int fd = shm_open(name, O_RDWR, 0600);
+  int fd = open(name, O_RDWR | O_CLOEXEC);
   if (fd < 0) return 1;
   void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
@@ -124,8 +129,7 @@ int cudaIpcOpenMemHandle(void **p, ipc_handle h, unsigned flags) {
   struct seg *s = &segs[nsegs++];
   s->p = m;
   s->n = n;
-  s->ipc = 1;
-  snprintf(s->name, sizeof s->name, "%s", name);
+  s->fd = -1;
   *p = m;
   return 0;
 }
