@@ -80,6 +80,7 @@ def test_writer_threads_exact_and_fork(writer_exe, tmp_path):
     sends = {(k[0], k[1]): v[0] for k, v in exp.items() if k[4] == "send"}
     assert tl == sends
     assert rec.communicators == [records.Communicator(7, "sub", [0, 1, 2])]
+    assert rec.meta.pop("flush_thread.wakeups").isdigit()          # written at close
     assert rec.meta == {"mpi_library": "test writer"}
 
 
@@ -122,6 +123,18 @@ def test_writer_bucket_env(writer_exe, tmp_path):
     p = run_writer(writer_exe, tmp_path, 0, 2, 1, 10, "close", RANKMAP_BUCKET_MS="7")
     assert p.returncode == 0, p.stderr
     assert records.read(tmp_path / "rank-0.mpi.rmrec").bucket_ns == 7_000_000
+
+
+def test_flush_thread_wakes_once_per_bucket(writer_exe, tmp_path):
+    """The flush thread wakes at each timeline bucket boundary (and at a flush), no more: every rank of
+    a job has one, and on an oversubscribed machine each wake-up takes a core from a polling rank. The
+    count is in the record (META flush_thread.wakeups), so a job's records say what it cost."""
+    p = run_writer(writer_exe, tmp_path, 0, 2, 1, 10, "wait", RANKMAP_BUCKET_MS="10", RANKMAP_FLUSH_MS="100")
+    assert p.returncode == 0, p.stderr
+    rec = records.read(tmp_path / "rank-0.mpi.rmrec")
+    wakeups, buckets = int(rec.meta["flush_thread.wakeups"]), rec.elapsed_ns // 10_000_000
+    assert buckets >= 30
+    assert 3 <= wakeups <= buckets + rec.elapsed_ns // 100_000_000 + 2, (wakeups, buckets)
 
 
 def test_writer_killed_keeps_flushed_data(writer_exe, tmp_path):
@@ -172,6 +185,7 @@ def test_truncated_tail_reported_and_rest_used(good_file, tmp_path):
     rec = records.read(cut)
     nbefore = sum(1 for b in blocks if b[0] < off)
     assert rec.problems[0] == f"rank-5.mpi.rmrec: truncated block at offset {off}; {nbefore} earlier blocks used"
+    rec.meta.pop("flush_thread.wakeups", None)                     # the close's, if its block came first
     assert rec.traffic == [] and rec.meta == {"mpi_library": "test writer"}   # earlier blocks: strings, meta
     assert not rec.finalized
 

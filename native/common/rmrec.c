@@ -120,6 +120,7 @@ struct rmrec {
   struct obuf *out;
   pthread_t thread;
   int thread_started, stop, closed;
+  uint64_t wakeups;                   /* flush-thread wake-ups, reported at close (flush_thread.wakeups) */
   void (*pre_flush)(void *);          /* rmrec_pre_flush: run by the flush thread before each flush */
   void *pre_flush_arg;
 };
@@ -914,6 +915,7 @@ static void *flush_thread(void *arg) {
     ts.tv_nsec = (long)(t % 1000000000ull);
     if (wait) pthread_cond_timedwait(&c->fcond, &c->flock, &ts);
     if (c->stop || c->closed) break;
+    c->wakeups++;
     __atomic_fetch_add(&rmrec_epoch, 1, __ATOMIC_RELAXED);
     if (rmrec_now_ns() < next_flush) continue;
     if (c->pre_flush) {               /* outside the flush lock: the hook may take its own locks */
@@ -937,6 +939,11 @@ void rmrec_close(rmrec_t *c) {
   pthread_cond_broadcast(&c->fcond);
   pthread_mutex_unlock(&c->flock);
   if (c->thread_started) pthread_join(c->thread, NULL);
+  if (c->thread_started) {
+    char n[24];
+    snprintf(n, sizeof n, "%llu", (unsigned long long)c->wakeups);
+    rmrec_meta(c, "flush_thread.wakeups", n);
+  }
   pthread_mutex_lock(&c->flock);
   flush_impl(c, 1);
   atomic_store(&c->enabled, 0);

@@ -2,7 +2,8 @@
  * fork and an optional kill before close.  Usage: rmrec_writer_test DIR RANK SIZE THREADS ITERS MODE
  * MODE: close | kill (SIGKILL self after one explicit flush and more counting) | fork
  *       | single (rmrec_single_writer; the threads run one after another, as MPI below
- *         MPI_THREAD_MULTIPLE serialises its callers: counts must stay exact) */
+ *         MPI_THREAD_MULTIPLE serialises its callers: counts must stay exact)
+ *       | wait (idle 300 ms before close: the flush thread's wake-ups over that time) */
 #include "rmrec.h"
 #include <pthread.h>
 #include <signal.h>
@@ -62,6 +63,7 @@ int main(int argc, char **argv) {
     }
     waitpid(pid, NULL, 0);
   }
+  if (argv[6][0] == 'w') usleep(300000);
   rmrec_close(c);
   return 0;
 }
