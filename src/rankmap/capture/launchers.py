@@ -5,9 +5,10 @@ the ranks, never the launcher process itself (a PMPI library preloaded into ``mp
 libmpi into it). So:
 
 * ``openmpi`` -- ``mpirun``/``mpiexec``/``orterun``/``prterun`` that resolve to Open MPI (by real
-  path, else ``--version``): ``-x VAR=value`` inserted right after the launcher name;
+  path, else ``--version``): ``-x VAR=value`` inserted right after the launcher name, and after
+  every ``:`` of an MPMD command (Open MPI's ``-x`` reaches only its own app context);
 * ``hydra`` -- MPICH / MVAPICH / Intel MPI ``mpiexec``, ``mpiexec.hydra``, ``mpirun``:
-  ``-genv VAR value`` right after the launcher name;
+  ``-genv VAR value`` right after the launcher name (it reaches every app context);
 * ``srun`` -- Slurm: ``--export=ALL,VAR=value``, merged into the user's own ``--export``;
 * ``torchrun`` -- ``torchrun`` or ``python -m torch.distributed.run``: the launcher's environment,
   which its workers inherit;
@@ -40,21 +41,26 @@ OTHER_LAUNCHERS = {"aprun", "jsrun", "lrun", "flux", "ibrun", "poe", "qsub", "sb
                    "mpiexec_mpt", "ccmrun", "deepspeed", "accelerate", "horovodrun", "mpirun.mpt", "prun.slurm"}
 
 # Options (before the program) that take a value, so the value is not mistaken for the program.
-OMPI_VALUE_OPTS = {
-    "-np", "--np", "-n", "--n", "-c", "-x", "-H", "--host", "-host", "--hostfile", "-hostfile", "-machinefile",
-    "--machinefile", "--default-hostfile", "--map-by", "-map-by", "--rank-by", "-rank-by", "--bind-to", "-bind-to",
-    "-npernode", "--npernode", "-npersocket", "--npersocket", "-wdir", "--wdir", "-wd", "--wd", "-path", "--path",
-    "--prefix", "-prefix", "--preload-files", "-tune", "--tune", "--output-filename", "--timeout", "--rankfile",
-    "-rf", "--app", "--cpus-per-proc", "--cpus-per-rank", "-cpus-per-proc", "--output", "--personality",
-    "--stream-buffering", "--launch-agent", "--env",
+OMPI_VALUE_OPTS = {   # every option `mpirun --help all` (Open MPI 4.1) shows with an argument, both spellings
+    "-np", "--np", "-n", "--n", "-c", "-N", "-x", "-H", "--host", "-host", "--hostfile", "-hostfile", "-machinefile",
+    "--machinefile", "--default-hostfile", "-default-hostfile", "--map-by", "-map-by", "--rank-by", "-rank-by",
+    "--bind-to", "-bind-to", "-npernode", "--npernode", "-npersocket", "--npersocket", "--ppr", "-wdir",
+    "--wdir", "-wd", "--wd", "-path", "--path", "--prefix", "-prefix", "--preload-files", "-preload-files",
+    "-tune", "--tune", "--output-filename", "-output-filename", "--timeout", "-timeout", "--rankfile", "-rf",
+    "--app", "-am", "--cpus-per-proc", "-cpus-per-proc", "--cpus-per-rank", "-cpus-per-rank", "--cpu-list",
+    "-cpu-list", "--cpu-set", "-cpu-set", "--cartofile", "-cf", "--output", "--personality", "-personality",
+    "--stream-buffering", "--launch-agent", "-launch-agent", "--env", "--debugger", "-debugger", "--hnp", "-hnp",
+    "--max-restarts", "-max-restarts", "--max-vm-size", "-max-vm-size", "--ompi-server", "-ompi-server",
+    "--report-events", "-report-events", "--report-pid", "-report-pid", "--report-uri", "-report-uri",
+    "--stdin", "-stdin", "--xml-file", "-xml-file", "--xterm", "-xterm",
 }
 _OMPI_TWO_VALUE_OPTS = {"--mca", "-mca", "--gmca", "-gmca", "--omca", "--pmixmca", "--prtemca"}
-HYDRA_VALUE_OPTS = {
+HYDRA_VALUE_OPTS = {  # `mpiexec.hydra --help`; -genvall, -genvnone, -pmi-port ... take none
     "-n", "-np", "-f", "-hostfile", "-machinefile", "-hosts", "-host", "-ppn", "-wdir", "-genvlist", "-envlist",
     "-configfile", "-launcher", "-launcher-exec", "-bootstrap", "-bootstrap-exec", "-rmk", "-bind-to",
     "-binding", "-map-by", "-iface", "-nameserver", "-demux", "-errfile-pattern", "-outfile-pattern",
-    "-prepend-pattern", "-localhost", "-gpus-per-proc", "-genvall", "-membind", "-topolib", "-ckpointlib",
-    "-ckpoint-prefix", "-ckpoint-num", "-ckpoint-interval", "-usize", "-pmi-port", "-errfile", "-outfile",
+    "-prepend-pattern", "-localhost", "-gpus-per-proc", "-membind", "-topolib", "-ckpointlib", "-order-nodes",
+    "-ckpoint-prefix", "-ckpoint-num", "-ckpoint-interval", "-usize", "-errfile", "-outfile",
 }
 HYDRA_TWO_VALUE_OPTS = {"-genv", "-env"}
 SRUN_VALUE_OPTS = {
@@ -102,8 +108,9 @@ class Launcher:
         argv = list(self.argv)
         head, tail = argv[:self.prefix_len], argv[self.prefix_len:]
         if self.kind == "openmpi":
+            # Open MPI's -x reaches only the ranks of its own app context: one per context of `a : b`
             extra = [t for k, v in env.items() for t in ("-x", f"{k}={v}")]
-            return head + extra + tail, base
+            return head + join_contexts([extra + c for c in split_contexts(tail)]), base
         if self.kind == "hydra":
             extra = [t for k, v in env.items() for t in ("-genv", k, v)]
             return head + extra + tail, base
@@ -189,7 +196,7 @@ def _mpi_world_size(tokens: list[str], kind: str) -> int | None:
                        else (HYDRA_VALUE_OPTS, HYDRA_TWO_VALUE_OPTS))
     names = {"-np", "--np", "-n", "--n", "-c"} if kind == "openmpi" else {"-n", "-np"}
     total = 0
-    for ctx in _split_contexts(tokens):
+    for ctx in split_contexts(tokens):
         vals = [_int(v) for v in _opt_values(ctx, names, value_opts, two)]
         if not vals or vals[-1] is None:
             return None
@@ -197,7 +204,8 @@ def _mpi_world_size(tokens: list[str], kind: str) -> int | None:
     return total or None
 
 
-def _split_contexts(tokens: list[str]) -> list[list[str]]:
+def split_contexts(tokens: Sequence[str]) -> list[list[str]]:
+    """The app contexts of an MPMD command line (``-np 2 ./a : -np 2 ./b``), without the colons."""
     ctxs, cur = [], []
     for t in tokens:
         if t == ":":
@@ -207,6 +215,14 @@ def _split_contexts(tokens: list[str]) -> list[list[str]]:
             cur.append(t)
     ctxs.append(cur)
     return ctxs
+
+
+def join_contexts(ctxs: Sequence[Sequence[str]]) -> list[str]:
+    """The inverse of :func:`split_contexts`."""
+    out: list[str] = []
+    for i, c in enumerate(ctxs):
+        out += ([":"] if i else []) + list(c)
+    return out
 
 
 def _srun_world_size(tokens: list[str]) -> int | None:

@@ -4,7 +4,8 @@ Every rank is started through :mod:`rankmap.mapping.execwrap`: the launcher's ow
 wrapper inserted right before the program (``mpirun [opts] PROG ARGS`` becomes
 ``mpirun [opts] -x RANKMAP_MAPPING=F python -S execwrap.py PROG ARGS``), the way the capture shim is
 injected, using the launcher adapter of :mod:`rankmap.capture.launchers` to recognise the launcher
-and find where its options end:
+and find where its options end (in every app context of an MPMD command ``a : b``, each program
+gets the wrapper):
 
 * Open MPI: ``-x`` for the variables; Open MPI would otherwise bind each rank to a core of its own
   choosing, which the wrapper could then not leave, so ``--bind-to none`` is added unless the user
@@ -80,27 +81,29 @@ def wrap(argv: list[str], mapping_file: str, *, bind: bool = True, node_file: st
         ours["RANKMAP_HOSTS"] = " ".join(hosts)  # no commas: srun --export splits on them
     head, tail = argv[: launcher.prefix_len], argv[launcher.prefix_len:]
     if launcher.kind == "openmpi":
-        prog = L.program_index(tail, L.OMPI_VALUE_OPTS, L._OMPI_TWO_VALUE_OPTS)
-        opts = tail[:prog]
-        extra = [t for k, v in ours.items() for t in ("-x", f"{k}={v}")]
+        ctxs = _contexts(tail, L.OMPI_VALUE_OPTS, L._OMPI_TWO_VALUE_OPTS)
+        opts = [t for c_opts, _ in ctxs for t in c_opts]
+        xs = [t for k, v in ours.items() for t in ("-x", f"{k}={v}")]    # -x: per app context
+        extra = []
         if node_file:
             extra += ["--rankfile", node_file]
             if hosts and mapping is not None and not _has_opt(opts, _OMPI_HOST_OPTS):
                 extra += ["--host", host_slots(mapping, hosts)]
         elif not _has_opt(opts, ("--bind-to", "-bind-to")):
             extra += ["--bind-to", "none"]
-        return head + extra + opts + wrapper_argv() + tail[prog:], env
+        return head + L.join_contexts([(xs + (extra if i == 0 else []) + o + wrapper_argv() + p)
+                                       for i, (o, p) in enumerate(ctxs)]), env
     if launcher.kind == "hydra":
-        prog = L.program_index(tail, L.HYDRA_VALUE_OPTS, L.HYDRA_TWO_VALUE_OPTS)
-        opts = tail[:prog]
-        extra = [t for k, v in ours.items() for t in ("-genv", k, v)]
+        ctxs = _contexts(tail, L.HYDRA_VALUE_OPTS, L.HYDRA_TWO_VALUE_OPTS)
+        opts = [t for c_opts, _ in ctxs for t in c_opts]
+        extra = [t for k, v in ours.items() for t in ("-genv", k, v)]   # -genv: every app context
         if node_file:
-            if _has_opt(opts, _HYDRA_HOST_OPTS) or ":" in tail[prog:]:
+            if _has_opt(opts, _HYDRA_HOST_OPTS) or len(ctxs) > 1:
                 raise RankmapError("rankmap run puts the ranks of a multi-node mapping on their hosts itself: "
                                    "drop the command's host options (-f, -hosts, -ppn) and MPMD ':' and pass "
                                    "--hosts to rankmap run instead")
             extra += ["-f", node_file]
-        return head + extra + opts + wrapper_argv() + tail[prog:], env
+        return head + extra + L.join_contexts([o + wrapper_argv() + p for o, p in ctxs]), env
     if launcher.kind == "srun":
         prog = L.program_index(tail, L.SRUN_VALUE_OPTS, set())
         opts = L.srun_export(tail[:prog], ours)
@@ -147,6 +150,18 @@ def torchrun_python(launcher) -> str:
         if parts:
             return parts[0]
     return "python3"
+
+
+def _contexts(tail: list[str], value_opts: set[str], two_value_opts: set[str]) -> list[tuple[list[str], list[str]]]:
+    """(options, program and its arguments) of every app context of an MPI command (``a : b``):
+    the wrapper goes before the program of each, or the ranks of the later ones run unplaced."""
+    from rankmap.capture import launchers as L
+
+    out = []
+    for c in L.split_contexts(tail):
+        i = L.program_index(c, value_opts, two_value_opts)
+        out.append((c[:i], c[i:]))
+    return out
 
 
 def _has_opt(opts: list[str], names: tuple[str, ...]) -> bool:

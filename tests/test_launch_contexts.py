@@ -1,0 +1,109 @@
+"""Launch commands as users write them, under real Open MPI and MPICH: MPMD app contexts
+(``-np 1 ./a : -np 1 ./b``) and launcher options with and without a value (``-N 2``, ``-genvall``).
+Every rank must be profiled, and started on the GPU and CPUs its mapping gives it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, rankmap
+from test_execwrap import fake_doc
+
+MPIS = {  # name: (compiler wrapper, launcher, its rank variable)
+    "openmpi": ("mpicc.openmpi", ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe"]),
+    "mpich": ("mpicc.mpich", ["mpiexec.mpich"]),
+}
+PRINTER = """\
+import json, os, sys
+rank = int(os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMI_RANK") or os.environ["PMI_ID"])
+with open(os.path.join(sys.argv[1], f"{rank}.json"), "w") as f:
+    json.dump({"cvd": os.environ.get("CUDA_VISIBLE_DEVICES"), "cpus": sorted(os.sched_getaffinity(0)),
+               "placed": os.environ.get("RANKMAP_PLACED")}, f)
+"""
+
+
+def launcher(mpi: str) -> list[str]:
+    cc, argv = MPIS[mpi]
+    if not (shutil.which(cc) and shutil.which(argv[0])):
+        pytest.skip(f"{argv[0]} is not installed")
+    return list(argv)
+
+
+@pytest.fixture(scope="module")
+def ring(tmp_path_factory) -> dict[str, Path]:
+    """examples/mpi/ring built with each installed MPI."""
+    d = tmp_path_factory.mktemp("ring")
+    out = {}
+    for mpi, (cc, _) in MPIS.items():
+        if shutil.which(cc):
+            subprocess.run([cc, "-O1", "-o", str(d / f"ring-{mpi}"), str(ROOT / "examples" / "mpi" / "ring.c")],
+                           check=True)
+            out[mpi] = d / f"ring-{mpi}"
+    return out
+
+
+def _run_and_read(tmp_path: Path, cmd: list[str]) -> dict[int, dict]:
+    """``rankmap run`` of ``cmd`` (whose ranks run the printer) on the 4-rank fake mapping: what each rank saw."""
+    mf = tmp_path / "m.json"
+    mf.write_text(json.dumps(fake_doc()))
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    p = rankmap("run", "--mapping", str(mf), "--topology", "dgx1-v100", "--", *cmd,
+                env={"RANKMAP_HOME": str(tmp_path / "home")}, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return {int(f.stem): json.loads(f.read_text()) for f in out.glob("*.json")}
+
+
+def _assert_placed(seen: dict[int, dict]) -> None:
+    doc = fake_doc()
+    assert sorted(seen) == [0, 1, 2, 3]
+    allowed = os.sched_getaffinity(0)
+    for r, d in seen.items():
+        e = doc["mapping"][str(r)]
+        assert d["cvd"] == str(e["gpu"]), (r, d)
+        assert d["placed"] and d["placed"].startswith(f"0:{e['gpu']}:"), (r, d)
+        want = {int(e["cpus"])} & allowed
+        if want:
+            assert d["cpus"] == sorted(want), (r, d)
+
+
+@pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
+def test_run_places_every_app_context(mpi, tmp_path):
+    """``a : b``: the ranks of the second app context go through the wrapper too (they used to
+    start unplaced: no CUDA_VISIBLE_DEVICES, no binding, and nothing said so)."""
+    prog = [sys.executable, str(tmp_path / "printer.py"), str(tmp_path / "out")]
+    (tmp_path / "printer.py").write_text(PRINTER)
+    cmd = launcher(mpi) + ["-np", "2", *prog, ":", "-np", "2", *prog]
+    _assert_placed(_run_and_read(tmp_path, cmd))
+
+
+@pytest.mark.parametrize("mpi,opts", [("openmpi", ["-N", "4"]), ("mpich", ["-genvall", "-n", "4"]),
+                                      ("mpich", ["-pmi-port", "-n", "4"])])
+def test_run_reads_the_launcher_options(mpi, opts, tmp_path):
+    """An option's value is not the program, and a flag takes no value: ``-N 4`` used to be read as
+    the option -N and the program 4, ``-genvall -n 4`` as -genvall with the value -n."""
+    (tmp_path / "printer.py").write_text(PRINTER)
+    cmd = launcher(mpi) + opts + [sys.executable, str(tmp_path / "printer.py"), str(tmp_path / "out")]
+    _assert_placed(_run_and_read(tmp_path, cmd))
+
+
+@pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
+def test_profile_records_every_app_context(mpi, ring, tmp_path):
+    """Open MPI's -x reaches only its own app context: the shim must be passed to every one."""
+    if mpi not in ring:
+        pytest.skip(f"{MPIS[mpi][0]} is not installed")
+    cmd = launcher(mpi) + ["-np", "1", str(ring[mpi]), "1000", "3", ":", "-np", "1", str(ring[mpi]), "1000", "3"]
+    p = rankmap("profile", "--", *cmd, env={"RANKMAP_HOME": str(tmp_path / "home")}, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "2 of 2 ranks reported" in p.stdout, p.stdout + p.stderr
+    assert "warning" not in p.stderr, p.stderr
+    csv_text = rankmap("export", "latest", "--format", "csv", env={"RANKMAP_HOME": str(tmp_path / "home")}).stdout
+    rows = {(r.split(",")[0], r.split(",")[1], r.split(",")[4]) for r in csv_text.splitlines()[1:]}
+    assert ("0", "1", "3000") in rows and ("1", "0", "3000") in rows, csv_text
