@@ -49,6 +49,19 @@ def test_parse_interval_refuses(text, msg):
         parse_interval(text)
 
 
+def test_parse_interval_bounds_come_from_its_arguments():
+    """The bound in the message is the ``longest`` passed, not a fixed "1h"."""
+    with pytest.raises(RankmapError, match=r"--every '2min': must be between 10ms and 90s$"):
+        parse_interval("2min", "--every", longest=90)
+    with pytest.raises(RankmapError, match=r"between 10ms and 30min$"):
+        parse_interval("31min", longest=1800)
+    with pytest.raises(RankmapError, match=r"between 10ms and 90min$"):
+        parse_interval("2h", longest=5400.0)
+    with pytest.raises(RankmapError, match=r"between 10ms and 2h$"):
+        parse_interval("3h", longest=7200.0)
+    assert parse_interval("1.5s", longest=1.5) == 1.5
+
+
 def test_a_monitor_session_may_last_longer_than_an_hour():
     """--duration is a span, not a sampling interval: 8 h was refused as "between 10ms and 1h"."""
     assert parse_interval("8h", "--duration", longest=None) == 8 * 3600

@@ -46,10 +46,20 @@ def parse_interval(text: str, option: str = "--interval", longest: float | None 
     except ValueError:
         raise RankmapError(f"{option} {text!r}: not a number of {unit}") from None
     if longest is None and not v >= MIN_INTERVAL_S:
-        raise RankmapError(f"{option} {text!r}: must be at least 10ms")
+        raise RankmapError(f"{option} {text!r}: must be at least {span_text(MIN_INTERVAL_S)}")
     if longest is not None and not MIN_INTERVAL_S <= v <= longest:
-        raise RankmapError(f"{option} {text!r}: must be between 10ms and 1h")
+        raise RankmapError(f"{option} {text!r}: must be between {span_text(MIN_INTERVAL_S)} and {span_text(longest)}")
     return v
+
+
+def span_text(seconds: float) -> str:
+    """Seconds as ``parse_interval`` reads them back, in the largest unit that keeps a whole number
+    (3600 -> '1h', 5400 -> '90min', 0.01 -> '10ms'), so that a bound quoted in a message can be typed as is."""
+    for unit, scale in (("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        q = seconds / scale
+        if q >= 1 and abs(q - round(q)) < 1e-9:
+            return f"{round(q)}{unit}"
+    return f"{seconds:g}s"
 
 
 class _DataCounters:
