@@ -121,7 +121,7 @@ def test_open_watch_line(tmp_path):
     for name in ("nvidia0", "nvidiactl"):
         (tmp_path / name).write_bytes(b"")
     c = check_open_watch(str(tmp_path))
-    assert c.ok and c.name == "GPU open watch" and "1 device file(s)" in c.detail
+    assert c.ok and c.name == "GPU open watch" and "1 device file" in c.detail
     (tmp_path / "nvidia0").unlink()
     c = check_open_watch(str(tmp_path))
     assert not c.ok and "no GPU device file to watch" in c.detail

@@ -38,7 +38,7 @@ def test_mapping_json_reads_what_the_solver_writes():
     (lambda d: d.update(version=9), "m.json: version: version 9 is newer"),
     (lambda d: d["mapping"].pop("2"), "m.json: mapping: places 3 ranks but world_size is 4 (rank 2 missing)"),
     (lambda d: d["mapping"]["1"].update(gpu=-1), "m.json: mapping['1'].gpu: expected an integer >= 0, got -1"),
-    (lambda d: d["mapping"]["3"].update(node=1), "m.json: mapping['3'].node: node 1 but the mapping spans 1 node(s)"),
+    (lambda d: d["mapping"]["3"].update(node=1), "m.json: mapping['3'].node: node 1 but the mapping spans 1 node"),
     (lambda d: d["mapping"].update(x={}), "m.json: mapping['x']: expected a world rank"),
 ])
 def test_mapping_json_names_the_fault(change, message):

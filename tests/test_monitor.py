@@ -210,7 +210,7 @@ def test_summary_says_what_the_open_hold_did():
         print_monitor(MonitorResult(1, "h", "gpm", 0.1, [], {}, 1.0, c.as_dict(), 0.01), Console(file=out, width=400))
         return out.getvalue()
 
-    t = text(held_open=7, open_capped=1, open_watch="2 device file(s)")
+    t = text(held_open=7, open_capped=1, open_watch="2 device files")
     assert "7 ticks were skipped because another process had just opened or closed a GPU's device file" in t
     assert "1 read all the same after a long hold" in t and "device-file watch" not in t
     t = text(open_watch="off: no GPU device file to watch")

@@ -72,7 +72,7 @@ def test_counts_of_one_are_singular(tmp_path):
 
     from conftest import rankmap
     from rankmap.pipeline.profile import _ProgressLine
-    from rankmap.report.summary import counted
+    from rankmap.errors import counted
 
     url = f"sqlite:///{tmp_path / 'db'}"
     store = open_store(url)

@@ -367,7 +367,7 @@ def test_sampler_holds_after_another_process_opens_a_gpu_file(tmp_path):
     src = _Recording()
     s = LinkSampler(src, interval_s=0.01, open_hold_s=0.3, open_cap_s=10.0, keep=False,
                     open_paths=gpu_device_files(dev)).start()
-    assert s.cost.open_watch == "3 device file(s)"
+    assert s.cost.open_watch == "3 device files"
     time.sleep(0.05)
     _open_elsewhere(dev / "nvidiactl", dev / "nvidia-uvm", times=3, every_s=0.02).wait()
     time.sleep(0.1)

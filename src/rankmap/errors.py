@@ -4,6 +4,9 @@ Every layer raises :class:`RankmapError` (or a subclass) for bad input and missi
 prerequisites, with a message that names the culprit (file, offset, field, command) and,
 where there is one, the fix. The CLI prints it as ``rankmap: error: <message>`` and exits
 non-zero; anything else escaping is a bug in rankmap and is reported as such.
+
+The small text helpers of messages live here too (``shown``, ``counted``): this is the one module
+every layer may import, so every layer words its messages the same way.
 """
 
 
@@ -16,6 +19,18 @@ def shown(value: object) -> str:
     except (TypeError, ValueError):
         s = repr(value)
     return s if len(s) <= 60 else s[:57] + "..."
+
+
+def counted(n: int | str, word: str) -> str:
+    """``counted(1, "rank")`` -> '1 rank', 2 -> '2 ranks' (and '? ranks' for an unknown count):
+    the reader should not have to do the counting that "rank(s)" leaves to them."""
+    return f"{n} {noun(n, word)}"
+
+
+def noun(n: int | str, word: str) -> str:
+    """The word alone, in the number ``n`` asks for: ``noun(1, "host")`` -> 'host' (as in 'host h1'),
+    ``noun(2, "host")`` -> 'hosts' ('hosts h1, h2')."""
+    return word if n == 1 else f"{word}s"
 
 
 class RankmapError(Exception):

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 from rankmap.bench import native_out
 from rankmap.bench.rows import BenchRun, Row, median
-from rankmap.errors import RankmapError
+from rankmap.errors import RankmapError, counted
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
 BUS_FACTOR: dict[str, Callable[[int], float]] = {
@@ -69,7 +69,7 @@ def describe(rows: list[Row], out: native_out.Output, launcher: bool) -> tuple[l
         ops = [o for o in OPS if any(r.library == lib and r.benchmark == o for r in rows)]
         if ops:
             bufs = sorted({r.buffer for r in rows if r.library == lib})
-            ran.append(f"{lib.upper()} {', '.join(ops)} ({', '.join(bufs)} buffers, {out.info.get('ranks')} rank{'' if out.info.get('ranks') == 1 else 's'})")
+            ran.append(f"{lib.upper()} {', '.join(ops)} ({', '.join(bufs)} buffers, {counted(out.info.get('ranks'), 'rank')})")
     if not launcher:
         not_run.append("MPI collectives: run with a launcher to compare them (rankmap bench nccl -- mpirun -np N)")
     return ran, not_run

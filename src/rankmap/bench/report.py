@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from rankmap.bench.rows import human_size
+from rankmap.errors import counted
 
 P2P_TITLES = {
     "ce_write": "memcpy CE, source pushes: GB/s, source GPU (row) -> destination GPU (column)",
@@ -59,7 +60,7 @@ def print_p2p(run: dict[str, Any]) -> None:
     con = _console()
     m = run.get("machine") or {}
     gpus_txt = ", ".join(f"GPU{g['index']} {g.get('name') or '?'} ({g.get('pci') or '?'})" for g in m.get("gpus", []))
-    con.print(f"[bold]{len(m.get('gpus', []))} GPU(s)[/bold]: {gpus_txt}", markup=True, highlight=False)
+    con.print(f"[bold]{counted(len(m.get('gpus', [])), 'GPU')}[/bold]: {gpus_txt}", markup=True, highlight=False)
     rows = run["rows"]
     for bench, title in P2P_TITLES.items():
         value = "latency_us" if bench.startswith("latency") else "total_GBps" if "bidir" in bench else "bandwidth_GBps"
@@ -99,7 +100,7 @@ def print_mpi(run: dict[str, Any]) -> None:
 
     con = _console()
     m = run.get("machine") or {}
-    con.print(f"[bold]{m.get('mpi') or 'MPI'}[/bold], {m.get('ranks')} rank{'' if m.get('ranks') == 1 else 's'}; CUDA-aware: "
+    con.print(f"[bold]{m.get('mpi') or 'MPI'}[/bold], {counted(m.get('ranks'), 'rank')}; CUDA-aware: "
               f"{'yes' if m.get('cuda_aware') else 'no'} ({m.get('cuda_aware_how') or '?'})", highlight=False)
     rows = run["rows"]
     for bench in dict.fromkeys(r["benchmark"] for r in rows):
@@ -134,7 +135,7 @@ def print_nccl(run: dict[str, Any]) -> None:
     con = _console()
     m = run.get("machine") or {}
     con.print(f"[bold]NCCL {m.get('nccl_version') or '?'}[/bold] ({m.get('nccl_library') or '?'}), "
-              f"{m.get('ranks')} rank{'' if m.get('ranks') == 1 else 's'}, {m.get('mode')}", highlight=False)
+              f"{counted(m.get('ranks'), 'rank')}, {m.get('mode')}", highlight=False)
     rows = run["rows"]
     for op in dict.fromkeys(r["benchmark"] for r in rows):
         mine = [r for r in rows if r["benchmark"] == op]

@@ -28,6 +28,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
+from rankmap.errors import counted
+
 IN_OPEN = 0x20
 IN_CLOSE_WRITE = 0x08
 IN_CLOSE_NOWRITE = 0x10
@@ -82,7 +84,7 @@ class DeviceFileWatch:
             self.close()
             self.status = "off: " + ("; ".join(failed) if failed else "no GPU device file to watch")
             return
-        self.status = f"{len(self.paths)} device file(s)" + (f" ({len(failed)} not watched)" if failed else "")
+        self.status = counted(len(self.paths), "device file") + (f" ({len(failed)} not watched)" if failed else "")
 
     @property
     def ok(self) -> bool:

@@ -44,7 +44,7 @@ import numpy as np
 from rankmap.capture import nccl_graph
 from rankmap.formats import record as rec_mod
 from rankmap.formats.record import TrafficRow
-from rankmap.errors import RankmapError
+from rankmap.errors import RankmapError, counted
 
 WIRE_FACTOR = {"LL": 2.0, "LL128": 128.0 / 120.0, "SIMPLE": 1.0}
 P2P_LL_THRESHOLD = 16384
@@ -347,7 +347,7 @@ def pairs(profile: NcclProfile) -> Pairs:
         row.func not in ("Send", "Recv", "AlltoAll", "Gather", "Scatter") and row.algo not in SPREAD_ALGOS
         for rows in c.rows.values() for row in rows))
     if blind:
-        notes.append(f"NCCL: no rings or trees of {len(blind)} communicator(s) in a NCCL log ({', '.join(f'{h:016x}' for h in blind[:4])}"
+        notes.append(f"NCCL: no rings or trees of {counted(len(blind), 'communicator')} in a NCCL log ({', '.join(f'{h:016x}' for h in blind[:4])}"
                      f"{', ...' if len(blind) > 4 else ''}): their collectives follow rank order (pair rows labelled 'model')")
     if lost:
         notes.append(f"NCCL: {lost} bytes went to communicator ranks that no record file holds "

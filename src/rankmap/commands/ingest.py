@@ -18,6 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rankmap.errors import counted
     from rankmap.pipeline.ingest import ingest_run
     from rankmap.store import open_store
 
@@ -28,5 +29,5 @@ def run(args: argparse.Namespace) -> int:
     # rows are rewritten with the same values on a repeat (a rank's totals): say what was new instead
     what = "nothing new" if res.new_bytes == 0 and not res.created else \
         f"{res.new_bytes} bytes of records stored in {res.rows} rows"
-    print(f"job {res.job_id} {how} from {res.files} record file(s): {what}, state {res.state}")
+    print(f"job {res.job_id} {how} from {counted(res.files, 'record file')}: {what}, state {res.state}")
     return 0

@@ -22,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rankmap.errors import counted
     from rankmap.pipeline.monitor import parse_interval, run_monitor
     from rankmap.store import open_store
 
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.db)
 
     def started(job_id: int, kind: str, n: int) -> None:
-        print(f"rankmap: monitoring {n} GPU{'s' if n != 1 else ''} ({kind}) every {args.interval} as job {job_id} "
+        print(f"rankmap: monitoring {counted(n, 'GPU')} ({kind}) every {args.interval} as job {job_id} "
               f"in {store.url}; Ctrl-C to stop", file=sys.stderr, flush=True)
 
     res = run_monitor(store, interval_s=interval, source=args.source, duration_s=duration, on_start=started)

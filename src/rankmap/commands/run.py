@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rankmap.capture.launchers import recognise
     from rankmap.commands.tune import command_of
-    from rankmap.errors import RankmapError
+    from rankmap.errors import RankmapError, counted
     from rankmap.formats import mapping_json
     from rankmap.mapping import launch
     from rankmap.mapping.inputs import load_topology
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                                f"or pass --mapping FILE")
         row = open_store(args.db).latest_mapping(command_key(cmd), ws)
         if row is None:
-            raise RankmapError(f"no cached mapping for this command with {ws} ranks: run `rankmap tune -- "
+            raise RankmapError(f"no cached mapping for this command with {counted(ws, 'rank')}: run `rankmap tune -- "
                                f"{shlex.join(cmd)}` first (or pass --mapping FILE)")
         m = mapping_json.from_dict(row["mapping"], f"stored mapping {row['id']}")
         name, tag = f"mapping {row['id']}", f"mapping-{row['id']}"
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"rankmap: note: {name} was computed on {basis.assumption_text(m.doc)}", file=sys.stderr)
     if ws is not None and ws != m.world_size:
-        raise RankmapError(f"{name} places {m.world_size} ranks but the command starts {ws}")
+        raise RankmapError(f"{name} places {counted(m.world_size, 'rank')} but the command starts {ws}")
     topo = load_topology(args.topology)
     if topo.name != m.topology or len(topo.gpus) != m.gpus_per_node:
         raise RankmapError(f"{name} was made for {m.topology} ({m.gpus_per_node} GPUs) "

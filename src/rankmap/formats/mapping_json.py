@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 
 from rankmap.errors import RankmapError
+from rankmap.errors import counted
 from rankmap.errors import shown as _show
 
 FORMAT = "rankmap-mapping"
@@ -129,7 +130,7 @@ def from_dict(doc: object, source: str = "mapping") -> Mapping:
     nodes = _int(doc.get("nodes", 1), source, "nodes", 1)
     for p in placed.values():
         if p.node >= nodes:
-            raise _fail(source, f"mapping['{p.rank}'].node", f"node {p.node} but the mapping spans {nodes} node(s)")
+            raise _fail(source, f"mapping['{p.rank}'].node", f"node {p.node} but the mapping spans {counted(nodes, 'node')}")
     topology = doc.get("topology")
     return Mapping(world_size=ws, topology=None if topology is None else str(topology), nodes=nodes,
                    gpus_per_node=_int(doc.get("gpus_per_node"), source, "gpus_per_node", 1, optional=True),

@@ -43,7 +43,7 @@ import sys
 
 if not __package__:   # run as a file (python -S .../rankmap/mapping/execwrap.py): the package is two up
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from rankmap.errors import RankmapError  # noqa: E402
+from rankmap.errors import RankmapError, counted  # noqa: E402
 from rankmap.formats import mapping_json  # noqa: E402
 
 WORLD_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK")
@@ -86,13 +86,13 @@ def torchrun_rank(mapping: mapping_json.Mapping, env: dict) -> int:
     here = [p.rank for p in mapping.ranks if p.node == node]
     workers = _first_int(env, ("LOCAL_WORLD_SIZE",))
     if workers is not None and workers != len(here):
-        raise LookupError(f"torchrun starts {workers} workers on node {node} but the mapping places {len(here)} "
-                          f"ranks there: give this node --nproc-per-node {len(here)}")
+        raise LookupError(f"torchrun starts {workers} workers on node {node} but the mapping places "
+                          f"{counted(len(here), 'rank')} there: give this node --nproc-per-node {len(here)}")
     size = _first_int(env, ("WORLD_SIZE",))
     if size is not None and size != len(mapping.ranks):
-        raise LookupError(f"the job has {size} workers but the mapping places {len(mapping.ranks)} ranks")
+        raise LookupError(f"the job has {size} workers but the mapping places {counted(len(mapping.ranks), 'rank')}")
     if not 0 <= local < len(here):
-        raise LookupError(f"the mapping places {len(here)} ranks on node {node}, not a local rank {local}")
+        raise LookupError(f"the mapping places {counted(len(here), 'rank')} on node {node}, not a local rank {local}")
     return here[local]
 
 
@@ -113,7 +113,7 @@ def plan(mapping: mapping_json.Mapping | dict, env: dict) -> tuple[mapping_json.
                 raise LookupError("no rank variable set (" + ", ".join(WORLD_VARS + LOCAL_VARS) + ")")
             world = local
     if not 0 <= world < len(mapping.ranks):
-        raise LookupError(f"the mapping has no rank {world} (it places {len(mapping.ranks)} ranks)")
+        raise LookupError(f"the mapping has no rank {world} (it places {counted(len(mapping.ranks), 'rank')})")
     entry = mapping.ranks[world]
     by_uuid = env.get("RANKMAP_GPU_BY") == "uuid" and entry.uuid
     out["CUDA_VISIBLE_DEVICES"] = str(entry.uuid) if by_uuid else str(entry.gpu)

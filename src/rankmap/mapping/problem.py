@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 
-from rankmap.errors import RankmapError
+from rankmap.errors import RankmapError, counted
 from rankmap.mapping.objective import check, key_of_congestion
 from rankmap.mapping.platform import NodeModel
 
@@ -50,7 +50,8 @@ class NodeProblem:
                 self.Th = None
         if n > self.model.G * self.K:
             raise RankmapError(
-                f"{n} ranks do not fit on {self.model.G} GPUs with {self.K} rank(s) per GPU: "
+                f"{counted(n, 'rank')} do{'es' if n == 1 else ''} not fit on {counted(self.model.G, 'GPU')} with "
+                f"{counted(self.K, 'rank')} per GPU: "
                 f"use --ranks-per-gpu {-(-n // self.model.G)} or more GPUs/nodes")
 
     @property

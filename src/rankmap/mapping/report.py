@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from rankmap.errors import counted
 from rankmap.formats.mapping_json import FORMAT, VERSION
 from rankmap.mapping import basis as B
 from rankmap.mapping.objective import DESCRIPTION
@@ -76,8 +77,8 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
     import sys
 
     con = console or Console(highlight=False, width=None if sys.stdout.isatty() else 132)
-    con.print(f"[bold]placement of {doc['world_size']} rank{'' if doc['world_size'] == 1 else 's'} on {doc['nodes']} x {doc['topology']}"
-              f" ({doc['gpus_per_node']} GPUs per node, {doc['ranks_per_gpu']} rank{'' if doc['ranks_per_gpu'] == 1 else 's'} per GPU)[/bold]")
+    con.print(f"[bold]placement of {counted(doc['world_size'], 'rank')} on {doc['nodes']} x {doc['topology']}"
+              f" ({counted(doc['gpus_per_node'], 'GPU')} per node, {counted(doc['ranks_per_gpu'], 'rank')} per GPU)[/bold]")
     if B.is_what_if(doc):
         con.print(f"[bold]{escape(B.assumption_text(doc))}[/bold]")
     t = Table(title="link loads: default -> rankmap (busiest first)", title_justify="left")

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rankmap.errors import RankmapError
+from rankmap.errors import RankmapError, counted
 from rankmap.mapping import split
 from rankmap.mapping.bounds import lower_bound
 from rankmap.mapping.cluster import Cluster
@@ -97,8 +97,8 @@ def check_fit(n: int, platform: Platform, ranks_per_gpu: int) -> None:
     if n > cap:
         need = -(-n // (platform.nodes * platform.G))
         raise RankmapError(
-            f"{n} ranks do not fit on {platform.nodes} node(s) x {platform.G} GPUs with {ranks_per_gpu} "
-            f"rank(s) per GPU: pass --ranks-per-gpu {need} or more nodes (--nodes)")
+            f"{counted(n, 'rank')} do{'es' if n == 1 else ''} not fit on {counted(platform.nodes, 'node')} x "
+            f"{counted(platform.G, 'GPU')} with {counted(ranks_per_gpu, 'rank')} per GPU: pass --ranks-per-gpu {need} or more nodes (--nodes)")
 
 
 def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0, time_budget: float = 10.0,

@@ -203,7 +203,8 @@ class _ProgressLine:
                          redirect_stdout=False, redirect_stderr=False)
 
     def __rich__(self) -> str:
-        from rankmap.report.summary import counted, human_bytes
+        from rankmap.errors import counted
+        from rankmap.report.summary import human_bytes
         s = int(time.monotonic() - self.t0)
         shown = self.world_size or self.streamer.ranks_reporting
         ranks = (f"{self.streamer.ranks_reporting}/" if self.world_size else "") + counted(shown, "rank")

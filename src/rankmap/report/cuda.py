@@ -190,7 +190,7 @@ def _kernels_recorded(inp: CudaInputs) -> bool:
 
 
 def _state(inp: CudaInputs, on_ranks: list[int]) -> str:
-    from rankmap.report.summary import counted
+    from rankmap.errors import counted, noun
 
     if inp.capture and inp.capture.startswith("off"):
         return f"CUDA activity: {inp.capture}"
@@ -204,7 +204,7 @@ def _state(inp: CudaInputs, on_ranks: list[int]) -> str:
         parts.append(f"on for {counted(len(on_ranks), 'rank')}" if _kernels_recorded(inp) else
                      f"copies only (kernels not recorded) for {counted(len(on_ranks), 'rank')}")
     for why, rs in sorted(off.items()):
-        parts.append(f"{why} (rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, sorted(rs)[:8]))})")
+        parts.append(f"{why} ({noun(len(rs), 'rank')} {', '.join(map(str, sorted(rs)[:8]))})")
     if not parts:
         return "CUDA activity: none recorded (no rank initialised CUDA)" if inp.capture else \
                "CUDA activity: not captured"
@@ -413,7 +413,8 @@ def renderables(rep: CudaReport, *, full: bool = True) -> list[Any]:
     def Table() -> RichTable:  # noqa: N802  (compact: the report is often read side by side)
         return RichTable(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
 
-    from rankmap.report.summary import counted, human_bytes
+    from rankmap.errors import counted
+    from rankmap.report.summary import human_bytes
 
     out: list[Any] = [Text(rep.state, style="bold" if rep.ranks else "dim")]
     if not rep.ranks and not full:

@@ -17,6 +17,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from rankmap.errors import counted, noun
 from rankmap.report.pop import pop_metrics
 
 MAX_MATRIX = 32          # ranks shown one by one; larger jobs are shown in blocks of ranks
@@ -33,11 +34,6 @@ def human_bytes(n: float) -> str:
             return f"{int(n)} B" if unit == "B" else f"{n:.3g} {unit}"
         n /= 1000
     return f"{n} B"  # pragma: no cover
-
-
-def counted(n: int | str, word: str) -> str:
-    """``counted(1, "rank")`` -> '1 rank', 2 -> '2 ranks' (and '? ranks' for an unknown count)."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _compact(n: int) -> str:
@@ -101,7 +97,8 @@ def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[A
     head.append(f"rankmap job {job_id}", style="bold")
     head.append(f"  {job['command']}\n", style="cyan")
     head.append(f"launcher {job['launcher']} · {len({r['world_rank'] for r in ranks})} of "
-                f"{counted(job.get('world_size') or '?', 'rank')} reported · host(s) {', '.join(job.get('hosts') or []) or '?'}")
+                f"{counted(job.get('world_size') or '?', 'rank')} reported · "
+                f"{noun(len(job.get('hosts') or []), 'host')} {', '.join(job.get('hosts') or []) or '?'}")
     if elapsed is not None:
         head.append(f" · {elapsed / 1e9:.2f} s")
     if status is not None:
@@ -170,7 +167,7 @@ def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[A
 
     problems = [p for r in ranks for p in (r.get("problems") or [])]
     if problems:
-        out.append(Text(f"{len(problems)} record problem(s): see `rankmap export {job_id} --format json`",
+        out.append(Text(f"{counted(len(problems), 'record problem')}: see `rankmap export {job_id} --format json`",
                         style="yellow"))
     return out
 

@@ -341,7 +341,7 @@ function renderHeader(data) {
   if (classes.length) k.append(kpi("top class", classes[0][0], fmtBytes(classes[0][1].bytes)));
   // problems are worth a banner; ranks that have not flushed their last record are not, while the job runs
   const probs = s.problems || [];
-  const text = [probs.length ? `${probs.length} problem(s): ${probs.slice(0, 3).join("; ")}` : "",
+  const text = [probs.length ? `${count(probs.length, "problem")}: ${probs.slice(0, 3).join("; ")}` : "",
     (!data.running && s.unfinished_ranks.length) ? `ranks without a final flush: ${s.unfinished_ranks.slice(0, 16).join(", ")}` : ""]
     .filter(Boolean).join(" — ");
   const pr = $("job-problems");
@@ -710,8 +710,8 @@ function renderUtilisation(topoP, utilP, running) {
       : load.placement.source === "default per host" ? `default on each host (its k-th rank → GPU k mod ${t.pairs.gpus.length}); every host's in-node traffic drawn on this node`
       : load.placement.source);
   const parts = [];
-  if (u.measured && u.measured.links) parts.push(`${u.measured.links} link(s) measured by ${u.measured.source} (${u.measured.kind === "gpm" ? "NVML GPM" : u.measured.kind === "fields" ? "NVML counters" : "NVML"})`);
-  if (u.model && u.model.links) parts.push(`${u.model.links} link(s) from the traffic model`);
+  if (u.measured && u.measured.links) parts.push(`${count(u.measured.links, "link")} measured by ${u.measured.source} (${u.measured.kind === "gpm" ? "NVML GPM" : u.measured.kind === "fields" ? "NVML counters" : "NVML"})`);
+  if (u.model && u.model.links) parts.push(`${count(u.model.links, "link")} from the traffic model`);
   $("util-source").textContent = parts.join(" · ") + (u.notes.length ? ` — ${u.notes.join("; ")}` : "");
   const slider = $("util-slider");
   slider.max = String(u.frames - 1);
