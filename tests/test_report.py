@@ -94,3 +94,35 @@ def test_counts_of_one_are_singular(tmp_path):
     assert "· 1 rank reporting · 1 kB sent" in line.__rich__()
     line = _ProgressLine(7, SimpleNamespace(ranks_reporting=1, bytes_sent=1000), 4, False)
     assert "· 1/4 ranks reporting · " in line.__rich__()
+
+
+def test_show_gpu_of_a_job_without_cuda_activity(tmp_path):
+    """``rankmap show JOB --gpu`` of a job whose profile recorded no CUDA activity said "over ? GPU
+    rank(s)" above a table of MPI rows, and a verdict that "host copies moved 0 B" though no copy was
+    recorded. It says plainly that there is none, and how to record it."""
+    from conftest import rankmap
+
+    url = f"sqlite:///{tmp_path / 'db'}"
+    store = open_store(url)
+    cmd = ["mpirun", "-np", "2", "./x"]
+    captures = {None: "--cuda-activity on -- mpirun -np 2 ./x",                      # profiled before the option
+                "off (--cuda-activity off)": "--cuda-activity on -- mpirun -np 2 ./x",
+                "off: no CUDA driver (libcuda) on this machine": "no CUDA driver",
+                "on": "no rank initialised CUDA"}
+    for capture, says in captures.items():
+        jid = store.create_job(cmd, launcher="openmpi", world_size=2,
+                               meta={} if capture is None else {"cuda_activity": capture})
+        store.ingest(jid, [FakeRecord(r, world_size=2, elapsed_ns=10**9, op_time={"MPI_Send": (1, 10**8)},
+                                      traffic=[Row(1 - r, "p2p", "MPI_Send", "device", "send", 100, 1)])
+                           for r in range(2)])
+        store.finish_job(jid, exit_status=0, elapsed_ns=10**9)
+        g = rankmap("show", str(jid), "--gpu", "--db", url, env={"COLUMNS": "200"})
+        assert g.returncode == 0, g.stderr
+        lines = [l for l in g.stdout.splitlines() if l.strip()]
+        assert lines[0] == f"rankmap job {jid}  mpirun -np 2 ./x" and len(lines) == 2, g.stdout
+        assert lines[1].startswith(f"job {jid} has no CUDA activity recorded") and says in lines[1], lines[1]
+        s = rankmap("show", str(jid), "--db", url, env={"COLUMNS": "200"})
+        assert s.returncode == 0, s.stderr
+        assert "?" not in s.stdout and "(s)" not in s.stdout and "host copies moved" not in s.stdout, s.stdout
+        assert "MPI/NCCL operations per process (no CUDA activity recorded)" in s.stdout, s.stdout
+        assert "verdict: GPU-aware: 100 % of the bytes exchanged between ranks left device memory directly" in s.stdout

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankmap.report.cuda import renderables, report_for_job
+    from rankmap.report.cuda import no_activity_text, renderables, report_for_job
     from rankmap.report.summary import print_summary
     from rankmap.store import open_store
 
@@ -38,7 +38,13 @@ def run(args: argparse.Namespace) -> int:
     if args.gpu:
         job = store.job(job_id)
         console.print(Text(f"rankmap job {job_id}  {job['command']}", style="bold"))
+        rep = report_for_job(store, job_id, gpu_only=True)
+        none = no_activity_text(job_id, job["command"], rep, (job.get("meta") or {}).get("cuda_activity"))
+        if none:
+            console.print(Text(none), soft_wrap=True)
+            return 0
     else:
         print_summary(store, job_id, console, cuda=False)
-    console.print(Group(*[Group(r, Text("")) for r in renderables(report_for_job(store, job_id), full=True)]))
+        rep = report_for_job(store, job_id)
+    console.print(Group(*[Group(r, Text("")) for r in renderables(rep, full=True)]))
     return 0

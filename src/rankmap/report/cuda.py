@@ -337,9 +337,11 @@ def cuda_report(inp: CudaInputs) -> CudaReport:
         verdicts.append(f"{100 * share:.0f} % of MPI bytes were staged through host memory: {human_bytes(staged)} "
                         f"of D2H+H2D copies that a CUDA-aware MPI would avoid")
     elif all_total and dev_total / all_total >= 0.9:
+        # the host copies are known only where CUDA activity was recorded: no "0 B" for copies never watched
         host_copies = sum(d2h.values()) + sum(h2d.values())
         verdicts.append(f"GPU-aware: {100 * dev_total / all_total:.0f} % of the bytes exchanged between ranks "
-                        f"left device memory directly; host copies moved {human_bytes(host_copies)} in all")
+                        f"left device memory directly" +
+                        (f"; host copies moved {human_bytes(host_copies)} in all" if on_ranks else ""))
     if pop and pop.avg_copy_ns > pop.avg_kernel_ns and pop.avg_copy_ns > 0.1 * runtime:
         verdicts.append(f"the GPUs spent longer copying ({pop.avg_copy_ns / 1e9:.3g} s per GPU) than computing "
                         f"({pop.avg_kernel_ns / 1e9:.3g} s)")
@@ -380,6 +382,18 @@ def report_for_job(store: Any, job_id: int, *, gpu_only: bool = False) -> CudaRe
     return cuda_report(inputs_from_rows(act["copies"], act["kernels"], act["ranks"], store.op_stats(job_id),
                                         store.traffic(job_id, by_mem=True, by_source=True), store.ranks(job_id),
                                         capture))
+
+
+def no_activity_text(job_id: int, command: str, rep: CudaReport, capture: str | None) -> str | None:
+    """What ``rankmap show JOB --gpu`` says of a job with no CUDA activity recorded (None when it has
+    some): why there is none, and where the capture was simply not asked for, the option that asks."""
+    if rep.table:
+        return None
+    why = rep.state.removeprefix("CUDA activity: ")
+    text = f"job {job_id} has no CUDA activity recorded ({why})"
+    if capture is None or capture.startswith("off ("):
+        text += f": profile it with `rankmap profile --cuda-activity on -- {command}` to record its GPUs' copies and kernels"
+    return text
 
 
 # ---- terminal rendering ------------------------------------------------------------------------
@@ -430,8 +444,9 @@ def renderables(rep: CudaReport, *, full: bool = True) -> list[Any]:
         t.add_row(r.category, r.operation, human_time(r.avg_ns), human_time(r.min_ns), human_time(r.max_ns),
                   _fmt_count(r.instances), human_bytes(r.bytes) if r.bytes else "")
     if rep.table:
-        out.append(Group(Text(f"per process, over {counted(len(rep.ranks) or '?', 'GPU rank')}: time, instances, bytes",
-                              style="bold"), t))
+        head = (f"per process, over {counted(len(rep.ranks), 'GPU rank')}: time, instances, bytes" if rep.ranks else
+                "MPI/NCCL operations per process (no CUDA activity recorded): time, instances, bytes")
+        out.append(Group(Text(head, style="bold"), t))
     if rep.copy_kinds:
         t = Table()
         for c in ("copy kind", "copies", "bytes", "time", "GB/s", "pageable host"):
