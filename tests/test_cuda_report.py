@@ -153,7 +153,7 @@ def test_job_without_cuda_is_unaffected(bins, env, tmp_path):
     subprocess.run([MPICC, "-O1", "-Wno-stringop-overflow", "-o", str(ring), str(ROOT / "examples" / "mpi" / "ring.c")],
                    check=True)
     cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", str(ring), "1000", "3"]
-    plain = dict(env)
+    plain = dict(env, COLUMNS="300")     # one line is one line: the "off: why" of auto can be long
     del plain["RANKMAP_CUPTI"], plain["LD_LIBRARY_PATH"]
     p_off, off = profile(plain, *cmd, cuda="off")
     p_auto, auto = profile(plain, *cmd, cuda="auto")

@@ -3,6 +3,19 @@
  * IS_MANAGED=8, RANGE_START_ADDR=11, RANGE_SIZE=12) over ranges registered by the test program
  * through fake_cuda_register(ptr, size, kind) with kind 2 = device, 3 = managed.  Counts queries
  * (fake_cuda_queries) so the test can check the cache. */
+/* The driver's version and cuInit, which rankmap's driver probe asks (capture/cuda_build.py).
+ * Built with -DFAKE_CUDA_INIT=34 it plays the CUDA toolkit's stub libcuda (both answer
+ * CUDA_ERROR_STUB_LIBRARY); with another code, a driver whose cuInit fails with it. */
+#ifndef FAKE_CUDA_INIT
+#define FAKE_CUDA_INIT 0
+#endif
+int cuDriverGetVersion(int *v) {
+  if (FAKE_CUDA_INIT == 34) return 34;
+  *v = 13000;
+  return 0;
+}
+int cuInit(unsigned flags) { (void)flags; return FAKE_CUDA_INIT; }
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>

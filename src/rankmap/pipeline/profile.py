@@ -295,7 +295,9 @@ def _cuda_library(mode: str | None) -> tuple[Path | None, str | None, str, str]:
     cost instead. ``on`` (copies and kernels) and ``copies`` require a CUDA capture (a clear error
     otherwise); ``auto`` records what ``on`` does where this machine has a CUDA driver and a CUPTI,
     and otherwise says why not in one line (for wrappers that run on machines with and without
-    GPUs); ``off`` never injects.
+    GPUs); ``off`` never injects. A CUDA driver is a ``libcuda.so.1`` whose version and ``cuInit``
+    answer: the CUDA toolkit's stub libcuda (found by linkers, e.g. through ``LIBRARY_PATH``, on
+    machines without a driver) is none, and ``on`` with only a stub is an error naming it.
     """
     if mode is None:
         return None, None, "", f"off (default; --cuda-activity on records copies+kernels: {CUDA_ON_COST})"
@@ -308,10 +310,13 @@ def _cuda_library(mode: str | None) -> tuple[Path | None, str | None, str, str]:
         if strict:
             raise RankmapError(f"--cuda-activity {mode}: {why}")
         return None, None, "", f"off: {why}"
-    import ctypes.util
-    from rankmap.capture.cuda_build import build_library, find_cupti
-    if not strict and ctypes.util.find_library("cuda") is None:
-        return None, None, "", "off: no CUDA driver (libcuda) on this machine"
+    from rankmap.capture.cuda_build import build_library, find_cupti, probe_driver
+    driver = probe_driver()
+    if driver.error:
+        if strict:
+            raise RankmapError(f"--cuda-activity {mode}: {driver.error} (--cuda-activity auto records CUDA "
+                               f"activity only where there is a driver)")
+        return None, None, "", f"off: {driver.error}"
     cupti = find_cupti()
     if cupti is None:
         if strict:
