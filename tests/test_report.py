@@ -106,7 +106,8 @@ def test_show_gpu_of_a_job_without_cuda_activity(tmp_path):
     store = open_store(url)
     cmd = ["mpirun", "-np", "2", "./x"]
     captures = {None: "--cuda-activity on -- mpirun -np 2 ./x",                      # profiled before the option
-                "off (--cuda-activity off)": "--cuda-activity on -- mpirun -np 2 ./x",
+                "off (--cuda-activity off)": "profiled without --cuda-activity; profile it with `rankmap "
+                                             "profile --cuda-activity on -- mpirun -np 2 ./x`",
                 "off: no CUDA driver (libcuda) on this machine": "no CUDA driver",
                 "on": "no rank initialised CUDA"}
     for capture, says in captures.items():

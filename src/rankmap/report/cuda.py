@@ -389,11 +389,10 @@ def no_activity_text(job_id: int, command: str, rep: CudaReport, capture: str | 
     some): why there is none, and where the capture was simply not asked for, the option that asks."""
     if rep.table:
         return None
-    why = rep.state.removeprefix("CUDA activity: ")
-    text = f"job {job_id} has no CUDA activity recorded ({why})"
-    if capture is None or capture.startswith("off ("):
-        text += f": profile it with `rankmap profile --cuda-activity on -- {command}` to record its GPUs' copies and kernels"
-    return text
+    if capture is None or capture.startswith("off ("):       # not asked for (the default, or off)
+        return (f"job {job_id} has no CUDA activity recorded: it was profiled without --cuda-activity; profile it "
+                f"with `rankmap profile --cuda-activity on -- {command}` to record its GPUs' copies and kernels")
+    return f"job {job_id} has no CUDA activity recorded ({rep.state.removeprefix('CUDA activity: ')})"
 
 
 # ---- terminal rendering ------------------------------------------------------------------------
