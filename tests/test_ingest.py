@@ -187,7 +187,7 @@ def test_postgresql_stopped_in_the_middle_of_a_job(pairs, own_pg_cluster, tmp_pa
     q = rankmap(*cmd[1:], env=env)
     assert q.returncode == 0, q.stderr
     rows = json.loads(rankmap("jobs", "--format", "json", "--db", url, env=env).stdout)
-    assert (rows[0]["state"], rows[0]["exit_status"]) == ("finished", status)
+    assert (rows[0]["state"], rows[0]["exit_status"]) == ("failed", status)     # it exited non-zero
     assert matrix(rankmap("export", "latest", "--db", url, env=env).stdout, n) == expected(n, nbytes, rounds)
 
 
@@ -195,6 +195,15 @@ def test_jobs_limit_below_one_is_one_line(tmp_path):
     env = {"RANKMAP_HOME": str(tmp_path)}
     assert_one_line_error(rankmap("jobs", "--limit", "-1", env=env), "--limit must be at least 1, got -1")
     assert_one_line_error(rankmap("jobs", "--limit", "0", "--format", "json", env=env), "--limit")
+
+
+def test_jobs_of_an_empty_store_says_so(tmp_path):
+    """An empty store printed a table with no rows; it says there is nothing yet, and how to add a job."""
+    env = {"RANKMAP_HOME": str(tmp_path), "RANKMAP_DB": f"sqlite:///{tmp_path / 'r.db'}"}
+    p = rankmap("jobs", env=env)
+    assert (p.returncode, p.stdout, p.stderr) == (0, f"no jobs in sqlite:///{tmp_path / 'r.db'} yet: run "
+                                                     f"`rankmap profile -- <command>` first\n", "")
+    assert json.loads(rankmap("jobs", "--format", "json", env=env).stdout) == []
 
 
 def test_ingest_refuses_a_job_that_is_still_streamed(tmp_path):
@@ -273,5 +282,5 @@ def test_a_locked_sqlite_store_delays_the_ingest_and_loses_nothing(pairs, tmp_pa
     assert len(locked) == 1 and f"job {res.job_id} goes on" in locked[0], said
     assert not [m for m in said if "rankmap ingest" in m], said
     job = store.job(res.job_id)
-    assert (job["state"], job["exit_status"], job["meta"]["store_outages"]) == ("finished", status, 1)
+    assert (job["state"], job["exit_status"], job["meta"]["store_outages"]) == ("failed", status, 1)
     assert store.traffic_matrix(res.job_id).tolist() == expected(n, nbytes, rounds)

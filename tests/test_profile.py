@@ -264,7 +264,7 @@ def test_exit_status_is_propagated(ring_bins, home, tmp_path):
     assert "job exited with status 3; kept records up to last flush" in p.stderr
     store = open_store(home["RANKMAP_DB"])
     jid = store.resolve_job("latest")
-    assert store.job(jid)["exit_status"] == 3
+    assert (store.job(jid)["exit_status"], store.job(jid)["state"]) == (3, "failed")   # what it recorded is kept
     assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 300], [300, 0]]
 
 
@@ -403,3 +403,36 @@ def test_records_stream_into_the_store_while_the_job_runs(writer, home, tmp_path
     jid = store.resolve_job("latest")
     assert store.traffic_matrix(jid).tolist() == [[0, 2000], [0, 0]]
     assert store.job(jid)["world_size"] == 2
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_a_launch_that_started_no_rank_is_failed(db, request, tmp_path):
+    """mpirun that cannot start its program: the job exits non-zero with no rank's records. It was
+    listed as "finished", as if it had run; it is "failed", with its exit status, in `rankmap jobs`,
+    the dashboard's API, and /metrics leaves it out."""
+    if not shutil.which("mpirun.openmpi"):
+        pytest.skip("Open MPI is not installed")
+    url = (request.getfixturevalue("pg_cluster").new_database() if db == "postgresql"
+           else f"sqlite:///{tmp_path / 'r.db'}")
+    env = {"RANKMAP_HOME": str(tmp_path / "home"), "RANKMAP_DB": url}
+    p = rankmap("profile", "--no-summary", "--", "mpirun.openmpi", "--allow-run-as-root", "-np", "2",
+                str(tmp_path / "nonexistent"), env=env, timeout=120)
+    assert p.returncode not in (0, 2), p.stderr          # mpirun's own status (2 is rankmap's for bad input)
+    said = [l for l in p.stderr.splitlines() if l.startswith("rankmap:")]
+    assert said == [f"rankmap: warning: job 1 failed (exit status {p.returncode}) before any rank wrote a "
+                    f"record file in {said[0].split(' record file in ', 1)[1].split(':')[0]}: nothing was captured"]
+    jobs = json.loads(rankmap("jobs", "--format", "json", env=env).stdout)
+    assert [(j["id"], j["state"], j["exit_status"], j["ranks"], j["bytes"]) for j in jobs] == \
+        [(1, "failed", p.returncode, 0, 0)]
+    table = rankmap("jobs", env=dict(env, COLUMNS="200"))
+    assert table.returncode == 0 and f"failed (exit {p.returncode})" in table.stdout, table.stdout
+    pytest.importorskip("fastapi", reason="the dashboard needs the web extra (fastapi)")
+    from rankmap.web.app import create_app
+    from test_web_api import local_client
+
+    client = local_client(create_app(open_store(url), "h200x2-nvswitch"))
+    listed = client.get("/api/jobs").json()["jobs"]
+    assert [(j["id"], j["state"], j["running"]) for j in listed] == [(1, "failed", False)]
+    d = client.get("/api/jobs/1").json()
+    assert (d["job"]["state"], d["running"], d["summary"]["ranks_reporting"]) == ("failed", False, 0)
+    assert 'job="1"' not in client.get("/metrics").text

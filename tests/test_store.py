@@ -355,6 +355,28 @@ def test_job_states(store, tmp_path):
     assert store.settle_jobs() == [dead]
     store.finish_job(jid, exit_status=0)
     assert [j["state"] for j in store.jobs()] == ["incomplete", "finished"]
+    failed = store.create_job(["c"], profiler=process_id())
+    store.finish_job(failed, exit_status=127)                  # the state follows the exit status
+    assert store.job(failed)["state"] == "failed"
+
+
+def test_upgrade_from_version_3(store):
+    """Version 3 stored every job that ended as finished, exit status 0 or not: opened by this
+    rankmap, those that exited non-zero are failed, the others stay as they were."""
+    import sqlalchemy as sa
+    from rankmap.store import schema as S
+
+    ids = {status: store.create_job([str(status)]) for status in (0, 5, None)}
+    for status in (0, 5):
+        store.finish_job(ids[status], exit_status=status)
+    with store.engine.begin() as c:       # as version 3 left it
+        c.execute(S.jobs.update().where(S.jobs.c.id == ids[5]).values(state="finished"))
+        c.execute(S.meta_info.delete())
+        c.execute(S.meta_info.insert().values(version=3))
+    again = open_store(store.engine.url.render_as_string(hide_password=False))
+    assert {s: again.job(i)["state"] for s, i in ids.items()} == {0: "finished", 5: "failed", None: "running"}
+    with again.engine.connect() as c:
+        assert c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar() == 4
 
 
 def test_upgrade_from_version_1(tmp_path):
@@ -379,7 +401,7 @@ def test_upgrade_from_version_1(tmp_path):
     import sqlalchemy as sa
     from rankmap.store import schema as S
     with store.engine.connect() as c:
-        assert c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar() == S.SCHEMA_VERSION == 3
+        assert c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar() == S.SCHEMA_VERSION == 4
     # rows of version 1 carry no pair source; the appended ones say theirs
     assert {(r["src"], r["pair_source"]) for r in store.traffic(1, by_pair_source=True)} == \
         {(0, None), (1, None), (0, "call")}

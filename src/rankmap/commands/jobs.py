@@ -8,8 +8,10 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("jobs", help="list the stored jobs: id, state, command, ranks, bytes, start, duration",
                        description="The stored jobs, newest first. A job is running while the rankmap that "
-                                   "profiles it is alive, finished when it stored everything, incomplete when "
-                                   "it is gone without (rankmap ingest RUN_DIR completes it).")
+                                   "profiles it is alive, finished when it stored everything and the job exited "
+                                   "0, failed when the job exited non-zero (its launcher started no rank, or it "
+                                   "crashed), incomplete when that rankmap is gone without storing everything "
+                                   "(rankmap ingest RUN_DIR completes it).")
     p.add_argument("--db", metavar="URL", help="store URL (default $RANKMAP_DB or the SQLite file in ~/.rankmap)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--limit", type=int, default=50, metavar="N", help="at most N jobs (default 50)")
@@ -28,6 +30,9 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.db)
     store.settle_jobs()
     rows = store.job_list(args.limit)
+    if args.format == "table" and not rows:
+        print(store.no_jobs_text())
+        return 0
     if args.format == "json":
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -43,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
         t.add_column(c, justify=j, overflow="fold")
     for r in rows:
         dur = "" if r["duration_s"] is None else f"{r['duration_s']:.1f} s"
-        t.add_row(str(r["id"]), r["state"], str(r["ranks"]), human_bytes(r["bytes"]),
+        state = f"failed (exit {r['exit_status']})" if r["state"] == "failed" else r["state"]
+        t.add_row(str(r["id"]), state, str(r["ranks"]), human_bytes(r["bytes"]),
                   (r["start"] or "")[:19].replace("T", " "), dur, r["command"])
     Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(t)
     return 0

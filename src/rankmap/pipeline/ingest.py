@@ -29,6 +29,7 @@ from rankmap.capture.rundir import RunDir
 from rankmap.errors import RankmapError
 from rankmap.formats import record as R
 from rankmap.store import Batch, Store
+from rankmap.store import schema as S
 
 
 def merge_totals(total: R.RankRecord | None, delta: R.RankRecord) -> R.RankRecord:
@@ -333,7 +334,7 @@ def ingest_run(run_dir: str | Path, store: Store) -> IngestResult:
     new_bytes = sum(done - before.get(n, 0) for n, (done, _) in store.file_states(jid).items())
     problems = ing.problems()
     done = "exit_status" in info
-    state = "finished" if done else "incomplete"
+    state = S.ended_state(info.get("exit_status")) if done else "incomplete"
     store.finish_job(jid, exit_status=info.get("exit_status"), elapsed_ns=info.get("elapsed_ns"),
                      world_size=info.get("world_size") or ing.world_size, state=state, ended=_when(info.get("end")),
                      meta={"ingested_from": str(rd.path), "problems": len(problems)})

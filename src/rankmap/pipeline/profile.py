@@ -485,9 +485,13 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
                 outage(str(e))
     if not stored:
         warn(f"job {job_id} is incomplete in the store {store.url}; complete it with: {completes}")
-    if status != 0:
+    if status != 0 and not sizes:
+        # nothing to keep: the launcher failed before any rank started (a missing program, a bad option)
+        warn(f"job {job_id} failed (exit status {status}) before any rank wrote a record file in {rd.path}: "
+             f"nothing was captured")
+    elif status != 0:
         _note(f"job exited with status {status}; kept records up to last flush")
-    if not sizes:
+    elif not sizes:
         warn(f"no rank wrote a record file in {rd.path}: nothing was captured")
     elif ws and len(sizes) < ws:
         missing = sorted(set(range(ws)) - sizes)

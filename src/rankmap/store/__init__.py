@@ -172,9 +172,11 @@ class Store:
             return int(r.inserted_primary_key[0])
 
     def finish_job(self, job_id: int, *, exit_status: int | None, elapsed_ns: int | None = None,
-                   world_size: int | None = None, meta: dict | None = None, state: str = "finished",
+                   world_size: int | None = None, meta: dict | None = None, state: str | None = None,
                    ended: datetime | None = None) -> None:
-        """Record how the job ended; ``meta`` is merged into what the job already has."""
+        """Record how the job ended; ``meta`` is merged into what the job already has. ``state``
+        defaults to what the exit status says (:func:`rankmap.store.schema.ended_state`)."""
+        state = state or S.ended_state(exit_status)
         if state not in S.JOB_STATES:
             raise ValueError(state)
         with self._guard(), self.engine.begin() as c:
@@ -197,13 +199,17 @@ class Store:
             old = c.execute(sa.select(S.jobs.c.meta).where(S.jobs.c.id == job_id)).scalar_one_or_none()
             c.execute(S.jobs.update().where(S.jobs.c.id == job_id).values(meta={**(old or {}), **meta}))
 
+    def no_jobs_text(self) -> str:
+        """What a verb says of a store with no job: an error for one that needs a job, the answer of ``jobs``."""
+        return f"no jobs in {self.url} yet: run `rankmap profile -- <command>` first"
+
     def resolve_job(self, spec: str | int) -> int:
         """``'latest'`` or a job id -> a job id that exists."""
         with self._guard(), self.engine.connect() as c:
             if str(spec) == "latest":
                 jid = c.execute(sa.select(sa.func.max(S.jobs.c.id))).scalar()
                 if jid is None:
-                    raise RankmapError(f"no jobs in {self.url} yet: run `rankmap profile -- <command>` first")
+                    raise RankmapError(self.no_jobs_text())
                 return int(jid)
             try:
                 jid = int(spec)

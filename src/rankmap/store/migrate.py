@@ -7,6 +7,8 @@ Version 2 -> 3: jobs get their state (``finished`` when an exit status was store
 columns; the counters get their unique keys (version 1 already kept one row per key); the timeline
 goes from rank pairs to sending ranks (summed over peers, width 1); ``ingest_files`` is new (jobs of
 version 1 have none: ``rankmap ingest`` of their run directory re-reads it whole).
+
+Version 3 -> 4: a job that ended with a non-zero exit status is ``failed`` (it was ``finished``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def before_create(c: Any, version: int) -> None:
         for index in ("ix_traffic_job", "ix_op_stats_job", "ix_timeline_job"):
             c.execute(sa.text(f"DROP INDEX IF EXISTS {index}"))
         c.execute(sa.text("ALTER TABLE timeline RENAME TO timeline_v1"))
+    if version < 4:
+        c.execute(sa.text("UPDATE jobs SET state = 'failed' WHERE state = 'finished' AND exit_status <> 0"))
 
 
 def after_create(c: Any, version: int) -> None:

@@ -24,10 +24,17 @@ from __future__ import annotations
 from sqlalchemy import (JSON, BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index,
                         Integer, MetaData, String, Table, Text)
 
-SCHEMA_VERSION = 3          # 2: traffic.pair_source; 3: job states, unique counter keys, ingest_files
-#: job states: the profiler is alive / it saw the job end and stored everything / it is gone and
-#: the store may lack part of the job (``rankmap ingest`` of the run directory completes it)
-JOB_STATES = ("running", "finished", "incomplete")
+SCHEMA_VERSION = 4          # 2: traffic.pair_source; 3: job states, unique counter keys, ingest_files; 4: failed
+#: job states: the profiler is alive / it saw the job end with exit status 0 (or none known) and
+#: stored everything / the same, but the job exited non-zero (a launcher that started no rank, a
+#: crash: what it recorded is stored) / the profiler is gone and the store may lack part of the job
+#: (``rankmap ingest`` of the run directory completes it)
+JOB_STATES = ("running", "finished", "failed", "incomplete")
+
+
+def ended_state(exit_status: int | None) -> str:
+    """The state of a job that ended with everything stored: ``failed`` for a non-zero exit status."""
+    return "failed" if exit_status not in (None, 0) else "finished"
 
 #: the largest row id (``Integer`` primary keys are 32-bit on PostgreSQL, which refuses to compare
 #: them with a larger bound value -- "integer out of range" -- where such an id simply names no row)

@@ -121,9 +121,9 @@ function titled(node, text) {
 }
 function statusPill(job) {
   if (job.state === "incomplete") return el("span", { class: "pill bad", title: "rankmap stopped before it stored everything: rankmap ingest RUN_DIR completes it" }, "incomplete");
-  if (job.exit_status === null || job.exit_status === undefined) return el("span", { class: "pill run" }, "running");
-  if (job.exit_status === 0) return el("span", { class: "pill ok" }, "exit 0");
-  return el("span", { class: "pill bad" }, `exit ${job.exit_status}`);
+  if (job.state === "running") return el("span", { class: "pill run" }, "running");
+  if (job.state === "failed") return el("span", { class: "pill bad", title: "the job exited with a non-zero status; what it recorded is stored" }, `failed: exit ${job.exit_status}`);
+  return el("span", { class: "pill ok" }, job.exit_status === null || job.exit_status === undefined ? "finished" : `exit ${job.exit_status}`);
 }
 function heat(u) {  // 0..1 -> colour along HEAT
   u = Math.max(0, Math.min(1, u));
