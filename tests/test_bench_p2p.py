@@ -107,6 +107,10 @@ def test_cuda_code_compiles_without_warnings(bench_cache, monkeypatch, archs):
 def test_no_gpu_here_is_one_line(bench_env):
     p = rankmap("bench", "p2p", env=dict(bench_env, RANKMAP_CUDA_ARCH="90"), timeout=600)
     assert_one_line_error(p, "bench p2p: no usable CUDA GPU here (", "nothing measured")
+    from rankmap.capture.cuda_build import probe_driver
+    driver = probe_driver().error           # no driver, or only the toolkit's stub: said as such, not only
+    if driver:                              # as the runtime's "CUDA driver version is insufficient"
+        assert f"; {driver}); nothing measured" in p.stderr, p.stderr
 
 
 def test_no_nvcc_is_one_line(bench_env, tmp_path):

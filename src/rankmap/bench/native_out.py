@@ -131,6 +131,17 @@ def failure(out: Output, what: str) -> str:
                                                               " and said nothing")
 
 
+def no_gpu(out: Output, what: str) -> RankmapError:
+    """The error of a program that found no usable GPU (``EXIT_NO_GPU``). The CUDA runtime's reason
+    ("CUDA driver version is insufficient") is what it says without a driver too; the driver probe
+    says what is really there, e.g. only the CUDA toolkit's stub libcuda."""
+    from rankmap.capture.cuda_build import probe_driver
+
+    why = out.errors[0].get("message") if out.errors else "no CUDA device"
+    driver = probe_driver().error
+    return RankmapError(f"{what}: no usable CUDA GPU here ({why}{'; ' + driver if driver else ''}); nothing measured")
+
+
 def last_words(out: Output) -> str:
     """The telling line of a program's (or its launcher's) own output: the first sentence of an
     MPI launcher's boxed message (between lines of dashes), else the last line naming an error."""

@@ -116,8 +116,7 @@ def run(launcher_argv: Sequence[str] | None = None, *, ops: Sequence[str] | None
     env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     out = native_out.run(argv, what=what, timeout=timeout, env=env)
     if out.returncode == native_out.EXIT_NO_GPU:
-        why = out.errors[0].get("message") if out.errors else "no CUDA device"
-        raise RankmapError(f"{what}: no usable CUDA GPU here ({why}); nothing measured")
+        raise native_out.no_gpu(out, what)
     if out.returncode != 0 or not out.finished:
         raise RankmapError(native_out.failure(out, what))
     rows = rows_from(out)

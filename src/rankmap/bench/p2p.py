@@ -111,8 +111,7 @@ def run(*, size: int = 512 << 20, loops: int = 16, samples: int = 3, tests: list
     env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")      # CUDA index i == NVML / topology index i
     out = native_out.run(argv, what="bench p2p", timeout=timeout, env=env)
     if out.returncode == native_out.EXIT_NO_GPU:
-        why = out.errors[0].get("message") if out.errors else "no CUDA device"
-        raise RankmapError(f"bench p2p: no usable CUDA GPU here ({why}); nothing measured")
+        raise native_out.no_gpu(out, "bench p2p")
     if out.returncode != 0:
         raise RankmapError(native_out.failure(out, "bench p2p"))
     rows = rows_from(out)
