@@ -94,3 +94,17 @@ def test_profile_with_the_toolkits_real_stub(tmp_path):
     home.mkdir()
     _check_auto_and_on({"RANKMAP_HOME": str(home), "RANKMAP_DB": f"sqlite:///{home / 'r.db'}",
                         "LIBRARY_PATH": os.path.dirname(stub), "LD_LIBRARY_PATH": ""}, "stubs/libcuda.so")
+
+
+def test_doctor_says_which_driver(standins, tmp_path):
+    """doctor's "CUDA driver" line is the probe's: the driver with its version, or the stub by name."""
+    def line(lib: Path) -> str:
+        p = rankmap("doctor", env={"LD_LIBRARY_PATH": str(lib), "RANKMAP_CACHE": str(tmp_path)})
+        assert p.returncode == 0, p.stderr
+        return next(l for l in p.stdout.splitlines() if l[8:].startswith("CUDA driver "))
+
+    assert line(standins["driver"]).split() == ["OK", "CUDA", "driver", "CUDA", "13.0",
+                                                f"({standins['driver'] / 'libcuda.so.1'})"]
+    stub = line(standins["stub"])
+    assert stub.startswith("missing CUDA driver ") and f"{standins['stub'] / 'libcuda.so.1'} is the CUDA toolkit's " \
+        "stub libcuda (CUDA_ERROR_STUB_LIBRARY): rankmap profile --cuda-activity on needs one" in stub, stub

@@ -14,7 +14,7 @@ def test_doctor_here():
     out = p.stdout.splitlines()
     assert out[-1].endswith("missing") and " OK, " in out[-1]
     by_name = {l[8:].split("  ")[0].strip(): l for l in out[:-1]}
-    for name in ("NVML", "NCCL", "CUDA toolkit", "PyTorch", "SimGrid", "Scotch", "PostgreSQL"):
+    for name in ("NVML", "NCCL", "CUDA toolkit", "CUDA driver", "PyTorch", "SimGrid", "Scotch", "PostgreSQL"):
         assert name in by_name, (name, out)
         assert by_name[name].startswith(("OK      ", "missing ")), by_name[name]
     if shutil.which("mpicc.openmpi"):
@@ -53,7 +53,7 @@ def test_doctor_names_every_native_library(tmp_path, monkeypatch):
     os.utime(old / lib.name, (1, 1))
     p = rankmap("doctor", env={"RANKMAP_CACHE": str(cache)})
     lines = [l for l in p.stdout.splitlines() if " GPM reader " in f" {l} "]
-    assert len(lines) == 2 and str(lib) in lines[0] and "1 older builds" in lines[1], lines
+    assert len(lines) == 2 and str(lib) in lines[0] and "1 older build in" in lines[1], lines
 
 
 def test_doctor_with_nothing_on_path(tmp_path):

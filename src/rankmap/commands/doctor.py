@@ -241,6 +241,17 @@ def check_cuda() -> Check:
     return Check("CUDA toolkit", bool(m), f"nvcc {m.group(2)} ({nvcc})" if m else f"{nvcc} --version gave no release")
 
 
+def check_cuda_driver() -> Check:
+    """The driver CUDA programs here would load, as ``rankmap profile --cuda-activity`` probes it (a
+    CUDA toolkit's stub libcuda is none)."""
+    from rankmap.capture.cuda_build import probe_driver
+
+    d = probe_driver()
+    if d.error or d.version is None:
+        return Check("CUDA driver", False, f"{d.error}: rankmap profile --cuda-activity on needs one")
+    return Check("CUDA driver", True, f"CUDA {d.version // 1000}.{d.version % 1000 // 10} ({d.path})")
+
+
 def check_torch() -> Check:
     code = "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())"
     out = _run([sys.executable, "-c", code], timeout=120)
@@ -264,7 +275,7 @@ def check_tool(name: str, exe: list[str], args: list[str], pattern: str, fix: st
 def check_hooks() -> list[Check]:
     """Where the C sources are, and which hooks are built and cached (the first profile builds them)."""
     from rankmap.capture.native_build import built, cache_root
-    from rankmap.errors import RankmapError
+    from rankmap.errors import RankmapError, counted
     from rankmap.native_sources import native_dir
 
     try:
@@ -285,7 +296,7 @@ def check_hooks() -> list[Check]:
         for ident, lib in newest.items():
             out.append(Check(hook, True, f"built{' for ' + ident if ident else ''}: {lib}"))
         if len(mine) > len(newest):
-            out.append(Check(hook, True, f"{len(mine) - len(newest)} older builds in {cache_root()}, left from other "
+            out.append(Check(hook, True, f"{counted(len(mine) - len(newest), 'older build')} in {cache_root()}, left from other "
                                          f"source versions (a build's folder is named by the hash of its sources)"))
     return out
 
@@ -295,6 +306,7 @@ def checks() -> list[Check]:
     out += check_mpi()
     out.append(check_nccl())
     out.append(check_cuda())
+    out.append(check_cuda_driver())
     out.append(check_torch())
     out.append(check_tool("SimGrid", ["smpirun"], ["--version"], r"SimGrid version ([\w.]+)",
                           "smpirun not found: apt-get install simgrid (simulated MPI runs)"))
