@@ -25,7 +25,7 @@
  *      MPI_Alltoall of 1 int; MPI_Gather to root 1 and MPI_Scatter from root 0 of 2 ints;
  *      MPI_Reduce_scatter_block of 1 int; MPI_Scan and MPI_Exscan of 1 int; MPI_Barrier x2; and
  *      once every 4th round an MPI_Allreduce on the round's split
- * Then E: ER = 4 rounds of EN = 5 MPI_Allreduce of 2 doubles on MPI_COMM_WORLD, 4 ms apart.
+ * Then E: ER = 4 rounds of EN = 5 MPI_Allreduce of 2 doubles on MPI_COMM_WORLD, 25 ms apart.
  * Exits with 2 if a message's content or a collective's result is wrong (the shim must not
  * disturb the library).
  */
@@ -181,13 +181,15 @@ int main(int argc, char **argv) {
     bad |= collectives(r, me, p, dup);
     usleep(1000);
   }
-  /* E: one signature alone, ER rounds of EN calls 4 ms apart: each round's calls in their own
-   * timeline bucket, however long the fast path's remembered bucket was current */
+  /* E: one signature alone, ER rounds of EN calls 25 ms apart: each round's calls in their own
+   * timeline bucket, however long the fast path's remembered bucket was current.  An untimed call
+   * counts in the bucket its thread saw last, which the flush thread moves on at each boundary:
+   * the gap leaves it ~24 ms to wake on a loaded machine (every call timed, the gap alone counts) */
   for (int r = 0; r < ER; r++) {
     double two[2] = {1, 1}, s2[2];
     for (int k = 0; k < EN; k++) MPI_Allreduce(two, s2, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     bad |= s2[1] != p;
-    usleep(4000);
+    usleep(25000);
   }
   MPI_Comm_free(&dup);
   MPI_Comm_free(&rev);
