@@ -12,7 +12,10 @@
  *   comms      MPI_Allreduce of 1 double on MPI_COMM_WORLD and on a duplicate, alternating (a 2-D
  *              decomposition's row and column communicators)
  *   three      MPI_Allreduce of 1, of 2 and of 3 doubles in turn (three signatures of one set)
- *   four       MPI_Allreduce of 1, 2, 3 and 4 doubles in turn (more signatures than the set's ways)
+ *   four       MPI_Allreduce of 1, 2, 3 and 4 doubles in turn (more signatures than a class set's
+ *              ways and one more than the three ways per set of an earlier shim)
+ *   eight      MPI_Allreduce of 1 to 8 doubles in turn (a molecular-dynamics step's reductions)
+ *   sixteen    MPI_Allreduce of 1 to 16 doubles in turn
  * Prints "<pattern> <calls>"; exits with 2 if a result is wrong.
  */
 #include <mpi.h>
@@ -20,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double one[4] = {1, 1, 1, 1}, sum[4];
+static double one[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, sum[16];
 static MPI_Comm dup;
 
 __attribute__((noinline)) int pattern_one(int n) {
@@ -56,11 +59,14 @@ __attribute__((noinline)) int pattern_three(int n) {
   }
   return (n + 2) / 3 * 3;
 }
-__attribute__((noinline)) int pattern_four(int n) {
-  for (int i = 0; i < n; i += 4)
-    for (int c = 1; c <= 4; c++) MPI_Allreduce(one, sum, c, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  return (n + 3) / 4 * 4;
+static int in_turn(int n, int k) {        /* MPI_Allreduce of 1, 2, ..., k doubles in turn */
+  for (int i = 0; i < n; i += k)
+    for (int c = 1; c <= k; c++) MPI_Allreduce(one, sum, c, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return (n + k - 1) / k * k;
 }
+__attribute__((noinline)) int pattern_four(int n) { return in_turn(n, 4); }
+__attribute__((noinline)) int pattern_eight(int n) { return in_turn(n, 8); }
+__attribute__((noinline)) int pattern_sixteen(int n) { return in_turn(n, 16); }
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
@@ -71,7 +77,7 @@ int main(int argc, char **argv) {
   int n = argc > 2 ? atoi(argv[2]) : 4000;
   struct { const char *name; int (*f)(int); } pat[] = {
     {"one", pattern_one}, {"counts", pattern_counts}, {"collide", pattern_collide}, {"comms", pattern_comms},
-    {"three", pattern_three}, {"four", pattern_four},
+    {"three", pattern_three}, {"four", pattern_four}, {"eight", pattern_eight}, {"sixteen", pattern_sixteen},
   };
   int done = -1;
   for (size_t k = 0; k < sizeof pat / sizeof pat[0]; k++)

@@ -2,14 +2,14 @@
 """Shim instructions per collective call when collectives alternate their arguments (2 ranks).
 
 usage: PYTHONPATH=src python3 bench/coll_memo.py [--mpi openmpi,mpich] [--calls 4000]
-                                                 [--baseline-shim OLD/librankmap_mpi.so]
+                                                 [--baseline-shim OLD/librankmap_mpi.so] [--patterns a,b]
 
 A thread remembers its last collective signatures by their arguments (native/mpi/shim_core.h,
 rm_coll_memo_t): a repeat takes the entry point's fast path, anything else the full wrapper and
 the shared signature table.  Codes alternate -- two sizes of MPI_Allreduce, a row and a column
-communicator, two operations that share a set of the memory, three or four sizes in turn -- so
-this counts, per pattern of bench/coll_memo.c ("one", "counts", "collide", "comms", "three",
-"four"), the instructions executed inside the shim's own object per collective call: valgrind
+communicator, two operations that share a set of the memory, three to sixteen sizes in turn (a
+molecular-dynamics step's reductions) -- so this counts, per pattern of bench/coll_memo.c ("one",
+"counts", "collide", "comms", "three", "four", "eight", "sixteen"), the instructions executed inside the shim's own object per collective call: valgrind
 --tool=callgrind on both ranks, collecting only inside the pattern's function (so MPI_Init, the
 flush thread and MPI_Finalize do not count), the library's own instructions (PMPI_, its progress
 loop, waiting for the peer) left out.  Instruction counts do not depend on the machine's load.  A
@@ -44,6 +44,8 @@ PATTERNS = {
     "comms": "MPI_Allreduce on MPI_COMM_WORLD and a duplicate, alternating",
     "three": "MPI_Allreduce of 1, 2 and 3 doubles in turn",
     "four": "MPI_Allreduce of 1, 2, 3 and 4 doubles in turn",
+    "eight": "MPI_Allreduce of 1 to 8 doubles in turn",
+    "sixteen": "MPI_Allreduce of 1 to 16 doubles in turn",
 }
 
 
@@ -94,7 +96,12 @@ def main() -> None:
     ap.add_argument("--mpi", default="openmpi", help="comma-separated flavours: openmpi, mpich")
     ap.add_argument("--calls", type=int, default=4000, help="collective calls per pattern and rank")
     ap.add_argument("--baseline-shim", type=Path, default=None, help="another build of the shim, counted beside")
+    ap.add_argument("--patterns", default=",".join(PATTERNS), help="comma-separated patterns to count")
     a = ap.parse_args()
+    pats = a.patterns.split(",")
+    unknown = [p for p in pats if p not in PATTERNS]
+    if unknown:
+        raise SystemExit(f"coll_memo: unknown pattern {unknown[0]!r} (known: {', '.join(PATTERNS)})")
     print(f"# {platform.node()}: {os.cpu_count()} CPUs ({platform.machine()}), {a.calls} calls per pattern, "
           "shim instructions per collective call (callgrind, both ranks' mean)")
     for flavour in a.mpi.split(","):
@@ -108,7 +115,8 @@ def main() -> None:
         if a.baseline_shim:
             shims = {"baseline": a.baseline_shim.resolve(), **shims}
         print(f"\n==== {flavour}\n{'pattern':<9}" + "".join(f"{k:>10}" for k in shims) + "   what")
-        for pat, what in PATTERNS.items():
+        for pat in pats:
+            what = PATTERNS[pat]
             ir = [count(s, mpirun, exe, pat, a.calls, work) for s in shims.values()]
             print(f"{pat:<9}" + "".join(f"{x:>10.1f}" for x in ir) + f"   {what}")
         shutil.rmtree(work, ignore_errors=True)

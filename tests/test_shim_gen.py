@@ -105,14 +105,14 @@ def test_fast_path_jumps_to_the_library(spec):
         "      rm_t.skip--;", f"      return rma_MPI_Allreduce({args});", "    }",
         f"    return rmf_MPI_Allreduce({args});"]
     assert allr.rstrip().endswith(f"return rmw_MPI_Allreduce({args});")
-    # way 1 in a function of its own (two signatures in turn), the ways after it in another
+    # way 1 in a function of its own (two signatures in turn), the hashed set's ways in another
     way1 = c[c.index("static __attribute__((noinline)) int rmf_MPI_Allreduce("):c.index("int MPI_Allreduce(")]
-    assert "if (RM_COLL_WAYS > 1 && rm_coll_fast(OP_MPI_Allreduce, 1, comm," in way1
+    assert "if (RM_COLL_LOOKS > 1 && rm_coll_fast(OP_MPI_Allreduce, 1, comm," in way1
     assert f"return rma_MPI_Allreduce({args});" in way1
     assert way1.rstrip().endswith(f"return rmg_MPI_Allreduce({args});\n}}")
     ways = c[c.index("static __attribute__((noinline)) int rmg_MPI_Allreduce("):c.index("int MPI_Allreduce(")]
     ways = ways[:ways.index("static __attribute__((noinline)) int rmf_MPI_Allreduce(")]
-    assert "for (int way_ = 2; way_ < RM_COLL_WAYS; way_++)" in ways
+    assert "for (int way_ = 2; way_ < RM_COLL_LOOKS; way_++)" in ways
     assert "rm_coll_fast(OP_MPI_Allreduce, way_, comm," in ways and f"return rma_MPI_Allreduce({args});" in ways
     assert ways.rstrip().endswith(f"return rmw_MPI_Allreduce({args});\n}}")
     helper = c[c.index("static __attribute__((noinline)) int rma_MPI_Allreduce("):c.index("int MPI_Allreduce(")]

@@ -160,10 +160,13 @@ int rm_coll_on;
 
 /* The threads' remembered signatures (shim_core.h, rm_coll_fact): one block per thread that made a
  * collective call, pushed on a list the flush walks, never freed (a thread's pending calls are
- * added to the table after it exits; a block is ~1.9 KB). */
+ * added to the table after it exits; a block is ~6.4 KB): the class sets' ways, then the hashed
+ * sets' (rm_coll_way). */
 typedef struct coll_block { rm_coll_memo_t m[RM_COLL_MEMO]; struct coll_block *next; } coll_block_t;
 static _Atomic(coll_block_t *) coll_blocks;
-static RM_TLS rm_coll_memo_t memo_spare[RM_COLL_MEMO];   /* out of memory: never remembers (slot1 0) */
+/* out of memory: the entries of every thread that got no block, never written (slot1 0: nothing
+ * is remembered; the fast path only reads them) */
+static rm_coll_memo_t memo_spare[RM_COLL_MEMO];
 
 rm_coll_memo_t *rm_coll_memo_init(void) {
   coll_block_t *blk = calloc(1, sizeof *blk);
@@ -218,39 +221,50 @@ static void memo_key(rm_coll_memo_t *c, int op, uint64_t comm, int mem, int root
   c->scount = scount; c->st = st; c->rcount = rcount; c->rt = rt;
 }
 
-/* The way of a set a new signature takes: the one last called in the oldest timeline bucket, of
- * those in the same bucket the one filled first (a set's first signature takes way 0, the one the
- * entry point looks at first).  Across buckets that is the least recently used; within one it
- * keeps the newest signature, so two that alternate settle after a miss or two, where keeping
- * the one called most would let a new pair displace each other until the bucket ends. */
+/* The entry a new signature takes (shim_core.h): an empty way of its class set if any (a class's
+ * first signature takes way 0, the one the entry point looks at first), else the one last called
+ * in the oldest timeline bucket among the class set's and the hashed set's ways, of those in the
+ * same bucket a hashed way before a class way and then the one filled first.  Across buckets that
+ * is the least recently used; within one it keeps the newest signature, so two that alternate
+ * settle after a miss or two, where keeping the one called most would let a new pair displace
+ * each other until the bucket ends; and signatures called in turn in one bucket that found room
+ * stay where they are, a newcomer evicting only within its hashed set. */
 static RM_TLS uint64_t memo_fills;
-static rm_coll_memo_t *memo_victim(rm_coll_memo_t *set) {
-  rm_coll_memo_t *v = set;
-  for (int w = 1; w < RM_COLL_WAYS; w++) {
-    rm_coll_memo_t *c = &set[w];
-    if (c->bucket < v->bucket || (c->bucket == v->bucket && c->filled < v->filled)) v = c;
+static int memo_before(const rm_coll_memo_t *c, int c_hashed, const rm_coll_memo_t *v, int v_hashed) {
+  if (c->bucket != v->bucket) return c->bucket < v->bucket;
+  if (c_hashed != v_hashed) return c_hashed;
+  return c->filled < v->filled;
+}
+static rm_coll_memo_t *memo_victim(rm_coll_memo_t *set, rm_coll_memo_t *hset) {
+  rm_coll_memo_t *v = NULL;
+  for (int w = 0; w < RM_COLL_WAYS && !v; w++)
+    if (set[w].bucket == INT64_MIN) v = &set[w];
+  for (int w = 0, vh = 0, empty = v != NULL; w < RM_COLL_HELD && !empty; w++) {
+    int h = w < RM_COLL_HWAYS;
+    rm_coll_memo_t *c = h ? &hset[w] : &set[w - RM_COLL_HWAYS];
+    if (!v || memo_before(c, h, v, vh)) v = c, vh = h;
   }
   v->filled = ++memo_fills;
   return v;
 }
 
-/* An entry of the operation class's set for a call without facts: the one armed with the same
- * arguments and communicator handle, else memo_victim's (its held calls go to the table).  It
- * takes the call's arguments with no signature (slot1 0: rm_coll_fact never counts a hit on it and
- * the flush adds nothing from it), for rm_coll_fast. */
+/* An entry a call without facts looks at: the one armed with the same arguments and communicator
+ * handle, else memo_victim's (its held calls go to the table).  It takes the call's arguments with
+ * no signature (slot1 0: rm_coll_fact never counts a hit on it and the flush adds nothing from
+ * it), for rm_coll_fast. */
 rm_coll_memo_t *rm_coll_memo_bare(int op, MPI_Comm comm, const rm_cf_t *f, int mem) {
   rm_coll_memo_t *cm = rm_t.cm;
   if (!cm) cm = rm_coll_memo_init();
   if (cm == memo_spare) return NULL;
-  rm_coll_memo_t *set = rm_coll_set(cm, op), *c = NULL;
-  for (int w = 0; w < RM_COLL_WAYS && !c; w++) {
-    rm_coll_memo_t *e = &set[w];
+  rm_coll_memo_t *c = NULL;
+  for (int w = 0; w < RM_COLL_HELD && !c; w++) {
+    rm_coll_memo_t *e = rm_coll_way(cm, op, w, f->scount, f->st, f->root);
     if (!e->slot1 && e->op == op && e->hcomm == comm && e->mem == mem && e->root == f->root &&
         e->scount == f->scount && e->st == f->st && e->rcount == f->rcount && e->rt == f->rt && e->flags == f->flags)
       c = e;
   }
   if (!c) {
-    c = memo_victim(set);
+    c = memo_victim(rm_coll_set(cm, op), rm_coll_hset(cm, op, f->scount, f->st, f->root));
     if (c->slot1) {
       sig_lock_take();
       memo_publish(c);
@@ -268,14 +282,25 @@ rm_coll_memo_t *rm_coll_memo_bare(int op, MPI_Comm comm, const rm_cf_t *f, int m
 
 /* A signature rm_coll_fact did not find in the thread's memory: built, found or added in the
  * table, and counted there or (a remembered one) in the entry it takes. */
-rm_coll_memo_t *rm_coll_fact_miss(rm_coll_memo_t *set, int op, rm_xl_t *x, int mem, int root, int64_t scount,
+rm_coll_memo_t *rm_coll_fact_miss(rm_coll_memo_t *cm, int op, rm_xl_t *x, int mem, int root, int64_t scount,
                                   MPI_Datatype st, int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec,
                                   int nvec) {
+  rm_coll_memo_t *set = rm_coll_set(cm, op), *hset = rm_coll_hset(cm, op, scount, st, root);
+  if (nvec <= 0 && !rm_rs)                 /* held in its hashed set: counted as rm_coll_fact */
+    for (int w = 0; w < RM_COLL_HWAYS; w++)      /* counts a hit in the class set */
+      if (rm_coll_memo_is(&hset[w], op, x->id, mem, root, scount, st, rcount, rt, flags)) {
+        rm_coll_memo_t *c = &hset[w];
+        if (c->tick != rm_tick) rm_coll_memo_retick(c);
+        rm_coll_memo_add(c);
+        return c;
+      }
   int remember = nvec <= 0 && rm_t.cm != memo_spare && rm_ts_fixed(st) && rm_ts_fixed(rt);
   rm_coll_memo_t *c = NULL;                /* the way it takes: the one holding it (a persistent */
-  for (int w = 0; w < RM_COLL_WAYS && remember && !c; w++)   /* collective's setup), else a victim */
-    if (rm_coll_memo_is(&set[w], op, x->id, mem, root, scount, st, rcount, rt, flags)) c = &set[w];
-  if (remember && !c) c = memo_victim(set);
+  for (int w = 0; w < RM_COLL_HELD && remember && !c; w++) {   /* collective's setup), else a victim */
+    rm_coll_memo_t *e = w < RM_COLL_WAYS ? &set[w] : &hset[w - RM_COLL_WAYS];
+    if (rm_coll_memo_is(e, op, x->id, mem, root, scount, st, rcount, rt, flags)) c = e;
+  }
+  if (remember && !c) c = memo_victim(set, hset);
   int64_t b = rmrec_bucket(rm_R, rm_tick);
   fact_sig_t d;
   memset(&d, 0, sizeof d);
@@ -342,17 +367,20 @@ static void facts_flush(rmrec_t *c) {
 void rm_coll_teardown(void) {
   if (!sigs) return;
   sig_lock_take();
-  uint64_t lost = lost_calls, misses = memo_misses, hits[RM_COLL_WAYS] = {0};
+  uint64_t lost = lost_calls, misses = memo_misses, hits[RM_COLL_HELD] = {0};
+  enum { CLASS = RM_COLL_SETS * RM_COLL_WAYS };
   for (coll_block_t *blk = atomic_load_explicit(&coll_blocks, memory_order_acquire); blk; blk = blk->next)
-    for (int j = 0; j < RM_COLL_MEMO; j++) hits[j % RM_COLL_WAYS] += blk->m[j].hits;
+    for (int j = 0; j < RM_COLL_MEMO; j++)
+      hits[j < CLASS ? j % RM_COLL_WAYS : RM_COLL_WAYS + (j - CLASS) % RM_COLL_HWAYS] += blk->m[j].hits;
   sig_lock_give();
   char v[96];
   snprintf(v, sizeof v, "%llu", (unsigned long long)misses);
   rmrec_meta(rm_R, "collectives.memo_misses", v);
-  /* the fast path's calls in ways 1, 2, ...: a broken path to them is otherwise hidden, since the
+  /* the fast path's calls in the entries a call looks at after the first (way 1 of the class
+   * sets, then the hashed sets' ways 0, 1): a broken path to them is otherwise hidden, since the
    * full wrapper finds and counts those calls as well */
   size_t at = 0;
-  for (int w = 1; w < RM_COLL_WAYS && at < sizeof v; w++)
+  for (int w = 1; w < RM_COLL_HELD && at < sizeof v; w++)
     at += (size_t)snprintf(v + at, sizeof v - at, "%s%llu", w > 1 ? " " : "", (unsigned long long)hits[w]);
   rmrec_meta(rm_R, "collectives.memo_way_hits", v);
   if (lost) {

@@ -496,20 +496,31 @@ void rm_coll_teardown(void);              /* before the final flush: META of the
  * adding cnt - pub) happens under the table's lock.  So the entries live in a block on the heap
  * that the flush can reach (rm_coll_blocks), and outlive their thread.
  * Codes alternate signatures (a solver's dot products of one, two and three doubles, a row and a
- * column communicator, MPI_Bcast and MPI_Barrier, whose numbers are equal mod RM_COLL_SETS), so
- * an operation class is a set of RM_COLL_WAYS entries, looked up in order by a chain of functions
- * (the entry point way 0, rmf_ way 1, rmg_ the ways after it: shim_gen.py): a signature that
- * repeats alone, or two in turn, cost what they did with one or two ways.  The third way took
- * three signatures in turn from a miss on every call (725 shim instructions per call, Open MPI;
- * MPICH 709) to 110 (110), and left the others as they were (bench/coll_memo.py, callgrind: one
- * 85-87, two in turn 93-100, before and after).  Four or more in turn in one set still miss every
- * call, each new signature evicting the one filled first, the next to be called again; a miss
- * now looks at three ways (784 per call against 725, MPICH 768 against 709).  A fourth way would
- * hold them too, for 160 bytes more per set and thread and more compares on each miss; three is
- * where this stops.  A new signature takes the way last called in the oldest timeline bucket
- * (bucket), of those in the same bucket the one filled first (filled) (shim_coll.c, memo_victim):
- * no entry is written on a hit to keep a recency order, and a way is never moved (its held calls
- * stay where the flush finds them). */
+ * column communicator, MPI_Bcast and MPI_Barrier, whose numbers are equal mod RM_COLL_SETS; a
+ * molecular-dynamics step's several MPI_Allreduce of different counts), so a call may be held in
+ * two groups of entries: its operation class's set of RM_COLL_WAYS (2) ways, and a hashed set of
+ * RM_COLL_HWAYS (2) ways, one of RM_COLL_HSETS (16) chosen by a hash of the call's count, type,
+ * root and operation (rm_coll_hash: one multiply).  A chain of functions looks (shim_gen.py): the
+ * entry point at way 0, rmf_ at way 1, rmg_ at the hashed set (its way of the call's operation and
+ * count through its handle, else the other), so a signature that repeats alone, or two in turn,
+ * cost what they did before there were hashed sets: the entry point and rmf_ are instruction for
+ * instruction what they were.  With three ways per class set and no hashed sets, four or more
+ * signatures of one class in turn missed on every call, each new one evicting the one filled
+ * first, the next to be called again: 784 shim instructions per call (Open MPI; MPICH 768), now
+ * 127 for four, 141 for eight and 149 for sixteen in turn (MPICH 130, 150, 155); one repeated
+ * 85-87 as before; three in turn 117 against 109 (MPICH 120 against 112: the hash and the way's
+ * choice cost the third ~24 more than a third class way did) (bench/coll_memo.py, callgrind).
+ * Eight consecutive counts of one operation never share a hashed set (Fibonacci hashing: the
+ * fractional parts of k/phi for 8 consecutive k lie >= 0.09 apart, more than a set's 1/16),
+ * sixteen at most two to one (no three within 1/16).  Memory: 40 entries of 160 bytes per thread
+ * that makes collective calls (6.4 KB; 12 entries, 1.9 KB, with three ways per class set).
+ * A new signature takes an empty way of its class set if there is one (a class's first signature
+ * takes way 0, the one the entry point looks at first), else the entry last called in the oldest
+ * timeline bucket (bucket) among its class set's and its hashed set's ways; of those in the same
+ * bucket a hashed way before a class way (signatures called in turn that found room stay where
+ * they are, a newcomer evicting within its hashed set), and then the one filled first (filled)
+ * (shim_coll.c, memo_victim): no entry is written on a hit to keep a recency order, and a way is
+ * never moved (its held calls stay where the flush finds them). */
 typedef struct rm_coll_memo {
   uint64_t comm; int64_t scount, rcount; MPI_Datatype st, rt; int op, root, flags, mem, slot1;
   uint64_t tick; int64_t bucket; _Atomic uint64_t cnt; uint64_t pub;
@@ -522,12 +533,38 @@ typedef struct rm_coll_memo {
   uint64_t hits;                    /* calls the fast path counted in it, in a way after the first
                                        (way 0's path stays as it was): META collectives.memo_way_hits */
 } rm_coll_memo_t;
-#define RM_COLL_SETS 4
-#define RM_COLL_WAYS 3
-#define RM_COLL_MEMO (RM_COLL_SETS * RM_COLL_WAYS)   /* entries per thread */
-/* the first way of op's set in a thread's entries */
+#define RM_COLL_SETS 4                    /* operation classes: the operation's number mod 4 */
+#define RM_COLL_WAYS 2                    /* ways of a class set: way 0 (entry point), way 1 (rmf_) */
+#define RM_COLL_HBITS 4
+#define RM_COLL_HSETS (1 << RM_COLL_HBITS)    /* hashed sets (rm_coll_hash) */
+#define RM_COLL_HWAYS 2                   /* ways of a hashed set (rmg_) */
+#define RM_COLL_HELD (RM_COLL_WAYS + RM_COLL_HWAYS)   /* the entries a call may be held in */
+#define RM_COLL_LOOKS (RM_COLL_WAYS + 1)  /* the fast path's looks (calls.spec fast.ways): the class
+                                             set's ways, then the hashed set (rm_coll_fast) */
+#define RM_COLL_MEMO (RM_COLL_SETS * RM_COLL_WAYS + RM_COLL_HSETS * RM_COLL_HWAYS)   /* entries per thread */
+/* the first way of op's class set in a thread's entries */
 static inline rm_coll_memo_t *rm_coll_set(rm_coll_memo_t *cm, int op) {
   return cm + ((unsigned)op % RM_COLL_SETS) * RM_COLL_WAYS;
+}
+/* The hashed set of a call: its count in the low bits of the key, so that a run of counts gets
+ * keys in a row, which Fibonacci hashing (the top bits of key x 2^64/phi) spreads over the sets
+ * evenly; the type (a handle: a pointer or an int), root and operation above them.  The same
+ * arguments on the fast path (rm_cf_t) and the full one (rm_coll_fact's), so both find an entry
+ * in the same set. */
+static inline __attribute__((always_inline)) unsigned rm_coll_hash(int op, int64_t count, MPI_Datatype t, int root) {
+  uint64_t k = (uint64_t)count + ((uint64_t)(uintptr_t)t << 20) + ((uint64_t)(uint32_t)root << 44) +
+               ((uint64_t)(uint32_t)op << 54);
+  return (unsigned)((k * 0x9E3779B97F4A7C15ull) >> (64 - RM_COLL_HBITS));
+}
+static inline __attribute__((always_inline))
+rm_coll_memo_t *rm_coll_hset(rm_coll_memo_t *cm, int op, int64_t count, MPI_Datatype t, int root) {
+  return cm + RM_COLL_SETS * RM_COLL_WAYS + rm_coll_hash(op, count, t, root) * RM_COLL_HWAYS;
+}
+/* the entries a call may be held in, `way` 0 .. RM_COLL_WAYS + RM_COLL_HWAYS - 1: its class set's
+ * ways, then its hashed set's */
+static inline __attribute__((always_inline))
+rm_coll_memo_t *rm_coll_way(rm_coll_memo_t *cm, int op, int way, int64_t count, MPI_Datatype t, int root) {
+  return way < RM_COLL_WAYS ? rm_coll_set(cm, op) + way : rm_coll_hset(cm, op, count, t, root) + (way - RM_COLL_WAYS);
 }
 /* the entry remembers this signature (the facts' arguments; comm: the translation's id) */
 static inline __attribute__((always_inline))
@@ -543,12 +580,13 @@ static inline __attribute__((always_inline)) void rm_coll_memo_add(rm_coll_memo_
 rm_coll_memo_t *rm_coll_memo_init(void);  /* the calling thread's entries (first collective) */
 void rm_coll_memo_retick(rm_coll_memo_t *c);   /* rm_tick moved: a new bucket moves the calls held */
 extern int rm_coll_on;                    /* the facts table exists */
-rm_coll_memo_t *rm_coll_fact_miss(rm_coll_memo_t *set, int op, rm_xl_t *x, int mem, int root, int64_t scount,
+rm_coll_memo_t *rm_coll_fact_miss(rm_coll_memo_t *cm, int op, rm_xl_t *x, int mem, int root, int64_t scount,
                                   MPI_Datatype st, int64_t rcount, MPI_Datatype rt, int flags, const int64_t *vec,
                                   int nvec);
 /* One call's facts; x = NULL (self or inter-communicator): the call is attributed, no facts.
- * vec: nvec per-peer byte counts (v/w collectives), or NULL.  A remembered signature in the same
- * bucket is counted inline; anything else goes through the table (rm_coll_fact_miss).  Returns
+ * vec: nvec per-peer byte counts (v/w collectives), or NULL.  A signature remembered in its class
+ * set is counted inline; one in its hashed set is counted by rm_coll_fact_miss, which takes
+ * anything else through the table.  Returns
  * the thread's entry that now holds the call's signature (NULL: none), which rm_coll_acc arms for
  * the fast path. */
 static inline __attribute__((always_inline))
@@ -560,17 +598,16 @@ rm_coll_memo_t *rm_coll_fact(int op, rm_xl_t *x, int mem, int root, int64_t scou
   flags |= rm_lib_on ? RM_FACT_LIBRARY : 0;
   rm_coll_memo_t *cm = rm_t.cm;
   if (__builtin_expect(!cm, 0)) cm = rm_coll_memo_init();
-  rm_coll_memo_t *set = rm_coll_set(cm, op), *c = set;
-  _Static_assert(RM_COLL_WAYS == 3, "rm_coll_fact looks at three ways");
+  rm_coll_memo_t *c = rm_coll_set(cm, op);
+  _Static_assert(RM_COLL_WAYS == 2, "rm_coll_fact looks at two ways of the class set");
   if (nvec <= 0 && !rm_rs &&
       (rm_coll_memo_is(c, op, x->id, mem, root, scount, st, rcount, rt, flags) ||
-       rm_coll_memo_is(++c, op, x->id, mem, root, scount, st, rcount, rt, flags) ||
        rm_coll_memo_is(++c, op, x->id, mem, root, scount, st, rcount, rt, flags))) {
     if (__builtin_expect(c->tick != rm_tick, 0)) rm_coll_memo_retick(c);
     rm_coll_memo_add(c);
     return c;
   }
-  return rm_coll_fact_miss(set, op, x, mem, root, scount, st, rcount, rt, flags, vec, nvec);
+  return rm_coll_fact_miss(cm, op, x, mem, root, scount, st, rcount, rt, flags, vec, nvec);   /* (hashed set too) */
 }
 
 void rm_coll_count(int sig);              /* one more call of a stored signature (MPI_Start) */
@@ -745,7 +782,7 @@ static inline __attribute__((always_inline)) uint64_t rm_coll_acc(int op, MPI_Co
   return n;
 }
 /* The fast path of such a collective (calls.spec's "fast"; the entry point tries way 0, a function
- * of its own the other ways: "fast.ways"): way `way` of the operation's set was armed with the
+ * of its own the other ways: "fast.ways"): the call's `way`-th entry (rm_coll_way) was armed with the
  * call's facts through the same communicator handle (none freed since), its bucket is still the
  * current one (rmrec_epoch unchanged) and the buffer has its memory kind (rm_coll_armed): the call
  * counted with plain adds and marked in progress (the library's own messages are attributed to it
@@ -761,7 +798,15 @@ static inline __attribute__((always_inline)) int rm_coll_armed(const rm_coll_mem
 static inline __attribute__((always_inline)) int rm_coll_fast(int op, int way, MPI_Comm comm, rm_cf_t f) {
   rm_coll_memo_t *c = rm_t.cm;
   if (!c) return 0;
-  c = rm_coll_set(c, op) + way;
+  if (way < RM_COLL_WAYS) {
+    c = rm_coll_set(c, op) + way;
+  } else {
+    /* the hashed set, one look: its first way if that holds this operation and count through this
+     * handle, else its second (one check of the facts, not two: fewer registers to save) */
+    _Static_assert(RM_COLL_HWAYS == 2, "a hashed set's look picks one of two ways");
+    c = rm_coll_hset(c, op, f.scount, f.st, f.root);
+    c += c->op != op || c->scount != f.scount || c->hcomm != comm;
+  }
   if (!rm_coll_armed(c, op, comm, &f)) return 0;
   int mem = c->mem;
   rm_coll_memo_add(c);

@@ -336,8 +336,9 @@ def gen_c(c: Call) -> str:
     # The entry point tries way 0 (where a call that repeats alone is remembered: its code is what
     # it is with one way); an untimed call that misses it jumps to a function of its own that tries
     # way 1 (two signatures in turn: its code is what it is with two ways), which jumps to another
-    # that tries the ways after it, then the full wrapper: each way adds nothing to the paths of
-    # the ways before it (a function that looked at more ways would save more registers on entry).
+    # that tries the ways after it (the collectives: one look, at the call's hashed set), then the
+    # full wrapper: each way adds nothing to the paths of the ways before it (a function that
+    # looked at more ways would save more registers on entry).
     nxt, rest = f"rmf_{c.name}", f"rmg_{c.name}"
     first, second, other = (re.sub(r"\bWAY\b", w, fast) for w in ("0", "1", "way_"))
     return (out + f"static __attribute__((noinline)) int {rest}({decl}) {{\n"
