@@ -107,3 +107,45 @@ def test_profile_records_every_app_context(mpi, ring, tmp_path):
     csv_text = rankmap("export", "latest", "--format", "csv", env={"RANKMAP_HOME": str(tmp_path / "home")}).stdout
     rows = {(r.split(",")[0], r.split(",")[1], r.split(",")[4]) for r in csv_text.splitlines()[1:]}
     assert ("0", "1", "3000") in rows and ("1", "0", "3000") in rows, csv_text
+
+
+@pytest.mark.parametrize("mpi,bind", [("openmpi", ["--bind-to", "core"]), ("mpich", ["-bind-to", "core"])])
+def test_run_says_when_the_launchers_binding_wins(mpi, bind, tmp_path):
+    """A binding the user chose is kept; where it leaves a rank none of its GPU's CPUs, the rank says
+    so on stderr (it used to run off its GPU's CPUs with no word, the mapping printed as applied)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs")
+    doc = fake_doc(2)
+    for e in doc["mapping"].values():
+        e["cpus"] = str(allowed[-1])
+    mf = tmp_path / "m.json"
+    mf.write_text(json.dumps(doc))
+    (tmp_path / "printer.py").write_text(PRINTER)
+    (tmp_path / "out").mkdir()
+    cmd = launcher(mpi) + bind + ["-n", "2", sys.executable, str(tmp_path / "printer.py"), str(tmp_path / "out")]
+    p = rankmap("run", "--mapping", str(mf), "--topology", "dgx1-v100", "--", *cmd,
+                env={"RANKMAP_HOME": str(tmp_path / "home")}, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    seen = {int(f.stem): json.loads(f.read_text()) for f in (tmp_path / "out").glob("*.json")}
+    assert sorted(seen) == [0, 1]
+    off = [r for r, d in seen.items() if allowed[-1] not in d["cpus"]]
+    assert off, f"the launcher bound every rank to CPU {allowed[-1]}: {seen}"
+    for r, d in seen.items():
+        said = f"rank {r}: the launcher bound it to CPUs" in p.stderr
+        assert said == (r in off), (r, d, p.stderr)
+    assert f"none of its GPU's CPUs {allowed[-1]}" in p.stderr
+
+
+def test_memory_binding_names_a_missing_numa_node():
+    from rankmap.mapping.execwrap import bind_memory
+
+    if os.path.isdir("/sys/devices/system/node/node63"):
+        pytest.skip("this machine has a NUMA node 63")
+    assert bind_memory(63) == "unbound: this machine has no NUMA node 63"
+
+
+def test_run_help_says_how_memory_is_bound():
+    """The wrapper binds memory with set_mempolicy; the help used to promise numactl."""
+    p = rankmap("run", "--help")
+    assert p.returncode == 0 and "numactl" not in p.stdout and "set_mempolicy" in p.stdout, p.stdout

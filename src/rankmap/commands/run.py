@@ -9,8 +9,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="launch a job on the placement `rankmap tune` stored for it (or a mapping file)",
                        usage="rankmap run [options] -- <launch command>",
                        description="Start every rank through rankmap's exec wrapper, which sets "
-                                   "CUDA_VISIBLE_DEVICES to the rank's GPU, binds its CPUs (and memory, with "
-                                   "numactl) near that GPU and points UCX/NCCL at its NIC. Launchers: Open MPI "
+                                   "CUDA_VISIBLE_DEVICES to the rank's GPU, binds its CPUs and memory (set_mempolicy) "
+                                   "near that GPU unless the launcher's own binding is asked for, and points "
+                                   "UCX/NCCL at its NIC. Launchers: Open MPI "
                                    "mpirun, MPICH/MVAPICH mpiexec, Slurm srun, torchrun, a single process; across "
                                    "nodes the launcher is told which host every rank goes to. The job's exit "
                                    "status is rankmap's.")

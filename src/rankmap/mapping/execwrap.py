@@ -20,7 +20,9 @@ What it does, in order:
    torchrun, programs pick ``cuda:LOCAL_RANK`` instead, so the node's GPUs are listed with the mapped
    one at position ``LOCAL_RANK``; ``RANKMAP_DEVICE`` says which device index is the mapped GPU;
 3. unless ``RANKMAP_NO_BIND=1``: CPU affinity to the GPU's local cores (``os.sched_setaffinity``,
-   intersected with what the launcher allowed), and memory to its NUMA node with the
+   intersected with what the launcher allowed; where a binding the user asked the launcher for leaves
+   none of them, the rank stays where the launcher put it and says so on stderr), and memory to its
+   NUMA node with the
    ``set_mempolicy(MPOL_BIND)`` system call, whose policy the program inherits across ``execve``
    (``RANKMAP_MEMBIND`` names the node, or says why memory stayed unbound: a node this machine does not
    have, a kernel without NUMA);
@@ -76,6 +78,17 @@ def parse_cpus(text: str) -> set[int]:
         else:
             out.add(int(part))
     return out
+
+
+def cpu_list(cpus: set[int]) -> str:
+    """``0-3,8`` for {0, 1, 2, 3, 8}: the notation of the mapping's CPU sets."""
+    runs: list[list[int]] = []
+    for c in sorted(cpus):
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def torchrun_rank(mapping: mapping_json.Mapping, env: dict) -> int:
@@ -166,7 +179,11 @@ def bind_memory(node: int) -> str:
     mask[node // 64] = 1 << (node % 64)
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.syscall(nr, 2, mask, ctypes.c_ulong(words * 64 + 1)) != 0:
-        return f"unbound: set_mempolicy to node {node}: {os.strerror(ctypes.get_errno())}"
+        err = ctypes.get_errno()
+        nodes = "/sys/devices/system/node"
+        if os.path.isdir(nodes) and not os.path.isdir(f"{nodes}/node{node}"):
+            return f"unbound: this machine has no NUMA node {node}"
+        return f"unbound: set_mempolicy to node {node}: {os.strerror(err)}"
     return str(node)
 
 
@@ -200,6 +217,10 @@ def main(argv: list[str] | None = None) -> None:
                     os.environ["RANKMAP_CPUS"] = ",".join(str(c) for c in sorted(use))
                 else:
                     os.environ["RANKMAP_CPUS"] = "unbound: none of " + cpus + " is allowed here"
+                    sys.stderr.write(f"rankmap execwrap: warning: rank {entry.rank}: the launcher bound it to CPUs "
+                                     f"{cpu_list(allowed)}, none of its GPU's CPUs {cpus}: it runs where the "
+                                     f"launcher put it (leave the binding to rankmap run: drop the launcher's "
+                                     f"binding option, e.g. --bind-to, -bind-to, --cpu-bind)\n")
             except (ValueError, OSError) as e:
                 os.environ["RANKMAP_CPUS"] = f"unbound: {e}"
         numa = entry.numa
