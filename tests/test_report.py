@@ -127,3 +127,25 @@ def test_show_gpu_of_a_job_without_cuda_activity(tmp_path):
         assert "?" not in s.stdout and "(s)" not in s.stdout and "host copies moved" not in s.stdout, s.stdout
         assert "MPI/NCCL operations per process (no CUDA activity recorded)" in s.stdout, s.stdout
         assert "verdict: GPU-aware: 100 % of the bytes exchanged between ranks left device memory directly" in s.stdout
+
+
+def test_pop_metrics_withheld_when_time_in_mpi_exceeds_the_run(tmp_path):
+    """Figures of a real run (MPICH 4.0, 8 ranks of a 3-D halo on 2 shared cores, default sampled
+    timing): most ranks' estimated time inside MPI_Sendrecv exceeded their elapsed time, and the
+    summary printed "parallel efficiency 0.7 %, load balance 12.5 %" from useful times clamped to 0.
+    Such metrics are withheld, with the reason and the way to exact timing."""
+    elapsed = [647200572, 640476999, 652435544, 651693438, 646385352, 640203984, 650531688, 644804630]
+    sendrecv = [1527045250, 983659213, 892567882, 864985582, 1322302628, 722950784, 614995678, 595707491]
+    store = open_store(f"sqlite:///{tmp_path / 'db'}")
+    jid = store.create_job(["mpiexec", "-np", "8", "./halo3d"], launcher="hydra", world_size=8)
+    store.ingest(jid, [FakeRecord(r, world_size=8, elapsed_ns=e, op_time={"MPI_Sendrecv": (30, ns)},
+                                  traffic=[Row((r + 1) % 8, "p2p", "MPI_Sendrecv", "host", "send", 327680, 10)])
+                       for r, (e, ns) in enumerate(zip(elapsed, sendrecv))])
+    store.finish_job(jid, exit_status=0, elapsed_ns=983400675)
+    m = pop_metrics(store.ranks(jid))
+    assert m.overrun == (0, 1, 2, 3, 4, 5)
+    out = summary_text(store, jid, width=400)
+    assert "POP efficiency: not computed: 6 ranks (0, 1, 2, 3, 4, 5) recorded more time inside MPI" in out, out
+    assert "RANKMAP_SAMPLE=1" in out and "load balance" not in out and "parallel efficiency" not in out, out
+    # sound figures are still shown
+    assert pop_metrics([{"elapsed_ns": 10, "comm_ns": 10, "world_rank": 0}]).withheld() is None

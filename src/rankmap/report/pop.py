@@ -10,6 +10,11 @@ multiplicative efficiencies; rankmap computes the top of it from what the shim r
 * **parallel efficiency** ``PE = LB x CommE = avg(useful) / runtime``
 
 See docs/pop-metrics.md for what they mean and their limits.
+
+The shim times one short call in ``RANKMAP_SAMPLE`` (16) and counts it that many times; with few
+calls whose durations vary wildly (ranks that busy-poll on shared cores) the estimate can exceed
+the rank's whole run. Such ranks are listed in ``overrun``, and the metrics are then withheld with
+:meth:`PopMetrics.withheld` rather than printed from a clamped, meaningless useful time.
 """
 
 from __future__ import annotations
@@ -27,20 +32,36 @@ class PopMetrics:
     load_balance: float
     communication_efficiency: float
     parallel_efficiency: float
+    overrun: tuple[int, ...] = ()      # world ranks whose recorded time inside MPI exceeds their run time
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        d["overrun"] = list(self.overrun)
+        return d
+
+    def withheld(self) -> str | None:
+        """Why the metrics are not to be shown (None: they are sound)."""
+        if not self.overrun:
+            return None
+        shown = ", ".join(str(r) for r in self.overrun[:8]) + (", ..." if len(self.overrun) > 8 else "")
+        who = f"rank {shown}" if len(self.overrun) == 1 else f"{len(self.overrun)} ranks ({shown})"
+        return (f"not computed: {who} recorded more time inside MPI than they ran; short calls are "
+                f"timed one in RANKMAP_SAMPLE (16) and scaled, which a few slow calls inflate: time every "
+                f"call with RANKMAP_SAMPLE=1 in the ranks' environment (mpirun -x RANKMAP_SAMPLE=1, "
+                f"mpiexec -genv RANKMAP_SAMPLE 1)")
 
 
 def pop_metrics(ranks: Iterable[Mapping]) -> PopMetrics | None:
     """Metrics over rank rows with ``elapsed_ns`` and ``comm_ns``; None when nothing usable was recorded."""
-    useful, elapsed = [], []
+    useful, elapsed, overrun = [], [], []
     for r in ranks:
         e, c = r.get("elapsed_ns"), r.get("comm_ns")
         if not e or e <= 0 or c is None:
             continue
         elapsed.append(int(e))
         useful.append(max(0, int(e) - int(c)))
+        if int(c) > int(e):
+            overrun.append(int(r.get("world_rank", len(elapsed) - 1)))
     if not elapsed:
         return None
     runtime = max(elapsed)
@@ -48,4 +69,4 @@ def pop_metrics(ranks: Iterable[Mapping]) -> PopMetrics | None:
     avg = sum(useful) / len(useful)
     lb = avg / mx if mx else 1.0
     ce = mx / runtime if runtime else 0.0
-    return PopMetrics(len(elapsed), runtime, avg, mx, lb, ce, lb * ce)
+    return PopMetrics(len(elapsed), runtime, avg, mx, lb, ce, lb * ce, tuple(sorted(overrun)))

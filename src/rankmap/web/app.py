@@ -238,7 +238,10 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
                 "bytes_by_class": by_class,
                 "bytes_by_mem": store.bytes_by_mem(jid),
                 "comm_ns": sum(int(r["comm_ns"] or 0) for r in ranks if r["source"] == pop_src),
-                "pop": pop.as_dict() if pop else None, "pop_source": pop_src if pop else None,
+                # metrics from an impossible time inside MPI are not shown (report/pop.py)
+                "pop": pop.as_dict() if pop and not pop.overrun else None,
+                "pop_source": pop_src if pop and not pop.overrun else None,
+                "pop_withheld": pop.withheld() if pop else None,
                 "unfinished_ranks": sorted({r["world_rank"] for r in ranks if not r["finalized"]}),
                 "problems": [p for r in ranks for p in (r.get("problems") or [])],
             },
