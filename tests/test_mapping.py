@@ -328,3 +328,36 @@ def test_map_bad_inputs(tmp_path):
     assert_one_line_error(rankmap("map", "--traffic", str(tmp_path / "none.csv"), "--topology", "dgx1-v100"),
                           "none.csv")
     assert_one_line_error(rankmap("map", "--traffic", str(big), "--topology", "no-such-machine"), "no-such-machine")
+
+
+def test_map_text_columns_keep_small_jobs_readable(tmp_path):
+    """A profile of a few megabytes (a 3-D halo of 8 ranks with 328 kB per neighbour, placed on two
+    DGX-1) printed its link loads in fixed GB and ms: 0.002 GB before against 0.001 GB after for
+    congestions of 0.125 ms and 0.042 ms, and 0.000 for loads that were not zero. One unit per column
+    pair, chosen by the largest figure, keeps every figure and the before/after ratio readable."""
+    import re
+
+    f = tmp_path / "halo.csv"
+    write_csv(f, patterns.halo(8, 3, nbytes=327680))
+    args = ("map", "--traffic", str(f), "--topology", "dgx1-v100", "--nodes", "2")
+    doc = json.loads(rankmap(*args, "--format", "json").stdout)
+    p = rankmap(*args)
+    assert p.returncode == 0, p.stderr
+    head = next(l for l in p.stdout.splitlines() if "before" in l and "after" in l)
+    bu, tu = re.search(r"before (\w+) .* before (\S+) ", head).groups()
+    scale = {"GB": 1e9, "MB": 1e6, "kB": 1e3, "B": 1}[bu]
+    tscale = {"ms": 1e-3, "µs": 1e-6, "ns": 1e-9}[tu]
+    assert (bu, tu) == ("MB", "µs"), head
+    links = {l["link"]: l for l in doc["links"]}
+    rows = 0
+    for line in p.stdout.splitlines():
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        if len(cells) == 7 and cells[0] in links:
+            l, rows = links[cells[0]], rows + 1
+            for cell, key, sc in ((cells[3], "before_bytes", scale), (cells[4], "before_congestion", tscale),
+                                  (cells[5], "after_bytes", scale), (cells[6], "after_congestion", tscale)):
+                assert float(cell) == pytest.approx(l[key] / sc, abs=6e-4), (cells, l)
+                assert (float(cell) > 0) == (l[key] > 0), (cells, l)
+    assert rows > 10
+    m = re.search(r"max congestion: ([\d.]+) (\S+) -> ([\d.]+) (\S+)", p.stdout)
+    assert m and m.group(2) == m.group(4) != "ms" and float(m.group(3)) > 0, p.stdout

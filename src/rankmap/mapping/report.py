@@ -65,8 +65,22 @@ def to_json(pl: Placement, *, topology: str, ranks_per_gpu: int = 1, source: dic
     }
 
 
-def _ms(x: float) -> str:
-    return f"{x * 1e3:.3f}"
+BYTE_UNITS = ((1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B"))
+TIME_UNITS = ((1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
+
+
+def unit(largest: float, units: tuple[tuple[float, str], ...]) -> tuple[float, str]:
+    """One unit for figures read side by side (a table's before and after columns, the two ends of
+    an arrow), chosen by the largest: fixed GB and ms printed a job of megabytes as 0.001 GB against
+    0.002 GB, and its congestions as 0.000 ms."""
+    for scale, name in units:
+        if largest >= scale:
+            return scale, name
+    return units[0] if largest <= 0 else units[-1]
+
+
+def _fmt(x: float, u: tuple[float, str]) -> str:
+    return f"{x / u[0]:.3f}"
 
 
 def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: int = 64) -> None:
@@ -82,36 +96,44 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
     if B.is_what_if(doc):
         con.print(f"[bold]{escape(B.assumption_text(doc))}[/bold]")
     t = Table(title="link loads: default -> rankmap (busiest first)", title_justify="left")
-    for c, j in (("link", "left"), ("kind", "left"), ("GB/s", "right"), ("before GB", "right"),
-                 ("before ms", "right"), ("after GB", "right"), ("after ms", "right")):
+    shown = doc["links"][:max_links]
+    bu = unit(max([max(r["before_bytes"], r["after_bytes"]) for r in shown], default=0), BYTE_UNITS)
+    tu = unit(max([max(r["before_congestion"], r["after_congestion"]) for r in shown], default=0), TIME_UNITS)
+    for c, j in (("link", "left"), ("kind", "left"), ("GB/s", "right"), (f"before {bu[1]}", "right"),
+                 (f"before {tu[1]}", "right"), (f"after {bu[1]}", "right"), (f"after {tu[1]}", "right")):
         t.add_column(c, justify=j)
-    for row in doc["links"][:max_links]:
-        t.add_row(row["link"], row["kind"], f"{row['bandwidth']:g}", f"{row['before_bytes'] / 1e9:.3f}",
-                  _ms(row["before_congestion"]), f"{row['after_bytes'] / 1e9:.3f}", _ms(row["after_congestion"]))
+    for row in shown:
+        t.add_row(row["link"], row["kind"], f"{row['bandwidth']:g}", _fmt(row["before_bytes"], bu),
+                  _fmt(row["before_congestion"], tu), _fmt(row["after_bytes"], bu), _fmt(row["after_congestion"], tu))
     if len(doc["links"]) > max_links:
         t.caption = f"{len(doc['links']) - max_links} more links not shown (--format json has all)"
     con.print(t)
     d = doc["default"]
     imp = doc["improvement"]
-    con.print(f"max congestion: {_ms(d['max_congestion'])} ms -> {_ms(doc['max_congestion'])} ms"
+    mu = unit(max(d["max_congestion"], doc["max_congestion"]), TIME_UNITS)
+    au = unit(max(d["avg_congestion"], doc["avg_congestion"]), TIME_UNITS)
+    con.print(f"max congestion: {_fmt(d['max_congestion'], mu)} {mu[1]} -> {_fmt(doc['max_congestion'], mu)} {mu[1]}"
               f"  ({imp['max']:.2f}x)" if imp["max"] else "max congestion: no traffic on any link")
-    con.print(f"avg congestion over used links: {_ms(d['avg_congestion'])} ms -> {_ms(doc['avg_congestion'])} ms"
-              + (f"  ({imp['avg']:.2f}x)" if imp["avg"] else ""))
-    con.print(f"predicted communication time bound (busiest link): {_ms(doc['time_bound_s'])} ms")
+    con.print(f"avg congestion over used links: {_fmt(d['avg_congestion'], au)} {au[1]} -> "
+              f"{_fmt(doc['avg_congestion'], au)} {au[1]}" + (f"  ({imp['avg']:.2f}x)" if imp["avg"] else ""))
+    con.print(f"predicted communication time bound (busiest link): {_fmt(doc['time_bound_s'], mu)} {mu[1]}")
     hs = doc.get("host_staged") or {}
     if hs.get("host_staged_bytes"):
         tot = hs["total_bytes"] or 1.0
-        line = (f"host-staged traffic: {hs['host_staged_bytes'] / 1e9:.3f} GB of {hs['total_bytes'] / 1e9:.3f} GB "
-                f"({100 * hs['host_staged_bytes'] / tot:.0f} %); routed GPU -> host memory -> GPU: "
-                f"{hs['routed_via_host_bytes'] / 1e9:.3f} GB")
+        hu = unit(hs["total_bytes"], BYTE_UNITS)
+        line = (f"host-staged traffic: {_fmt(hs['host_staged_bytes'], hu)} {hu[1]} of {_fmt(hs['total_bytes'], hu)} "
+                f"{hu[1]} ({100 * hs['host_staged_bytes'] / tot:.0f} %); routed GPU -> host memory -> GPU: "
+                f"{_fmt(hs['routed_via_host_bytes'], hu)} {hu[1]}")
         if hs.get("off_node_host_staged_bytes"):
-            line += f", between nodes (through the NICs): {hs['off_node_host_staged_bytes'] / 1e9:.3f} GB"
+            line += f", between nodes (through the NICs): {_fmt(hs['off_node_host_staged_bytes'], hu)} {hu[1]}"
         con.print(line)
         for note in hs.get("notes", []):
             con.print(f"note: {note}")
     elif doc.get("traffic_basis") == B.GPU_RESIDENT:
+        rb = doc.get("recorded_host_staged_bytes", 0)
+        ru = unit(rb, BYTE_UNITS)
         con.print(f"host-staged traffic: none in this what-if; recorded host-staged "
-                  f"{doc.get('recorded_host_staged_bytes', 0) / 1e9:.3f} GB, placed here GPU to GPU")
+                  f"{_fmt(rb, ru)} {ru[1]}, placed here GPU to GPU")
     m = Table(title="mapping", title_justify="left")
     for c in ("rank", "node", "GPU", "CPUs", "NIC"):
         m.add_column(c)
@@ -124,9 +146,8 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
     if doc["optimal"]:
         how = "proven optimal"
     else:
-        unit = "GB" if obj == "hop-bytes" else "ms"
-        scale = 1e-9 if obj == "hop-bytes" else 1e3
-        how = (f"not proven optimal; lower bound {doc['bound'] * scale:.3f} {unit}, "
+        lu = unit(doc["bound"], BYTE_UNITS if obj == "hop-bytes" else TIME_UNITS)
+        how = (f"not proven optimal; lower bound {_fmt(doc['bound'], lu)} {lu[1]}, "
                f"at most {100 * doc['gap']:.1f} % above it")
     con.print(f"objective: {DESCRIPTION.get(obj, obj)}")
     con.print(f"solver: {doc['solver']} ({how}), {doc['seconds']:.3f} s")
