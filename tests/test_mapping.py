@@ -334,7 +334,8 @@ def test_map_text_columns_keep_small_jobs_readable(tmp_path):
     """A profile of a few megabytes (a 3-D halo of 8 ranks with 328 kB per neighbour, placed on two
     DGX-1) printed its link loads in fixed GB and ms: 0.002 GB before against 0.001 GB after for
     congestions of 0.125 ms and 0.042 ms, and 0.000 for loads that were not zero. One unit per column
-    pair, chosen by the largest figure, keeps every figure and the before/after ratio readable."""
+    pair, chosen by the largest figure, keeps every figure and the before/after ratio readable; the
+    what-if's assumption names its bytes the same way."""
     import re
 
     f = tmp_path / "halo.csv"
@@ -361,3 +362,9 @@ def test_map_text_columns_keep_small_jobs_readable(tmp_path):
     assert rows > 10
     m = re.search(r"max congestion: ([\d.]+) (\S+) -> ([\d.]+) (\S+)", p.stdout)
     assert m and m.group(2) == m.group(4) != "ms" and float(m.group(3)) > 0, p.stdout
+    w = rankmap("map", "--traffic", str(f), "--topology", "dgx1-v100", "--as-gpu-resident", "--format", "json")
+    assert w.returncode != 0   # a CSV without its mem column has no host-staged bytes
+    fm = tmp_path / "halo-mem.csv"
+    fm.write_text("src,dst,class,operation,bytes,messages,mem\n0,1,p2p,MPI_Send,7865280,240,host\n")
+    w = rankmap("map", "--traffic", str(fm), "--topology", "dgx1-v100", "--as-gpu-resident", "--format", "json")
+    assert json.loads(w.stdout)["assumption"].startswith("what-if: the 7.865 MB recorded as host-staged"), w.stdout

@@ -380,7 +380,7 @@ def test_mapping_states_its_basis_and_is_drawn_on_it(web, tmp_path):
     w, r = got["what-if"]["mapping"], got["recorded"]["mapping"]
     assert (w["traffic_basis"], w["label"], w["what_if"]) == (B.GPU_RESIDENT, "what-if: GPU-resident", True)
     assert w["assumption"] == jobs["what-if"][1]["assumption"]
-    assert w["assumption"].startswith(f"what-if: the {N * ALLRED_BYTES / 1e9:.3f} GB recorded as host-staged")
+    assert w["assumption"].startswith(f"what-if: the {N * ALLRED_BYTES / 1e6:.3f} MB recorded as host-staged")
     assert (r["traffic_basis"], r["assumption"], r["label"], r["what_if"]) == (B.AS_RECORDED, None, "as recorded", False)
     # each is drawn on its own basis, so the drawn figures are the solver's: the what-if routes the
     # host-staged share GPU to GPU, the recorded mapping up to the CPUs and back

@@ -16,6 +16,7 @@ from typing import Any
 
 from rankmap.errors import RankmapError
 from rankmap.mapping.cost import Traffic
+from rankmap.mapping.units import amount
 
 AS_RECORDED = "as-recorded"
 GPU_RESIDENT = "gpu-resident"
@@ -46,7 +47,7 @@ def fields(basis: str, recorded: Traffic | None = None) -> dict[str, Any]:
         return {"traffic_basis": AS_RECORDED, "assumption": None}
     staged = recorded.host_total if recorded is not None else 0.0
     return {"traffic_basis": GPU_RESIDENT,
-            "assumption": (f"what-if: the {staged / 1e9:.3f} GB recorded as host-staged are counted as "
+            "assumption": (f"what-if: the {amount(staged)} recorded as host-staged are counted as "
                            f"GPU-resident, carried GPU to GPU over the node's links as a CUDA-aware MPI or "
                            f"NCCL would; the recorded job did not move them that way"),
             "recorded_host_staged_bytes": staged}

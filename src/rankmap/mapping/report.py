@@ -15,6 +15,7 @@ from rankmap.formats.mapping_json import FORMAT, VERSION
 from rankmap.mapping import basis as B
 from rankmap.mapping.objective import DESCRIPTION
 from rankmap.mapping.solve import Placement
+from rankmap.mapping.units import BYTE_UNITS, TIME_UNITS, fmt, unit
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -65,24 +66,6 @@ def to_json(pl: Placement, *, topology: str, ranks_per_gpu: int = 1, source: dic
     }
 
 
-BYTE_UNITS = ((1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B"))
-TIME_UNITS = ((1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
-
-
-def unit(largest: float, units: tuple[tuple[float, str], ...]) -> tuple[float, str]:
-    """One unit for figures read side by side (a table's before and after columns, the two ends of
-    an arrow), chosen by the largest: fixed GB and ms printed a job of megabytes as 0.001 GB against
-    0.002 GB, and its congestions as 0.000 ms."""
-    for scale, name in units:
-        if largest >= scale:
-            return scale, name
-    return units[0] if largest <= 0 else units[-1]
-
-
-def _fmt(x: float, u: tuple[float, str]) -> str:
-    return f"{x / u[0]:.3f}"
-
-
 def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: int = 64) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -103,8 +86,8 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
                  (f"before {tu[1]}", "right"), (f"after {bu[1]}", "right"), (f"after {tu[1]}", "right")):
         t.add_column(c, justify=j)
     for row in shown:
-        t.add_row(row["link"], row["kind"], f"{row['bandwidth']:g}", _fmt(row["before_bytes"], bu),
-                  _fmt(row["before_congestion"], tu), _fmt(row["after_bytes"], bu), _fmt(row["after_congestion"], tu))
+        t.add_row(row["link"], row["kind"], f"{row['bandwidth']:g}", fmt(row["before_bytes"], bu),
+                  fmt(row["before_congestion"], tu), fmt(row["after_bytes"], bu), fmt(row["after_congestion"], tu))
     if len(doc["links"]) > max_links:
         t.caption = f"{len(doc['links']) - max_links} more links not shown (--format json has all)"
     con.print(t)
@@ -112,20 +95,20 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
     imp = doc["improvement"]
     mu = unit(max(d["max_congestion"], doc["max_congestion"]), TIME_UNITS)
     au = unit(max(d["avg_congestion"], doc["avg_congestion"]), TIME_UNITS)
-    con.print(f"max congestion: {_fmt(d['max_congestion'], mu)} {mu[1]} -> {_fmt(doc['max_congestion'], mu)} {mu[1]}"
+    con.print(f"max congestion: {fmt(d['max_congestion'], mu)} {mu[1]} -> {fmt(doc['max_congestion'], mu)} {mu[1]}"
               f"  ({imp['max']:.2f}x)" if imp["max"] else "max congestion: no traffic on any link")
-    con.print(f"avg congestion over used links: {_fmt(d['avg_congestion'], au)} {au[1]} -> "
-              f"{_fmt(doc['avg_congestion'], au)} {au[1]}" + (f"  ({imp['avg']:.2f}x)" if imp["avg"] else ""))
-    con.print(f"predicted communication time bound (busiest link): {_fmt(doc['time_bound_s'], mu)} {mu[1]}")
+    con.print(f"avg congestion over used links: {fmt(d['avg_congestion'], au)} {au[1]} -> "
+              f"{fmt(doc['avg_congestion'], au)} {au[1]}" + (f"  ({imp['avg']:.2f}x)" if imp["avg"] else ""))
+    con.print(f"predicted communication time bound (busiest link): {fmt(doc['time_bound_s'], mu)} {mu[1]}")
     hs = doc.get("host_staged") or {}
     if hs.get("host_staged_bytes"):
         tot = hs["total_bytes"] or 1.0
         hu = unit(hs["total_bytes"], BYTE_UNITS)
-        line = (f"host-staged traffic: {_fmt(hs['host_staged_bytes'], hu)} {hu[1]} of {_fmt(hs['total_bytes'], hu)} "
+        line = (f"host-staged traffic: {fmt(hs['host_staged_bytes'], hu)} {hu[1]} of {fmt(hs['total_bytes'], hu)} "
                 f"{hu[1]} ({100 * hs['host_staged_bytes'] / tot:.0f} %); routed GPU -> host memory -> GPU: "
-                f"{_fmt(hs['routed_via_host_bytes'], hu)} {hu[1]}")
+                f"{fmt(hs['routed_via_host_bytes'], hu)} {hu[1]}")
         if hs.get("off_node_host_staged_bytes"):
-            line += f", between nodes (through the NICs): {_fmt(hs['off_node_host_staged_bytes'], hu)} {hu[1]}"
+            line += f", between nodes (through the NICs): {fmt(hs['off_node_host_staged_bytes'], hu)} {hu[1]}"
         con.print(line)
         for note in hs.get("notes", []):
             con.print(f"note: {note}")
@@ -133,7 +116,7 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
         rb = doc.get("recorded_host_staged_bytes", 0)
         ru = unit(rb, BYTE_UNITS)
         con.print(f"host-staged traffic: none in this what-if; recorded host-staged "
-                  f"{_fmt(rb, ru)} {ru[1]}, placed here GPU to GPU")
+                  f"{fmt(rb, ru)} {ru[1]}, placed here GPU to GPU")
     m = Table(title="mapping", title_justify="left")
     for c in ("rank", "node", "GPU", "CPUs", "NIC"):
         m.add_column(c)
@@ -147,7 +130,7 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
         how = "proven optimal"
     else:
         lu = unit(doc["bound"], BYTE_UNITS if obj == "hop-bytes" else TIME_UNITS)
-        how = (f"not proven optimal; lower bound {_fmt(doc['bound'], lu)} {lu[1]}, "
+        how = (f"not proven optimal; lower bound {fmt(doc['bound'], lu)} {lu[1]}, "
                f"at most {100 * doc['gap']:.1f} % above it")
     con.print(f"objective: {DESCRIPTION.get(obj, obj)}")
     con.print(f"solver: {doc['solver']} ({how}), {doc['seconds']:.3f} s")
