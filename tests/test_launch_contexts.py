@@ -149,3 +149,30 @@ def test_run_help_says_how_memory_is_bound():
     """The wrapper binds memory with set_mempolicy; the help used to promise numactl."""
     p = rankmap("run", "--help")
     assert p.returncode == 0 and "numactl" not in p.stdout and "set_mempolicy" in p.stdout, p.stdout
+
+
+def test_two_node_rankfile_on_a_machine_with_hyperthreads(tmp_path):
+    """A multi-node launch under Open MPI writes a rankfile whose slots are the topology's CPU numbers,
+    the OS's (``0-19,40-59`` on a DGX-1). Open MPI 4 reads slots as logical core indexes: on a machine
+    with hyperthreads the second half names cores it does not have, and mpirun exited 1 with no
+    word. Open MPI is shown such a machine through hwloc's XML (2 sockets x 2 cores x 2 threads, the
+    siblings numbered like a DGX-1's: socket 0 = CPUs 0,1,4,5); both "nodes" are this machine."""
+    if not shutil.which("mpirun.openmpi"):
+        pytest.skip("Open MPI is not installed")
+    doc = fake_doc(4)
+    doc["nodes"] = 2
+    for r, e in doc["mapping"].items():
+        e.update(node=int(r) // 2, cpus="0-1,4-5" if int(r) % 2 == 0 else "2-3,6-7")
+    mf = tmp_path / "m.json"
+    mf.write_text(json.dumps(doc))
+    (tmp_path / "printer.py").write_text(PRINTER)
+    (tmp_path / "out").mkdir()
+    cmd = launcher("openmpi") + ["--mca", "hwloc_base_topo_file", str(ROOT / "tests" / "data" / "hwloc-2socket-ht.xml"),
+                                 "-np", "4", sys.executable, str(tmp_path / "printer.py"), str(tmp_path / "out")]
+    p = rankmap("run", "--mapping", str(mf), "--topology", "dgx1-v100", "--hosts", f"{os.uname().nodename},localhost",
+                "--", *cmd, env={"RANKMAP_HOME": str(tmp_path / "home")}, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    seen = {int(f.stem): json.loads(f.read_text()) for f in (tmp_path / "out").glob("*.json")}
+    assert sorted(seen) == [0, 1, 2, 3], p.stdout + p.stderr
+    for r, d in seen.items():
+        assert d["cvd"] == str(doc["mapping"][str(r)]["gpu"]) and d["placed"].startswith(f"{r // 2}:"), (r, d)

@@ -263,6 +263,13 @@ def _version_text(exe: str) -> str:
     return p.stdout + p.stderr
 
 
+def openmpi_major(exe: str | None) -> int | None:
+    """Major version of an Open MPI launcher (``mpirun (Open MPI) 4.1.4``, ``orterun (OpenRTE) 4.1.4``);
+    None where it does not say."""
+    m = re.search(r"\((?:Open MPI|OpenRTE)\) (\d+)\.", _version_text(exe)) if exe else None
+    return int(m.group(1)) if m else None
+
+
 def mpi_flavour(exe: str) -> str | None:
     """'openmpi' or 'hydra' for an MPI launcher executable, from its real path, else its --version."""
     real = os.path.basename(os.path.realpath(exe))

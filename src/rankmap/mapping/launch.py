@@ -23,8 +23,9 @@ gets the wrapper):
 Across nodes the node of every rank is given to the launcher in its own terms, and host names
 come from ``--hosts`` or the Slurm allocation:
 
-* Open MPI: a rankfile (``rank R=HOST slot=CPUS``, ``--rankfile``), and the hosts with their slot
-  counts (``--host``) unless the user named hosts;
+* Open MPI: a rankfile (``rank R=HOST slot=CPUS``, ``--rankfile``; the CPUs are the OS's numbers,
+  so Open MPI 4 is told ``--mca rmaps_rank_file_physical 1``), and the hosts with their slot counts
+  (``--host``) unless the user named hosts;
 * hydra: a machinefile of ``HOST:COUNT`` lines, one per run of consecutive ranks on one host
   (``-f``): hydra gives processes to its entries in order, so rank ``i`` lands on the host the
   mapping says;
@@ -87,6 +88,12 @@ def wrap(argv: list[str], mapping_file: str, *, bind: bool = True, node_file: st
         extra = []
         if node_file:
             extra += ["--rankfile", node_file]
+            # the rankfile's slots are the topology's CPU numbers (the OS's); Open MPI 4 reads them as
+            # logical core indexes unless told otherwise, and on a machine with hyperthreads
+            # ("0-19,40-59") fails on cores it does not have
+            major = L.openmpi_major(launcher.executable)
+            if major is not None and major < 5 and "rmaps_rank_file_physical" not in opts:
+                extra += ["--mca", "rmaps_rank_file_physical", "1"]
             if hosts and mapping is not None and not _has_opt(opts, _OMPI_HOST_OPTS):
                 extra += ["--host", host_slots(mapping, hosts)]
         elif not _has_opt(opts, ("--bind-to", "-bind-to")):
