@@ -200,3 +200,13 @@ def test_a_benchmark_past_its_time_limit_is_stopped(bench_env):
 def test_show_without_runs_is_one_line(bench_env):
     assert_one_line_error(rankmap("bench", "show", env=bench_env), "no benchmark runs")
     assert_one_line_error(rankmap("bench", "show", "x", env=bench_env), "not a run id")
+
+
+def test_sizes_bound_the_collectives_too(bench_env):
+    """``--sizes 8:64`` asked for messages up to 64 B, and the collectives still ran up to 16 MiB
+    (their own cap, --coll-max-size); the smaller of the two bounds them now."""
+    need_openmpi()
+    p, doc = bench(bench_env, "--sizes", "8:64", "--tests", "latency,allreduce", "--trials", "1", "--max-iters", "20")
+    assert p.returncode == 0, p.stderr
+    for test in ("latency", "allreduce"):
+        assert [r["size"] for r in doc["rows"] if r["benchmark"] == test] == [8, 16, 32, 64], doc["rows"]

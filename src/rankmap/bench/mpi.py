@@ -117,7 +117,9 @@ def run(launcher_argv: Sequence[str], *, min_size: int = 8, max_size: int = 64 <
     launcher = check_launcher(launcher_argv)
     exe = build_mpi_bench(find_mpicc(launcher, mpicc))
     cudart = tools.find_cudart()
-    args = ["--min-size", str(min_size), "--max-size", str(max_size), "--coll-max-size", str(coll_max_size),
+    # --sizes bounds every message: collectives go up to the smaller of its MAX and coll_max_size
+    args = ["--min-size", str(min_size), "--max-size", str(max_size),
+            "--coll-max-size", str(min(coll_max_size, max_size)),
             "--trials", str(trials), "--window", str(window), "--cuda-aware", cuda_aware,
             "--cudart", cudart or "none"]
     if tests:

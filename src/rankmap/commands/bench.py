@@ -76,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--sizes", type=size_range, default=(8, 64 << 20), metavar="MIN:MAX",
                    help="message sizes, doubling (default 8:64M)")
     m.add_argument("--coll-max-size", type=size_arg, default=16 << 20, metavar="BYTES",
-                   help="largest collective message (default 16M)")
+                   help="largest collective message (default 16M, and never above the MAX of --sizes)")
     m.add_argument("--tests", type=_list, metavar="LIST",
                    help="latency, bw, bibw, allreduce, bcast, reduce, allgather, alltoall, reduce_scatter, barrier "
                         "(default all)")
