@@ -86,6 +86,7 @@ def test_topo_measured_shows_both(tmp_path):
     assert_one_line_error(rankmap("topo", "--fixture", "h200x2-nvswitch", "--measured", "7", "--db", db),
                           "no benchmark run 7")
     empty = f"sqlite:///{tmp_path / 'e.db'}"
+    open_store(empty)   # a store without bench runs (a path with no store at all is another error)
     assert_one_line_error(rankmap("topo", "--fixture", "h200x2-nvswitch", "--measured", "--db", empty),
                           "no stored `rankmap bench p2p` run")
 

@@ -310,6 +310,7 @@ def test_unwritable_run_dir(ring_bins, home, tmp_path):
 
 
 def test_export_unknown_job(home):
+    open_store(home["RANKMAP_DB"])   # an empty store (a path with none is another error: test_read_verbs)
     assert_one_line_error(rankmap("export", "latest", env=home), "no jobs")
     assert_one_line_error(rankmap("export", "42", env=home), "unknown job '42'")
 

@@ -197,7 +197,7 @@ def run_nccl(args: argparse.Namespace) -> int:
 def run_show(args: argparse.Namespace) -> int:
     from rankmap.store import open_store
 
-    store = open_store(args.db)
+    store = open_store(args.db, existing=True)
     if args.run == "latest":
         runs = store.bench_runs(args.kind, limit=1)
         if not runs:

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from rankmap.report.export import to_csv, to_json
     from rankmap.store import open_store
 
-    store = open_store(args.db)
+    store = open_store(args.db, existing=True)
     job_id = store.resolve_job(args.job)
     text = to_csv(store, job_id, by_mem=args.by_mem, pair_source=args.pair_source) if args.format == "csv" else to_json(store, job_id)
     if args.output:

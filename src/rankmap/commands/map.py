@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         from rankmap.store import open_store
 
-        store = open_store(args.db)
+        store = open_store(args.db, existing=True)
         traffic, job = tr.from_job(store, args.job)
         source = {"job": job["id"], "command": job.get("command")}
         what = f"job {job['id']}"

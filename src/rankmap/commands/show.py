@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from rankmap.report.summary import print_summary
     from rankmap.store import open_store
 
-    store = open_store(args.db)
+    store = open_store(args.db, existing=True)
     job_id = store.resolve_job(args.job)
     if args.format == "json":
         sys.stdout.write(json.dumps(report_for_job(store, job_id).as_dict(), indent=1) + "\n")

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         from rankmap.bench.measured import measured_topology
         from rankmap.store import open_store
 
-        nominal, topo = topo, measured_topology(topo, open_store(args.db), args.measured)
+        nominal, topo = topo, measured_topology(topo, open_store(args.db, existing=True), args.measured)
     if args.format == "json":
         sys.stdout.write(topology_json.dumps(topo))
     elif args.format == "nvsmi":

@@ -37,7 +37,7 @@ def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1
         from rankmap.bench.measured import measured_topology
         from rankmap.store import open_store
 
-        topo = measured_topology(topo, open_store(db), measured)
+        topo = measured_topology(topo, open_store(db, existing=True), measured)
     platform = Platform(node_model(topo), nodes)
     pl = solve(platform, traffic, ranks_per_gpu=ranks_per_gpu, seed=seed, time_budget=time_budget,
                objective=objective)

@@ -788,12 +788,16 @@ def _cuda_rows(job_id: int, rank: int, rec: Any) -> dict[sa.Table, list[dict]]:
     }
 
 
-def open_store(url: str | None = None, *, lazy: bool = False) -> Store:
+def open_store(url: str | None = None, *, lazy: bool = False, existing: bool = False) -> Store:
     """Open (and create on first use) the store at ``url``, ``$RANKMAP_DB``, or the default SQLite file.
 
     ``lazy``: a store that cannot be reached now is still returned (not ready; its queries raise
     :class:`StoreUnavailable` until it answers), for a dashboard that must say the database is down.
+    ``existing``: for the verbs that only read: a SQLite file that ``url`` or ``$RANKMAP_DB`` names
+    and that is not there is an error, not a new empty store (a mistyped path listed no jobs, and
+    left an empty database, and its folders, behind); the default store is still made on first use.
     """
+    named = bool(url or os.environ.get("RANKMAP_DB"))
     url = _normalise_url(url or default_url())
     try:
         u = make_url(url)
@@ -802,6 +806,8 @@ def open_store(url: str | None = None, *, lazy: bool = False) -> Store:
     shown = u.render_as_string(hide_password=True)
     if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
         db = Path(u.database).expanduser()
+        if existing and named and not db.exists():
+            raise RankmapError(f"no rankmap store at {db}: nothing was stored there (check --db or RANKMAP_DB)")
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
