@@ -127,6 +127,12 @@ def test_show_gpu_of_a_job_without_cuda_activity(tmp_path):
         assert "?" not in s.stdout and "(s)" not in s.stdout and "host copies moved" not in s.stdout, s.stdout
         assert "MPI/NCCL operations per process (no CUDA activity recorded)" in s.stdout, s.stdout
         assert "verdict: GPU-aware: 100 % of the bytes exchanged between ranks left device memory directly" in s.stdout
+    # a monitor session runs no program: no profile option to suggest
+    mon = store.create_job(["rankmap", "monitor"], launcher="monitor")
+    store.finish_job(mon, exit_status=0, elapsed_ns=10**9)
+    g = rankmap("show", str(mon), "--gpu", "--db", url, env={"COLUMNS": "200"})
+    assert g.returncode == 0 and g.stdout.splitlines()[1:] == [
+        f"job {mon} is a `rankmap monitor` session: it sampled the GPUs' links, and records no CUDA activity"], g.stdout
 
 
 def test_pop_metrics_withheld_when_time_in_mpi_exceeds_the_run(tmp_path):

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         job = store.job(job_id)
         console.print(Text(f"rankmap job {job_id}  {job['command']}", style="bold"))
         rep = report_for_job(store, job_id, gpu_only=True)
-        none = no_activity_text(job_id, job["command"], rep, (job.get("meta") or {}).get("cuda_activity"))
+        none = no_activity_text(job, rep)
         if none:
             console.print(Text(none), soft_wrap=True)
             return 0

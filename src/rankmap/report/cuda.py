@@ -384,11 +384,15 @@ def report_for_job(store: Any, job_id: int, *, gpu_only: bool = False) -> CudaRe
                                         capture))
 
 
-def no_activity_text(job_id: int, command: str, rep: CudaReport, capture: str | None) -> str | None:
-    """What ``rankmap show JOB --gpu`` says of a job with no CUDA activity recorded (None when it has
-    some): why there is none, and where the capture was simply not asked for, the option that asks."""
+def no_activity_text(job: Mapping, rep: CudaReport) -> str | None:
+    """What ``rankmap show JOB --gpu`` says of a stored job (:meth:`Store.job`) with no CUDA activity
+    recorded (None when it has some): why there is none, and where the capture was simply not asked
+    for, the option that asks. A monitor session samples links and runs no program to profile."""
     if rep.table:
         return None
+    job_id, command, capture = job["id"], job["command"], (job.get("meta") or {}).get("cuda_activity")
+    if job.get("launcher") == "monitor":
+        return f"job {job_id} is a `rankmap monitor` session: it sampled the GPUs' links, and records no CUDA activity"
     if capture is None or capture.startswith("off ("):       # not asked for (the default, or off)
         return (f"job {job_id} has no CUDA activity recorded: it was profiled without --cuda-activity; profile it "
                 f"with `rankmap profile --cuda-activity on -- {command}` to record its GPUs' copies and kernels")
