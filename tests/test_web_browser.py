@@ -779,19 +779,26 @@ def test_counts_of_one_are_singular(store_url, browser_page):
         assert "nodeA GPU0: rank 0" in tips, tips
 
 
-def test_a_job_that_started_no_rank_shows_as_failed(browser_page, tmp_path):
-    """A launch that failed before any rank started (no records, exit status 132): the list and the
-    job's heading say "failed: exit 132", and the page of a job with no rank draws without an error."""
-    url = f"sqlite:///{tmp_path / 'failed.db'}"
-    store = open_store(url)
+@pytest.fixture
+def failed_launch(tmp_path):
+    """A dashboard over one job whose launch failed before any rank started (no records, exit 132);
+    a fixture, so that the server outlives the page (which polls it) until the browser is closed."""
+    store = open_store(f"sqlite:///{tmp_path / 'failed.db'}")
     jid = store.create_job(["mpirun", "-np", "2", "/nonexistent"], launcher="openmpi", world_size=2)
     store.finish_job(jid, exit_status=132, elapsed_ns=10**8)
     with _Server(create_app(store, TOPOLOGY)) as srv:
-        page, problems, outside = browser_page
-        page.goto(srv.url + "/")
-        item = page.locator(f'#job-list li[data-job="{jid}"]')
-        item.wait_for()
-        assert item.locator(".pill.bad").inner_text() == "failed: exit 132"
-        item.click()
-        page.locator("#job-status .pill.bad").wait_for(timeout=15_000)
-        assert page.locator("#job-status").inner_text() == "failed: exit 132"
+        yield srv, jid
+
+
+def test_a_job_that_started_no_rank_shows_as_failed(failed_launch, browser_page):
+    """The list and the job's heading say "failed: exit 132", and the page of a job with no rank
+    draws without an error."""
+    srv, jid = failed_launch
+    page, problems, outside = browser_page
+    page.goto(srv.url + "/")
+    item = page.locator(f'#job-list li[data-job="{jid}"]')
+    item.wait_for()
+    assert item.locator(".pill.bad").inner_text() == "failed: exit 132"
+    item.click()
+    page.locator("#job-status .pill.bad").wait_for(timeout=15_000)
+    assert page.locator("#job-status").inner_text() == "failed: exit 132"
