@@ -199,7 +199,7 @@ def test_report_rules_on_rows():
         "the GPUs spent longer copying (0.403 s per GPU) than computing (0.1 s)",
         "100 % of the host<->device bytes used pageable host memory (pinned buffers copy faster and can overlap)"]
     assert rep.pop.compute_share == pytest.approx(0.1) and rep.pop.communication_efficiency == pytest.approx(0.1 / 0.503)
-    assert [r.operation for r in rep.table if r.category == "CUDA_KERNEL"] == ["all kernels (1 names)", "gemm<float, 128>"]
+    assert [r.operation for r in rep.table if r.category == "CUDA_KERNEL"] == ["all kernels (1 name)", "gemm<float, 128>"]
     assert short_kernel_name("void a::b<c<d>, (e)3>(int, float)") == "a::b<c<d>, (e)3>"
     assert (category("MPI_Ialltoallv"), category("MPI_Isend"), category("MPI_Rget"), category("ncclSend"),
             category("MPI_Allreduce_init"), category("MPI_Init")) == (
@@ -209,3 +209,37 @@ def test_report_rules_on_rows():
         "CUDA activity: off: no CUDA driver (libcuda) on this machine"
     off = cuda_report(CudaInputs(cuda_ranks=[dict(rank=3, activity="off: cannot load libcupti")], capture="on"))
     assert off.state == "CUDA activity: off: cannot load libcupti (rank 3)" and off.table == []
+
+
+def test_table_keeps_its_names_in_80_columns():
+    """What an H200 run of `rankmap show --gpu > file` printed: at 80 columns (a terminal's, and rich's
+    for a file) the operation column was the one dropped, leaving three "CUDA_KERN…" rows and cut
+    figures. Every operation name and every figure must be there whole."""
+    import io
+
+    from rich.console import Console, Group
+
+    from rankmap.report.cuda import CudaInputs, cuda_report, renderables
+    names = ["void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+             "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+             "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "accumulate(float*, int)"]
+    kernels = [dict(rank=r, device=r, name=n, count=20 * (i + 1), ns=1_000_000 * (3 - i) + r)
+               for r in (0, 1) for i, n in enumerate(names)]
+    copies = [dict(rank=r, kind="D2H", src_mem="device", dst_mem="pageable", src_dev=r, dst_dev=-1, count=21,
+                   bytes=176_000_000, ns=20_700_000) for r in (0, 1)]
+    ops = [dict(rank=r, source="mpi", operation="MPI_Sendrecv", calls=20, ns=5_000_000) for r in (0, 1)]
+    rep = cuda_report(CudaInputs(copies=copies, kernels=kernels, op_stats=ops, elapsed={0: 10**9, 1: 10**9},
+                                 cuda_ranks=[dict(rank=r, activity="on: all", devices={}) for r in (0, 1)],
+                                 capture="on"))
+    buf = io.StringIO()
+    Console(file=buf, width=80, force_terminal=False).print(Group(*renderables(rep)))
+    text = buf.getvalue()
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80
+    for op in ("all kernels (3 names)", "ncclDevKernel_SendRecv", "accumulate", "D2H", "MPI_Sendrecv"):
+        assert any(op in ln for ln in lines), (op, text)
+    # the one ellipsis: the long template name cut at 64 characters (short_kernel_name), folded, not dropped
+    assert "CUDA_KERNEL" in text and "MEMORY_OPER" in text and text.count("…") == 1
+    assert "at::native::" in text
+    row = next(ln for ln in lines if "ncclDevKernel_SendRecv" in ln)
+    assert row.split()[1:] == ["2", "ms", "2", "ms", "2", "ms", "40"], row    # avg, min, max, instances

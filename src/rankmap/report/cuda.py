@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from rankmap.errors import counted
+
 COPY_KINDS = ("other", "H2D", "D2H", "D2D", "P2P", "H2H", "memset")   # record codes 0..6
 #: CUPTI memory kinds, as the record keeps them (docs/record-format.md)
 MEMORY_KINDS = ("unknown", "pageable", "pinned", "device", "array", "managed", "device_static", "managed_static")
@@ -233,7 +235,7 @@ def cuda_report(inp: CudaInputs) -> CudaReport:
         ns[r] = ns.get(r, 0) + int(k["ns"])
         n[r] = n.get(r, 0) + int(k["count"])
     if inp.kernels:
-        table.append(_row("CUDA_KERNEL", f"all kernels ({len(by_name)} names)", k_ns, k_n, on_ranks))
+        table.append(_row("CUDA_KERNEL", f"all kernels ({counted(len(by_name), 'name')})", k_ns, k_n, on_ranks))
         heavy = sorted(by_name.items(), key=lambda kv: (-sum(kv[1][0].values()), kv[0]))
         for name, (ns, n) in heavy[:TOP_KERNELS]:
             table.append(_row("CUDA_KERNEL", short_kernel_name(name), ns, n, on_ranks))
@@ -245,7 +247,7 @@ def cuda_report(inp: CudaInputs) -> CudaReport:
                     rest_ns[r] = rest_ns.get(r, 0) + v
                 for r, v in n.items():
                     rest_n[r] = rest_n.get(r, 0) + v
-            table.append(_row("CUDA_KERNEL", f"{len(heavy) - TOP_KERNELS} other kernels", rest_ns, rest_n, on_ranks))
+            table.append(_row("CUDA_KERNEL", counted(len(heavy) - TOP_KERNELS, "other kernel"), rest_ns, rest_n, on_ranks))
 
     # copies by kind
     kinds: dict[str, CopyKind] = {}
@@ -430,25 +432,29 @@ def renderables(rep: CudaReport, *, full: bool = True) -> list[Any]:
     def Table() -> RichTable:  # noqa: N802  (compact: the report is often read side by side)
         return RichTable(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
 
-    from rankmap.errors import counted
     from rankmap.report.summary import human_bytes
 
     out: list[Any] = [Text(rep.state, style="bold" if rep.ranks else "dim")]
     if not rep.ranks and not full:
         return out
+    # The category heads its rows instead of taking a column, and the figures' headers are short, so
+    # that the operation names (kernel names above all) keep their room in an 80-column terminal or a
+    # file: with a category column and long headers they were the column dropped.
     t = Table()
-    for c, j in (("category", "left"), ("operation", "left"), ("avg total time", "right"), ("min", "right"),
-                 ("max", "right"), ("instances/process", "right"), ("bytes/process", "right")):
-        if c == "operation":
-            t.add_column(c, justify=j, min_width=18, overflow="fold")
-        else:
-            t.add_column(c, justify=j, no_wrap=True)
+    t.add_column("operation", min_width=18, overflow="fold")
+    for c in ("avg time", "min", "max", "n/proc", "bytes/proc"):
+        t.add_column(c, justify="right", no_wrap=True)
+    category = None
     for r in rep.table:
-        t.add_row(r.category, r.operation, human_time(r.avg_ns), human_time(r.min_ns), human_time(r.max_ns),
+        if r.category != category:
+            category = r.category
+            t.add_row(Text(category, style="bold"), "", "", "", "", "")
+        t.add_row("  " + r.operation, human_time(r.avg_ns), human_time(r.min_ns), human_time(r.max_ns),
                   _fmt_count(r.instances), human_bytes(r.bytes) if r.bytes else "")
     if rep.table:
-        head = (f"per process, over {counted(len(rep.ranks), 'GPU rank')}: time, instances, bytes" if rep.ranks else
-                "MPI/NCCL operations per process (no CUDA activity recorded): time, instances, bytes")
+        head = (f"per process, over {counted(len(rep.ranks), 'GPU rank')}" if rep.ranks else
+                "MPI/NCCL operations per process (no CUDA activity recorded)")
+        head += ": total time (average, min, max over the processes), instances, bytes"
         out.append(Group(Text(head, style="bold"), t))
     if rep.copy_kinds:
         t = Table()
