@@ -65,6 +65,35 @@ def test_large_jobs_are_shown_in_blocks(tmp_path):
     assert "no traffic recorded" in summary_text(store, store.create_job(["x"]))
 
 
+def test_matrix_fits_the_console(tmp_path):
+    """At 80 columns (a terminal's, and rich's for a file or a pipe) the matrix of a 16-rank job had its
+    cells cut to "2.…", its row labels gone, and two columns silently dropped; 64 ranks drew a grid of
+    "…". Every cell must now be printed whole, in panels of columns or in blocks of ranks that fit."""
+    store = open_store(f"sqlite:///{tmp_path / 'db'}")
+    for n, width, want_blocks in ((16, 80, None), (64, 80, 8), (64, 200, 16), (4, 30, None)):
+        jid = store.create_job(["mpirun", "-np", str(n), "./x"], launcher="openmpi", world_size=n)
+        store.ingest(jid, [FakeRecord(r, world_size=n, traffic=[Row((r + 1) % n, "p2p", "MPI_Send", "host", "send",
+                                                                      2_500_000_000, 1)]) for r in range(n)])
+        out = summary_text(store, jid, width=width)
+        lines = out.splitlines()
+        i = next(k for k, ln in enumerate(lines) if ln.startswith("traffic matrix"))
+        i = next(k for k in range(i, len(lines)) if "src\\dst" in lines[k])     # after the (wrapped) title
+        j = next(k for k, ln in enumerate(lines) if ln.startswith("where the sent bytes lived"))
+        assert max(map(len, lines[i:j])) <= width and not any("…" in ln for ln in lines[i:j]), out
+        grid = [ln.split() for ln in lines[i:j] if ln.strip()]
+        heads = [ln[1:] for ln in grid if ln[0] == "src\\dst"]
+        cols = [c for h in heads for c in h]
+        if want_blocks is None:
+            assert cols == [str(r) for r in range(n)], out        # every rank's column, in order, once
+            cells = [c for ln in grid if ln[0] != "src\\dst" for c in ln[1:]]
+            assert cells.count("2.5G") == n and set(cells) == {"2.5G", "·"}, out   # each ring pair once
+            assert len(heads) == (1 if width >= 8 + 7 * n else -(-n // ((width - 9) // 7))), out
+        else:
+            size = n // want_blocks
+            assert f"blocks of {size} ranks" in " ".join(out.split()) and len(cols) == want_blocks, out
+            assert cols[-1] == f"{n - size}-{n - 1}" and len(heads) == 1, out
+
+
 def test_counts_of_one_are_singular(tmp_path):
     """``rankmap show`` of a one-rank job said "1 of 1 ranks reported" and "POP efficiency (1 ranks";
     the profile's progress line "1 ranks reporting"; the mapping report "1 rank(s) per GPU" (one of each, and two)."""

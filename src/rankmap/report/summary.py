@@ -62,26 +62,74 @@ def _heat(v: int, vmax: int) -> Style:
 def blocks(n: int, limit: int = MAX_MATRIX) -> list[tuple[int, int]]:
     """Rank ranges ``[lo, hi)`` that split ``n`` ranks into at most ``limit`` rows/columns."""
     size = max(1, math.ceil(n / limit))
+    # blocks of one size where a size up to twice the least divides n (64 ranks in 8 blocks of 8, not
+    # 10 of 7 and one of 1): they then line up with nodes and GPUs, which come in such counts
+    size = next((s for s in range(size, min(2 * size, n) + 1) if n % s == 0), size)
     return [(lo, min(n, lo + size)) for lo in range(0, n, size)]
 
 
-def matrix_table(m: np.ndarray, title: str = "traffic matrix: bytes sent, row = source rank, column = destination") -> Group:
-    n = m.shape[0]
-    bs = blocks(n)
-    if len(bs) < n:
-        agg = np.array([[m[a:b, c:d].sum() for c, d in bs] for a, b in bs], dtype=np.int64)
-        labels = [f"{a}-{b - 1}" if b - a > 1 else str(a) for a, b in bs]
-        title += f" (blocks of {bs[0][1] - bs[0][0]} ranks)"
-    else:
-        agg, labels = m, [str(i) for i in range(n)]
-    vmax = int(agg.max()) if agg.size else 0
-    t = Table(box=None, padding=(0, 1), show_edge=False)
-    t.add_column("src\\dst", justify="right", style="bold")
-    for lab in labels:
-        t.add_column(lab, justify="right", no_wrap=True)
-    for i, lab in enumerate(labels):
-        t.add_row(lab, *[Text(_compact(int(v)), style=_heat(int(v), vmax)) for v in agg[i]])
-    return Group(Text(title, style="bold"), t)
+class MatrixView:
+    """The traffic matrix, as wide as the console it is printed on allows.
+
+    Each rank keeps its own row and column up to :data:`MAX_MATRIX` ranks; the columns are then
+    printed in panels of as many as fit, one under the other, rather than squeezed: at 80 columns (a
+    terminal's, and rich's for a file or a pipe) one table of 16 ranks had its cells cut to "2.…"
+    and lost its row labels. Larger jobs are shown in blocks of ranks, as many blocks as fit in one
+    panel (at most :data:`MAX_MATRIX`)."""
+
+    CELL = 5            # _compact's widest value
+    LABEL = "src\\dst"
+
+    def __init__(self, m: np.ndarray, title: str = "traffic matrix: bytes sent, row = source rank, column = destination"):
+        self.m, self.title = m, title
+
+    def _fit(self, width: int, labels_w: int) -> int:
+        """Columns of ``labels_w`` characters (at least a cell's) that fit beside the row labels, each
+        column with its padding of one on either side (a table wider than the console has columns
+        cut or silently dropped by rich)."""
+        col = max(self.CELL, labels_w) + 2
+        return max(1, (width - max(len(self.LABEL), labels_w) - 2) // col)
+
+    def __rich_console__(self, console: Console, options: Any) -> Any:
+        m, n, width = self.m, self.m.shape[0], options.max_width
+        title = self.title
+        if n <= MAX_MATRIX:
+            bs = blocks(n)
+        else:                  # labels such as "60-63": the widest is the last one
+            limit = MAX_MATRIX
+            while True:
+                bs = blocks(n, limit)
+                last = bs[-1]
+                if limit == 1 or len(bs) <= self._fit(width, len(f"{last[0]}-{last[1] - 1}")):
+                    break
+                limit -= 1
+        if len(bs) < n:
+            agg = np.array([[m[a:b, c:d].sum() for c, d in bs] for a, b in bs], dtype=np.int64)
+            labels = [f"{a}-{b - 1}" if b - a > 1 else str(a) for a, b in bs]
+            title += f" (blocks of {bs[0][1] - bs[0][0]} ranks)"
+        else:
+            agg, labels = m, [str(i) for i in range(n)]
+        vmax = int(agg.max()) if agg.size else 0
+        lw = max(map(len, labels), default=1)
+        fit = self._fit(width, lw)
+        panels = [range(lo, min(len(labels), lo + fit)) for lo in range(0, len(labels), fit)]
+        if len(panels) > 1:
+            title += f", columns in {len(panels)} panels"
+        yield Text(title, style="bold")
+        for k, cols in enumerate(panels):
+            if k:
+                yield Text("")
+            t = Table(box=None, padding=(0, 1), show_edge=False)
+            t.add_column(self.LABEL, justify="right", style="bold", no_wrap=True, min_width=max(len(self.LABEL), lw))
+            for j in cols:
+                t.add_column(labels[j], justify="right", no_wrap=True, min_width=max(self.CELL, lw))
+            for i, lab in enumerate(labels):
+                t.add_row(lab, *[Text(_compact(int(agg[i, j])), style=_heat(int(agg[i, j]), vmax)) for j in cols])
+            yield t
+
+
+def matrix_table(m: np.ndarray, title: str = "traffic matrix: bytes sent, row = source rank, column = destination") -> MatrixView:
+    return MatrixView(m, title)
 
 
 def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[Any]:
