@@ -59,6 +59,31 @@ def test_table_dgx1_rows():
     assert "ConnectX-4 EDR InfiniBand" in p.stdout
 
 
+def test_table_in_a_narrow_terminal():
+    """In an 80-column terminal the 8-GPU grid had cells cut to "GP…" and "25…" and the nearest NIC to
+    "ml…". It is now printed in panels of GPU columns, each cell whole, with the affinity in a table
+    of its own; in a terminal wide enough, one grid as before."""
+    import re
+
+    def rows(width: int) -> dict[str, list[str]]:
+        p = rankmap("topo", "--fixture", "dgx1-v100", env={"FORCE_COLOR": "1", "COLUMNS": str(width)})
+        assert p.returncode == 0, p.stderr
+        text = re.sub(r"\x1b\[[0-9;]*m", "", p.stdout)
+        lines = text[:text.index("NVLink bundles")].splitlines()
+        assert max(map(len, lines)) <= width and "…" not in "".join(lines), text
+        got: dict[str, list[str]] = {}
+        for ln in lines:
+            c = [x.strip() for x in ln.split("│")[1:-1]]
+            if c and c[0].startswith("GPU"):
+                got.setdefault(c[0], []).extend(c[1:])
+        return got
+
+    narrow, wide = rows(80), rows(200)
+    assert wide["GPU0"] == ["X", "NV1 25.0", "NV1 25.0", "NV2 50.0", "NV2 50.0", "SYS 15.8", "SYS 15.8", "SYS 15.8",
+                            "0-19,40-59", "0", "mlx5_0 (PIX)"]
+    assert narrow == wide          # the same cells, GPU columns first, in order, then the affinity
+
+
 def test_json_format_round_trips(tmp_path):
     p = rankmap("topo", "--fixture", "summit", "--format", "json")
     assert p.returncode == 0, p.stderr

@@ -106,13 +106,9 @@ def print_table(topo: Topology, nominal: Topology | None = None) -> None:
     console.print(f"[bold]{topo.name}[/bold]: {len(gpus)} GPUs, {len(nics)} NICs, "
                   f"{len(topo.cpus)} CPU sockets/NUMA nodes")
 
-    m = Table(title="GPU x GPU: link label and GB/s per direction (bottleneck of the route)", title_justify="left")
-    m.add_column("")
-    for g in gpus:
-        m.add_column(f"GPU{g.index}", justify="center")
-    m.add_column("CPUs")
-    m.add_column("NUMA", justify="center")
-    m.add_column("nearest NIC")
+    title = "GPU x GPU: link label and GB/s per direction (bottleneck of the route)"
+    heads = [f"GPU{g.index}" for g in gpus]
+    rows: list[tuple[str, list[str], list[str]]] = []     # label, the GPU cells, CPUs / NUMA / nearest NIC
     for a in gpus:
         cells = []
         for b in gpus:
@@ -126,8 +122,42 @@ def print_table(topo: Topology, nominal: Topology | None = None) -> None:
         numa = a.attrs.get("numa_node", cpu.attrs.get("numa_node") if cpu else None)
         nic = topo.nearest_nic(a.id)
         nic_s = f"{nic.name or nic.id} ({topo.route(a.id, nic.id).label})" if nic else "-"
-        m.add_row(f"GPU{a.index}", *cells, str(cpus), "?" if numa is None else str(numa), nic_s)
-    console.print(m)
+        rows.append((f"GPU{a.index}", cells, [str(cpus), "?" if numa is None else str(numa), nic_s]))
+
+    def grid(cols: range, affinity: bool, title: str | None) -> Table:
+        t = Table(title=title, title_justify="left")
+        t.add_column("", no_wrap=True)
+        for j in cols:
+            t.add_column(heads[j], justify="center", no_wrap=True)
+        if affinity:
+            t.add_column("CPUs", no_wrap=True)
+            t.add_column("NUMA", justify="center", no_wrap=True)
+            t.add_column("nearest NIC", no_wrap=True)
+        for lab, cells, aff in rows:
+            t.add_row(lab, *[cells[j] for j in cols], *(aff if affinity else []))
+        return t
+
+    # A terminal too narrow for the whole grid (8 GPUs and their affinity need about 100 columns)
+    # gets the GPU columns in panels and the affinity in a table of its own, rather than cells cut
+    # to "GP…" and "25…" by rich; a file or a pipe gets the whole grid (250 columns).
+    def fits(t: Table) -> bool:     # measured unbounded: a measurement is otherwise capped at the width
+        return console.measure(t, options=console.options.update_width(1 << 16)).maximum <= console.width
+
+    whole = grid(range(len(gpus)), True, title)
+    if fits(whole):
+        console.print(whole)
+    else:
+        per = 1
+        while per < len(gpus) and fits(grid(range(per + 1), False, None)):
+            per += 1
+        for lo in range(0, len(gpus), per):
+            console.print(grid(range(lo, min(len(gpus), lo + per)), False, title if lo == 0 else None))
+        aff = Table(title="GPU affinity: CPUs, NUMA node, nearest NIC (its route)", title_justify="left")
+        for c in ("", "CPUs", "NUMA", "nearest NIC"):
+            aff.add_column(c, justify="center" if c == "NUMA" else "left")
+        for lab, _, a in rows:
+            aff.add_row(lab, *a)
+        console.print(aff)
     if nominal is not None:
         print_measured(console, topo, nominal)
 
