@@ -330,6 +330,28 @@ def test_map_bad_inputs(tmp_path):
     assert_one_line_error(rankmap("map", "--traffic", str(big), "--topology", "no-such-machine"), "no-such-machine")
 
 
+def test_map_text_in_an_80_column_terminal(tmp_path):
+    """In an 80-column terminal the link loads table cut its link names to "cpu1->pci…" and
+    "pcisw2->g…", so a reader could not tell which link was loaded. Every link name and figure is now
+    whole; only the kind folds."""
+    import re
+
+    f = tmp_path / "ring.csv"      # neighbours 1 and 4 apart: PCIe switch and CPU links loaded too
+    f.write_text("src,dst,class,operation,bytes,messages\n" + "".join(
+        f"{r},{(r + 1) % 16},p2p,MPI_Send,1000000000,100\n{r},{(r + 4) % 16},p2p,MPI_Send,300000000,100\n"
+        for r in range(16)))
+    args = ("map", "--traffic", str(f), "--topology", "dgx1-v100", "--ranks-per-gpu", "2")
+    doc = json.loads(rankmap(*args, "--format", "json").stdout)
+    p = rankmap(*args, env={"FORCE_COLOR": "1", "COLUMNS": "80"})
+    assert p.returncode == 0, p.stderr
+    text = re.sub(r"\x1b\[[0-9;]*m", "", p.stdout)
+    table = text[text.index("link loads"):text.index("max congestion")]
+    assert max(map(len, table.splitlines())) <= 80 and "…" not in table, table
+    names = [c.split("│")[1].strip() for c in table.splitlines() if c.startswith("│") and c.split("│")[1].strip()]
+    assert names == [l["link"] for l in doc["links"][:len(names)]] and len(names) >= 20, table
+    assert any(n.startswith("pcisw") for n in names) and "cpu0->cpu1" in names, names
+
+
 def test_map_text_columns_keep_small_jobs_readable(tmp_path):
     """A profile of a few megabytes (a 3-D halo of 8 ranks with 328 kB per neighbour, placed on two
     DGX-1) printed its link loads in fixed GB and ms: 0.002 GB before against 0.001 GB after for

@@ -71,9 +71,9 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
     from rich.markup import escape
     from rich.table import Table
 
-    import sys
-
-    con = console or Console(highlight=False, width=None if sys.stdout.isatty() else 132)
+    con = console or Console(highlight=False)
+    if console is None and not con.is_terminal:     # a file or a pipe: room for the whole table
+        con = Console(highlight=False, width=132)
     con.print(f"[bold]placement of {counted(doc['world_size'], 'rank')} on {doc['nodes']} x {doc['topology']}"
               f" ({counted(doc['gpus_per_node'], 'GPU')} per node, {counted(doc['ranks_per_gpu'], 'rank')} per GPU)[/bold]")
     if B.is_what_if(doc):
@@ -84,7 +84,9 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
     tu = unit(max([max(r["before_congestion"], r["after_congestion"]) for r in shown], default=0), TIME_UNITS)
     for c, j in (("link", "left"), ("kind", "left"), ("GB/s", "right"), (f"before {bu[1]}", "right"),
                  (f"before {tu[1]}", "right"), (f"after {bu[1]}", "right"), (f"after {tu[1]}", "right")):
-        t.add_column(c, justify=j)
+        # the link names and figures whole in an 80-column terminal (rich cut them to "cpu1->pci…"):
+        # only the kind, whose few words read well folded, gives way
+        t.add_column(c, justify=j, no_wrap=c != "kind", overflow="fold" if c == "kind" else "ellipsis")
     for row in shown:
         t.add_row(row["link"], row["kind"], f"{row['bandwidth']:g}", fmt(row["before_bytes"], bu),
                   fmt(row["before_congestion"], tu), fmt(row["after_bytes"], bu), fmt(row["after_congestion"], tu))
