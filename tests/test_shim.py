@@ -831,6 +831,24 @@ def test_alternating_collectives_remembered_and_counted(mpi, tmp_path):
             assert w1 + h0 + h1 <= 21 * n * rounds, (w1, h0, h1)
 
 
+def test_a_slow_first_call_counts_once(mpi, tmp_path):
+    """A thread's first timed call is timed for certain (no gap to the next timed call was drawn
+    before it), so it must weigh 1, not the 2^bits of a sampled call: rank 0's first MPI_Barrier
+    waits for rank 1, which sleeps 300 ms first (tests/native/first_call_app.c), as a program's first
+    collective absorbs its ranks' start-up skew. Counted 16 times, that wait made rank 0's time in
+    MPI_Barrier about 4.8 s in a run of 0.3 s, and POP metrics nonsense."""
+    app = _build_app(mpi, tmp_path, "first_call_app")
+    rundir = tmp_path / "run"
+    r = subprocess.run(mpi.cmd(2, str(app), ["300", "1000"], rundir), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "done" in r.stdout, r.stdout + r.stderr
+    rec = {x.world_rank: x for x in records.read_dir(rundir)}[0]
+    assert rec.meta["shim.timing"].startswith("sampled: ") and "1 in 16" in rec.meta["shim.timing"]
+    calls, ns = rec.op_time["MPI_Barrier"]
+    assert calls == 1001
+    # the first barrier's ~0.3 s once, plus the quick ones (estimated); never more than the run
+    assert 0.25e9 <= ns <= min(rec.elapsed_ns, 0.3e9 + 0.6e9), (ns, rec.elapsed_ns)
+
+
 def test_sampling_draw_is_its_definition(mpi, tmp_path):
     """Which short calls get timed (tests/native/skip_test.c): the shim's one-step draw of the gap
     to the next timed call equals the field-by-field geometric draw it replaces, for the same

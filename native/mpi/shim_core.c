@@ -247,9 +247,9 @@ void rm_setup(void) {
   long slow_ns = sn && *sn ? strtol(sn, NULL, 10) : SLOW_NS;
   if (slow_ns <= 0) slow_ns = SLOW_NS;
   rm_slow_ticks = rmrec_ns_to_ticks((uint64_t)slow_ns);
-  char tm[160];
+  char tm[192];
   if (rm_sample_bits)
-    snprintf(tm, sizeof tm, "sampled: calls under %ld ns timed 1 in %u, weighted %u; slower calls always timed",
+    snprintf(tm, sizeof tm, "sampled: calls under %ld ns timed 1 in %u, weighted %u; a thread's first call and those after a slower one always timed",
              slow_ns, 1u << rm_sample_bits, 1u << rm_sample_bits);
   else
     snprintf(tm, sizeof tm, "every call timed");
@@ -272,9 +272,12 @@ void rm_teardown(void) {
 
 /* A thread's first call comes here too (its skip count starts at 0, and no operation of it is slow
  * yet), so the thread's counters are set up here rather than tested for on every call. */
-uint32_t rm_next_skip_call(void) {
+unsigned rm_next_skip_call(void) {
+  unsigned w = 1u << rm_sample_bits;
   if (__builtin_expect(!rm_t.ops, 0)) rm_thread_init();
-  return rm_next_skip();
+  if (__builtin_expect(!rm_t.drawn, 0)) { rm_t.drawn = 1; w = 1; }
+  rm_t.skip = rm_next_skip();
+  return w;
 }
 
 /* the clock read at the end of a timed call: its duration, weighted, and whether the operation's

@@ -80,6 +80,7 @@ typedef struct {
   rm_rowc_t rowc[RM_ROWC];
   rm_sc_t sc[RM_SC];
   rm_comm_last_t comm_last;          /* see rm_comm_xl */
+  int drawn;                         /* the thread's first gap was drawn (rm_next_skip_call) */
 } rm_tls_t;
 /* rm_t.fast: plain adds to the thread's counters; and nonblocking receives recorded in the log */
 enum { RM_FAST_PLAIN = 1, RM_FAST_RLOG = 2 };
@@ -101,7 +102,7 @@ extern int rm_wrank, rm_wsize;
  * slow (>= rm_slow_ticks) is always timed, weight 1; any other call is timed with probability
  * 2^-rm_sample_bits (independently, drawn as geometric gaps), and its duration is counted with
  * weight 2^rm_sample_bits (Horvitz-Thompson: the time per operation is an unbiased estimate; calls,
- * bytes and pairs stay exact).  RANKMAP_SAMPLE=1 times every call.  An untimed call's rows take
+ * bytes and pairs stay exact).  A thread's first call is timed, weight 1 (no gap was drawn yet).  RANKMAP_SAMPLE=1 times every call.  An untimed call's rows take
  * the thread's latest clock reading for the timeline, as long as no timeline bucket boundary has
  * passed since (rmrec_epoch). */
 extern unsigned rm_sample_bits;
@@ -139,8 +140,12 @@ static inline uint32_t rm_next_skip(void) {
   }
 }
 void rm_thread_init(void);      /* the calling thread's counters (first call of a thread) */
-uint32_t rm_next_skip_call(void);   /* rm_next_skip out of line: once per timed call, and a thread's
-                                       first call (which sets up its counters) */
+/* Once per timed call, out of line: draws the untimed calls before the next timed one (rm_t.skip)
+ * and returns this call's weight, 2^rm_sample_bits -- but 1 for the thread's first call (which also
+ * sets up its counters).  That call is timed for certain, as no gap was drawn before it; weighted
+ * as sampled, a slow first call (a first collective waiting for late ranks, a connection set up)
+ * counted 16 times over, and a rank's time in MPI could exceed its run. */
+unsigned rm_next_skip_call(void);
 
 /* at entry: returns the weight of this call's duration (0: not timed), *t0 its start */
 static inline __attribute__((always_inline)) unsigned rm_clock_in(int op, uint64_t *t0) {
@@ -153,8 +158,7 @@ static inline __attribute__((always_inline)) unsigned rm_clock_in(int op, uint64
       rm_tick = rm_t.last;
       return 0;
     }
-    rm_t.skip = rm_next_skip_call();
-    w = 1u << rm_sample_bits;
+    w = rm_next_skip_call();
   }
   rm_t.epoch = e;
   *t0 = rm_tick = rm_t.last = rmrec_ticks();
