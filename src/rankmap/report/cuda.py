@@ -19,6 +19,8 @@ Bytes are decimal (GB = 1e9), times ns.
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -63,9 +65,49 @@ def category(operation: str) -> str:
     return "other"
 
 
-def short_kernel_name(name: str, width: int = 64) -> str:
-    """A demangled kernel name without its return type and parameter list, at most ``width`` characters."""
-    s = name.strip()
+@functools.lru_cache(maxsize=4096)
+def demangle(name: str) -> str:
+    """A C++ symbol (Itanium ABI, ``_Z...``) as C++ reads it; any other name as it is.
+
+    CUPTI reports kernel names mangled: on an H200 a PyTorch job's four kernels all began
+    "_ZN2at6native29vectoriz…", which told a reader nothing. The C++ runtime's own
+    ``__cxa_demangle`` (libstdc++, present wherever a CUDA program runs) reads them, so no
+    dependency is added; where it is missing or refuses a name, the name stays mangled."""
+    if not name.startswith("_Z"):
+        return name
+    fn = _cxa_demangle()
+    if fn is None:
+        return name
+    import ctypes
+    status = ctypes.c_int(1)
+    out = fn(name.encode(), None, None, ctypes.byref(status))
+    if not out:
+        return name
+    try:
+        return ctypes.string_at(out).decode(errors="replace") if status.value == 0 else name
+    finally:
+        ctypes.CDLL(None).free(ctypes.c_void_p(out))
+
+
+@functools.lru_cache(maxsize=1)
+def _cxa_demangle():
+    import ctypes
+    import ctypes.util
+    for lib in ("libstdc++.so.6", ctypes.util.find_library("stdc++")):
+        try:
+            fn = ctypes.CDLL(lib).__cxa_demangle if lib else None
+        except (OSError, AttributeError):
+            continue
+        if fn is not None:
+            fn.restype = ctypes.c_void_p
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+            return fn
+    return None
+
+
+def short_kernel_name(name: str, width: int = 80) -> str:
+    """A kernel name, demangled, without its return type and parameter list, at most ``width`` characters."""
+    s = demangle(name.strip()).replace("(anonymous namespace)::", "")
     if s.startswith("void "):
         s = s[5:]
     depth = 0
@@ -77,7 +119,16 @@ def short_kernel_name(name: str, width: int = 64) -> str:
         elif ch == "(" and depth == 0 and i > 0:
             s = s[:i]
             break
+    # inside the template arguments, namespaces only repeat what the kernel's own name says and push
+    # what tells instantiations apart (the functor, the types) past the cut: a PyTorch job's kernels
+    # all read "at::native::vectorized_elementwise_kernel<4, at::native::…" with them
+    lt = s.find("<")
+    if lt > 0:
+        s = s[:lt] + _QUALIFIER.sub("", s[lt:])
     return s if len(s) <= width else s[:width - 1] + "…"
+
+
+_QUALIFIER = re.compile(r"(?:\{lambda[^}]*\}|[A-Za-z_]\w*)::")
 
 
 @dataclass
