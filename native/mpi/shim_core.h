@@ -102,9 +102,9 @@ extern int rm_wrank, rm_wsize;
  * slow (>= rm_slow_ticks) is always timed, weight 1; any other call is timed with probability
  * 2^-rm_sample_bits (independently, drawn as geometric gaps), and its duration is counted with
  * weight 2^rm_sample_bits (Horvitz-Thompson: the time per operation is an unbiased estimate; calls,
- * bytes and pairs stay exact).  A thread's first call is timed, weight 1 (no gap was drawn yet).  RANKMAP_SAMPLE=1 times every call.  An untimed call's rows take
- * the thread's latest clock reading for the timeline, as long as no timeline bucket boundary has
- * passed since (rmrec_epoch). */
+ * bytes and pairs stay exact).  A thread's first call is timed, weight 1 (no gap was drawn yet).
+ * RANKMAP_SAMPLE=1 times every call.  An untimed call's rows take the thread's latest clock reading
+ * for the timeline, as long as no timeline bucket boundary has passed since (rmrec_epoch). */
 extern unsigned rm_sample_bits;
 extern uint64_t rm_slow_ticks;
 

@@ -15,7 +15,7 @@ from rankmap.formats.mapping_json import FORMAT, VERSION
 from rankmap.mapping import basis as B
 from rankmap.mapping.objective import DESCRIPTION
 from rankmap.mapping.solve import Placement
-from rankmap.mapping.units import BYTE_UNITS, TIME_UNITS, fmt, unit
+from rankmap.mapping.units import BYTE_UNITS, TIME_UNITS, amount, amount_in, fmt, unit
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -97,28 +97,26 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
     imp = doc["improvement"]
     mu = unit(max(d["max_congestion"], doc["max_congestion"]), TIME_UNITS)
     au = unit(max(d["avg_congestion"], doc["avg_congestion"]), TIME_UNITS)
-    con.print(f"max congestion: {fmt(d['max_congestion'], mu)} {mu[1]} -> {fmt(doc['max_congestion'], mu)} {mu[1]}"
+    con.print(f"max congestion: {amount_in(d['max_congestion'], mu)} -> {amount_in(doc['max_congestion'], mu)}"
               f"  ({imp['max']:.2f}x)" if imp["max"] else "max congestion: no traffic on any link")
-    con.print(f"avg congestion over used links: {fmt(d['avg_congestion'], au)} {au[1]} -> "
-              f"{fmt(doc['avg_congestion'], au)} {au[1]}" + (f"  ({imp['avg']:.2f}x)" if imp["avg"] else ""))
-    con.print(f"predicted communication time bound (busiest link): {fmt(doc['time_bound_s'], mu)} {mu[1]}")
+    con.print(f"avg congestion over used links: {amount_in(d['avg_congestion'], au)} -> "
+              f"{amount_in(doc['avg_congestion'], au)}" + (f"  ({imp['avg']:.2f}x)" if imp["avg"] else ""))
+    con.print(f"predicted communication time bound (busiest link): {amount_in(doc['time_bound_s'], mu)}")
     hs = doc.get("host_staged") or {}
     if hs.get("host_staged_bytes"):
         tot = hs["total_bytes"] or 1.0
         hu = unit(hs["total_bytes"], BYTE_UNITS)
-        line = (f"host-staged traffic: {fmt(hs['host_staged_bytes'], hu)} {hu[1]} of {fmt(hs['total_bytes'], hu)} "
-                f"{hu[1]} ({100 * hs['host_staged_bytes'] / tot:.0f} %); routed GPU -> host memory -> GPU: "
-                f"{fmt(hs['routed_via_host_bytes'], hu)} {hu[1]}")
+        line = (f"host-staged traffic: {amount_in(hs['host_staged_bytes'], hu)} of {amount_in(hs['total_bytes'], hu)} "
+                f"({100 * hs['host_staged_bytes'] / tot:.0f} %); routed GPU -> host memory -> GPU: "
+                f"{amount_in(hs['routed_via_host_bytes'], hu)}")
         if hs.get("off_node_host_staged_bytes"):
-            line += f", between nodes (through the NICs): {fmt(hs['off_node_host_staged_bytes'], hu)} {hu[1]}"
+            line += f", between nodes (through the NICs): {amount_in(hs['off_node_host_staged_bytes'], hu)}"
         con.print(line)
         for note in hs.get("notes", []):
             con.print(f"note: {note}")
     elif doc.get("traffic_basis") == B.GPU_RESIDENT:
-        rb = doc.get("recorded_host_staged_bytes", 0)
-        ru = unit(rb, BYTE_UNITS)
         con.print(f"host-staged traffic: none in this what-if; recorded host-staged "
-                  f"{fmt(rb, ru)} {ru[1]}, placed here GPU to GPU")
+                  f"{amount(doc.get('recorded_host_staged_bytes', 0))}, placed here GPU to GPU")
     m = Table(title="mapping", title_justify="left")
     for c in ("rank", "node", "GPU", "CPUs", "NIC"):
         m.add_column(c)
@@ -131,9 +129,8 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
     if doc["optimal"]:
         how = "proven optimal"
     else:
-        lu = unit(doc["bound"], BYTE_UNITS if obj == "hop-bytes" else TIME_UNITS)
-        how = (f"not proven optimal; lower bound {fmt(doc['bound'], lu)} {lu[1]}, "
-               f"at most {100 * doc['gap']:.1f} % above it")
+        bound = amount(doc["bound"], BYTE_UNITS if obj == "hop-bytes" else TIME_UNITS)
+        how = f"not proven optimal; lower bound {bound}, at most {100 * doc['gap']:.1f} % above it"
     con.print(f"objective: {DESCRIPTION.get(obj, obj)}")
     con.print(f"solver: {doc['solver']} ({how}), {doc['seconds']:.3f} s")
     for note in doc.get("notes", []):

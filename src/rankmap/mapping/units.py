@@ -26,7 +26,11 @@ def fmt(x: float, u: Unit) -> str:
     return f"{x / u[0]:.3f}"
 
 
+def amount_in(x: float, u: Unit) -> str:
+    """``x`` in unit ``u``, with the unit's name: ``7.865 MB``."""
+    return f"{fmt(x, u)} {u[1]}"
+
+
 def amount(x: float, units: tuple[Unit, ...] = BYTE_UNITS) -> str:
     """``x`` in its own unit, with the unit's name: ``7.865 MB``."""
-    u = unit(x, units)
-    return f"{fmt(x, u)} {u[1]}"
+    return amount_in(x, unit(x, units))

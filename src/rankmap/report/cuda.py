@@ -24,7 +24,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from rankmap.errors import counted
+from rankmap.errors import counted, noun
 
 COPY_KINDS = ("other", "H2D", "D2H", "D2D", "P2P", "H2H", "memset")   # record codes 0..6
 #: CUPTI memory kinds, as the record keeps them (docs/record-format.md)
@@ -243,8 +243,6 @@ def _kernels_recorded(inp: CudaInputs) -> bool:
 
 
 def _state(inp: CudaInputs, on_ranks: list[int]) -> str:
-    from rankmap.errors import counted, noun
-
     if inp.capture and inp.capture.startswith("off"):
         return f"CUDA activity: {inp.capture}"
     off: dict[str, list[int]] = {}

@@ -195,8 +195,9 @@ def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[A
         out.append(t.group)
 
     pop = pop_metrics([r for r in ranks if r["source"] == "mpi"])
-    if pop is not None and pop.withheld():
-        out.append(Text(f"POP efficiency: {pop.withheld()}", style="yellow"))
+    withheld = pop.withheld() if pop is not None else None
+    if withheld:
+        out.append(Text(f"POP efficiency: {withheld}", style="yellow"))
     elif pop is not None:
         t = _table(f"POP efficiency ({counted(pop.ranks, 'rank')}, runtime {pop.runtime_ns / 1e9:.3f} s, "
                    f"useful = outside MPI)")

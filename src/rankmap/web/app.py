@@ -224,6 +224,8 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         sources = sorted({r["source"] for r in ranks})
         pop_src = "mpi" if "mpi" in sources else (sources[0] if sources else None)
         pop = pop_metrics([r for r in ranks if r["source"] == pop_src])
+        withheld = pop.withheld() if pop else None      # metrics from an impossible time inside MPI (report/pop.py)
+        pop_shown = pop is not None and not withheld
         by_class = Q.bytes_by_class(store, jid)
         return {
             # the store's state, not a missing exit status: a job whose rankmap died (incomplete) has
@@ -238,10 +240,8 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
                 "bytes_by_class": by_class,
                 "bytes_by_mem": store.bytes_by_mem(jid),
                 "comm_ns": sum(int(r["comm_ns"] or 0) for r in ranks if r["source"] == pop_src),
-                # metrics from an impossible time inside MPI are not shown (report/pop.py)
-                "pop": pop.as_dict() if pop and not pop.overrun else None,
-                "pop_source": pop_src if pop and not pop.overrun else None,
-                "pop_withheld": pop.withheld() if pop else None,
+                "pop": pop.as_dict() if pop_shown else None, "pop_source": pop_src if pop_shown else None,
+                "pop_withheld": withheld,
                 "unfinished_ranks": sorted({r["world_rank"] for r in ranks if not r["finalized"]}),
                 "problems": [p for r in ranks for p in (r.get("problems") or [])],
             },
