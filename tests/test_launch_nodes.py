@@ -250,6 +250,47 @@ def test_openmpi_two_nodes_rankfile_and_hosts(setup, tmp_path):
     assert (tmp_path / "rd" / "rankfile").read_text() == "rank 0=a slot=0\nrank 1=b slot=0\nrank 2=b slot=1\n"
 
 
+def _fake_openmpi(tmp_path: Path, version: str) -> str:
+    """An ``mpirun`` that says it is Open MPI ``version`` (the dry run only reads its --version)."""
+    exe = tmp_path / "bin" / "mpirun"
+    exe.parent.mkdir(exist_ok=True)
+    exe.write_text(f"#!/bin/sh\necho 'mpirun (Open MPI) {version}'\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_openmpi5_two_nodes_sequential_hostfile(setup, tmp_path):
+    """Open MPI 5 reads a rankfile's slots as logical cores and cannot be told otherwise: a multi-node
+    launch gives it a hostfile of one line per rank with ``--map-by seq``, and the wrapper binds."""
+    tmp_path, worker, env = setup
+    mpirun = _fake_openmpi(tmp_path, "5.0.11")
+    mf = write_mapping(tmp_path, doc([0, 1, 1], [0, 0, 3], 2))
+    p = rankmap("run", "--dry-run", "--mapping", str(mf), "--topology", "dgx1-v100", "--hosts", "a,b",
+                "--run-dir", str(tmp_path / "rd"), "--", mpirun, "-np", "3", "./app", env=env)
+    assert p.returncode == 0, p.stderr
+    argv = shlex.split(p.stdout.splitlines()[0])
+    assert "--rankfile" not in argv and "rmaps_rank_file_physical" not in argv and "--host" not in argv
+    assert argv[argv.index("--map-by") + 1] == "seq" and argv[argv.index("--bind-to") + 1] == "none"
+    assert argv[argv.index("--hostfile") + 1] == str(tmp_path / "rd" / "hostfile-seq")
+    assert (tmp_path / "rd" / "hostfile-seq").read_text() == "a\nb\nb\n"
+    assert argv.index("--hostfile") < argv.index("./app")
+    # Open MPI 4 keeps its rankfile with the OS's CPU numbers
+    p = rankmap("run", "--dry-run", "--mapping", str(mf), "--topology", "dgx1-v100", "--hosts", "a,b",
+                "--run-dir", str(tmp_path / "rd4"), "--", _fake_openmpi(tmp_path, "4.1.6"), "-np", "3", "./app", env=env)
+    argv = shlex.split(p.stdout.splitlines()[0])
+    assert "--map-by" not in argv and argv[argv.index("--rankfile") + 1] == str(tmp_path / "rd4" / "rankfile")
+    assert argv[argv.index("rmaps_rank_file_physical") + 1] == "1"
+
+
+@pytest.mark.parametrize("opts", [["--host", "x,y"], ["--map-by", "ppr:1:node"], ["-N", "2"]])
+def test_openmpi5_placement_options_clash_with_a_multi_node_mapping(setup, tmp_path, opts):
+    tmp_path, worker, env = setup
+    mf = write_mapping(tmp_path, doc([0, 1], [0, 0], 2))
+    p = rankmap("run", "--mapping", str(mf), "--topology", "dgx1-v100", "--hosts", "a,b", "--",
+                _fake_openmpi(tmp_path, "5.0.11"), *opts, "-np", "2", "./app", env=env)
+    assert_one_line_error(p, f"drop {opts[0]}", "--hosts")
+
+
 def test_single_process_cannot_run_a_multi_node_mapping(setup):
     tmp_path, worker, env = setup
     mf = write_mapping(tmp_path, doc([1], [0], 2))  # one rank, on the second node

@@ -53,8 +53,15 @@ OMPI_VALUE_OPTS = {   # every option `mpirun --help all` (Open MPI 4.1) shows wi
     "--max-restarts", "-max-restarts", "--max-vm-size", "-max-vm-size", "--ompi-server", "-ompi-server",
     "--report-events", "-report-events", "--report-pid", "-report-pid", "--report-uri", "-report-uri",
     "--stdin", "-stdin", "--xml-file", "-xml-file", "--xterm", "-xterm",
+    # Open MPI 5 (PRRTE's option table for the "ompi" personality; it takes one or two dashes)
+    "--dvm", "-dvm", "--tmpdir", "-tmpdir", "--forward-signals", "-forward-signals", "--spawn-timeout",
+    "-spawn-timeout", "--pset", "-pset", "--display", "-display", "--runtime-options", "-runtime-options",
+    "--with-ft", "-with-ft", "--initial-errhandler", "-initial-errhandler", "--arch", "-arch", "--file", "-file",
+    "--output-directory", "-output-directory", "--display-topo", "-display-topo", "--amca", "-amca", "--am",
+    "-ppr", "--rankfile", "-rankfile", "-app", "-output", "--tune",
 }
-_OMPI_TWO_VALUE_OPTS = {"--mca", "-mca", "--gmca", "-gmca", "--omca", "--pmixmca", "--prtemca"}
+_OMPI_TWO_VALUE_OPTS = {"--mca", "-mca", "--gmca", "-gmca", "--omca", "-omca", "--gomca", "-gomca", "--pmixmca",
+                        "-pmixmca", "--prtemca", "-prtemca"}
 HYDRA_VALUE_OPTS = {  # `mpiexec.hydra --help`; -genvall, -genvnone, -pmi-port ... take none
     "-n", "-np", "-f", "-hostfile", "-machinefile", "-hosts", "-host", "-ppn", "-wdir", "-genvlist", "-envlist",
     "-configfile", "-launcher", "-launcher-exec", "-bootstrap", "-bootstrap-exec", "-rmk", "-bind-to",

@@ -87,8 +87,9 @@ def run(args: argparse.Namespace) -> int:
         mf.write_text(mapping_json.dumps(m.doc))
         if m.nodes > 1 and launcher.kind in launch.NODE_FILE:
             hosts = launch.hosts_for(m, args.hosts)
-            node_file = str(run_dir / launch.NODE_FILE[launcher.kind])
-            Path(node_file).write_text(launch.node_file_text(launcher.kind, m, hosts))
+            file_name, text = launch.node_file(launcher, m, hosts)
+            node_file = str(run_dir / file_name)
+            Path(node_file).write_text(text)
     except OSError as e:
         raise RankmapError(f"cannot write to {run_dir}: {e.strerror}") from None
     argv, env = launch.wrap(cmd, str(mf), bind=not args.no_bind, node_file=node_file, mapping=m, hosts=hosts)

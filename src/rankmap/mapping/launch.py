@@ -23,9 +23,14 @@ gets the wrapper):
 Across nodes the node of every rank is given to the launcher in its own terms, and host names
 come from ``--hosts`` or the Slurm allocation:
 
-* Open MPI: a rankfile (``rank R=HOST slot=CPUS``, ``--rankfile``; the CPUs are the OS's numbers,
+* Open MPI 4: a rankfile (``rank R=HOST slot=CPUS``, ``--rankfile``; the CPUs are the OS's numbers,
   so Open MPI 4 is told ``--mca rmaps_rank_file_physical 1``), and the hosts with their slot counts
   (``--host``) unless the user named hosts;
+* Open MPI 5: a hostfile of one line per rank, in rank order, with ``--map-by seq`` (the sequential
+  mapper puts rank ``i`` on the host of line ``i``) and ``--bind-to none``. Open MPI 5 reads a
+  rankfile's slots as logical core indexes and has no option to read them as the OS's numbers, so on
+  a node with hyperthreads (``0-19,40-59``) it refuses the rankfile; the CPUs are the wrapper's to
+  bind anyway, so the launcher is only told the host;
 * hydra: a machinefile of ``HOST:COUNT`` lines, one per run of consecutive ranks on one host
   (``-f``): hydra gives processes to its entries in order, so rank ``i`` lands on the host the
   mapping says;
@@ -50,11 +55,15 @@ from rankmap.formats.mapping_json import Mapping
 
 WRAPPER = str(Path(__file__).with_name("execwrap.py"))
 
-#: the file a multi-node launch of each launcher needs (torchrun and a single process need none)
+#: the file a multi-node launch of each launcher needs (torchrun and a single process need none);
+#: Open MPI 5 takes a sequential hostfile instead of a rankfile (:func:`node_file`)
 NODE_FILE = {"openmpi": "rankfile", "hydra": "machinefile", "srun": "slurm-hostfile"}
+_OMPI5_NODE_FILE = "hostfile-seq"
 
 _OMPI_HOST_OPTS = ("-H", "--host", "-host", "--hostfile", "-hostfile", "-machinefile", "--machinefile",
                    "--default-hostfile")
+_OMPI_MAP_OPTS = ("--map-by", "-map-by", "--rankfile", "-rankfile", "-rf", "--npernode", "-npernode",
+                  "-N", "--ppr", "-ppr")
 _HYDRA_HOST_OPTS = ("-f", "-hostfile", "-machinefile", "-hosts", "-host", "-ppn")
 _TORCH_NO_PYTHON = ("--no-python", "--no_python")
 _TORCH_MODULE = ("-m", "--module")
@@ -86,17 +95,25 @@ def wrap(argv: list[str], mapping_file: str, *, bind: bool = True, node_file: st
         opts = [t for c_opts, _ in ctxs for t in c_opts]
         xs = [t for k, v in ours.items() for t in ("-x", f"{k}={v}")]    # -x: per app context
         extra = []
-        if node_file:
+        seq = node_file is not None and _sequential(launcher)
+        if seq:
+            # Open MPI 5: the sequential mapper places each rank on its line's host; the wrapper binds
+            clash = [o for o in opts if o.split("=", 1)[0] in _OMPI_HOST_OPTS + _OMPI_MAP_OPTS]
+            if clash:
+                raise RankmapError(f"rankmap run puts the ranks of a multi-node mapping on their hosts itself "
+                                   f"(Open MPI 5: --map-by seq with a hostfile): drop {' '.join(dict.fromkeys(clash))} "
+                                   f"from the command and pass --hosts to rankmap run instead")
+            extra += ["--map-by", "seq", "--hostfile", node_file]
+        elif node_file:
             extra += ["--rankfile", node_file]
             # the rankfile's slots are the topology's CPU numbers (the OS's); Open MPI 4 reads them as
             # logical core indexes unless told otherwise, and on a machine with hyperthreads
             # ("0-19,40-59") fails on cores it does not have
-            major = L.openmpi_major(launcher.executable)
-            if major is not None and major < 5 and "rmaps_rank_file_physical" not in opts:
+            if L.openmpi_major(launcher.executable) is not None and "rmaps_rank_file_physical" not in opts:
                 extra += ["--mca", "rmaps_rank_file_physical", "1"]
             if hosts and mapping is not None and not _has_opt(opts, _OMPI_HOST_OPTS):
                 extra += ["--host", host_slots(mapping, hosts)]
-        elif not _has_opt(opts, ("--bind-to", "-bind-to")):
+        if (seq or not node_file) and not _has_opt(opts, ("--bind-to", "-bind-to")):
             extra += ["--bind-to", "none"]
         return head + L.join_contexts([(xs + (extra if i == 0 else []) + o + wrapper_argv() + p)
                                        for i, (o, p) in enumerate(ctxs)]), env
@@ -175,6 +192,21 @@ def _has_opt(opts: list[str], names: tuple[str, ...]) -> bool:
     return any(o in names or o.split("=", 1)[0] in names for o in opts)
 
 
+def _sequential(launcher) -> bool:
+    """Whether an Open MPI launcher places a multi-node mapping with ``--map-by seq`` (Open MPI 5 on)."""
+    from rankmap.capture import launchers as L
+
+    major = L.openmpi_major(launcher.executable)
+    return major is not None and major >= 5
+
+
+def node_file(launcher, m: Mapping, hosts: list[str]) -> tuple[str, str]:
+    """(file name, text) of the launcher's own node placement of a multi-node mapping."""
+    if launcher.kind == "openmpi" and _sequential(launcher):
+        return _OMPI5_NODE_FILE, sequential_hostfile_text(m, hosts)
+    return NODE_FILE[launcher.kind], node_file_text(launcher.kind, m, hosts)
+
+
 def node_file_text(kind: str, m: Mapping, hosts: list[str]) -> str:
     """The launcher's own node placement of a multi-node mapping (see :data:`NODE_FILE`)."""
     if kind == "openmpi":
@@ -194,6 +226,10 @@ def rankfile_text(m: Mapping, hosts: list[str]) -> str:
 def slurm_hostfile_text(m: Mapping, hosts: list[str]) -> str:
     """Slurm arbitrary distribution: line ``i`` names the host of task ``i``."""
     return "".join(f"{hosts[p.node]}\n" for p in m.ranks)
+
+
+#: Open MPI 5's sequential mapper reads the same file: line ``i`` names the host of rank ``i``
+sequential_hostfile_text = slurm_hostfile_text
 
 
 def hydra_machinefile_text(m: Mapping, hosts: list[str]) -> str:
