@@ -40,12 +40,12 @@ def main() -> None:
     t0 = time.time()
     env = os.environ
     rec = {k: env.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE",
-                                   "PMI_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "SLURMD_NODENAME",
+                                   "PMI_RANK", "PMI_ID", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "SLURMD_NODENAME",
                                    "MPIR_CVAR_CH3_INTERFACE_HOSTNAME", "CUDA_VISIBLE_DEVICES", "RANKMAP_PLACED",
                                    "RANKMAP_CPUS", "RANKMAP_MEMBIND", "RANKMAP_DEVICE", "NCCL_IB_HCA",
                                    "UCX_NET_DEVICES")}
     # the world rank, whichever launcher started it
-    rec["world_rank"] = int(next(env[k] for k in ("RANK", "PMI_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
+    rec["world_rank"] = int(next(env[k] for k in ("RANK", "PMI_RANK", "PMI_ID", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
                                  if k in env))
     rec["affinity"] = sorted(os.sched_getaffinity(0))
     rec["mempolicy"] = mempolicy()

@@ -45,6 +45,17 @@ def assert_one_line_error(p: subprocess.CompletedProcess, *needles: str) -> None
         assert n in lines[0], (n, lines[0])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _mpi_shared_memory_left_behind():
+    """Ranks killed or crashed on purpose leave MPI's shared-memory segments in /dev/shm (Open MPI's
+    4 MiB vader_segment.* files, about 160 of them a suite): remove those of jobs that are gone."""
+    import mpi_shm
+
+    before = mpi_shm.segments()
+    yield
+    mpi_shm.remove_orphans(before)
+
+
 @pytest.fixture
 def recordings() -> Path:
     """Raw outputs of real machines (tests/data/recordings/README.md says which)."""

@@ -83,6 +83,52 @@ def test_unknown_output_format_is_refused():
         native_out.parse_lines([json.dumps({"rec": "info", "format": 99})], "bench p2p")
 
 
+LAUNCHER = """\
+import signal, subprocess, sys, time
+def clean_up(*_):
+    open(sys.argv[1], "w").write("cleaned")
+    sys.exit(143)
+signal.signal(signal.SIGTERM, clean_up)
+rank = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                         "print('ready', flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+rank.stdout.readline()
+open(sys.argv[2], "w").write(str(rank.pid))
+time.sleep(120)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def test_a_program_past_its_time_is_let_clean_up(tmp_path, monkeypatch):
+    """Past its time limit the program's process group got SIGKILL at once: an MPI launcher had no
+    chance to remove its job's shared memory (Open MPI's /dev/shm/vader_segment.* files stayed). It
+    gets SIGTERM first now, and what is left (here a rank that ignores SIGTERM) SIGKILL after
+    STOP_GRACE_S."""
+    import sys
+    import time
+
+    from rankmap.errors import RankmapError
+
+    monkeypatch.setattr(native_out, "STOP_GRACE_S", 1.0, raising=False)
+    cleaned, rank = tmp_path / "cleaned", tmp_path / "rank"
+    t0 = time.monotonic()
+    with pytest.raises(RankmapError, match="ran longer than 2 s and was stopped"):
+        native_out.run([sys.executable, "-c", LAUNCHER, str(cleaned), str(rank)], what="x", timeout=2)
+    assert time.monotonic() - t0 < 60
+    assert cleaned.read_text() == "cleaned"
+    pid = int(rank.read_text())
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(pid)
+
+
 @need_nvcc
 @pytest.mark.parametrize("archs", [["90"], []], ids=["sm_90", "default-arch"])
 def test_cuda_code_compiles_without_warnings(bench_cache, monkeypatch, archs):

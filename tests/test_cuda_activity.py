@@ -194,6 +194,16 @@ def test_rank_from_launcher_and_launcher_processes_left_out(parts, tmp_path):
     assert r.returncode == 0 and r.stderr == "" and not (tmp_path / "b").exists()
 
 
+def test_rank_from_hydras_pmi_port(parts, tmp_path):
+    """``mpiexec.mpich -pmi-port`` sets PMI_ID, no PMI_RANK or PMI_SIZE: every rank of such a job used
+    to be taken for the launcher, and recorded nothing."""
+    r = run_app(parts, tmp_path, PMI_ID="2", PMI_PORT="host:4000", MPI_LOCALRANKID="0", RANKMAP_CUDA_NEED_RANK="1")
+    assert r.returncode == 0 and r.stderr == ""
+    rec = records.read(tmp_path / "rank-2.cuda.rmrec")
+    assert (rec.world_rank, rec.world_size) == (2, 3)      # no size variable: rank + 1 at least
+    check_full(rec)
+
+
 def test_second_process_of_a_rank_keeps_out(parts, tmp_path):
     assert run_app(parts, tmp_path).returncode == 0
     before = (tmp_path / "rank-0.cuda.rmrec").read_bytes()

@@ -58,6 +58,35 @@ def test_plan_reads_the_rank_variables():
     assert execwrap.parse_cpus("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11}
 
 
+def test_plan_reads_hydras_rank_under_pmi_port():
+    """``mpiexec.mpich -pmi-port`` sets PMI_ID, not PMI_RANK; the wrapper took the local rank."""
+    entry, env = execwrap.plan(fake_doc(), {"PMI_ID": "2", "MPI_LOCALRANKID": "0", "PMI_PORT": "host:4000"})
+    assert entry.rank == 2 and env["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_plan_takes_no_local_rank_for_a_world_rank_across_nodes(tmp_path):
+    """On one node a local rank is the world rank; across nodes it is not, and the wrapper used to
+    place rank 3 (local rank 1 on node 1) where the mapping puts rank 1."""
+    doc = fake_doc()
+    doc["nodes"] = 2
+    for r in ("2", "3"):
+        doc["mapping"][r]["node"] = 1
+    with pytest.raises(LookupError, match=r"only a local rank \(MPI_LOCALRANKID=1\), and the mapping spans 2 nodes"):
+        execwrap.plan(doc, {"MPI_LOCALRANKID": "1"})
+    assert execwrap.plan(doc, {"PMI_ID": "3", "MPI_LOCALRANKID": "1"})[0].rank == 3
+    # the wrapper stops the rank with one line rather than run it misplaced
+    import subprocess
+
+    mf = tmp_path / "m.json"
+    mf.write_text(json.dumps(doc))
+    env = {k: v for k, v in os.environ.items() if k not in execwrap.WORLD_VARS}
+    env.update(RANKMAP_MAPPING=str(mf), MPI_LOCALRANKID="1", RANKMAP_NO_BIND="1")
+    p = subprocess.run([sys.executable, "-S", execwrap.__file__, "true"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert p.returncode == 127 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("rankmap execwrap: the launcher gave only a local rank"), p.stderr
+
+
 def test_wrapper_imports_only_the_mapping_reader(tmp_path):
     """The wrapper runs with -S on every rank: of rankmap it loads only the standard-library-only
     mapping reader, never numpy or the rest of the package (fast start)."""
@@ -102,11 +131,16 @@ def test_run_under_real_mpirun(tmp_path):
     out.mkdir()
     cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "4", sys.executable, str(prog), str(out)]
     env = {"RANKMAP_DB": db, "RANKMAP_HOME": str(tmp_path / "home")}
+    # no store there: one clear line, and none made
+    assert_one_line_error(rankmap("run", "--topology", "dgx1-v100", "--", *cmd, env=env),
+                          f"no rankmap store at {tmp_path / 'r.db'}")
+    assert not (tmp_path / "r.db").exists()
     # nothing stored yet: one clear line
+    store = open_store(db)
     assert_one_line_error(rankmap("run", "--topology", "dgx1-v100", "--", *cmd, env=env),
                           "no cached mapping for this command with 4 ranks", "rankmap tune")
     doc = fake_doc()
-    open_store(db).save_mapping(doc, key=command_key(cmd), world_size=4, topology="dgx1-v100")
+    store.save_mapping(doc, key=command_key(cmd), world_size=4, topology="dgx1-v100")
     # a node that is not the one the mapping was made for
     assert_one_line_error(rankmap("run", "--topology", "summit", "--", *cmd, env=env), "dgx1-v100", "summit")
     p = rankmap("run", "--topology", "dgx1-v100", "--", *cmd, env=env, timeout=300)

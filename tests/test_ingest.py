@@ -199,7 +199,10 @@ def test_jobs_limit_below_one_is_one_line(tmp_path):
 
 def test_jobs_of_an_empty_store_says_so(tmp_path):
     """An empty store printed a table with no rows; it says there is nothing yet, and how to add a job."""
+    from rankmap.store import open_store
+
     env = {"RANKMAP_HOME": str(tmp_path), "RANKMAP_DB": f"sqlite:///{tmp_path / 'r.db'}"}
+    open_store(env["RANKMAP_DB"])           # a store with no job in it
     p = rankmap("jobs", env=env)
     assert (p.returncode, p.stdout, p.stderr) == (0, f"no jobs in sqlite:///{tmp_path / 'r.db'} yet: run "
                                                      f"`rankmap profile -- <command>` first\n", "")

@@ -204,12 +204,16 @@ def test_wrapper_warns_when_a_rank_lands_on_another_host(setup, monkeypatch):
 
 # ----------------------------------------------------------------------------- hydra
 @pytest.mark.skipif(MPIEXEC_MPICH is None, reason="MPICH's mpiexec.mpich is not installed")
-def test_hydra_two_nodes_machinefile(setup):
+@pytest.mark.parametrize("pmi", [[], ["-pmi-port"]], ids=["pmi-fd", "pmi-port"])
+def test_hydra_two_nodes_machinefile(setup, pmi):
+    """hydra's default PMI mode tells a rank its world rank in PMI_RANK; with -pmi-port it sets
+    PMI_ID instead (and no PMI_RANK), and the wrapper used to place each rank by its rank on the
+    node (MPI_LOCALRANKID): ranks 3, 4 and 5 got the GPUs, CPUs and NICs of ranks 2, 1 and 2."""
     tmp_path, worker, env = setup
     node_of = [0, 0, 1, 0, 1, 1]
     d = doc(node_of, [0, 1, 0, 2, 1, 2], 2)
     mf = write_mapping(tmp_path, d)
-    cmd = [MPIEXEC_MPICH, "-launcher", "fork", "-n", "6", sys.executable, str(worker)]
+    cmd = [MPIEXEC_MPICH, "-launcher", "fork", *pmi, "-n", "6", sys.executable, str(worker)]
     args = ["run", "--mapping", str(mf), "--topology", "dgx1-v100", "--hosts", "nodeA,nodeB",
             "--run-dir", str(tmp_path / "rd"), "--", *cmd]
     dry = rankmap(*args[:1], "--dry-run", *args[1:], env=env)
@@ -223,6 +227,7 @@ def test_hydra_two_nodes_machinefile(setup):
     assert sorted(s) == list(range(6))
     for r, rec in s.items():
         assert rec["MPIR_CVAR_CH3_INTERFACE_HOSTNAME"] == ["nodeA", "nodeB"][node_of[r]]
+        assert rec["PMI_ID" if pmi else "PMI_RANK"] == str(r) and rec["PMI_RANK" if pmi else "PMI_ID"] is None
         check_binding(rec, d["mapping"][str(r)], device=0)
 
 

@@ -298,6 +298,19 @@ def test_one_process_several_gpus(abi: int, gpu: bool, plugin: Path, harness: Pa
     assert all("1 NCCL calls were captured into CUDA graphs" in x and "replays are not counted" in x for x in notes)
 
 
+def test_world_rank_from_hydras_pmi_port(plugin: Path, harness: Path, tmp_path: Path) -> None:
+    """``mpiexec.mpich -pmi-port`` sets PMI_ID, and no PMI_RANK: the plugin took the comm rank of the
+    process's first communicator, which need not be its world rank (here 0 against PMI_ID 5)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                                                             "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")}
+    p = subprocess.run([str(harness), str(plugin), "6", "multi", "1", "0", "1"], capture_output=True, text=True,
+                       env=dict(base, RANKMAP_RUN_DIR=str(tmp_path), MULTI_NO_GPU="1", PMI_ID="5",
+                                PMI_PORT="host:4000"), timeout=60)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    [rec] = records.read_dir(tmp_path, source="nccl")
+    assert rec.world_rank == 5 and rec.meta["nccl.world_rank_from"] == "environment"
+
+
 def test_ranks_of_files_missing_are_reported_not_dropped(plugin: Path, harness: Path, fake_libcuda: Path,
                                                         tmp_path: Path) -> None:
     """A node's run directory lost: what was recorded still joins; bytes towards the lost ranks are named."""

@@ -23,6 +23,7 @@
  */
 #define _GNU_SOURCE
 #include "rmrec.h"
+#include "rank_env.h"
 #include "cupti_abi.h"
 
 #include <dlfcn.h>
@@ -334,8 +335,8 @@ static int resolve(void *h, char *why, size_t n) {
 }
 
 static int rank_from_env(int *rank, int *size) {
-  static const char *const rank_env[] = { "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", NULL };
-  static const char *const size_env[] = { "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL };
+  static const char *const rank_env[] = RM_RANK_ENV;
+  static const char *const size_env[] = RM_SIZE_ENV;
   int found = 0;
   *rank = 0; *size = 1;
   for (const char *const *e = rank_env; *e && !found; e++) {

@@ -29,6 +29,7 @@
 #define _GNU_SOURCE
 #include "nccl_abi.h"
 #include "../common/rmrec.h"
+#include "../common/rank_env.h"
 
 #include <ctype.h>
 #include <dlfcn.h>
@@ -172,8 +173,8 @@ static int setup_once(void) {
     return 0;
   }
   snprintf(g_dir, sizeof g_dir, "%s", dir);
-  static const char *const rank_env[] = { "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", NULL };
-  static const char *const size_env[] = { "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL };
+  static const char *const rank_env[] = RM_RANK_ENV;
+  static const char *const size_env[] = RM_SIZE_ENV;
   g_rank_from_env = env_int(rank_env, &g_env_rank);
   if (!env_int(size_env, &g_env_size)) g_env_size = -1;
   const char *ev = getenv("RANKMAP_NCCL_EVENTS");

@@ -21,6 +21,7 @@ from typing import Sequence
 from rankmap.errors import RankmapError
 
 FORMAT = 1                      # RMB_FORMAT of bench_out.h
+STOP_GRACE_S = 5.0              # from SIGTERM to SIGKILL when a program runs past its time
 EXIT_FAILED, EXIT_NO_GPU, EXIT_USAGE = 3, 4, 5
 KINDS = {"info", "device", "peer", "rank", "result", "note", "skip", "error"}
 
@@ -82,8 +83,10 @@ def run(argv: Sequence[str], *, what: str, timeout: float, env: dict[str, str] |
     """Run one benchmark program (or a launcher running it) and read its records.
 
     Raises :class:`RankmapError` when it cannot start or runs past ``timeout`` seconds (then its
-    whole process group is killed first). A non-zero exit is returned, not raised: the caller
-    decides what a failure means (see :func:`failure`).
+    whole process group is stopped first: SIGTERM, and SIGKILL to what is left after ``STOP_GRACE_S``;
+    an MPI launcher given the time removes its job's shared memory, which a SIGKILL leaves in
+    /dev/shm). A non-zero exit is returned, not raised: the caller decides what a failure means (see
+    :func:`failure`).
     """
     try:
         p = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -92,23 +95,33 @@ def run(argv: Sequence[str], *, what: str, timeout: float, env: dict[str, str] |
         raise RankmapError(f"cannot run {what} ({argv[0]}): {e.strerror or e}") from None
     timed_out = threading.Event()
 
-    def kill() -> None:
-        timed_out.set()
+    def signal_group(sig: int) -> None:
         try:
-            os.killpg(p.pid, signal.SIGKILL)
+            os.killpg(p.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
-    timer = threading.Timer(timeout, kill)
+    def stop() -> None:
+        timed_out.set()
+        signal_group(signal.SIGTERM)
+        try:
+            p.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        signal_group(signal.SIGKILL)       # what the launcher left, or the launcher itself
+
+    timer = threading.Timer(timeout, stop)
     timer.start()
     try:
         stdout, stderr = p.communicate()
     except KeyboardInterrupt:
-        kill()
+        stop()
         p.wait()
         raise
     finally:
         timer.cancel()
+        if timed_out.is_set():
+            timer.join()
     if timed_out.is_set():
         raise RankmapError(f"{what} ran longer than {timeout:g} s and was stopped (raise --timeout, or run fewer sizes)")
     out = parse_lines(stdout.splitlines(), what)

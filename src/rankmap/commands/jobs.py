@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.limit < 1:                  # SQLite reads a negative LIMIT as none, PostgreSQL refuses it
         raise RankmapError(f"--limit must be at least 1, got {args.limit}")
-    store = open_store(args.db)
+    store = open_store(args.db, existing=True)   # a mistyped --db is said, not made (the default store is)
     store.settle_jobs()
     rows = store.job_list(args.limit)
     if args.format == "table" and not rows:

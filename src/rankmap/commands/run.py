@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         if ws is None:
             raise RankmapError(f"cannot tell how many ranks `{shlex.join(cmd)}` starts: give the launcher -np/-n N, "
                                f"or pass --mapping FILE")
-        row = open_store(args.db).latest_mapping(command_key(cmd), ws)
+        row = open_store(args.db, existing=True).latest_mapping(command_key(cmd), ws)
         if row is None:
             raise RankmapError(f"no cached mapping for this command with {counted(ws, 'rank')}: run `rankmap tune -- "
                                f"{shlex.join(cmd)}` first (or pass --mapping FILE)")

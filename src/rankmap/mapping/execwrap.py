@@ -8,9 +8,11 @@ replaces it with the program: no Python stays behind.
 
 What it does, in order:
 
-1. find this rank: world rank from ``OMPI_COMM_WORLD_RANK``, ``PMIX_RANK``, ``PMI_RANK``,
-   ``SLURM_PROCID`` or ``RANK``; local rank from ``OMPI_COMM_WORLD_LOCAL_RANK``, ``MPI_LOCALRANKID``,
-   ``SLURM_LOCALID`` or ``LOCAL_RANK`` (used when no world rank is known). Under torchrun
+1. find this rank: world rank from ``OMPI_COMM_WORLD_RANK``, ``PMIX_RANK``, ``PMI_RANK``, ``PMI_ID``
+   (MPICH's hydra sets it instead of ``PMI_RANK`` under ``-pmi-port``), ``SLURM_PROCID`` or ``RANK``;
+   local rank from ``OMPI_COMM_WORLD_LOCAL_RANK``, ``MPI_LOCALRANKID``, ``SLURM_LOCALID`` or
+   ``LOCAL_RANK``, used when no world rank is known and the mapping has one node (where a local
+   rank is the world rank); on a mapping of several nodes that is fatal. Under torchrun
    (``RANKMAP_LAUNCHER=torchrun``) the worker is local rank ``LOCAL_RANK`` of node ``GROUP_RANK``, and
    its world rank is the ``LOCAL_RANK``-th of the ranks the mapping puts on that node (in rank
    order): ``RANK`` (and ``ROLE_RANK``) are set to it, so that ``torch.distributed`` sees the mapped
@@ -48,7 +50,9 @@ if not __package__:   # run as a file (python -S .../rankmap/mapping/execwrap.py
 from rankmap.errors import RankmapError, counted  # noqa: E402
 from rankmap.formats import mapping_json  # noqa: E402
 
-WORLD_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK")
+# PMI_ID: hydra with -pmi-port (no PMI_RANK then); before SLURM_PROCID, which under hydra's Slurm
+# launcher numbers its proxies, not the ranks
+WORLD_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "PMI_ID", "SLURM_PROCID", "RANK")
 LOCAL_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK")
 
 
@@ -57,12 +61,18 @@ def _die(msg: str) -> None:
     sys.exit(127)
 
 
-def _first_int(env: dict, names: tuple[str, ...]) -> int | None:
+def _first_set(env: dict, names: tuple[str, ...]) -> tuple[str, int] | None:
+    """(name, value) of the first of ``names`` set to a number."""
     for n in names:
         v = env.get(n)
         if v is not None and v.strip().lstrip("-").isdigit():
-            return int(v)
+            return n, int(v)
     return None
+
+
+def _first_int(env: dict, names: tuple[str, ...]) -> int | None:
+    found = _first_set(env, names)
+    return None if found is None else found[1]
 
 
 def parse_cpus(text: str) -> set[int]:
@@ -120,11 +130,15 @@ def plan(mapping: mapping_json.Mapping | dict, env: dict) -> tuple[mapping_json.
         out["RANK"] = out["ROLE_RANK"] = str(world)
     else:
         world = _first_int(env, WORLD_VARS)
-        local = _first_int(env, LOCAL_VARS)
         if world is None:
+            local = _first_set(env, LOCAL_VARS)
             if local is None:
                 raise LookupError("no rank variable set (" + ", ".join(WORLD_VARS + LOCAL_VARS) + ")")
-            world = local
+            if mapping.nodes > 1:
+                raise LookupError(f"the launcher gave only a local rank ({local[0]}={local[1]}), and the mapping "
+                                  f"spans {counted(mapping.nodes, 'node')}: one of " + ", ".join(WORLD_VARS)
+                                  + " must name the world rank")
+            world = local[1]
     if not 0 <= world < len(mapping.ranks):
         raise LookupError(f"the mapping has no rank {world} (it places {counted(len(mapping.ranks), 'rank')})")
     entry = mapping.ranks[world]
