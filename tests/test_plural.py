@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, assert_one_line_error, rankmap
-from rankmap.errors import RankmapError, counted
-from rankmap.mapping import execwrap
+from rankmap.errors import RankmapError, counted, verb
+from rankmap.mapping import execwrap, launch
 from rankmap.mapping.problem import NodeProblem
 from rankmap.mapping.solve import check_fit
 from test_execwrap import fake_doc
@@ -31,6 +31,11 @@ def test_counted():
     assert counted(0, "rank") == "0 ranks"
     assert counted(2, "GPU rank") == "2 GPU ranks"
     assert counted("?", "node") == "? nodes"
+
+
+def test_verb():
+    assert [verb(k, "does", "do") for k in (0, 1, 2, "?")] == ["do", "does", "do", "do"]
+    assert verb(1, "is", "are") == "is" and verb(3, "is", "are") == "are"
 
 
 def _strings_with_guesses(path: Path) -> list[str]:
@@ -63,6 +68,16 @@ def test_fit_messages_count_properly():
     with pytest.raises(RankmapError) as e:
         NodeProblem(SimpleNamespace(G=1), np.zeros((2, 2)), np.zeros(2), np.zeros(2), K=1)
     assert "2 ranks do not fit on 1 GPU with 1 rank per GPU" in str(e.value)
+
+
+def test_host_name_messages_count_properly(monkeypatch):
+    for var in ("SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+        monkeypatch.delenv(var, raising=False)
+    for nodes, given, known in ((2, "h1", "1 host name is known"), (3, "h1,h2", "2 host names are known"),
+                                (2, None, "0 host names are known")):
+        with pytest.raises(RankmapError) as e:
+            launch.hosts_for(SimpleNamespace(nodes=nodes), given)
+        assert f"the mapping spans {nodes} nodes but {known}: pass --hosts" in str(e.value)
 
 
 def test_execwrap_counts_properly():

@@ -645,10 +645,13 @@ def test_no_mapping_hint_names_a_command_that_runs_here(tmp_path):
     hints = {name: client.get(f"/api/jobs/{jid}/mapping").json()["message"] for name, jid in jobs.items()}
     missing = local_client(create_app(store, str(tmp_path / "missing.json")))
     hints["missing file"] = missing.get(f"/api/jobs/{jobs['one node']}/mapping?spec=live").json()["message"]
+    other = tmp_path / "other.json"
+    two_missing = missing.get(f"/api/jobs/{jobs['one node']}/mapping?spec={other}").json()["message"]
     if not live:
         for name, hint in hints.items():
             assert "--topology live" not in hint and "NVIDIA driver" in hint and "nvidia-smi topo -m" in hint, hint
     assert "missing.json' does not load here" in hints["missing file"]
+    assert f"{str(other)!r}, {str(tmp_path / 'missing.json')!r} do not load here" in two_missing
     assert "--nodes 2" in hints["two nodes"] and "--ranks-per-gpu" in hints["crowded"]
     for name, jid in jobs.items():
         cmd = shlex.split(re.search(r"`(rankmap map [^`]*)`", hints[name]).group(1))

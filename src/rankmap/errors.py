@@ -5,8 +5,8 @@ prerequisites, with a message that names the culprit (file, offset, field, comma
 where there is one, the fix. The CLI prints it as ``rankmap: error: <message>`` and exits
 non-zero; anything else escaping is a bug in rankmap and is reported as such.
 
-The small text helpers of messages live here too (``shown``, ``counted``): this is the one module
-every layer may import, so every layer words its messages the same way.
+The small text helpers of messages live here too (``shown``, ``counted``, ``verb``): this is the
+one module every layer may import, so every layer words its messages the same way.
 """
 
 
@@ -31,6 +31,13 @@ def noun(n: int | str, word: str) -> str:
     """The word alone, in the number ``n`` asks for: ``noun(1, "host")`` -> 'host' (as in 'host h1'),
     ``noun(2, "host")`` -> 'hosts' ('hosts h1, h2')."""
     return word if n == 1 else f"{word}s"
+
+
+def verb(n: int | str, one: str, many: str) -> str:
+    """The verb that agrees with a count: ``verb(1, "does", "do")`` -> 'does' (as in '1 rank does
+    not fit'), ``verb(2, "is", "are")`` -> 'are'; an unknown count ("?") takes the plural, as in
+    :func:`noun`."""
+    return one if n == 1 else many
 
 
 class RankmapError(Exception):

@@ -50,7 +50,7 @@ import os
 import sys
 from pathlib import Path
 
-from rankmap.errors import RankmapError, counted
+from rankmap.errors import RankmapError, counted, verb
 from rankmap.formats.mapping_json import Mapping
 
 WRAPPER = str(Path(__file__).with_name("execwrap.py"))
@@ -261,7 +261,7 @@ def hosts_for(m: Mapping, given: str | None) -> list[str]:
         hosts = _slurm_hosts()
     if len(hosts) < n:
         raise RankmapError(f"the mapping spans {counted(n, 'node')} but {counted(len(hosts), 'host name')} "
-                           f"{'is' if len(hosts) == 1 else 'are'} known: "
+                           f"{verb(len(hosts), 'is', 'are')} known: "
                            f"pass --hosts h1,h2,... (or run inside a Slurm allocation)")
     return hosts[:n]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 
-from rankmap.errors import RankmapError, counted
+from rankmap.errors import RankmapError, counted, verb
 from rankmap.mapping.objective import check, key_of_congestion
 from rankmap.mapping.platform import NodeModel
 
@@ -50,7 +50,7 @@ class NodeProblem:
                 self.Th = None
         if n > self.model.G * self.K:
             raise RankmapError(
-                f"{counted(n, 'rank')} do{'es' if n == 1 else ''} not fit on {counted(self.model.G, 'GPU')} with "
+                f"{counted(n, 'rank')} {verb(n, 'does', 'do')} not fit on {counted(self.model.G, 'GPU')} with "
                 f"{counted(self.K, 'rank')} per GPU: "
                 f"use --ranks-per-gpu {-(-n // self.model.G)} or more GPUs/nodes")
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rankmap.errors import RankmapError, counted
+from rankmap.errors import RankmapError, counted, verb
 from rankmap.mapping import split
 from rankmap.mapping.bounds import lower_bound
 from rankmap.mapping.cluster import Cluster
@@ -97,7 +97,7 @@ def check_fit(n: int, platform: Platform, ranks_per_gpu: int) -> None:
     if n > cap:
         need = -(-n // (platform.nodes * platform.G))
         raise RankmapError(
-            f"{counted(n, 'rank')} do{'es' if n == 1 else ''} not fit on {counted(platform.nodes, 'node')} x "
+            f"{counted(n, 'rank')} {verb(n, 'does', 'do')} not fit on {counted(platform.nodes, 'node')} x "
             f"{counted(platform.G, 'GPU')} with {counted(ranks_per_gpu, 'rank')} per GPU: pass --ranks-per-gpu {need} or more nodes (--nodes)")
 
 

@@ -42,7 +42,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
 
 from rankmap import __version__
-from rankmap.errors import RankmapError
+from rankmap.errors import RankmapError, verb
 from rankmap.mapping import basis as B
 from rankmap.mapping.traffic import job_matrices
 from rankmap.store import Store, StoreUnavailable
@@ -308,7 +308,7 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         if failed:
             others = [f"{c!r}" for c in failed if c != "live"]
             why = " (" + "; ".join(
-                ([f"{', '.join(others)} {'does' if len(others) == 1 else 'do'} not load here"] if others else []) +
+                ([f"{', '.join(others)} {verb(len(others), 'does', 'do')} not load here"] if others else []) +
                 (["live does not load here: it discovers the node it runs on through its NVIDIA driver (on the "
                   "job's node it works); anywhere, `--topology nvidia-smi-topo.txt` reads the output of "
                   "`nvidia-smi topo -m` saved on that node"] if "live" in failed else []) +
