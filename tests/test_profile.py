@@ -161,6 +161,46 @@ def test_ring_exact_matrix(mpi, examples, home, tmp_path):
 
 
 @pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
+def test_jobs_that_send_no_bytes(mpi, ring_bins, home, tmp_path):
+    """A job of MPI_Barrier alone (tests/native/first_call_app.c) printed "heaviest pairs" of 0 B at a
+    share of "-", a matrix of dots and an empty "where the sent bytes lived" table, and `rankmap
+    show` an empty bytes/proc column. One line now says that no bytes were sent, over the messages
+    by operation; the same for empty messages (the ring of 0-byte messages) and for ranks that never
+    talk (the ring of 0 iterations). MPICH's barrier sends a byte (its SMP barrier ends in a 1-byte
+    MPI_Bcast), so it runs under Open MPI alone."""
+    messages = "no bytes sent: messages by class and operation"
+    cases = [(launch(mpi, ring_bins, 2, "0", "5"), messages, "p2p", "MPI_Isend", 10, 5),
+             (launch(mpi, ring_bins, 2, "1000", "0"), "no bytes sent: no rank recorded a message", None, None, 0, 0)]
+    if mpi == "openmpi":
+        app = tmp_path / "barriers"
+        subprocess.run([MPIS[mpi][0], "-O1", "-o", str(app), str(ROOT / "tests" / "native" / "first_call_app.c")],
+                       check=True)
+        cases.append((MPIS[mpi][1] + ["2", str(app), "0", "10"], messages, "collective", "MPI_Barrier", 22, 11))
+    env = dict(home, COLUMNS="80")
+    byte_sections = ("heaviest pairs", "traffic matrix", "where the sent bytes lived", "share", " 0 B", "bytes/proc")
+    for cmd, first, cls, op, msgs, per_proc in cases:
+        p = rankmap("profile", "--no-progress", "--", *cmd, env=env)
+        assert p.returncode == 0, p.stderr
+        s = rankmap("show", "latest", env=env)
+        assert s.returncode == 0, s.stderr
+        for out in (p.stdout, s.stdout):
+            lines = out.splitlines()
+            assert max(map(len, lines)) <= 80 and not any(x in out for x in byte_sections), out
+            i = lines.index(first)
+            assert "POP efficiency (2 ranks" in out, out
+            if op:                   # the table of messages: a head, then a row per operation
+                head, row = (ln.strip("┃│ ").split() for ln in (lines[i + 2], lines[i + 4]))
+                assert head == ["class", "┃", "operation", "┃", "messages"], out
+                assert row == [cls, "│", op, "│", str(msgs)], out
+        if op:  # rankmap show: the table of MPI operations has its figures and no bytes column
+            words = " ".join(s.stdout.replace("─", " ").split())
+            assert "(average, min, max over the processes), instances operation avg time min max n/proc" in words, \
+                s.stdout
+            row = [ln for ln in s.stdout.splitlines() if f"  {op} " in ln][-1]
+            assert row.split()[-1] == str(per_proc), row
+
+
+@pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
 def test_store_agrees_with_the_records(mpi, examples, home, tmp_path):
     """One-sided (an MPI_Get counts from target to origin) and collective traffic through the store."""
     n = 4

@@ -489,21 +489,23 @@ def renderables(rep: CudaReport, *, full: bool = True) -> list[Any]:
     # The category heads its rows instead of taking a column, and the figures' headers are short, so
     # that the operation names (kernel names above all) keep their room in an 80-column terminal or a
     # file: with a category column and long headers they were the column dropped.
+    # a bytes column only where some row moved bytes: a job of barriers had an empty one
+    with_bytes = any(r.bytes for r in rep.table)
     t = Table()
     t.add_column("operation", min_width=18, overflow="fold")
-    for c in ("avg time", "min", "max", "n/proc", "bytes/proc"):
+    for c in ("avg time", "min", "max", "n/proc", "bytes/proc")[:5 if with_bytes else 4]:
         t.add_column(c, justify="right", no_wrap=True)
     category = None
     for r in rep.table:
         if r.category != category:
             category = r.category
-            t.add_row(Text(category, style="bold"), "", "", "", "", "")
+            t.add_row(Text(category, style="bold"))
         t.add_row("  " + r.operation, human_time(r.avg_ns), human_time(r.min_ns), human_time(r.max_ns),
-                  _fmt_count(r.instances), human_bytes(r.bytes) if r.bytes else "")
+                  _fmt_count(r.instances), *([human_bytes(r.bytes) if r.bytes else ""] if with_bytes else []))
     if rep.table:
         head = (f"per process, over {counted(len(rep.ranks), 'GPU rank')}" if rep.ranks else
                 "MPI/NCCL operations per process (no CUDA activity recorded)")
-        head += ": total time (average, min, max over the processes), instances, bytes"
+        head += ": total time (average, min, max over the processes), instances" + (", bytes" if with_bytes else "")
         out.append(Group(Text(head, style="bold"), t))
     if rep.copy_kinds:
         t = Table()

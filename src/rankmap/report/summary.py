@@ -155,20 +155,16 @@ def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[A
 
     total = sum(r["bytes"] for r in traffic)
     if not traffic:
-        out.append(Text("no traffic recorded", style="yellow"))
+        # ranks that reported and sent nothing (MPI_Init and MPI_Finalize alone) are a fact about the
+        # job; without a rank's records, nothing is known about its traffic
+        out.append(Text("no bytes sent: no rank recorded a message" if ranks else "no traffic recorded",
+                        style="yellow"))
+    elif not total:
+        # messages of no payload (MPI_Barrier, empty sends): the operations and their messages are
+        # all there is to show; pairs by bytes, the matrix and the memory kinds would be empty tables
+        out.append(_by_operation(traffic, "no bytes sent: messages by class and operation", total))
     else:
-        by_op: dict[tuple[str, str], list[int]] = {}
-        for r in traffic:
-            a = by_op.setdefault((r["class"], r["operation"]), [0, 0])
-            a[0] += r["bytes"]
-            a[1] += r["messages"]
-        t = _table(f"bytes by class and operation (total {human_bytes(total)})")
-        for c, j in (("class", "left"), ("operation", "left"), ("bytes", "right"), ("messages", "right"),
-                     ("share", "right")):
-            t.add_column(c, justify=j)
-        for (k, op), (b, msgs) in sorted(by_op.items(), key=lambda kv: (-kv[1][0], kv[0])):
-            t.add_row(k, op, human_bytes(b), f"{msgs:,}", f"{100 * b / total:.1f} %" if total else "-")
-        out.append(t.group)
+        out.append(_by_operation(traffic, f"bytes by class and operation (total {human_bytes(total)})", total))
 
         pairs: dict[tuple[int, int], list[int]] = {}
         for r in traffic:
@@ -180,7 +176,7 @@ def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[A
             t.add_column(c, justify=j)
         top = sorted(pairs.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_PAIRS]
         for (s, d), (b, msgs) in top:
-            t.add_row(f"{s} → {d}", human_bytes(b), f"{msgs:,}", f"{100 * b / total:.1f} %" if total else "-")
+            t.add_row(f"{s} → {d}", human_bytes(b), f"{msgs:,}", f"{100 * b / total:.1f} %")
         out.append(t.group)
         out.append(matrix_table(store.traffic_matrix(job_id)))
 
@@ -221,6 +217,23 @@ def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[A
         out.append(Text(f"{counted(len(problems), 'record problem')}: see `rankmap export {job_id} --format json`",
                         style="yellow"))
     return out
+
+
+def _by_operation(traffic: list[dict], heading: str, total: int) -> Group:
+    """Bytes and messages by class and operation, the heaviest first; with no bytes sent (``total``
+    0), messages only."""
+    by_op: dict[tuple[str, str], list[int]] = {}
+    for r in traffic:
+        a = by_op.setdefault((r["class"], r["operation"]), [0, 0])
+        a[0] += r["bytes"]
+        a[1] += r["messages"]
+    t = _table(heading)
+    cols = ("class", "operation", "bytes", "messages", "share") if total else ("class", "operation", "messages")
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("class", "operation") else "right")
+    for (k, op), (b, msgs) in sorted(by_op.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0])):
+        t.add_row(k, op, *((human_bytes(b), f"{msgs:,}", f"{100 * b / total:.1f} %") if total else (f"{msgs:,}",)))
+    return t.group
 
 
 class _table(Table):
