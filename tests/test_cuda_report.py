@@ -249,3 +249,63 @@ def test_table_keeps_its_names_in_80_columns():
     assert "at::native::" in text and "_ZN" not in text
     row = next(ln for ln in lines if "ncclDevKernel_SendRecv" in ln)
     assert row.split()[1:] == ["2", "ms", "2", "ms", "2", "ms", "40"], row    # avg, min, max, instances
+
+
+def _operation_cells(text: str) -> list[str]:
+    """The operation column of the per-process table, each cell's folded lines joined (spaces dropped:
+    rich wraps a cell at its spaces)."""
+    lines = text.splitlines()
+    h = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("operation "))
+    end = lines[h].index("avg time") - 1
+    cells: list[str] = []
+    for ln in lines[h + 2:]:
+        if not ln.strip():
+            break
+        op = ln[:end]
+        if op.startswith("   "):                      # a row: two spaces into the cell
+            cells.append("".join(op.split()))
+        elif ln[end:].strip() == "" and cells and op.strip() not in ("CUDA_KERNEL", "MEMORY_OPER"):
+            cells[-1] += "".join(op.split())           # its name, folded
+    return cells
+
+
+def test_kernels_alike_past_the_cut_read_apart():
+    """On an H200 two cuBLAS kernels both read
+    "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize32x32x8_stage3_warpsize1x2x1_ffma…": their names
+    differ past the 80 characters the report keeps. Names that would read the same are shown to the
+    word where they part; overloads (alike without their parameter lists) with their parameters.
+    The table stays within 80 columns, and no two rows read the same."""
+    import io
+
+    from rich.console import Console, Group
+
+    from rankmap.report.cuda import CudaInputs, cuda_report, renderables
+    gemm = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize32x32x8_stage3_warpsize1x2x1_ffma_aligna4_alignc4_execute_"
+    names = [gemm + "kernel__5x_cublas", gemm + "segment_k_off_kernel__5x_cublas",
+             gemm.replace("aligna4_alignc4", "aligna1_alignc1") + "kernel__5x_cublas",
+             # g++'s symbols: a PyTorch-like kernel with two array sizes, and an overloaded function
+             "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_13BinaryFunctorIfffNS0_15binary_internal10Mul"
+             "FunctorIfEEEESt5arrayIPcLm2EEEEviT0_T1_",
+             "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_13BinaryFunctorIfffNS0_15binary_internal10Mul"
+             "FunctorIfEEEESt5arrayIPcLm3EEEEviT0_T1_",
+             "_Z1kPi", "_Z1kPf", "ncclDevKernel_SendRecv"]
+    vec = "at::native::vectorized_elementwise_kernel<4, BinaryFunctor<float, float, float, MulFunctor<float> >, "
+    want = [names[0], gemm + "segment…", gemm[:gemm.index("aligna4")] + "aligna1…",
+            vec + "array<char*, 2ul> >", vec + "array<char*, 3ul> >", "k(int*)", "k(float*)", "ncclDevKernel_SendRecv"]
+    kernels = [dict(rank=r, device=r, name=n, count=10, ns=1_000_000 * (len(names) - i) + r)
+               for r in (0, 1) for i, n in enumerate(names)]
+    rep = cuda_report(CudaInputs(kernels=kernels, elapsed={0: 10**9, 1: 10**9},
+                                 cuda_ranks=[dict(rank=r, activity="on: all", devices={}) for r in (0, 1)],
+                                 capture="on"))
+    assert [r.operation for r in rep.table][1:] == want          # the JSON export's and the dashboard's too
+    buf = io.StringIO()
+    Console(file=buf, width=80, force_terminal=False).print(Group(*renderables(rep)))
+    text = buf.getvalue()
+    assert max(map(len, text.splitlines())) <= 80, text
+    cells = _operation_cells(text)
+    assert cells == ["allkernels(8names)", *("".join(w.split()) for w in want)], text
+    from rankmap.report.cuda import kernel_labels
+    assert list(kernel_labels(names).values()) == want
+    # each alone, or with names that part within the cut, keeps its short name
+    assert kernel_labels(names[:1] + names[3:4] + names[5:6]) == {
+        names[0]: gemm[:79] + "…", names[3]: (vec + "array<char*, 2ul> >")[:79] + "…", names[5]: "k"}

@@ -20,6 +20,7 @@ Bytes are decimal (GB = 1e9), times ns.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -107,9 +108,12 @@ def _cxa_demangle():
 
 def short_kernel_name(name: str, width: int = 80) -> str:
     """A kernel name, demangled, without its return type and parameter list, at most ``width`` characters."""
-    s = demangle(name.strip()).replace("(anonymous namespace)::", "")
-    if s.startswith("void "):
-        s = s[5:]
+    return _cut_end(_short(name), width)
+
+
+def _short(name: str) -> str:
+    """:func:`short_kernel_name`, whole."""
+    s = _full(name)
     depth = 0
     for i, ch in enumerate(s):          # cut at the parameter list: the first '(' outside <...>
         if ch == "<":
@@ -125,7 +129,59 @@ def short_kernel_name(name: str, width: int = 80) -> str:
     lt = s.find("<")
     if lt > 0:
         s = s[:lt] + _QUALIFIER.sub("", s[lt:])
+    return s
+
+
+def _full(name: str) -> str:
+    """A kernel name demangled, with its parameter list, without its return type ``void``."""
+    s = demangle(name.strip()).replace("(anonymous namespace)::", "")
+    return s[5:] if s.startswith("void ") else s
+
+
+def _cut_end(s: str, width: int) -> str:
     return s if len(s) <= width else s[:width - 1] + "…"
+
+
+def kernel_labels(names: Iterable[str], width: int = 80) -> dict[str, str]:
+    """Each kernel name (as recorded) -> its label in the report: :func:`short_kernel_name`, unless
+    two names would then read the same.
+
+    Such names are shown fuller first (with their parameter lists, then as recorded): overloads
+    differ only there. Names still alike in their first ``width`` characters are shown past the cut,
+    to the end of the word where they part: on an H200 two cuBLAS kernels both read
+    "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize32x32x8_stage3_warpsize1x2x1_ffma…". Every label
+    then shows a character where it differs from each other label, so no two read the same."""
+    forms = (_short, _full, str)
+    level = {n: 0 for n in dict.fromkeys(names)}
+    while True:     # a name whose form another shares takes its next, fuller form
+        alike = [n for g in _alike({n: forms[k](n) for n, k in level.items()}) for n in g
+                 if level[n] < len(forms) - 1]
+        if not alike:
+            break
+        for n in alike:
+            level[n] += 1
+    whole = {n: forms[k](n) for n, k in level.items()}
+    label = {}
+    for n, s in whole.items():
+        part = max((len(os.path.commonprefix([s, o])) for m, o in whole.items() if m != n), default=0)
+        label[n] = _cut_end(s, width) if part < width - 1 else _cut_after(s, part)
+    return label
+
+
+def _alike(forms: Mapping[str, str]) -> list[list[str]]:
+    """The groups of keys (two or more) that share one form."""
+    by: dict[str, list[str]] = {}
+    for n, s in forms.items():
+        by.setdefault(s, []).append(n)
+    return [g for g in by.values() if len(g) > 1]
+
+
+def _cut_after(s: str, part: int) -> str:
+    """``s`` up to the end of the word of its character ``part`` (and whole if little more follows):
+    "…_ffma_aligna4_alignc4_execute_segment…"."""
+    ends = [i for i in (s.find(c, part + 1) for c in "_:<>,() ") if i > 0]
+    end = min(ends, default=len(s))
+    return s if len(s) - end <= 12 else s[:end] + "…"
 
 
 _QUALIFIER = re.compile(r"(?:\{lambda[^}]*\}|[A-Za-z_]\w*)::")
@@ -286,8 +342,9 @@ def cuda_report(inp: CudaInputs) -> CudaReport:
     if inp.kernels:
         table.append(_row("CUDA_KERNEL", f"all kernels ({counted(len(by_name), 'name')})", k_ns, k_n, on_ranks))
         heavy = sorted(by_name.items(), key=lambda kv: (-sum(kv[1][0].values()), kv[0]))
+        labels = kernel_labels(name for name, _ in heavy[:TOP_KERNELS])
         for name, (ns, n) in heavy[:TOP_KERNELS]:
-            table.append(_row("CUDA_KERNEL", short_kernel_name(name), ns, n, on_ranks))
+            table.append(_row("CUDA_KERNEL", labels[name], ns, n, on_ranks))
         if len(heavy) > TOP_KERNELS:
             rest_ns: dict[int, float] = {}
             rest_n: dict[int, float] = {}
