@@ -364,3 +364,19 @@ def mf_csv(tmp_path: Path) -> Path:
     f = tmp_path / "t.csv"
     f.write_text("src,dst,class,operation,bytes,messages\n0,1,p2p,MPI_Send,10,1\n")
     return f
+
+
+def test_a_host_named_twice_is_one_line(setup):
+    """`--hosts nodeA,nodeA` put `nodeA` in the launcher's host list twice (`--host nodeA:1,nodeA:2`),
+    and both nodes' ranks on one machine's GPUs. Every node of a mapping is a host of its own."""
+    tmp_path, worker, env = setup
+    mf = write_mapping(tmp_path, doc([0, 1, 1], [0, 0, 3], 2))
+    for cmd in (["srun", "-n", "3", sys.executable, str(worker)],
+                ["mpirun", "-np", "3", "./app"], ["mpiexec.hydra", "-n", "3", "./app"]):
+        p = rankmap("run", "--dry-run", "--mapping", str(mf), "--topology", "dgx1-v100", "--hosts", "nodeA,nodeA",
+                    "--", *cmd, env=env)
+        assert_one_line_error(p, "--hosts names nodeA twice (nodes 0 and 1)")
+    p = rankmap("run", "--dry-run", "--mapping", str(mf), "--topology", "dgx1-v100", "--hosts", "nodeA,nodeB,nodeA",
+                "--", "srun", "-n", "3", sys.executable, str(worker), env=env)
+    assert_one_line_error(p, "nodeA twice (nodes 0 and 2)")
+

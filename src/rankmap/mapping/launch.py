@@ -253,10 +253,19 @@ def host_slots(m: Mapping, hosts: list[str]) -> str:
 
 
 def hosts_for(m: Mapping, given: str | None) -> list[str]:
-    """Host names of nodes 0..N-1: ``--hosts a,b,...``, else the Slurm allocation."""
+    """Host names of nodes 0..N-1: ``--hosts a,b,...``, else the Slurm allocation. Every node of the
+    mapping is a machine of its own with its own GPUs, so a host named twice is an error: merged, it
+    would put two nodes' ranks on one machine's GPUs (slots per host are rankmap's to count from the
+    mapping, not the list's)."""
     n = m.nodes
     if given:
         hosts = [h for h in given.split(",") if h]
+        seen: dict[str, int] = {}
+        for i, h in enumerate(hosts):
+            if h in seen:
+                raise RankmapError(f"--hosts names {h} twice (nodes {seen[h]} and {i}): every node of the mapping "
+                                   f"is a host of its own; name each host once")
+            seen[h] = i
     else:
         hosts = _slurm_hosts()
     if len(hosts) < n:
