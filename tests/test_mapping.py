@@ -390,3 +390,39 @@ def test_map_text_columns_keep_small_jobs_readable(tmp_path):
     fm.write_text("src,dst,class,operation,bytes,messages,mem\n0,1,p2p,MPI_Send,7865280,240,host\n")
     w = rankmap("map", "--traffic", str(fm), "--topology", "dgx1-v100", "--as-gpu-resident", "--format", "json")
     assert json.loads(w.stdout)["assumption"].startswith("what-if: the 7.865 MB recorded as host-staged"), w.stdout
+
+
+def _records(n: int, nbytes: int):
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(world_rank=r, source="mpi", host="h", pid=1, traffic=[
+        dict(peer=(r + 1) % n, klass="p2p", operation="MPI_Send", mem="device", direction="send",
+             bytes=nbytes, messages=1)] if nbytes else []) for r in range(n)]
+
+
+def test_map_of_a_failed_job_names_the_failure(tmp_path):
+    from rankmap.store import open_store
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    store = open_store(db)
+    empty = store.create_job(["mpirun", "-np", "4", "./app"], launcher="openmpi", world_size=4)
+    store.ingest(empty, _records(4, 0))
+    store.finish_job(empty, exit_status=1)
+    assert_one_line_error(rankmap("map", "--job", str(empty), "--db", db, "--topology", "dgx1-v100"),
+                          f"job {empty} failed (exit 1) and recorded no traffic between ranks")
+    part = store.create_job(["mpirun", "-np", "4", "./app"], launcher="openmpi", world_size=4)
+    store.ingest(part, _records(4, 10**6))
+    store.finish_job(part, exit_status=137)
+    p = rankmap("map", "--job", str(part), "--db", db, "--topology", "dgx1-v100")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0].startswith(f"note: job {part} failed (exit 137): placing the traffic it recorded")
+    j = rankmap("map", "--job", str(part), "--db", db, "--topology", "dgx1-v100", "--format", "json")
+    assert j.returncode == 0 and f"job {part} failed (exit 137)" in j.stderr
+    assert json.loads(j.stdout)["source"] == {"job": part, "command": "mpirun -np 4 ./app", "state": "failed",
+                                              "exit_status": 137}
+    ok = store.create_job(["mpirun", "-np", "4", "./app"], launcher="openmpi", world_size=4)
+    store.ingest(ok, _records(4, 0))
+    store.finish_job(ok, exit_status=0)
+    p = rankmap("map", "--job", str(ok), "--db", db, "--topology", "dgx1-v100")
+    assert_one_line_error(p, f"job {ok} recorded no traffic between ranks")
+    assert "failed" not in p.stderr

@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from rankmap.report.summary import human_bytes
+    from rankmap.store.schema import state_words
 
     t = Table(title=f"jobs in {store.url}", title_justify="left")
     for c, j in (("id", "right"), ("state", "left"), ("ranks", "right"), ("bytes", "right"),
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         t.add_column(c, justify=j, overflow="fold")
     for r in rows:
         dur = "" if r["duration_s"] is None else f"{r['duration_s']:.1f} s"
-        state = f"failed (exit {r['exit_status']})" if r["state"] == "failed" else r["state"]
+        state = state_words(r["state"], r["exit_status"])
         t.add_row(str(r["id"]), state, str(r["ranks"]), human_bytes(r["bytes"]),
                   (r["start"] or "")[:19].replace("T", " "), dur, r["command"])
     Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(t)

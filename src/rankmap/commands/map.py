@@ -75,6 +75,14 @@ def run(args: argparse.Namespace) -> int:
         traffic, job = tr.from_job(store, args.job)
         source = {"job": job["id"], "command": job.get("command")}
         what = f"job {job['id']}"
+        if job["state"] == "failed":
+            from rankmap.store.schema import state_words
+
+            # what a failed run recorded may be only part of its traffic: say so before placing it
+            source.update(state=job["state"], exit_status=job["exit_status"])
+            print(f"note: job {job['id']} {state_words(job['state'], job['exit_status'])}: placing the traffic it "
+                  f"recorded before it ended, which may be only part of what the job exchanges",
+                  file=sys.stderr if args.format == "json" else sys.stdout)
     doc = place(traffic, source=source, as_gpu_resident=args.as_gpu_resident, what=what, **solver_options(args))
     saved = None
     if args.save:

@@ -59,10 +59,14 @@ def job_traffic(store, jid: int) -> Traffic:
 
 
 def from_job(store, spec: str) -> tuple[Traffic, dict]:
-    """The stored traffic of job ``spec`` ('latest' or an id) and its job row."""
+    """The stored traffic of job ``spec`` ('latest' or an id) and its job row; a job without traffic
+    is an error that says how the job ended when it failed."""
+    from rankmap.store.schema import state_words
+
     jid = store.resolve_job(spec)
     job = store.job(jid)
     tr = job_traffic(store, jid)
     if tr.total == 0:
-        raise RankmapError(f"job {jid} recorded no traffic between ranks: nothing to place")
+        how = f" {state_words('failed', job['exit_status'])} and" if job["state"] == "failed" else ""
+        raise RankmapError(f"job {jid}{how} recorded no traffic between ranks: nothing to place")
     return tr, job

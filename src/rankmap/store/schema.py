@@ -36,6 +36,11 @@ def ended_state(exit_status: int | None) -> str:
     """The state of a job that ended with everything stored: ``failed`` for a non-zero exit status."""
     return "failed" if exit_status not in (None, 0) else "finished"
 
+
+def state_words(state: str, exit_status: int | None) -> str:
+    """A job's state as the verbs print it: "failed (exit 1)", else the state."""
+    return f"failed (exit {exit_status})" if state == "failed" else state
+
 #: the largest row id (``Integer`` primary keys are 32-bit on PostgreSQL, which refuses to compare
 #: them with a larger bound value -- "integer out of range" -- where such an id simply names no row)
 MAX_ROW_ID = 2**31 - 1
