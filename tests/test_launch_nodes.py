@@ -380,3 +380,36 @@ def test_a_host_named_twice_is_one_line(setup):
                 "--", "srun", "-n", "3", sys.executable, str(worker), env=env)
     assert_one_line_error(p, "nodeA twice (nodes 0 and 2)")
 
+
+def test_tune_keeps_the_default_and_run_launches_it_bound(setup, monkeypatch):
+    """A profile whose best placement gains a hair over the default: tune stores the default
+    placement, and run starts every rank on its default GPU, still bound to that GPU's CPUs,
+    memory and NIC."""
+    import numpy as np
+
+    from rankmap.store import command_key, open_store
+
+    tmp_path, worker, env = setup
+    monkeypatch.setenv("PATH", env["PATH"])     # the command's key names the torchrun that runs
+    cmd = ["torchrun", "--nproc_per_node=8", str(worker)]
+    store = open_store(env["RANKMAP_DB"])
+    jid = store.create_job(cmd, launcher="torchrun", world_size=8, key=command_key(cmd))
+    rng = np.random.default_rng(1)     # an all-to-all whose pairs differ by under 0.2 %
+    store.ingest(jid, [SimpleNamespace(world_rank=r, source="nccl", host="h", pid=1, traffic=[
+        dict(peer=q, klass="p2p", operation="Send", mem="device", direction="send",
+             bytes=int(1e9 * (1 + 0.002 * rng.random())), messages=1) for q in range(8) if q != r])
+        for r in range(8)])
+    store.finish_job(jid, exit_status=0)
+    t = rankmap("tune", "--topology", "dgx1-v100", "--", *cmd, env=env)
+    assert t.returncode == 0, t.stdout + t.stderr
+    assert "note: the default placement is kept: it is within" in t.stdout
+    stored = store.latest_mapping(command_key(cmd), 8)["mapping"]
+    assert stored["default_kept"] and [stored["mapping"][str(r)]["gpu"] for r in range(8)] == list(range(8))
+    p = rankmap("run", "--topology", "dgx1-v100", "--", *cmd, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    s = seen(p.stdout)
+    assert sorted(s) == list(range(8))
+    for r, rec in s.items():
+        e = stored["mapping"][str(r)]
+        assert e["gpu"] == r and e["cpus"] and e["netdev"]
+        check_binding(rec, e, device=r)

@@ -11,6 +11,8 @@ from rankmap.errors import RankmapError
 # rankmap.mapping.objective.OBJECTIVES, spelled out so that the CLI starts without numpy (a test
 # keeps the two equal)
 OBJECTIVE_CHOICES = ("max", "avg", "hop-bytes")
+# rankmap.mapping.solve.MIN_GAIN in percent, spelled out for the same reason
+MIN_GAIN_PERCENT = 1.0
 
 
 def add_solver_args(p: argparse.ArgumentParser) -> None:
@@ -25,6 +27,10 @@ def add_solver_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--objective", choices=OBJECTIVE_CHOICES, default="max",
                    help="what to minimise: the busiest link's congestion (default), the average "
                         "congestion over used links, or hop-bytes")
+    p.add_argument("--min-gain", type=float, default=MIN_GAIN_PERCENT, metavar="PCT",
+                   help=f"keep the default placement unless the best one gains at least PCT %% on the objective "
+                        f"(default {MIN_GAIN_PERCENT:g}; 0: take any better placement): moving ranks has costs the "
+                        f"model does not see")
     p.add_argument("--measured", nargs="?", const="latest", metavar="RUN",
                    help="use the GPU-pair bandwidths measured by `rankmap bench p2p` (a stored run id, default "
                         "the latest) as link strengths")
@@ -53,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def solver_options(args: argparse.Namespace) -> dict:
     """The options of :func:`rankmap.pipeline.tune.place` that :func:`add_solver_args` parsed."""
     return dict(topology=args.topology, nodes=args.nodes, ranks_per_gpu=args.ranks_per_gpu, seed=args.seed,
-                time_budget=args.time_budget, objective=args.objective,
+                time_budget=args.time_budget, objective=args.objective, min_gain=args.min_gain / 100,
                 measured=args.measured, db=getattr(args, "db", None))
 
 

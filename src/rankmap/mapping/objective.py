@@ -32,6 +32,13 @@ DESCRIPTION = {
     "hop-bytes": "hop-bytes (bytes x links crossed), then maximum congestion",
 }
 
+#: the names of each objective's (primary, tie-break) figures, for reports
+FIGURES = {
+    "max": ("maximum congestion", "total congestion"),
+    "avg": ("average congestion over used links", "maximum congestion"),
+    "hop-bytes": ("hop-bytes", "maximum congestion"),
+}
+
 
 def check(objective: str) -> str:
     if objective not in OBJECTIVES:
@@ -76,14 +83,16 @@ def score_key(score, objective: str) -> tuple[float, float]:
     return (score.avg_congestion, score.max_congestion)
 
 
-def better(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
-    """``a`` strictly better than ``b``: lexicographic, with a relative tolerance for float sums."""
+def better(a: tuple[float, ...], b: tuple[float, ...], rel: float = REL_EPS) -> bool:
+    """``a`` strictly better than ``b``: lexicographic, figures within ``rel`` of each other (relative
+    to the larger) counting as equal; the default tolerance absorbs float sums, a larger one is a
+    least gain worth having (``--min-gain``)."""
     for x, y in zip(a, b):
         if x == y:
             continue
         if np.isinf(x) or np.isinf(y):
             return x < y
-        tol = REL_EPS * max(abs(x), abs(y), 1e-30)
+        tol = max(rel, REL_EPS) * max(abs(x), abs(y), 1e-30)
         if x < y - tol:
             return True
         if x > y + tol:

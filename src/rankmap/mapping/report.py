@@ -13,8 +13,9 @@ import numpy as np
 from rankmap.errors import counted
 from rankmap.formats.mapping_json import FORMAT, VERSION
 from rankmap.mapping import basis as B
-from rankmap.mapping.objective import DESCRIPTION
-from rankmap.mapping.solve import Placement
+from rankmap.mapping.cost import REL_EPS
+from rankmap.mapping.objective import DESCRIPTION, FIGURES
+from rankmap.mapping.solve import Placement, percent
 from rankmap.mapping.units import BYTE_UNITS, TIME_UNITS, amount, amount_in, fmt, unit
 
 
@@ -55,6 +56,9 @@ def to_json(pl: Placement, *, topology: str, ranks_per_gpu: int = 1, source: dic
         # what was minimised, a lower bound of its primary figure over all placements and the gap
         "objective": pl.objective, "bound": pl.bound, "gap": round(pl.gap, 6),
         "default_kept": bool(pl.default_kept), "notes": list(pl.notes),
+        # ranks the placement moves from the default; the least gain worth moving them for, and when
+        # that kept the default, what the best placement found would have given (``best``)
+        "moved_ranks": int(pl.moved), "min_gain": pl.min_gain, "best": pl.best,
         "info": {k: v for k, v in pl.info.items()},
         "links": links, "source": source or {},
         # what the traffic was taken to be: as recorded, or the GPU-resident what-if (with its assumption)
@@ -102,6 +106,8 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
     con.print(f"avg congestion over used links: {amount_in(d['avg_congestion'], au)} -> "
               f"{amount_in(doc['avg_congestion'], au)}" + (f"  ({imp['avg']:.2f}x)" if imp["avg"] else ""))
     con.print(f"predicted communication time bound (busiest link): {amount_in(doc['time_bound_s'], mu)}")
+    if "moved_ranks" in doc:
+        con.print(f"ranks moved from the default placement: {doc['moved_ranks']} of {doc['world_size']}")
     hs = doc.get("host_staged") or {}
     if hs.get("host_staged_bytes"):
         tot = hs["total_bytes"] or 1.0
@@ -126,11 +132,20 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
         m.caption = f"{len(doc['mapping']) - show_mapping} more ranks (--format json has all)"
     con.print(m)
     obj = doc.get("objective", "max")
+    bound = amount(doc["bound"], BYTE_UNITS if obj == "hop-bytes" else TIME_UNITS)
+    best = doc.get("best")
     if doc["optimal"]:
         how = "proven optimal"
+    elif best and best["optimal"]:
+        # the default kept under --min-gain: the bound is the proven optimum
+        if best["gain"] > REL_EPS:     # the primary figure gained (else only the tie-break did)
+            how = f"the default placement, {percent(doc['gap'])} above the proven optimum {bound}"
+        else:
+            how = f"the default placement, as good as the proven optimum {bound} on {FIGURES[obj][0]}"
     else:
-        bound = amount(doc["bound"], BYTE_UNITS if obj == "hop-bytes" else TIME_UNITS)
         how = f"not proven optimal; lower bound {bound}, at most {100 * doc['gap']:.1f} % above it"
+        if best:
+            how = f"the default placement, {percent(best['gain'])} above the best found; " + how
     con.print(f"objective: {DESCRIPTION.get(obj, obj)}")
     con.print(f"solver: {doc['solver']} ({how}), {doc['seconds']:.3f} s")
     for note in doc.get("notes", []):

@@ -19,8 +19,13 @@ Several nodes (:mod:`rankmap.mapping.split`, :mod:`rankmap.mapping.cluster`,
 
 In every case the answer is compared with the default placement (what the launcher does) and the
 default is kept, with a note saying so, when nothing better was found: a placement is never worse
-than doing nothing. The result carries a lower bound valid for every placement
-(:mod:`rankmap.mapping.bounds`) and the gap to it. A multi-node placement is never reported as proven
+than doing nothing. Among placements as good as the one found, the one that moves the fewest ranks
+from the default is preferred (:mod:`rankmap.mapping.moves`), and the default is also kept when the
+best placement gains less than ``min_gain`` (relative, on the objective's figures compared in order,
+:func:`rankmap.mapping.objective.better`): moving ranks has costs the model does not see. The
+placement then says how far the default is from the best one, and is not reported as optimal. The
+result carries a lower bound valid for every placement (:mod:`rankmap.mapping.bounds`) and the gap
+to it. A multi-node placement is never reported as proven
 optimal (the node split is a heuristic); ``info.nodes_proven_optimal`` says how many nodes' shares are.
 
 Host-staged bytes (``Traffic.host``) are routed GPU -> host -> GPU inside a node and through the NICs
@@ -40,12 +45,17 @@ from rankmap.mapping import split
 from rankmap.mapping.bounds import lower_bound
 from rankmap.mapping.cluster import Cluster
 from rankmap.mapping.cost import Score, Traffic, as_traffic, default_mapping, evaluate
-from rankmap.mapping.objective import better, check, gap, score_key
+from rankmap.mapping.moves import fewest_moves, moved
+from rankmap.mapping.objective import FIGURES, better, check, gap, score_key
 from rankmap.mapping.platform import Platform, gpu_cpus, gpu_numa
 from rankmap.mapping.refine import refine
 
 #: a cluster this small gets thorough (exact) node solves everywhere, also in refinement trials
 SMALL_RANKS = 128
+
+#: the least relative gain worth moving ranks for (``--min-gain``, there in percent): below it the
+#: default placement is kept
+MIN_GAIN = 0.01
 
 
 @dataclass
@@ -65,6 +75,11 @@ class Placement:
     bound: float = 0.0  # lower bound of the objective's primary figure over all placements
     default_kept: bool = False
     notes: list[str] = field(default_factory=list)
+    moved: int = 0         # ranks on another node or GPU than the default placement's
+    min_gain: float = 0.0  # the least relative gain the placement had to bring to be taken
+    # when the default was kept for a gain under min_gain: the best placement's figures, whether it
+    # is proven optimal, the ranks it moves and its relative gain on the objective's two figures
+    best: dict | None = None
 
     @property
     def value(self) -> float:
@@ -102,11 +117,13 @@ def check_fit(n: int, platform: Platform, ranks_per_gpu: int) -> None:
 
 
 def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0, time_budget: float = 10.0,
-          exact_max_gpus: int = 16, objective: str = "max") -> Placement:
+          exact_max_gpus: int = 16, objective: str = "max", min_gain: float = MIN_GAIN) -> Placement:
     t0 = time.perf_counter()
     check(objective)
     if time_budget <= 0:
         raise RankmapError(f"the time budget must be positive, got {time_budget}")
+    if not 0 <= min_gain < 1:
+        raise RankmapError(f"the least gain must be at least 0 % and under 100 %, got {100 * min_gain:g} %")
     tr = as_traffic(traffic)
     n = tr.n
     K = ranks_per_gpu
@@ -126,24 +143,67 @@ def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0,
     info.update({"nodes_proven_optimal": proven, "nodes_used": busy})
     notes: list[str] = []
     kept = False
+    best = None
     if not better(score_key(score, objective), score_key(default, objective)):
         # nothing better than what the launcher does: keep it (same figures at worst, fewer moves)
         kept = True
         node_of, gpu_of, score = d_node, d_gpu, default
         notes.append("the default placement is kept: it is already optimal" if optimal else
                      "the default placement is kept: no placement found is better")
+    else:
+        # of the placements as good as this one, one that moves fewer ranks
+        # (at most 5 % of the budget, and done by 99 % of it)
+        node_of, gpu_of = fewest_moves(platform, tr, objective, K, node_of, gpu_of, d_node, d_gpu,
+                                       deadline=min(t0 + 0.99 * time_budget,
+                                                    time.perf_counter() + 0.05 * time_budget))
+        score = evaluate(platform, tr, node_of, gpu_of)
+        if not better(score_key(score, objective), score_key(default, objective), rel=min_gain):
+            best, note = _forgone(score, default, objective, optimal, moved(node_of, gpu_of, d_node, d_gpu),
+                                  min_gain)
+            kept = True
+            notes.append(note)
+            node_of, gpu_of = d_node, d_gpu
+    best_value = score_key(score, objective)[0]   # the best placement's, kept or not
+    if kept:
+        score = default
     bound = lower_bound(platform, tr, K, objective)
     if node_bound is not None:
         bound = max(bound, node_bound)
-    value = score_key(score, objective)[0]
     if optimal:
-        bound = value
-    bound = min(bound, value)
+        bound = best_value
+    bound = min(bound, best_value)
+    if best is not None:
+        optimal = False     # the default kept is worse than the best placement, if only a little
     solvers = " + ".join(sorted(cl.solvers)) or "trivial"
     solver = solvers if platform.nodes == 1 else f"node split ({info.get('split', '?')}) + {solvers}"
     staging = staging_summary(platform, tr, node_of)
     return Placement(platform, np.asarray(node_of), np.asarray(gpu_of), score, default, optimal, solver,
-                     time.perf_counter() - t0, info, staging, objective, bound, kept, notes)
+                     time.perf_counter() - t0, info, staging, objective, bound, kept, notes,
+                     moved(node_of, gpu_of, d_node, d_gpu), min_gain, best)
+
+
+def _forgone(score: Score, default: Score, objective: str, optimal: bool, moves: int,
+             min_gain: float) -> tuple[dict, str]:
+    """What keeping the default gives up (the best placement's figures, its relative gains on the
+    objective's two figures, the ranks it moves) and the note that says so."""
+    b, d = score_key(score, objective), score_key(default, objective)
+    gains = [(y - x) / y if y > 0 else 0.0 for x, y in zip(b, d)]
+    best = {"max_congestion": score.max_congestion, "avg_congestion": score.avg_congestion,
+            "total_congestion": score.total_congestion, "hop_bytes": score.hop_bytes, "optimal": bool(optimal),
+            "moved_ranks": moves, "gain": gains[0], "tie_break_gain": gains[1]}
+    first, second = FIGURES[objective]
+    of = "the optimum" if optimal else "the best placement found"
+    if better(b[:1], d[:1]):
+        how = f"within {percent(gains[0])} of {of} on {first}"
+    else:
+        how = f"as good as {of} on {first} and within {percent(max(gains[1], 0.0))} of it on {second}"
+    return best, f"the default placement is kept: it is {how}, a gain under --min-gain {100 * min_gain:g} %"
+
+
+def percent(x: float) -> str:
+    """A small share in percent, in words: "0.04 %", "less than 0.001 %"."""
+    v = 100 * x
+    return f"{v:.2g} %" if v >= 0.001 else "less than 0.001 %"
 
 
 def _one_node(cl: Cluster, deadline: float) -> tuple[dict, float | None]:

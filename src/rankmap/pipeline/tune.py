@@ -13,24 +13,30 @@ from rankmap.errors import RankmapError
 
 
 def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1, seed: int = 0,
-          time_budget: float = 10.0, objective: str = "max", source: dict | None = None,
+          time_budget: float = 10.0, objective: str = "max", min_gain: float | None = None,
+          source: dict | None = None,
           measured: str | None = None, db: str | None = None, as_gpu_resident: bool = False,
           what: str = "the traffic") -> dict:
     """The mapping JSON of the best placement of ``traffic`` on ``nodes`` x ``topology``; with
     ``measured`` (a stored ``rankmap bench p2p`` run id or ``latest``, in the store at ``db``) the
     topology's links carry the measured GPU-pair bandwidths. ``as_gpu_resident``: place the what-if
     in which the host-staged bytes went GPU to GPU (:mod:`rankmap.mapping.basis`; ``what`` names the
-    traffic in the error when none of it is host-staged), and say so in the document."""
+    traffic in the error when none of it is host-staged), and say so in the document. ``min_gain``
+    (a fraction; default :data:`rankmap.mapping.solve.MIN_GAIN`): the least gain worth moving ranks
+    for."""
     from rankmap.mapping import basis as B
     from rankmap.mapping.inputs import load_topology
     from rankmap.mapping.platform import Platform, node_model
     from rankmap.mapping.report import to_json
-    from rankmap.mapping.solve import place as solve
+    from rankmap.mapping.solve import MIN_GAIN, place as solve
 
     if nodes < 1:
         raise RankmapError(f"--nodes must be at least 1, got {nodes}")
     if time_budget <= 0:
         raise RankmapError(f"--time-budget must be positive, got {time_budget}")
+    min_gain = MIN_GAIN if min_gain is None else min_gain
+    if not 0 <= min_gain < 1:
+        raise RankmapError(f"--min-gain must be at least 0 and under 100 (percent), got {100 * min_gain:g}")
     traffic, fields = B.apply(B.GPU_RESIDENT if as_gpu_resident else B.AS_RECORDED, traffic, what)
     topo = load_topology(topology)
     if measured:
@@ -40,7 +46,7 @@ def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1
         topo = measured_topology(topo, open_store(db, existing=True), measured)
     platform = Platform(node_model(topo), nodes)
     pl = solve(platform, traffic, ranks_per_gpu=ranks_per_gpu, seed=seed, time_budget=time_budget,
-               objective=objective)
+               objective=objective, min_gain=min_gain)
     return to_json(pl, topology=topo.name, ranks_per_gpu=ranks_per_gpu, source=source, basis=fields)
 
 
