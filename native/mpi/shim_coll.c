@@ -6,7 +6,8 @@
  *
  *  library  Open MPI's monitoring PML records every message it sends through
  *           mca_common_monitoring_record_pml(world rank, bytes, tag), an exported entry point of
- *           libmca_common_monitoring (as in Open MPI 4.1).  The shim defines
+ *           libmca_common_monitoring (Open MPI 4.1), or of libmpi itself where the components are
+ *           built into it (an Open MPI 5 built without dlopen, as PyPI's wheel).  The shim defines
  *           that symbol too: being preloaded, its definition is the one the monitoring PML binds
  *           to, so each message passes through here (and on to the real one, so the library's own
  *           dumps stay intact).  Each message sent inside a collective call, and each message
@@ -411,13 +412,14 @@ static int find_monitoring(struct dl_phdr_info *info, size_t size, void *data) {
 
 void mca_common_monitoring_record_pml(int world_rank, size_t data_size, int tag);
 
-/* the real record function of the loaded monitoring library, or NULL */
+/* the real record function: the loaded monitoring library's, else the next definition after the
+ * shim's (libmpi's own, components built in); NULL where there is none */
 static void *resolve_real(const char **pml) {
   const char *found[2] = {NULL, NULL};
   dl_iterate_phdr(find_monitoring, found);
   if (pml) *pml = found[1];
   void *h = found[0] ? dlopen(found[0], RTLD_NOLOAD | RTLD_LAZY) : NULL;
-  void *f = h ? dlsym(h, "mca_common_monitoring_record_pml") : NULL;
+  void *f = h ? dlsym(h, "mca_common_monitoring_record_pml") : dlsym(RTLD_NEXT, "mca_common_monitoring_record_pml");
   return f == (void *)mca_common_monitoring_record_pml ? NULL : f;
 }
 
@@ -448,11 +450,12 @@ void mca_common_monitoring_record_pml(int world_rank, size_t data_size, int tag)
 }
 
 /* The library source is on when the monitoring PML is interposed (pml_monitoring_enable != 0: its
- * component stays loaded after MPI_Init) and RANKMAP_COLLECTIVES does not ask for another source. */
+ * component stays loaded after MPI_Init; where it is built into libmpi, the variable says so) and
+ * RANKMAP_COLLECTIVES does not ask for another source. */
 static void lib_setup(void) {
   const char *pml = NULL;
   void *f = resolve_real(&pml);
-  if (!f || !pml) return;
+  if (!f || !(pml || rm_pml_monitoring > 0)) return;
   real_record_pml = (void (*)(int, size_t, int))f;
   const char *want = getenv("RANKMAP_COLLECTIVES");
   if (want && *want && strcmp(want, "auto") != 0 && strcmp(want, "library") != 0) {

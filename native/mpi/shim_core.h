@@ -618,6 +618,8 @@ void rm_coll_count(int sig);              /* one more call of a stored signature
 
 /* MPI_T (shim_mpit.c): control variables as META, performance variables sampled per flush */
 void rm_mpit_setup(void);
+/* Open MPI's pml_monitoring_enable as MPI_T read it after MPI_Init (-1: not there) */
+extern int rm_pml_monitoring;
 void rm_mpit_sample(rmrec_t *c, int final);   /* from the flush hook */
 void rm_mpit_teardown(void);
 

@@ -25,6 +25,7 @@
 /* ---- control variables ------------------------------------------------------------------------ */
 
 static int mpit_on, mpit_mt;
+int rm_pml_monitoring = -1;
 
 static int wanted_cvar(const char *name) {
   static const char *prefixes[] = {"coll_", "MPIR_CVAR_", "MV2_", "pml_monitoring_enable"};
@@ -94,6 +95,7 @@ static void cvars_to_meta(void) {
       if (dt == MPI_INT) {
         if (en != MPI_T_ENUM_NULL) enum_name(en, v.i, val, sizeof val);
         else snprintf(val, sizeof val, "%d", v.i);
+        if (strcmp(name, "pml_monitoring_enable") == 0) rm_pml_monitoring = v.i;
       } else if (dt == MPI_UNSIGNED) snprintf(val, sizeof val, "%u", v.u);
       else if (dt == MPI_UNSIGNED_LONG) snprintf(val, sizeof val, "%lu", v.ul);
       else if (dt == MPI_UNSIGNED_LONG_LONG) snprintf(val, sizeof val, "%llu", v.ull);

@@ -95,7 +95,9 @@ void mca_common_monitoring_record_pml(int world_rank, size_t n, int tag) {
     const char *name = NULL;
     dl_iterate_phdr(find_lib, &name);
     void *h = name ? dlopen(name, RTLD_NOLOAD | RTLD_LAZY) : NULL;
-    real = h ? (void (*)(int, size_t, int))dlsym(h, "mca_common_monitoring_record_pml") : NULL;
+    /* Open MPI 5 built without dlopen (PyPI's wheel): the monitoring is in libmpi itself */
+    real = (void (*)(int, size_t, int))(h ? dlsym(h, "mca_common_monitoring_record_pml")
+                                          : dlsym(RTLD_NEXT, "mca_common_monitoring_record_pml"));
   }
   if (real) real(world_rank, n, tag);
   count(world_rank, n);
