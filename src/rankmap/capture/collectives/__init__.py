@@ -4,8 +4,8 @@ Three sources, best first (docs/collective-models.md):
 
 * ``library`` -- rows the shim took from the MPI library's own per-message accounting (Open MPI's
   monitoring PML); they are already in the record, and facts flagged as measured get no rows here;
-* ``mirror`` -- the library's algorithm selection followed (:mod:`.ompi` for Open MPI 4.1's
-  coll/tuned, :mod:`.mpich` for MPICH 4.0), from the facts and the control variables the shim
+* ``mirror`` -- the library's algorithm selection followed (:mod:`.ompi` for Open MPI 4.1's and
+  5.0's coll/tuned, :mod:`.mpich` for MPICH 4.0), from the facts and the control variables the shim
   read through MPI_T;
 * ``model`` -- a fixed algorithm per collective (:mod:`.model`) where neither applies.
 
@@ -66,17 +66,20 @@ class Library:
             self.note = "model requested (RANKMAP_COLLECTIVES=model)"
             return
         m = re.search(r"Open MPI v(\d+)\.(\d+)", lib)
-        if m and (int(m.group(1)), int(m.group(2))) == (4, 1):
-            prm = ompi.params_from_meta(meta)
+        release = (int(m.group(1)), int(m.group(2))) if m else None
+        if release in ompi.RELEASES:
+            prm = ompi.params_from_meta(meta, release)
             if prm.not_tuned:
                 self.note = f"Open MPI: {prm.not_tuned}; the model applies"
                 return
 
             def run_ompi(c: Call, nodes: tuple[int, ...] | None):
-                r = ompi.messages(c, prm)
+                r = ompi.messages(c, prm, nodes)
                 return None if r is None else (r[0], r[1], False)
             self.mirror = run_ompi
-            self.note = "Open MPI 4.1 coll/tuned mirrored"
+            self.note = f"Open MPI {release[0]}.{release[1]} coll/tuned mirrored"
+            if prm.han_over_tuned:
+                self.note += f" (coll/han's {', '.join(ompi.HAN)} across nodes: the model)"
             return
         m = re.search(r"MPICH Version:\s*(\d+)\.(\d+)", lib)
         if m and (int(m.group(1)), int(m.group(2))) == (4, 0):

@@ -1,14 +1,25 @@
-"""Mirror of Open MPI 4.1's collective selection: coll/tuned's decisions and coll/base's algorithms.
+"""Mirror of Open MPI 4.1's and 5.0's collective selection: coll/tuned's decisions and coll/base's algorithms.
 
 Open MPI runs a blocking collective on an intra-communicator through the highest-priority coll
 component that provides it: ``tuned`` (priority 30) for everything it implements, ``basic``
-(priority 10) for the rest (gatherv, scatterv, scan, exscan, alltoallw). ``tuned`` picks an
-algorithm with its fixed rules (:mod:`.ompi_rules`) unless ``coll_tuned_use_dynamic_rules`` is set,
-in which case a rules file (``coll_tuned_dynamic_rules_filename``) and then the forced-algorithm
-MCA parameters (``coll_tuned_<coll>_algorithm`` with its segment size and fan-outs) come first.
+(priority 10) for the rest (gatherv, scatterv, scan, exscan, alltoallw). ``han`` (priority 0 in
+4.1, 35 in 5.0) takes bcast, reduce, allreduce, allgather, gather, scatter and barrier, but only on
+a communicator whose ranks span more than one node: on a node-local one it disqualifies itself
+(``coll_han_module.c``, both releases), so tuned runs there. ``tuned`` picks an algorithm with its
+fixed rules (:mod:`.ompi_rules`) unless ``coll_tuned_use_dynamic_rules`` is set, in which case a
+rules file (``coll_tuned_dynamic_rules_filename``) and the forced-algorithm MCA parameters
+(``coll_tuned_<coll>_algorithm`` with its segment size and fan-outs) come first: 4.1 asks the
+rules file, then the forced algorithm; 5.0 the forced algorithm, then the rules file.
 
-Each algorithm below follows ``ompi/mca/coll/base/coll_base_<coll>.c`` of v4.1.x message for
-message: the function gives the messages one rank sends (destination and bytes, one entry per PML
+What 5.0 changed against 4.1 for what is mirrored here (v4.1.6 against v5.0.x): the fixed rules
+(``coll_tuned_decision_fixed.c``) are the same file; allgather gained algorithm 7, sparbit; the
+rules file may start with ``rule-file-version-2`` and then carry a fifth number per message size
+(max requests); the algorithms of coll/base the mirror follows send the same messages (bruck's
+alltoall builds its datatype differently, the same blocks; alltoallv's pairwise exchange skips
+empty blocks, which the direct exchange here never counted).
+
+Each algorithm below follows ``ompi/mca/coll/base/coll_base_<coll>.c`` of v4.1.x and v5.0.x
+message for message: the function gives the messages one rank sends (destination and bytes, one entry per PML
 send, counted as the monitoring PML counts them), so the per-pair bytes equal what Open MPI's
 own monitoring reports (checked in ``tests/test_collectives.py``). Sends a rank makes to
 itself go through the PML there too and are kept. Where an algorithm's messages depend on what a
@@ -20,14 +31,21 @@ Parameters come from the META the shim wrote: ``cvar.<name>`` (MPI_T control var
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from rankmap.capture.collectives.call import Call, Msg, Out
 from rankmap.capture.collectives.ompi_rules import RULES
 
 MAXTREEFANOUT = 32
+
+#: the Open MPI releases mirrored (major, minor)
+RELEASES = ((4, 1), (5, 0))
+
+#: the collectives coll/han provides on a communicator that spans nodes (coll_han_module.c)
+HAN = ("allgather", "allreduce", "barrier", "bcast", "gather", "reduce", "scatter")
 
 # tuned's collective ids (enum COLLTYPE of coll_base_functions.h), as in rules files
 COLLTYPE = ("allgather", "allgatherv", "allreduce", "alltoall", "alltoallv", "alltoallw", "barrier",
@@ -45,7 +63,7 @@ ALG_NAMES = {
     "bcast": ("", "basic_linear", "chain", "pipeline", "split_binary_tree", "binary_tree", "binomial",
               "knomial", "scatter_allgather", "scatter_allgather_ring"),
     "reduce": ("", "linear", "chain", "pipeline", "binary", "binomial", "in-order_binary", "rabenseifner"),
-    "allgather": ("", "linear", "bruck", "recursive_doubling", "ring", "neighbor", "two_proc"),
+    "allgather": ("", "linear", "bruck", "recursive_doubling", "ring", "neighbor", "two_proc", "sparbit"),
     "alltoall": ("", "linear", "pairwise", "modified_bruck", "linear_sync", "two_proc"),
     "alltoallv": ("", "basic_linear", "pairwise"),
     "gather": ("", "basic_linear", "binomial", "linear_sync"),
@@ -72,6 +90,8 @@ class Forced:
 class Params:
     """Everything tuned decides with besides the call itself."""
 
+    #: the Open MPI release whose tuned is mirrored (:data:`RELEASES`)
+    release: tuple[int, int] = (4, 1)
     dynamic: bool = False
     forced: dict[str, Forced] = field(default_factory=dict)
     rules: dict[str, list[tuple[int, list[tuple[int, int, int, int]]]]] = field(default_factory=dict)
@@ -79,6 +99,10 @@ class Params:
     alltoall_max_requests: int = 0
     #: why the mirror does not apply to this job (another coll component wins), or None
     not_tuned: str | None = None
+    #: coll/han's priority is above tuned's: han runs :data:`HAN` on communicators across nodes
+    han_over_tuned: bool = False
+    #: collectives another component runs on the communicator of the call in hand (set per call)
+    taken: frozenset[str] = frozenset()
 
     def forced_for(self, coll: str) -> Forced:
         return self.forced.get(coll, Forced())
@@ -102,24 +126,48 @@ def _alg_number(coll: str, v: str | None) -> int:
     return names.index(s) if s in names else 0
 
 
-def parse_rules_file(text: str) -> dict[str, list[tuple[int, list[tuple[int, int, int, int]]]]]:
+_NUMBER = re.compile(r"-?(?:0[xX][0-9a-fA-F]+|\d+)")
+
+
+def _rule_tokens(text: str) -> list[tuple[int, bool]]:
+    """The numbers of a rules file, each with whether only blanks (spaces, tabs) separate it from
+    the number before it (a comment, a line end or other text does not)."""
+    body = re.sub(r"#[^\n]*", "\n", text)
+    out, last = [], 0
+    for m in _NUMBER.finditer(body):
+        t = m.group()
+        v = int(t, 8) if re.fullmatch(r"0\d+", t) else int(t, 0)
+        out.append((v, last > 0 and not body[last:m.start()].strip(" \t")))
+        last = m.end()
+    return out
+
+
+def parse_rules_file(text: str, release: tuple[int, int] = (4, 1)
+                     ) -> dict[str, list[tuple[int, list[tuple[int, int, int, int]]]]]:
     """tuned's dynamic rules file: numbers only, ``#`` to the end of a line is a comment.
 
     Layout: number of collectives, then for each: collective id (COLLTYPE), number of communicator
     sizes, then for each: communicator size, number of message sizes, then for each: message size,
-    algorithm, topology fan-in/out, segment size. Returns {collective: [(comm size, [(msg size,
-    alg, faninout, segsize), ...]), ...]}; a malformed file gives {} (tuned ignores it entirely).
+    algorithm, topology fan-in/out, segment size. Open MPI 5.0 reads an optional first line
+    ``rule-file-version-N``; from version 2 a fifth number on the same line as a message size's
+    segment size is its max requests (read and dropped: it orders the sends, it does not change
+    them). Returns {collective: [(comm size, [(msg size, alg, faninout, segsize), ...]), ...]}; a
+    malformed file gives {} (tuned ignores it entirely).
     """
-    nums = [int(t, 0) if not re.fullmatch(r"0\d+", t) else int(t, 8)
-            for t in re.findall(r"-?(?:0[xX][0-9a-fA-F]+|\d+)", re.sub(r"#[^\n]*", " ", text))]
+    version = 1
+    if release >= (5, 0):
+        m = re.match(r"rule-file-version-(\d+)", text)
+        if m:
+            version, text = int(m.group(1)), text[m.end():]
+    toks = _rule_tokens(text)
     pos = 0
 
     def nxt() -> int:
         nonlocal pos
-        if pos >= len(nums) or nums[pos] < 0:
+        if pos >= len(toks) or toks[pos][0] < 0:
             raise ValueError("rules file ends early or holds a negative number")
         pos += 1
-        return nums[pos - 1]
+        return toks[pos - 1][0]
 
     out: dict[str, list] = {}
     try:
@@ -132,6 +180,8 @@ def parse_rules_file(text: str) -> dict[str, list[tuple[int, list[tuple[int, int
                 cs, msgs = nxt(), []
                 for k in range(nxt()):
                     ms, alg, fan, seg = nxt(), nxt(), nxt(), nxt()
+                    if version > 1 and pos < len(toks) and toks[pos][1] and toks[pos][0] >= 0:
+                        nxt()                                 # max requests
                     if k == 0 and ms != 0:
                         return {}
                     msgs.append((ms, alg, fan, seg))
@@ -142,10 +192,10 @@ def parse_rules_file(text: str) -> dict[str, list[tuple[int, list[tuple[int, int
     return out
 
 
-def params_from_meta(meta: dict[str, str]) -> Params:
+def params_from_meta(meta: dict[str, str], release: tuple[int, int] = (4, 1)) -> Params:
     """tuned's parameters from the ``cvar.*`` / ``file.*`` META of a rank's record."""
     cv = {k[5:]: v for k, v in meta.items() if k.startswith("cvar.")}
-    p = Params()
+    p = Params(release=release)
     p.dynamic = str(cv.get("coll_tuned_use_dynamic_rules", "0")).strip().lower() in ("1", "true", "yes")
     tf = _int(cv.get("coll_tuned_init_tree_fanout"), 4)
     cf = _int(cv.get("coll_tuned_init_chain_fanout"), 4)
@@ -163,22 +213,31 @@ def params_from_meta(meta: dict[str, str]) -> Params:
     p.alltoall_max_requests = _int(cv.get("coll_tuned_alltoall_algorithm_max_requests"), 0)
     text = meta.get("file.coll_tuned_dynamic_rules_filename")
     if p.dynamic and text:
-        p.rules = parse_rules_file(text)
+        p.rules = parse_rules_file(text, release)
     p.not_tuned = _other_component(cv)
+    p.han_over_tuned = _selected(cv, "han") and _int(cv.get("coll_han_priority"), 0) > _int(
+        cv.get("coll_tuned_priority"), 30)
     return p
 
 
-def _other_component(cv: dict[str, str]) -> str | None:
-    """Why coll/tuned would not run this job's collectives, from the coll priorities and selection."""
+def _selected(cv: dict[str, str], comp: str) -> bool:
+    """Whether the ``coll`` MCA parameter (a list, or ``^`` and the excluded) lets ``comp`` run."""
     sel = str(cv.get("coll", "")).strip()
-    if sel:
-        names = [s.strip() for s in sel.lstrip("^").split(",") if s.strip()]
-        if sel.startswith("^") and "tuned" in names:
-            return "coll/tuned excluded by the coll MCA parameter"
-        if not sel.startswith("^") and "tuned" not in names:
-            return f"coll components limited to {sel}"
+    if not sel:
+        return True
+    names = [s.strip() for s in sel.lstrip("^").split(",") if s.strip()]
+    return (comp not in names) if sel.startswith("^") else (comp in names)
+
+
+def _other_component(cv: dict[str, str]) -> str | None:
+    """Why coll/tuned would not run this job's collectives, from the coll priorities and selection
+    (coll/han is not among them: it gives way to tuned on a node, see :func:`messages`)."""
+    sel = str(cv.get("coll", "")).strip()
+    if not _selected(cv, "tuned"):
+        return ("coll/tuned excluded by the coll MCA parameter" if sel.startswith("^")
+                else f"coll components limited to {sel}")
     tuned = _int(cv.get("coll_tuned_priority"), 30)
-    for comp in ("han", "sm", "adapt", "hcoll", "ucc", "cuda", "acoll", "xhc"):
+    for comp in ("sm", "adapt", "hcoll", "ucc", "cuda", "acoll", "xhc"):
         pr = cv.get(f"coll_{comp}_priority")
         if pr is not None and _int(pr, 0) > tuned:
             return f"coll/{comp} has priority {_int(pr)} over tuned's {tuned}"
@@ -242,31 +301,53 @@ def _dynamic_size(c: Call) -> int:
 def choose(c: Call, prm: Params) -> tuple[int, int, int, str]:
     """(algorithm, fan-in/out, segment size, how it was chosen) for a tuned collective."""
     if prm.dynamic:
-        coms = prm.rules.get(c.kind)
-        if coms:
-            best = coms[0]
-            for com in coms:
-                if com[0] > c.p:
-                    break
-                best = com
-            msgs = best[1]
-            if msgs:
-                n = _dynamic_size(c)
-                hit = msgs[0]
-                for m in msgs:
-                    if m[0] <= n:
-                        hit = m
-                    else:
-                        break
-                if hit[1]:
-                    return hit[1], hit[2], hit[3], "rules file"
-        f = prm.forced_for(c.kind)
-        if f.algorithm:
-            fan = f.chain_fanout if c.kind in ("bcast", "reduce", "reduce_scatter", "reduce_scatter_block",
-                                                "scatter") else f.tree_fanout
-            return f.algorithm, fan, f.segsize, "forced"
+        steps = (_forced_choice, _rules_choice) if prm.release >= (5, 0) else (_rules_choice, _forced_choice)
+        for step in steps:
+            got = step(c, prm)
+            if got is not None:
+                return got
     rule = RULES[c.kind]
     return _lookup(rule, c.p, _decision_size(c), c.is_commutative), 0, 0, "fixed rules"
+
+
+def _rules_choice(c: Call, prm: Params) -> tuple[int, int, int, str] | None:
+    """The rules file's entry for the call, if it names an algorithm."""
+    coms = prm.rules.get(c.kind)
+    if not coms:
+        return None
+    best = coms[0]
+    for com in coms:
+        if com[0] > c.p:
+            break
+        best = com
+    msgs = best[1]
+    if not msgs:
+        return None
+    n = _dynamic_size(c)
+    hit = msgs[0]
+    for m in msgs:
+        if m[0] <= n:
+            hit = m
+        else:
+            break
+    return (hit[1], hit[2], hit[3], "rules file") if hit[1] else None
+
+
+def _forced_choice(c: Call, prm: Params) -> tuple[int, int, int, str] | None:
+    """The forced algorithm (``coll_tuned_<coll>_algorithm``), if one is set."""
+    f = prm.forced_for(c.kind)
+    if not f.algorithm:
+        return None
+    fan = f.chain_fanout if c.kind in ("bcast", "reduce", "reduce_scatter", "reduce_scatter_block",
+                                        "scatter") else f.tree_fanout
+    return f.algorithm, fan, f.segsize, "forced"
+
+
+def _through_selected(kind: str, prm: Params) -> None:
+    """A tuned algorithm that calls another collective through the communicator's selected
+    component: mirrored only while that component is tuned."""
+    if kind in prm.taken:
+        raise KeyError(kind)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -823,6 +904,8 @@ def allreduce(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) 
         reduce(out, c, 1, 0, 0, prm, count, 0)
         return bcast(out, c, 1, 0, 0, prm, count, 0, ts)
     if alg == 2:                                  # reduce + bcast through the selected component
+        _through_selected("reduce", prm)
+        _through_selected("bcast", prm)
         sub = Call("reduce", c.form, p, r, 0, count, ts, count, ts, c.inplace, c.commute)
         a, f, s, _ = choose(sub, prm)
         reduce(out, sub, a, f, s, prm)
@@ -931,7 +1014,9 @@ def allgather(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) 
     rcount, rs = c.rcount, c.rsize
     if p < 2 or rcount * rs == 0:
         return
-    if alg == 1:                                  # gather to 0 + bcast, both through tuned
+    if alg == 1:                                  # gather to 0 + bcast, through the selected component
+        _through_selected("gather", prm)
+        _through_selected("bcast", prm)
         sc, ss = (rcount, rs) if c.inplace else (c.scount, c.ssize)
         g = Call("gather", c.form, p, r, 0, sc, ss, rcount, rs, c.inplace and r == 0)
         a, f, s, _ = choose(g, prm)
@@ -973,7 +1058,28 @@ def allgather(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) 
         sc, ss = (rcount, rs) if c.inplace else (c.scount, c.ssize)
         out.send(r ^ 1, sc, ss)
         return
+    if alg == 7 and prm.release >= (5, 0):
+        return _allgather_sparbit(out, c)
     raise KeyError(alg)
+
+
+def _allgather_sparbit(out: Out, c: Call) -> None:
+    """ompi_coll_base_allgather_intra_sparbit (5.0): ceil(log2 p) steps at halving distances, one
+    message per block held; a step skips the block of the previous step where p's bits say so. It
+    sends ``scount`` elements of the receive type (``rcount`` in place, where scount means nothing)."""
+    p, r = c.p, c.rank
+    n = c.rcount if c.inplace else c.scount
+    steps = math.ceil(math.log(p) / math.log(2))          # as the C code computes it, in doubles
+    distance = 1 << (steps - 1)
+    last_ignore = (p & -p).bit_length() - 1
+    ignore_steps = ((~(p >> last_ignore) | 1) << last_ignore) & 0xFFFFFFFF
+    expected = 1
+    for _ in range(steps):
+        exclusion = 1 if distance & ignore_steps == distance else 0
+        for _t in range(expected - exclusion):
+            out.send((r + distance) % p, n, c.rsize)
+        distance >>= 1
+        expected = (expected << 1) - exclusion
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1086,6 +1192,8 @@ def reduce_scatter_block(out: Out, c: Call, alg: int, fan: int, segsize: int, pr
         return
     total = rc * p
     if alg == 1:
+        _through_selected("reduce", prm)
+        _through_selected("scatter", prm)
         red = Call("reduce", c.form, p, r, 0, total, ts, total, ts, c.inplace, c.commute)
         a, f, s, _ = choose(red, prm)
         reduce(out, red, a, f, s, prm)
@@ -1211,11 +1319,17 @@ IMPLEMENTED = {"bcast": bcast, "reduce": reduce, "allreduce": allreduce, "allgat
                "reduce_scatter_block": reduce_scatter_block}
 
 
-def messages(c: Call, prm: Params) -> tuple[list[Msg], str] | None:
-    """The messages rank ``c.rank`` sends for ``c`` under Open MPI 4.1, and the algorithm's name;
-    None where the mirror does not cover the call (then the model applies)."""
+def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> tuple[list[Msg], str] | None:
+    """The messages rank ``c.rank`` sends for ``c`` under Open MPI 4.1 or 5.0 (``prm.release``),
+    and the algorithm's name; None where the mirror does not cover the call (then the model
+    applies). ``nodes``: the node of each rank of the communicator (None: one node), for coll/han,
+    which runs :data:`HAN` (not mirrored) where they span nodes and its priority is above tuned's."""
     if c.form != "blocking" or prm.not_tuned:
         return None
+    if prm.han_over_tuned and nodes is not None and len(set(nodes)) > 1:
+        if c.kind in HAN:
+            return None
+        prm = replace(prm, taken=frozenset(HAN))
     out = Out()
     if c.kind in ("alltoallv", "alltoallw", "gatherv", "scatterv"):
         direct(out, c)

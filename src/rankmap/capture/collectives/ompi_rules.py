@@ -1,7 +1,7 @@
-"""Open MPI 4.1 coll/tuned fixed decision rules, as data.
+"""Open MPI 4.1 and 5.0 coll/tuned fixed decision rules, as data.
 
 Transcribed from ``ompi/mca/coll/tuned/coll_tuned_decision_fixed.c`` of Open MPI v4.1.x (the same
-rules from 4.1.0 to 4.1.6): for each collective, which algorithm number tuned's fixed decision
+rules from 4.1.0 to 4.1.8; v5.0.0 to v5.0.x have the same file, byte for byte): for each collective, which algorithm number tuned's fixed decision
 picks. A rule is an algorithm number, ``{"commute": rule, "noncommute": rule}`` (the operator's
 commutativity decides), or ``(var, [(bound, rule), ...])``: the first entry whose ``bound`` is
 None or greater than the value of ``var`` applies (``p``: communicator size; ``n``: the message
