@@ -52,7 +52,7 @@ def main() -> int:
     if not counters:
         check(False, f"job {job_id}: no link samples stored")
         return fails
-    print(f"job {job_id}: {job['command']}  ({n} ranks)")
+    print(f"job {job_id}: {job['command']}  ({n} rank{'' if n == 1 else 's'})")
     ngpu = 1 + max(d for d, _ in counters)
 
     nccl_rows = [r for r in st.traffic(job_id) if r["class"] == "nccl"]

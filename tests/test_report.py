@@ -184,3 +184,16 @@ def test_pop_metrics_withheld_when_time_in_mpi_exceeds_the_run(tmp_path):
     assert "RANKMAP_SAMPLE=1" in out and "load balance" not in out and "parallel efficiency" not in out, out
     # sound figures are still shown
     assert pop_metrics([{"elapsed_ns": 10, "comm_ns": 10, "world_rank": 0}]).withheld() is None
+
+
+def test_a_job_of_one_rank_says_it_has_no_peer(tmp_path):
+    """A one-worker torchrun job records its NCCL calls but no pair: "no rank recorded a message" (seen
+    on an H200) was untrue; the summary says the job has one rank."""
+    store = open_store(f"sqlite:///{tmp_path / 'db'}")
+    jid = store.create_job(["torchrun", "--nproc_per_node=1", "x.py"], launcher="torchrun", world_size=1)
+    store.ingest(jid, [FakeRecord(0, [], world_size=1, elapsed_ns=10**9, op_time={"ncclAllReduce": (4, 10**6)})])
+    out = summary_text(store, jid)
+    assert "no bytes sent between ranks: the job has one rank" in out and "no rank recorded" not in out, out
+    jid = store.create_job(["mpirun", "-np", "2", "./x"], launcher="openmpi", world_size=2)
+    store.ingest(jid, [FakeRecord(r, [], world_size=2, elapsed_ns=10**9) for r in range(2)])
+    assert "no bytes sent: no rank recorded a message" in summary_text(store, jid)

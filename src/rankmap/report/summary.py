@@ -157,8 +157,14 @@ def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[A
     if not traffic:
         # ranks that reported and sent nothing (MPI_Init and MPI_Finalize alone) are a fact about the
         # job; without a rank's records, nothing is known about its traffic
-        out.append(Text("no bytes sent: no rank recorded a message" if ranks else "no traffic recorded",
-                        style="yellow"))
+        world = job.get("world_size") or len({r["world_rank"] for r in ranks})
+        if not ranks:
+            said = "no traffic recorded"
+        elif world == 1:     # its NCCL or MPI calls (a torchrun job of one worker) had no peer to send to
+            said = "no bytes sent between ranks: the job has one rank"
+        else:
+            said = "no bytes sent: no rank recorded a message"
+        out.append(Text(said, style="yellow"))
     elif not total:
         # messages of no payload (MPI_Barrier, empty sends): the operations and their messages are
         # all there is to show; pairs by bytes, the matrix and the memory kinds would be empty tables
