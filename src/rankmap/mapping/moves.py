@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+import functools
 import itertools
 import math
 
@@ -100,21 +101,26 @@ def _exhaustive(p: NodeProblem, cur: np.ndarray, home: np.ndarray) -> np.ndarray
     G, n, K = p.model.G, p.n, p.K
     if (math.perm(G, n) if K == 1 else G ** n) > EXHAUSTIVE_ROWS:
         return None
-    if K == 1:
-        rows = np.array(list(itertools.permutations(range(G), n)), dtype=np.int64).reshape(-1, n)
-    else:
-        rows = np.array(list(itertools.product(range(G), repeat=n)), dtype=np.int64).reshape(-1, n)
-        rows = rows[np.all([np.count_nonzero(rows == h, axis=1) <= K for h in range(G)], axis=0)]
+    rows = _placements(G, n, K)
     moves = np.count_nonzero(rows != home, axis=1)
     proj = p.projection()
     terms = [(T, cpb @ proj) for T, cpb in p.terms()]
     eo, ei = (x @ proj for x in p.ext)
 
     def keys(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        L = np.zeros((len(rows), proj.shape[1]))
+        # each placement's bytes per GPU pair (a row of G*G), then one product with the pairs' link
+        # costs: a pass over the placements per rank pair cost ten times more on a dense pattern
+        R = len(rows)
+        L = np.zeros((R, proj.shape[1]))
+        base = (np.arange(R, dtype=np.int64) * (G * G))[:, None]
         for T, c in terms:
-            for i, j in zip(*np.nonzero(T)):
-                L += T[i, j] * c[rows[:, i], rows[:, j]]
+            ii, jj = np.nonzero(T)
+            if not len(ii):
+                continue
+            flat = base + rows[:, ii] * G + rows[:, jj]
+            W = np.bincount(flat.ravel(), weights=np.broadcast_to(T[ii, jj], flat.shape).ravel(),
+                            minlength=R * G * G).reshape(R, G * G)
+            L += W @ c.reshape(G * G, -1)
         for i in np.nonzero(p.eout)[0]:
             L += p.eout[i] * eo[rows[:, i]]
         for i in np.nonzero(p.ein)[0]:
@@ -137,6 +143,18 @@ def _exhaustive(p: NodeProblem, cur: np.ndarray, home: np.ndarray) -> np.ndarray
         if ok.any():
             return level[int(np.argmax(ok))]
     return cur
+
+
+@functools.lru_cache(maxsize=8)
+def _placements(G: int, n: int, K: int) -> np.ndarray:
+    """Every placement of ``n`` ranks on ``G`` GPUs, at most ``K`` a GPU (a row each; read-only)."""
+    if K == 1:
+        rows = np.array(list(itertools.permutations(range(G), n)), dtype=np.int64).reshape(-1, n)
+    else:
+        rows = np.array(list(itertools.product(range(G), repeat=n)), dtype=np.int64).reshape(-1, n)
+        rows = rows[np.all([np.count_nonzero(rows == h, axis=1) <= K for h in range(G)], axis=0)]
+    rows.setflags(write=False)
+    return rows
 
 
 def _relabel_nodes(nodes: int, node_of: np.ndarray, d_node: np.ndarray) -> np.ndarray:
