@@ -107,13 +107,38 @@ def test_profile_records_every_app_context(mpi, ring, tmp_path):
     if mpi not in ring:
         pytest.skip(f"{MPIS[mpi][0]} is not installed")
     cmd = launcher(mpi) + ["-np", "1", str(ring[mpi]), "1000", "3", ":", "-np", "1", str(ring[mpi]), "1000", "3"]
-    p = rankmap("profile", "--", *cmd, env={"RANKMAP_HOME": str(tmp_path / "home")}, timeout=300)
+    home = tmp_path / "home"
+    p = rankmap("profile", "--", *cmd, env={"RANKMAP_HOME": str(home)}, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "2 of 2 ranks reported" in p.stdout, p.stdout + p.stderr
     assert "warning" not in p.stderr, p.stderr
-    csv_text = rankmap("export", "latest", "--format", "csv", env={"RANKMAP_HOME": str(tmp_path / "home")}).stdout
-    rows = {(r.split(",")[0], r.split(",")[1], r.split(",")[4]) for r in csv_text.splitlines()[1:]}
-    assert ("0", "1", "3000") in rows and ("1", "0", "3000") in rows, csv_text
+    e = rankmap("export", "latest", "--format", "csv", env={"RANKMAP_HOME": str(home)})
+    rows = {(r.split(",")[0], r.split(",")[1], r.split(",")[4]) for r in e.stdout.splitlines()[1:]}
+    assert e.returncode == 0 and ("0", "1", "3000") in rows and ("1", "0", "3000") in rows, \
+        (f"export exit status {e.returncode}\n{e.stdout}{e.stderr}\n{_store_census(home)}\n"
+         f"the profile said:\n{p.stdout}{p.stderr}")
+
+
+def _store_census(home: Path) -> str:
+    """What the SQLite store in ``home`` holds, for a failure to explain itself: each job's id, state
+    and rows per table, and the files of its run directory with their sizes."""
+    import sqlalchemy as sa
+
+    from rankmap.store import open_store
+    from rankmap.store import schema as S
+
+    store = open_store(f"sqlite:///{home / 'rankmap.db'}", existing=True)
+    try:
+        with store.engine.connect() as c:
+            out = []
+            for jid, state, run_dir in c.execute(sa.select(S.jobs.c.id, S.jobs.c.state, S.jobs.c.run_dir)):
+                counts = {t.name: c.execute(sa.select(sa.func.count()).select_from(t).where(t.c.job == jid)).scalar()
+                          for t in S.metadata.sorted_tables if "job" in t.c}
+                files = {f.name: f.stat().st_size for f in sorted(Path(run_dir or "-").glob("*"))}
+                out.append(f"job {jid} ({state}): rows {counts}; run directory {run_dir}: {files}")
+            return "\n".join(out) or "the store holds no job"
+    finally:
+        store.engine.dispose()
 
 
 @pytest.mark.parametrize("mpi,bind", [("openmpi", ["--bind-to", "core"]), ("openmpi5", ["--bind-to", "core"]),
