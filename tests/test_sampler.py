@@ -392,7 +392,7 @@ def test_sampler_holds_after_another_process_opens_a_gpu_file(tmp_path):
 _HOLDER = ("import sys, time\n"
            "f = open(sys.argv[1])\n"
            "print('open', flush=True)\n"
-           "time.sleep(float(sys.argv[2]))\n"
+           "sys.stdin.readline()\n"           # closed when the test says so, not after a fixed sleep
            "f.close()\n"
            "print('closed', flush=True)\n"
            "time.sleep(0.2)\n")
@@ -403,14 +403,18 @@ def test_sampler_holds_after_another_process_closes_a_gpu_file(tmp_path):
     the close alone holds every GPU for about open_hold_s; the open, made before the sampler started,
     holds nothing."""
     dev = _dev(tmp_path)
-    p = subprocess.Popen([sys.executable, "-c", _HOLDER, str(dev / "nvidia0"), "0.4"], stdout=subprocess.PIPE,
-                         text=True)
+    # the holder closes the file when told: after a fixed sleep, a sampler slow to start on a loaded
+    # machine set its watch up after the close and saw nothing (once in CI)
+    p = subprocess.Popen([sys.executable, "-c", _HOLDER, str(dev / "nvidia0")], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline() == "open\n"
     src = _Recording()
     s = LinkSampler(src, interval_s=0.01, open_hold_s=0.3, open_cap_s=10.0, keep=False,
                     open_paths=gpu_device_files(dev)).start()
     time.sleep(0.2)
     assert s.cost.held_open == 0 and s.cost.samples >= 5   # the file open all along: nothing
+    p.stdin.write("close\n")
+    p.stdin.flush()
     assert p.stdout.readline() == "closed\n"
     t_closed = time.monotonic()
     p.wait()
