@@ -67,6 +67,7 @@ def test_equal_placements_prefer_the_fewest_moved_ranks(name, pattern, objective
 def test_fewest_moves_relabels_nodes_and_keeps_the_key():
     """Across nodes a placement's nodes can be renamed at no cost: the one with the most ranks on
     their default node is kept, with the same figures."""
+    from rankmap.mapping.cluster import Cluster
     from rankmap.mapping.moves import fewest_moves, moved
 
     pf = _platform("dgx1-v100", 2)
@@ -77,7 +78,8 @@ def test_fewest_moves_relabels_nodes_and_keeps_the_key():
     swapped = 1 - pl.node_of           # the same placement with nodes 0 and 1 renamed
     key = score_key(evaluate(pf, tr, swapped, pl.gpu_of), "max")
     assert key == pytest.approx(score_key(pl.score, "max"), rel=1e-9)
-    node_of, gpu_of = fewest_moves(pf, tr, "max", 1, swapped, pl.gpu_of, d_node, d_gpu, deadline=float("inf"))
+    node_of, gpu_of = fewest_moves(Cluster(pf, tr, 1, "max"), swapped, pl.gpu_of, d_node, d_gpu,
+                                   deadline=float("inf"))
     assert score_key(evaluate(pf, tr, node_of, gpu_of), "max") == pytest.approx(key, rel=1e-9)
     assert moved(node_of, gpu_of, d_node, d_gpu) <= pl.moved < moved(swapped, pl.gpu_of, d_node, d_gpu)
 

@@ -27,18 +27,20 @@ proven minimum.
 
 from __future__ import annotations
 
-import time
-
-import numpy as np
-
 import functools
 import itertools
 import math
+import time
+from typing import TYPE_CHECKING
 
-from rankmap.mapping.cost import REL_EPS, Traffic, evaluate
+import numpy as np
+
+from rankmap.mapping.cost import REL_EPS, evaluate
 from rankmap.mapping.objective import better, projected_keys, score_key
-from rankmap.mapping.platform import Platform
 from rankmap.mapping.problem import NodeProblem
+
+if TYPE_CHECKING:
+    from rankmap.mapping.cluster import Cluster
 
 #: a node whose ranks can take at most this many placements is searched exhaustively
 EXHAUSTIVE_ROWS = 40320
@@ -52,11 +54,13 @@ def moved(node_of: np.ndarray, gpu_of: np.ndarray, d_node: np.ndarray, d_gpu: np
     return int(np.count_nonzero((np.asarray(node_of) != d_node) | (np.asarray(gpu_of) != d_gpu)))
 
 
-def fewest_moves(platform: Platform, tr: Traffic, objective: str, K: int, node_of: np.ndarray,
-                 gpu_of: np.ndarray, d_node: np.ndarray, d_gpu: np.ndarray,
+def fewest_moves(cl: Cluster, node_of: np.ndarray, gpu_of: np.ndarray, d_node: np.ndarray, d_gpu: np.ndarray,
                  deadline: float) -> tuple[np.ndarray, np.ndarray]:
     """A placement with the key of (``node_of``, ``gpu_of``) that moves fewer ranks from the default
-    (``d_node``, ``d_gpu``), or the given one; stops at ``deadline`` (``time.perf_counter()``)."""
+    (``d_node``, ``d_gpu``), or the given one; stops at ``deadline`` (``time.perf_counter()``).
+    ``cl``: the solver's cluster (its platform, traffic, objective and node problems; its own
+    placement is neither read nor changed)."""
+    platform, tr, objective, K = cl.pf, cl.tr, cl.objective, cl.K
     node_of = np.asarray(node_of, dtype=np.int64).copy()
     gpu_of = np.asarray(gpu_of, dtype=np.int64).copy()
     target = score_key(evaluate(platform, tr, node_of, gpu_of), objective)
@@ -71,16 +75,12 @@ def fewest_moves(platform: Platform, tr: Traffic, objective: str, K: int, node_o
         nd = _relabel_nodes(platform.nodes, node_of, d_node)
         if moved(nd, gpu_of, d_node, d_gpu) < moved(node_of, gpu_of, d_node, d_gpu) and same(nd, gpu_of):
             node_of = nd
-    from rankmap.mapping.cluster import Cluster
-
-    cl = Cluster(platform, tr, K, objective)
-    cl.node_of = node_of
     large = []
     for u in range(platform.nodes):
         on = np.nonzero(node_of == u)[0]
         if not len(on) or time.perf_counter() >= deadline:
             continue
-        g = _exhaustive(cl.problem(u, on), gpu_of[on], np.where(d_node[on] == u, d_gpu[on], -1))
+        g = _exhaustive(cl.problem(u, on, node_of), gpu_of[on], np.where(d_node[on] == u, d_gpu[on], -1))
         if g is None:
             large.append(u)
         elif not np.array_equal(g, gpu_of[on]):

@@ -15,8 +15,8 @@ from rankmap.formats.mapping_json import FORMAT, VERSION
 from rankmap.mapping import basis as B
 from rankmap.mapping.cost import REL_EPS
 from rankmap.mapping.objective import DESCRIPTION, FIGURES
-from rankmap.mapping.solve import Placement, percent
-from rankmap.mapping.units import BYTE_UNITS, TIME_UNITS, amount, amount_in, fmt, unit
+from rankmap.mapping.solve import Placement
+from rankmap.mapping.units import BYTE_UNITS, TIME_UNITS, amount, amount_in, fmt, percent, unit
 
 
 def _ratio(a: float, b: float) -> float | None:

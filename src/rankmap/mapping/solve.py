@@ -49,6 +49,7 @@ from rankmap.mapping.moves import fewest_moves, moved
 from rankmap.mapping.objective import FIGURES, better, check, gap, score_key
 from rankmap.mapping.platform import Platform, gpu_cpus, gpu_numa
 from rankmap.mapping.refine import refine
+from rankmap.mapping.units import percent
 
 #: a cluster this small gets thorough (exact) node solves everywhere, also in refinement trials
 SMALL_RANKS = 128
@@ -153,7 +154,7 @@ def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0,
     else:
         # of the placements as good as this one, one that moves fewer ranks
         # (at most 5 % of the budget, and done by 99 % of it)
-        node_of, gpu_of = fewest_moves(platform, tr, objective, K, node_of, gpu_of, d_node, d_gpu,
+        node_of, gpu_of = fewest_moves(cl, node_of, gpu_of, d_node, d_gpu,
                                        deadline=min(t0 + 0.99 * time_budget,
                                                     time.perf_counter() + 0.05 * time_budget))
         score = evaluate(platform, tr, node_of, gpu_of)
@@ -198,12 +199,6 @@ def _forgone(score: Score, default: Score, objective: str, optimal: bool, moves:
     else:
         how = f"as good as {of} on {first} and within {percent(max(gains[1], 0.0))} of it on {second}"
     return best, f"the default placement is kept: it is {how}, a gain under --min-gain {100 * min_gain:g} %"
-
-
-def percent(x: float) -> str:
-    """A small share in percent, in words: "0.04 %", "less than 0.001 %"."""
-    v = 100 * x
-    return f"{v:.2g} %" if v >= 0.001 else "less than 0.001 %"
 
 
 def _one_node(cl: Cluster, deadline: float) -> tuple[dict, float | None]:

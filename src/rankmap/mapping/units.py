@@ -34,3 +34,9 @@ def amount_in(x: float, u: Unit) -> str:
 def amount(x: float, units: tuple[Unit, ...] = BYTE_UNITS) -> str:
     """``x`` in its own unit, with the unit's name: ``7.865 MB``."""
     return amount_in(x, unit(x, units))
+
+
+def percent(x: float) -> str:
+    """A small share in percent, in words: "0.04 %", "less than 0.001 %"."""
+    v = 100 * x
+    return f"{v:.2g} %" if v >= 0.001 else "less than 0.001 %"
