@@ -179,9 +179,6 @@ class Cluster:
     def _make(self) -> None:
         _sh(["ip", "link", "add", self.bridge, "type", "bridge"])
         _sh(["ip", "link", "set", self.bridge, "up"])
-        rate = f"{self.gbit * 1000:g}mbit"
-        # the bucket: at least a 64 KiB GSO segment, else about 100 us of the rate
-        burst = max(65536 * 2, int(self.gbit * 1e9 / 8 * 1e-4))
         delay = self.latency_us if self.latency_us and has_netem() else None
         if self.latency_us and delay is None:
             self.notes.append(f"this kernel has no netem qdisc: the links are not delayed by {self.latency_us:g} us; "
@@ -197,7 +194,7 @@ class Cluster:
             _sh(["ip", "-n", n.ns, "link", "set", "lo", "up"])
             _sh(["ip", "link", "set", n.veth, "master", self.bridge])
             _sh(["ip", "link", "set", n.veth, "up"])
-            tbf = ["tbf", "rate", rate, "burst", str(burst), "latency", "50ms"]
+            tbf = _tbf(self.gbit)
             if delay:   # netem first (the delay), tbf under it (the rate)
                 _sh(["tc", "-n", n.ns, "qdisc", "add", "dev", IFACE, "root", "handle", "1:", "netem", "delay",
                      f"{delay:g}us"])
@@ -222,6 +219,15 @@ class Cluster:
         (self.state / "machinefile").write_text("".join(f"{n.name}:{self.slots}\n" for n in self.nodes))
         (self.state / "topology.json").write_text(self.topology_json())
         (self.state / "cluster.json").write_text(json.dumps(self.describe(), indent=1) + "\n")
+
+    def set_rate(self, gbit: float) -> None:
+        """Shape every node link (both ways) to ``gbit`` Gbit/s from now on: the same job at another
+        rate tells whether its time is the network's."""
+        for n in self.nodes:
+            parent = ["parent", "1:1", "handle", "10:"] if self.latency_us and not self.notes else ["root"]
+            _sh(["tc", "-n", n.ns, "qdisc", "change", "dev", IFACE, *parent, *_tbf(gbit)])
+            _sh(["tc", "qdisc", "change", "dev", n.veth, "root", *_tbf(gbit)])
+        self.gbit = gbit
 
     def down(self) -> None:
         """Remove everything :meth:`up` made (what is already gone is skipped): the nodes' processes
@@ -323,6 +329,8 @@ exec env -i {" ".join(f'{k}="${k}"' for k in ("PATH", "HOME"))} {shlex.quote(str
             "OMPI_MCA_btl_tcp_if_include": IFACE, "OMPI_MCA_oob_tcp_if_include": IFACE,
             "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
             "OMPI_MCA_rmaps_base_oversubscribe": "1",
+            # the nodes share this machine's cores: a rank waiting for the network yields its core
+            "OMPI_MCA_mpi_yield_when_idle": "1",
             # PRRTE (Open MPI 5)
             "PRTE_MCA_plm_rsh_agent": rsh, "PRTE_MCA_oob_tcp_if_include": IFACE,
             # MPICH's hydra: proxies through the remote shell; UCX over TCP on rmnet0
@@ -336,29 +344,16 @@ exec env -i {" ".join(f'{k}="${k}"' for k in ("PATH", "HOME"))} {shlex.quote(str
         lat = f"-{self.latency_us:g}us" if self.latency_us and not self.notes else ""
         return f"emulated-{self.slots}slot-{self.gbit:g}gbit{lat}"
 
-    def topology(self):
-        """One emulated node as a rankmap topology: its rank slots as the devices ranks are placed on
-        (kind ``gpu``, each with the CPU its rank is bound to), one CPU, and the NIC ``rmnet0`` at the
-        shaped rate (GB/s, with the one-way latency where it is shaped). In-node bytes go through
-        the host's memory, taken here at 20 GB/s, far above any link rate the harness shapes."""
-        from rankmap.topology.model import Device, DeviceKind as K, Link, LinkKind as L, Topology
-
-        ncpu = sorted(set(self.cpus))
-        devs = [Device("cpu0", K.CPU, 0, attrs={"cpus": ",".join(map(str, ncpu)), "numa_node": 0}),
-                Device("hb0", K.HOST_BRIDGE, 0), Device("sw0", K.PCIE_SWITCH, 0)]
-        links = [Link("cpu0", "hb0", L.PCIE, 20.0), Link("hb0", "sw0", L.PCIE, 20.0)]
-        for s in range(self.slots):
-            devs.append(Device(f"gpu{s}", K.GPU, s, name=f"slot{s}",
-                               attrs={"cpus": str(self.cpus[s]), "numa_node": 0, "emulated": "rank slot"}))
-            links.append(Link("sw0", f"gpu{s}", L.PCIE, 20.0))
-        nic = {"bandwidth": self.gbit / 8.0}
-        if self.latency_us and not self.notes:
-            nic["latency_us"] = float(self.latency_us)
-        devs.append(Device("nic0", K.NIC, 0, name=IFACE, attrs=nic))
-        links.append(Link("sw0", "nic0", L.PCIE, 20.0))
-        return Topology(self.topology_name, devs, links, source="rankmap.bench.nodes",
-                        notes=[f"an emulated node of {self.slots} CPU-only rank slots (the 'GPUs'), its link shaped "
-                               f"to {self.gbit:g} Gbit/s"] + self.notes)
+    def topology(self, latency_us: float | None = None, slot_cpus: str | None = None):
+        """One of these nodes as rankmap sees it (:func:`emulated_topology`): ``latency_us`` (say,
+        what :meth:`measure` found) else the delay shaped where netem shapes one; ``slot_cpus``: one
+        CPU list for every slot instead of a CPU each (where the emulated nodes share so few cores
+        that pinning one rank per core would measure the CPUs rather than the network)."""
+        if latency_us is None and self.latency_us and not self.notes:
+            latency_us = self.latency_us
+        cpus = [slot_cpus] * self.slots if slot_cpus else [str(c) for c in self.cpus]
+        return emulated_topology(self.slots, self.gbit, latency_us, cpus, notes=self.notes,
+                                 name=self.topology_name)
 
     def topology_json(self) -> str:
         from rankmap.formats import topology_json
@@ -462,6 +457,51 @@ for _ in range(pings):
     t1 = time.perf_counter(); c.sendall(b"p"); c.recv(1); rtt.append(time.perf_counter() - t1)
 print(json.dumps({"gbytes_per_s": sent / t / 1e9, "latency_us": statistics.median(rtt) / 2 * 1e6}))
 """
+
+
+def emulated_topology(slots: int, gbit: float, latency_us: float | None = None, cpus: list[str] | None = None,
+                      notes: Sequence[str] = (), name: str | None = None):
+    """An emulated node as a rankmap topology: its rank slots as the devices ranks are placed on
+    (kind ``gpu``, each with the CPUs its rank is bound to: ``cpus``, default CPU ``s`` modulo this
+    machine's), one CPU, and the NIC ``rmnet0`` at ``gbit`` (GB/s in the topology) with its one-way
+    ``latency_us`` where known. In-node bytes go through the host's memory, taken at 20 GB/s, far
+    above any link rate the nodes are shaped to. Needs no root: it only describes."""
+    from rankmap.topology.model import Device, DeviceKind as K, Link, LinkKind as L, Topology
+
+    if cpus is None:
+        ncpu = len(os.sched_getaffinity(0))
+        cpus = [str(s % ncpu) for s in range(slots)]
+    every = sorted({int(c) for cs in cpus for c in _cpu_numbers(cs)})
+    devs = [Device("cpu0", K.CPU, 0, attrs={"cpus": ",".join(map(str, every)), "numa_node": 0}),
+            Device("hb0", K.HOST_BRIDGE, 0), Device("sw0", K.PCIE_SWITCH, 0)]
+    links = [Link("cpu0", "hb0", L.PCIE, 20.0), Link("hb0", "sw0", L.PCIE, 20.0)]
+    for s in range(slots):
+        devs.append(Device(f"gpu{s}", K.GPU, s, name=f"slot{s}",
+                           attrs={"cpus": cpus[s], "numa_node": 0, "emulated": "rank slot"}))
+        links.append(Link("sw0", f"gpu{s}", L.PCIE, 20.0))
+    nic: dict = {"bandwidth": gbit / 8.0}
+    if latency_us:
+        nic["latency_us"] = round(float(latency_us), 3)
+    devs.append(Device("nic0", K.NIC, 0, name=IFACE, attrs=nic))
+    links.append(Link("sw0", "nic0", L.PCIE, 20.0))
+    return Topology(name or f"emulated-{slots}slot-{gbit:g}gbit", devs, links, source="rankmap.bench.nodes",
+                    notes=[f"an emulated node of {slots} CPU-only rank slots (the 'GPUs'), its link shaped to "
+                           f"{gbit:g} Gbit/s"] + list(notes))
+
+
+def _cpu_numbers(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        out += list(range(int(a), int(b or a) + 1))
+    return out
+
+
+def _tbf(gbit: float) -> list[str]:
+    """A token bucket at ``gbit``: the bucket at least two 64 KiB GSO segments, else about 100 us
+    of the rate; packets wait at most 50 ms."""
+    burst = max(65536 * 2, int(gbit * 1e9 / 8 * 1e-4))
+    return ["tbf", "rate", f"{gbit * 1000:g}mbit", "burst", str(burst), "latency", "50ms"]
 
 
 def _base36(n: int) -> str:
