@@ -258,3 +258,39 @@ def test_profile_map_run_across_nodes_with_other_launchers(emulated_nodes, tmp_p
         assert s["affinity"] == [int(x) for x in e["cpus"].split(",")], (r, s, e)
         assert s["env"]["UCX_NET_DEVICES"] == N.IFACE and s["env"]["NCCL_SOCKET_IFNAME"] == N.IFACE
         assert s["sent"] == {str(q): b for (src, q), b in expected(4).items() if src == r}
+
+
+@pytest.mark.slow
+def test_srun_across_nodes(emulated_nodes, where_app, tmp_path):
+    """Slurm with one slurmd per node: `rankmap profile`, `tune` and `run` of `srun --mpi=pmix`;
+    rankmap run puts every rank on its node through SLURM_HOSTFILE and the arbitrary distribution."""
+    if not all(shutil.which(t) for t in ("slurmctld", "slurmd", "srun", "munged")):
+        pytest.skip("Slurm (slurm-wlm, munge) is not installed: scripts/bootstrap --test installs it")
+    c = emulated_nodes(2, gbit=1.0, slots=2)
+    env = dict(c.start_slurm(), **c.mpi_env(), RANKMAP_HOME=str(tmp_path / "home"),
+               RANKMAP_DB=f"sqlite:///{tmp_path / 'r.db'}")
+    cmd = ["srun", "--mpi=pmix", "-n", "4", str(where_app), str(BYTES), str(ITERS)]
+    p = c.run(0, rankmap_argv("profile", "--no-summary", "--", *cmd), env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert {r: s["host"] for r, s in where(p.stdout).items()} == {0: "node0", 1: "node0", 2: "node1", 3: "node1"}
+    from rankmap.store import open_store
+
+    job = open_store(env["RANKMAP_DB"], existing=True).job_list()[0]["id"]
+    assert stored_pairs(env["RANKMAP_DB"], job) == expected(4)
+    p = c.run(0, rankmap_argv("tune", "--format", "json", "--topology", str(c.topology_file), "--nodes", "2",
+                              "--", *cmd), env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads(p.stdout)
+    p = c.run(0, rankmap_argv("run", "--topology", str(c.topology_file), "--hosts", "node0,node1", "--", *cmd),
+              env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "warning" not in p.stderr, p.stderr
+    seen = where(p.stdout)
+    assert sorted(seen) == [0, 1, 2, 3]
+    assert any(doc["mapping"][str(r)]["node"] != r // 2 for r in range(4))
+    for r, s in seen.items():
+        e = doc["mapping"][str(r)]
+        assert s["host"] == c.host_names[e["node"]], (r, s, e)
+        assert s["affinity"] == [int(x) for x in e["cpus"].split(",")], (r, s, e)
+        assert s["env"]["RANKMAP_PLACED"] == f"{e['node']}:{e['gpu']}:{e['cpus']}:nic0"
+        assert s["sent"] == {str(q): b for (src, q), b in expected(4).items() if src == r}
