@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,9 +74,20 @@ def launch(c: N.Cluster, n: int, app: Path) -> list[str]:
     return [MPIRUN, "-np", str(n), "--hostfile", str(c.hostfile), str(app), str(BYTES), str(ITERS)]
 
 
-def test_probe_says_why_in_one_line():
-    why = N.probe()
-    assert why is None or (why and "\n" not in why), why
+def test_without_root_the_nodes_say_so_in_one_line(tmp_path, monkeypatch, capsys):
+    """Not root: the probe says why, and `scripts/nodes up` fails with that one line, making nothing."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(N, "STATE_ROOT", tmp_path / "state")
+    N.probe.cache_clear()
+    try:
+        assert N.probe() == "emulated nodes need root (network namespaces, a bridge and tc qdiscs are the kernel's)"
+        assert N.main(["up", "--tag", "rmnnoroot"]) == 1
+    finally:
+        N.probe.cache_clear()
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["nodes: error: emulated nodes need root (network namespaces, a bridge and tc qdiscs "
+                                "are the kernel's)"], err
+    assert not (tmp_path / "state").exists()
 
 
 @pytest.mark.slow
@@ -294,3 +306,27 @@ def test_srun_across_nodes(emulated_nodes, where_app, tmp_path):
         assert s["affinity"] == [int(x) for x in e["cpus"].split(",")], (r, s, e)
         assert s["env"]["RANKMAP_PLACED"] == f"{e['node']}:{e['gpu']}:{e['cpus']}:nic0"
         assert s["sent"] == {str(q): b for (src, q), b in expected(4).items() if src == r}
+
+
+@pytest.mark.slow
+def test_node_placement_benchmark_prints_its_table():
+    """bench/node_placement.py end to end, small: the table names the command and the machine, the
+    row-major halo's default stays (1.00x), the shuffled ring gains in the model and when measured."""
+    need = N.probe()
+    if need:
+        pytest.skip(need)
+    if not shutil.which("mpirun.openmpi"):
+        pytest.skip("Open MPI is not installed")
+    script = Path(__file__).resolve().parents[1] / "bench" / "node_placement.py"
+    p = subprocess.run([sys.executable, str(script), "--nodes", "2", "--reps", "1", "--fast-reps", "1", "--iters", "2",
+                        "--bytes", "262144", "--gbit", "1", "--patterns", "ring-shuffled,halo3d"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "`bench/node_placement.py --nodes 2" in p.stdout and "2 emulated nodes x 2 ranks" in p.stdout
+    rows = {l.split("|")[1].strip(): [c.strip() for c in l.split("|")[2:-1]] for l in p.stdout.splitlines()
+            if l.startswith("| ring-shuffled") or l.startswith("| halo3d")}
+    assert set(rows) == {"ring-shuffled", "halo3d"}
+    assert rows["halo3d"][1] == "0 of 4" and rows["halo3d"][3] == "1.00x"
+    # the ring 1-3-0-2 crosses the default blocks {0,1} {2,3} on all four edges, rankmap's nodes on two
+    assert rows["ring-shuffled"][1] == "2 of 4" and rows["ring-shuffled"][3] == "2.00x"
+    assert float(rows["ring-shuffled"][6].rstrip("x")) > 1.0
