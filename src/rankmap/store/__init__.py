@@ -33,7 +33,10 @@ from rankmap.store import migrate
 from rankmap.store import schema as S
 from rankmap.store.batch import TIMELINE_SLOTS, Batch, add_histograms, level_threshold
 
-__all__ = ["Store", "StoreUnavailable", "Batch", "open_store", "default_url", "command_key", "rankmap_home"]
+from rankmap.store.records import RankTotals
+
+__all__ = ["Store", "StoreUnavailable", "Batch", "open_store", "default_url", "command_key", "rankmap_home",
+           "RankTotals"]
 
 #: a job whose profiler runs on another host and has not written for this long is no longer running
 STALE_S = 600
