@@ -7,6 +7,8 @@ JSON row form it was given (``docs/bench.md``).
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import sqlalchemy as sa
 
 from rankmap.errors import RankmapError
@@ -20,11 +22,33 @@ _FIGURES = {"latency_us": "latency_us", "bandwidth_GBps": "bandwidth_gbps", "tot
 _KEYS = ("benchmark", "library", "buffer", "src", "dst", "size")
 
 
+def measured_at(run: BenchRunDoc) -> datetime | None:
+    """When the run was measured (its ``created``), as the store keeps times; None when it does not say."""
+    text = run.get("created")
+    if not text:
+        return None
+    t = datetime.fromisoformat(text)
+    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+
+
 def save_bench_run(db: Database, run: BenchRunDoc) -> int:
-    """Keep one benchmark run; returns its id."""
+    """Keep one benchmark run; returns its id.
+
+    The run is dated when it was measured (``created``), else now. A run kept already (the same
+    kind, host and time of measurement: a file of kept results stored twice) is not kept again:
+    its id is returned."""
+    t = S.bench_runs
+    when = measured_at(run)
+    host = run.get("host")
     with db.engine.begin() as c:
-        r = c.execute(S.bench_runs.insert().values(
-            created=now(), kind=run["kind"], host=run.get("host"), command=run.get("command"),
+        if when is not None:
+            same = c.execute(sa.select(sa.func.min(t.c.id)).where(
+                t.c.kind == run["kind"], t.c.created == when,
+                t.c.host.is_(None) if host is None else t.c.host == host)).scalar()
+            if same is not None:
+                return int(same)
+        r = c.execute(t.insert().values(
+            created=when or now(), kind=run["kind"], host=host, command=run.get("command"),
             machine=run.get("machine") or {}, ran=list(run.get("ran") or []),
             not_run=list(run.get("not_run") or []), meta={"notes": list(run.get("notes") or [])}))
         rid = int(r.inserted_primary_key[0])
