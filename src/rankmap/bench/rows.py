@@ -117,8 +117,9 @@ def read_run(path: str | Path) -> dict[str, Any]:
         raise fail("version", f"{version!r} is not one this rankmap reads (1..{VERSION}): upgrade rankmap")
     if doc.get("kind") not in KINDS:
         raise fail("kind", f"{doc.get('kind')!r} is not one of {', '.join(KINDS)}")
-    for key, kind in (("host", str), ("command", str), ("created", str), ("machine", dict), ("ran", list),
-                      ("not_run", list), ("notes", list)):
+    fields: tuple[tuple[str, type], ...] = (("host", str), ("command", str), ("created", str), ("machine", dict),
+                                            ("ran", list), ("not_run", list), ("notes", list))
+    for key, kind in fields:
         if doc.get(key) is not None and not isinstance(doc[key], kind):
             raise fail(key, f"expected {'text' if kind is str else 'a JSON ' + ('object' if kind is dict else 'list')}, "
                             f"got {type(doc[key]).__name__}")

@@ -12,6 +12,8 @@ instead of 864 000 buckets, and the last minute stays at full resolution.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from rankmap.store.records import RankCounts
 
 #: slots per timeline level (the newest TIMELINE_SLOTS buckets are kept one by one)
@@ -89,18 +91,18 @@ class Batch:
             tl = self.timeline
             newest = self.newest_bucket
             for b, _peer, klass, v in rec.timeline:
-                k = (source, rank, str(klass), int(b))
-                tl[k] = tl.get(k, 0) + int(v)
+                tk = (source, rank, str(klass), int(b))
+                tl[tk] = tl.get(tk, 0) + int(v)
                 if b > newest:
                     newest = int(b)
             self.newest_bucket = newest
         self.pvars += pvar_rows(source, rank, rec)
-        row = self.ranks.get((rank, source))
+        prev = self.ranks.get((rank, source))
         self.ranks[(rank, source)] = dict(
             host=rec.host, pid=rec.pid, start_ns=rec.start_ns,
-            elapsed_ns=max(int(rec.elapsed_ns or 0), row["elapsed_ns"] if row else 0),
-            comm_ns=comm_ns + (row["comm_ns"] if row else 0),
-            finalized=bool(rec.finalized) or bool(row and row["finalized"]),
+            elapsed_ns=max(int(rec.elapsed_ns or 0), prev["elapsed_ns"] if prev else 0),
+            comm_ns=comm_ns + (prev["comm_ns"] if prev else 0),
+            finalized=bool(rec.finalized) or bool(prev and prev["finalized"]),
             problems=list(rec.problems))
 
     def file(self, name: str, before: int | None, after: int, state: dict) -> None:
@@ -125,7 +127,7 @@ def pvar_rows(source: str, rank: int, rec: RankCounts) -> list[dict]:
     return rows
 
 
-def add_histograms(a: list[int], b: list[int]) -> list[int]:
+def add_histograms(a: Sequence[int], b: Sequence[int]) -> list[int]:
     """Element-wise sum, without trailing empty bins (64 bins, mostly empty, per operation).
 
     Called for every operation of every rank at every streaming poll: the empty bins are skipped

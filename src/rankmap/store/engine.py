@@ -198,11 +198,10 @@ def _create_schema(engine: Engine, attempts: int = 5) -> int:
                 S.metadata.create_all(c)
                 if old is not None and old < S.SCHEMA_VERSION:
                     migrate.after_create(c, old)
-                version = old
                 if old is None or old < S.SCHEMA_VERSION:
                     c.execute(S.meta_info.insert().values(version=S.SCHEMA_VERSION))
-                    version = S.SCHEMA_VERSION
-                return int(version)
+                    return S.SCHEMA_VERSION
+                return int(old)
         except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError) as e:
             text = str(getattr(e, "orig", e)).lower()
             if attempt + 1 == attempts or not ("already exists" in text or "unique" in text

@@ -127,7 +127,8 @@ def _write(db: Database, c: Any, job_id: int, b: Batch) -> int:
         have = dict(c.execute(db.statement(("files",), lambda: sa.select(f.c.name, f.c.done_bytes).where(
             f.c.job == sa.bindparam("job"), f.c.name.in_(sa.bindparam("names", expanding=True)))),
             {"job": job_id, "names": list(b.files)}).all())
-        new, old = [], []
+        new: list[dict] = []
+        old: list[dict] = []
         for name, (before, after, state) in b.files.items():
             if have.get(name) != before:
                 raise RankmapError(f"record file {name} of job {job_id} was stored by another process meanwhile "
