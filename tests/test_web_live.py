@@ -4,6 +4,7 @@ makes the server safe to expose (token, Host check, headers). Exact values again
 from __future__ import annotations
 
 import os
+import json
 import re
 import signal
 import socket
@@ -561,3 +562,34 @@ def test_metrics_expose_the_heaviest_pairs_of_a_large_job(store, monkeypatch):
     assert pairs == {("0", "1", "nccl"): 10**9, ("3", "2", "p2p"): 4002, ("3", "1", "p2p"): 4001,
                      ("3", "0", "p2p"): 4000, ("2", "3", "p2p"): 3003}
     assert [s[2] for s in samples if s[0] == "rankmap_pair_series_omitted"] == [11]
+
+
+def test_link_ledger_measured_explained_and_top_pairs(store):
+    """GPU0's NVSwitch bundle: the counters measured cumulative(USE) bytes out of GPU0, the recorded
+    pair (rank 0 -> 1, 1 GB on GPU0 -> GPU1 by default placement) explains 1 GB of it."""
+    jid = sampled_job(store)
+    d = local_client(create_app(store, H200)).get(f"/api/jobs/{jid}/ledger").json()
+    topo = load(H200)
+    by = {(l["a"], l["b"]): l for l in d["links"]}
+    out0 = next(l for (a, b), l in by.items() if "gpu0" in (a, b) and topo.links[l["link"]].kind.value == "nvlink")
+    up = "ab" if out0["a"] == "gpu0" else "ba"
+    down = "ba" if up == "ab" else "ab"
+    sent = cumulative(USE, NV_BW, FRAME)[-1]
+    assert out0[f"measured_{up}"] == sent and out0[f"explained_{up}"] == 10**9
+    assert out0[f"unexplained_{up}"] == sent - 10**9
+    assert out0[f"measured_{down}"] == 0 and out0[f"explained_{down}"] == 0
+    assert out0["top_pairs"] == [{"src": 0, "dst": 1, "bytes": 10**9, "direction": up}]
+    assert out0["measured_as"].startswith("GPU0 nvlink")
+
+
+def test_show_links_prints_the_ledger(store, tmp_path):
+    from conftest import rankmap
+    jid = sampled_job(store)
+    url = str(store.engine.url)
+    p = rankmap("show", str(jid), "--links", "--topology", H200, "--format", "json", "--db", url)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert any(l["top_pairs"] == [{"src": 0, "dst": 1, "bytes": 10**9, "direction": l["top_pairs"][0]["direction"]}]
+               for l in d["links"] if l["top_pairs"])
+    text = rankmap("show", str(jid), "--links", "--topology", H200, "--db", url)
+    assert text.returncode == 0 and "link ledger" in text.stdout and "0->1 1 GB" in text.stdout, text.stdout
