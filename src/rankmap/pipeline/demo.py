@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -86,15 +85,13 @@ def profile_real(args, store, cache: Path, con, extra: list[str] | None = None) 
 
 def store_synthetic(store, T: np.ndarray, args) -> int:
     """Keep the synthetic matrix as a job so that export and the dashboard can show it too."""
+    from rankmap.store import RankTotals
+
     n = T.shape[0]
     cmd = ["rankmap-demo-synthetic-halo4d", f"-np={n}", f"face={args.face}", f"iters={args.iters}"]
     jid = store.create_job(cmd, launcher="plain", world_size=n, meta={"synthetic": True})
-    recs = []
-    for r in range(n):
-        rows = [dict(peer=int(q), klass="p2p", operation="MPI_Isend", mem="host", direction="send",
-                     bytes=int(T[r, q]), messages=int(args.iters * 2)) for q in np.nonzero(T[r])[0]]
-        recs.append(SimpleNamespace(world_rank=r, source="mpi", traffic=rows, host="synthetic", pid=0))
-    store.ingest(jid, recs)
+    store.ingest(jid, [RankTotals(r, [(int(q), "p2p", "MPI_Isend", "host", "send", int(T[r, q]), int(args.iters * 2))
+                                      for q in np.nonzero(T[r])[0]], host="synthetic", pid=0) for r in range(n)])
     store.finish_job(jid, exit_status=0, world_size=n, meta={"synthetic": True})
     return jid
 

@@ -13,7 +13,7 @@ the job has accumulated, and an interrupted ingest resumes exactly where it stop
 
 The timeline is kept at a bounded number of rows however long a job runs: the newest buckets at
 their own width, older ones merged into slots of 2, 4, 8 ... buckets (``width``), see
-``rankmap.store.timeline_levels``.
+:func:`rankmap.store.batch.timeline_slot`.
 
 Version 2 (this one) added job states, ``ingest_files``, the unique keys of the counters and the
 timeline's ``width`` (the timeline is per sending rank; version 1 kept it per rank pair).

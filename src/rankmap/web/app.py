@@ -17,6 +17,8 @@ Endpoints (all GET):
 ``/api/jobs/{job}/mapping``            stored mapping (newest, or ``id=``), its traffic basis, link loads
                                        before and after, and the job's other mappings
 ``/api/jobs/{job}/utilisation``        each drawn link's use of its bandwidth per time frame, in bands
+``/api/jobs/{job}/ledger``             per link: measured bytes, bytes the recorded pairs explain (top three
+                                       pairs), the unexplained remainder
 ``/api/jobs/{job}/cluster``            nodes, NICs and the traffic between nodes of a multi-node job
 ``/api/jobs/{job}/pvars``              MPI_T performance variables (``name=``: one over time, per rank)
 ``/api/topology``                      topology + drawing + GPU pair routes (+ loads with ``job=``)
@@ -448,6 +450,19 @@ def create_app(store: Store, topology_spec: str | None = None, access: Access | 
         n = store.world_size(jid)
         p = placement_of(jid, j, topo, n, placement) if n else V.Placement([], None, "none (no ranks)")
         return U.utilisation(store, j, topo, p, n, thresholds(bands))
+
+    @app.get("/api/jobs/{job}/ledger")
+    def link_ledger(job: str, spec: str | None = None,
+                    placement: str = Query("auto", pattern="^(auto|default|mapped)$")) -> dict:
+        return ledger_view(job_id(job), spec, placement)
+
+    def ledger_view(jid: int, spec: str | None, placement: str) -> dict:
+        from rankmap.web.ledger import ledger
+
+        topo = topologies.get(spec)
+        j = store.job(jid)
+        m, host = job_matrices(store, jid)
+        return ledger(store, j, topo, placement_of(jid, j, topo, m.shape[0], placement), m, host)
 
     @app.get("/api/jobs/{job}/cluster")
     def cluster(job: str, spec: str | None = None, bands: str | None = None) -> dict:
