@@ -232,63 +232,11 @@ class Cluster:
 
     # ------------------------------------------------------------------ Slurm
     def start_slurm(self, timeout: float = 60) -> dict[str, str]:
-        """A Slurm cluster of these nodes: ``munged`` on this machine (its socket in the state
-        directory, which every node sees), ``slurmctld`` on node0 and one ``slurmd`` per node, each
-        in its node's namespaces. Returns the environment ``srun`` needs (``SLURM_CONF``).
+        """A Slurm cluster of these nodes (:func:`rankmap.bench.nodes_slurm.start`); returns the
+        environment ``srun`` needs."""
+        from rankmap.bench.nodes_slurm import start
 
-        ``ip netns exec`` mounts a sysfs of the node's network namespace over ``/sys``, which hides
-        the cgroup file systems that slurmd checks at start (even with ``proctrack/linuxproc`` and
-        ``task/none``), so each slurmd gets the machine's cgroup hierarchies mounted again in its
-        node's mount namespace."""
-        import pwd
-
-        for tool in ("munged", "slurmctld", "slurmd", "srun"):
-            if shutil.which(tool) is None:
-                raise RankmapError(f"Slurm on emulated nodes needs {tool} (Debian: slurm-wlm, munge)")
-        try:
-            munge = pwd.getpwnam("munge")
-        except KeyError:
-            raise RankmapError("Slurm on emulated nodes needs the munge user (Debian: munge)") from None
-        d = self.state / "slurm"
-        for sub in ("", "ctld", *(f"{k}-{n.name}" for n in self.nodes for k in ("d", "tmp"))):
-            (d / sub).mkdir(parents=True, exist_ok=True)
-        os.chown(d, munge.pw_uid, munge.pw_gid)
-        sock = d / "munge.socket"
-        _sh(["runuser", "-u", "munge", "--", "munged", "--socket", str(sock), "--pid-file", str(d / "munged.pid"),
-             "--log-file", str(d / "munged.log"), "--seed-file", str(d / "munged.seed")])
-        conf = d / "slurm.conf"
-        conf.write_text("\n".join([
-            f"ClusterName={self.tag}", "SlurmctldHost=node0", "SlurmUser=root",
-            "AuthType=auth/munge", f"AuthInfo=socket={sock}", "CredType=cred/munge",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-            "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "MpiDefault=none", "ReturnToService=2",
-            f"StateSaveLocation={d}/ctld", f"SlurmdSpoolDir={d}/d-%n", f"SlurmctldPidFile={d}/ctld.pid",
-            f"SlurmdPidFile={d}/d-%n.pid", f"SlurmctldLogFile={d}/ctld.log", f"SlurmdLogFile={d}/d-%n.log",
-            f"TmpFS={d}/tmp-%n",
-            f"NodeName=node[0-{self.count - 1}] CPUs={len(os.sched_getaffinity(0))} State=UNKNOWN",
-            "PartitionName=nodes Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]))
-        env = {"SLURM_CONF": str(conf)}
-        log = open(d / "daemons.out", "ab")
-        self.popen(0, ["slurmctld", "-D", "-f", str(conf)], env=env, stdout=log, stderr=subprocess.STDOUT)
-        cgroups = ("mount -t tmpfs none /sys/fs/cgroup || exit 1; "
-                   "for c in cpuset cpu cpuacct memory devices freezer pids; do mkdir -p /sys/fs/cgroup/$c; "
-                   "mount -t cgroup -o $c cgroup /sys/fs/cgroup/$c 2>/dev/null; done; "
-                   "mkdir -p /sys/fs/cgroup/systemd /sys/fs/cgroup/unified; "
-                   "mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd 2>/dev/null; "
-                   "mount -t cgroup2 none /sys/fs/cgroup/unified 2>/dev/null; ")
-        for n in self.nodes:
-            self.popen(n.index, ["sh", "-c", cgroups + f"exec slurmd -D -f {shlex.quote(str(conf))}"], env=env,
-                       stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            p = self.run(0, ["sinfo", "-h", "-o", "%T"], env=env, timeout=30)
-            states = p.stdout.split()
-            if states and all(st == "idle" for st in states):
-                return env
-            time.sleep(0.5)
-        tail = (d / "daemons.out").read_text(errors="replace").strip().splitlines()[-3:]
-        raise RankmapError(f"Slurm on emulated nodes: the nodes did not come up in {timeout:.0f} s "
-                           f"({'; '.join(tail) or p.stderr.strip()})")
+        return start(self, timeout)
 
     def down(self) -> None:
         """Remove everything :meth:`up` made (what is already gone is skipped): the nodes' processes
