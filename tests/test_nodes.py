@@ -179,6 +179,8 @@ def test_ingest_of_run_directories_gathered_from_node_local_disks(emulated_nodes
         p = c.run(0, rankmap_argv("profile", "--no-summary", "--run-dir", run, "--", *launch(c, 4, where_app)),
                   env=env)
         assert p.returncode == 0, p.stdout + p.stderr
+        assert f"only 2 of 4 ranks wrote records (missing: 2, 3); ranks on other nodes write to their node's own " \
+               f"{run} unless it is shared: copy their record files here, then rankmap ingest {run}" in p.stderr
         on = {name: sorted(f.name for f in c.local_dir(name, run).glob("rank-*.rmrec")) for name in c.host_names}
         assert [int(f.split(".")[0].split("-")[1]) for f in on["node0"]] == [0, 1], on
         assert [int(f.split(".")[0].split("-")[1]) for f in on["node1"]] == [2, 3], on

@@ -504,7 +504,9 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
     elif ws and len(sizes) < ws:
         missing = sorted(set(range(ws)) - sizes)
         shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
-        warn(f"only {len(sizes)} of {ws} ranks wrote records (missing: {shown})")
+        warn(f"only {len(sizes)} of {ws} ranks wrote records (missing: {shown}); ranks on other nodes write to "
+             f"their node's own {rd.path} unless it is shared: copy their record files here, then "
+             f"rankmap ingest {rd.path}")
     return ProfileResult(job_id=job_id, exit_status=status, run_dir=rd.path, launcher=launcher.kind,
                          world_size=ws, elapsed_ns=elapsed, ranks_reporting=len(sizes),
                          bytes_sent=streamer.bytes_sent, problems=problems, stored=stored, cpu_s=cpu_s,
