@@ -4,8 +4,12 @@ Nothing of a multi-node placement can be measured on one node, and a cluster is 
 So a :class:`Cluster` makes ``N`` nodes out of this machine's kernel:
 
 * every node is a network namespace (``ip netns``) with its own loopback and one interface,
-  ``rmnet0``, at ``10.77.<k>.<i+1>/24``, and a UTS namespace of its own (bound to a file, so every
+  ``rmnet0``, at ``10.77.0.<i+1>/24``, and a UTS namespace of its own (bound to a file, so every
   command entered into the node sees the same one) in which ``hostname`` is ``node<i>``;
+* every node has a boot id of its own (a file bound over ``/proc/sys/kernel/random/boot_id``): the
+  nodes share ``/dev/shm``, and UCX takes a peer with this machine's boot id for a local one, whose
+  bytes it would then move through shared memory instead of the network (seen: a 2-node job's
+  50 MB crossed no link until the boot ids differed; Open MPI tells nodes apart by their daemons);
 * the nodes' interfaces are veth pairs whose other ends hang on one bridge in this machine's
   namespace, which has no address on it: the nodes reach each other and nothing else, and nothing
   outside them reaches them;
