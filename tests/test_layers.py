@@ -89,7 +89,7 @@ def test_doc_layers_parse():
     text = "x\n```\n 2  src/rankmap/b/   B\n    src/rankmap/c/   C\n              prose src/rankmap/z/\n" \
            " 1  src/rankmap/a.py   A\n```\n"
     assert doc_layers(text) == [("a",), ("b", "c")]
-    assert ("errors",) == LAYERS[0] and ("mapping", "report", "bench") in LAYERS and len(LAYERS) >= 10
+    assert ("errors",) == LAYERS[0] and ("mapping", "report", "linkbench") in LAYERS and len(LAYERS) >= 10
 
 
 def test_every_package_part_has_a_layer():

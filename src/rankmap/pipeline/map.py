@@ -41,7 +41,7 @@ def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1
     traffic, fields = B.apply(B.GPU_RESIDENT if as_gpu_resident else B.AS_RECORDED, traffic, what)
     topo = load_topology(topology)
     if measured:
-        from rankmap.bench.measured import measured_topology
+        from rankmap.linkbench.measured import measured_topology
         from rankmap.store import open_store
 
         topo = measured_topology(topo, open_store(db, existing=True), measured)
