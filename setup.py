@@ -15,6 +15,6 @@ setup(
     package_data={
         "rankmap.topology.fixtures": ["*.json"],
         "rankmap.web.static": ["*"],
-        **{f"rankmap.native.{d}": ["*.c", "*.h", "*.spec"] for d in NATIVE},
+        **{f"rankmap.native.{d}": ["*.c", "*.cu", "*.h", "*.spec"] for d in NATIVE},
     },
 )

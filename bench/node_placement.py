@@ -1,6 +1,6 @@
 """Placement across nodes, measured: the default rank order vs `rankmap run` on emulated nodes.
 
-Emulated nodes (``rankmap.bench.nodes``: network namespaces joined by a bridge whose links are shaped
+Emulated nodes (``rankmap.nodes.cluster``: network namespaces joined by a bridge whose links are shaped
 to ``--gbit``) run real Open MPI jobs over TCP. For every pattern of ``bench/node_patterns.c``:
 
 1. ``rankmap tune --topology <the emulated node> --nodes N -- mpirun ...`` profiles the job once and
@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from rankmap.bench import nodes as N  # noqa: E402
+from rankmap.nodes import cluster as N  # noqa: E402
 from rankmap.errors import RankmapError  # noqa: E402
 
 SRC = ROOT / "bench" / "node_patterns.c"

@@ -1,4 +1,4 @@
-"""Emulated nodes for the tests: a cluster of network namespaces (``rankmap.bench.nodes``) and a
+"""Emulated nodes for the tests: a cluster of network namespaces (``rankmap.nodes.cluster``) and a
 PostgreSQL server on its first node that is the store of jobs on all of them.
 
 Skipped, in one line, where the nodes cannot be made (not root, namespaces refused): the probe
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pg import PgCluster, new_cluster
-from rankmap.bench import nodes as N
+from rankmap.nodes import cluster as N
 
 ROOT = Path(__file__).resolve().parents[1]
 

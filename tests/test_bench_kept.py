@@ -16,7 +16,7 @@ from bench_fixtures import bench_cache, bench_env, fake_cudart, fake_nccl  # noq
 from conftest import assert_one_line_error, rankmap
 from pg import own_pg_cluster  # noqa: F401  (fixture)
 from rankmap import cli
-from rankmap.bench.rows import read_run
+from rankmap.linkbench.rows import read_run
 from rankmap.store import open_store
 
 QUICK = ("--ops", "all_reduce,broadcast", "--sizes", "1K:4K", "--iters", "2", "--trials", "1", "--warmup", "0")
@@ -88,7 +88,7 @@ def test_postgresql_stopped_while_it_measures_keeps_the_results(nccl_env, own_pg
                                                                 capsys):
     """The server answers when the benchmark starts and is gone when it ends (stopped by the run):
     the results are kept, and stored once the server is back."""
-    import rankmap.bench.nccl as nccl
+    import rankmap.linkbench.nccl as nccl
 
     pg = own_pg_cluster
     url = pg.new_database()

@@ -79,7 +79,7 @@ def test_demo(tmp_path):
     # the recorded bytes across two nodes: a gain, and where emulated nodes can run, a measured one
     if "profiled with real MPI" in out:
         assert _summary(out, "as recorded, on 2 nodes")[2] > 1.0
-        from rankmap.bench import nodes
+        from rankmap.nodes import cluster as nodes
 
         if nodes.probe() is None:
             m = re.search(r"measured ([\d.]+) ms -> ([\d.]+) ms \(([\d.]+)x\)", " ".join(out.split()))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from nodes import emulated_nodes, node_store, rankmap_argv  # noqa: F401 (a fixture)
-from rankmap.bench import nodes as N
+from rankmap.nodes import cluster as N
 
 pytestmark = [pytest.mark.mpi]
 

@@ -25,7 +25,7 @@ from pg import pg_cluster  # noqa: E402,F401  (session fixture)
 from rankmap.errors import RankmapError  # noqa: E402
 from rankmap.mapping import basis as B  # noqa: E402
 from rankmap.mapping.traffic import job_traffic  # noqa: E402
-from rankmap.pipeline.tune import place, store_mapping  # noqa: E402
+from rankmap.pipeline.map import place, store_mapping  # noqa: E402
 from rankmap.store import RankTotals, open_store  # noqa: E402
 from rankmap.store import schema as S  # noqa: E402
 from rankmap.topology import load  # noqa: E402

@@ -171,7 +171,7 @@ def _finish(run, args: argparse.Namespace, store) -> int:
     doc = run.to_json()
     not_stored = None
     if store is not None:
-        from rankmap.bench.kept import NotStored, store_or_keep
+        from rankmap.linkbench.kept import NotStored, store_or_keep
 
         try:
             doc["run_id"] = store_or_keep(doc, store)
@@ -181,7 +181,7 @@ def _finish(run, args: argparse.Namespace, store) -> int:
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        from rankmap.bench.report import print_run
+        from rankmap.linkbench.report import print_run
 
         print_run(doc)
     print(run.summary() + (f" (stored as bench run {doc['run_id']})" if "run_id" in doc else ""), file=sys.stderr)
@@ -191,7 +191,7 @@ def _finish(run, args: argparse.Namespace, store) -> int:
 
 
 def run_p2p(args: argparse.Namespace) -> int:
-    from rankmap.bench import p2p
+    from rankmap.linkbench import p2p
 
     _at_least(args, loops=1, samples=1)
     store = _store(args)
@@ -200,7 +200,7 @@ def run_p2p(args: argparse.Namespace) -> int:
 
 
 def run_mpi(args: argparse.Namespace) -> int:
-    from rankmap.bench import mpi
+    from rankmap.linkbench import mpi
 
     cmd = _launcher(list(args.command))
     if not cmd:
@@ -215,7 +215,7 @@ def run_mpi(args: argparse.Namespace) -> int:
 
 
 def run_nccl(args: argparse.Namespace) -> int:
-    from rankmap.bench import nccl
+    from rankmap.linkbench import nccl
 
     _at_least(args, iters=1, warmup=0, trials=1, gpus=0, step_factor=1.01)
     cmd = _launcher(list(args.command))
@@ -246,7 +246,7 @@ def run_show(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        from rankmap.bench.report import print_run
+        from rankmap.linkbench.report import print_run
 
         print_run(doc)
         print(f"bench run {rid} ({doc['kind']}) of {doc['created']} on {doc.get('host') or '?'}: measured "
@@ -256,7 +256,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_store(args: argparse.Namespace) -> int:
-    from rankmap.bench.kept import store_file
+    from rankmap.linkbench.kept import store_file
     from rankmap.store import open_store
 
     store = open_store(args.db)

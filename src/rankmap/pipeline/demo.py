@@ -231,7 +231,7 @@ def run_demo(args, con) -> bool:
         con.print("  " + _summary(doc, HEADINGS[b][1], width))
     if across:
         con.print("  " + _summary(across, demo_nodes.LABEL, width))
-    from rankmap.pipeline.tune import store_mapping
+    from rankmap.pipeline.map import store_mapping
 
     # the recorded basis is stored last: the newest mapping of the command is the one `rankmap run` and
     # the dashboard take, and it should be the one that holds for the MPI the job really ran with

@@ -6,7 +6,7 @@ network. So the demo profiles halo4d once more with its ranks numbered column-ma
 of ``examples/mpi/halo.h``: a code that numbers its grid the other way round, so the ranks a
 launcher puts on one node are not neighbours in its heaviest dimension) and places that recorded
 traffic on two nodes of ``ranks / 2`` slots joined by a 1 Gbit/s network: the node of
-:func:`rankmap.bench.nodes.emulated_topology`, the same one the emulated nodes are shaped to.
+:func:`rankmap.nodes.cluster.emulated_topology`, the same one the emulated nodes are shaped to.
 
 The cost model and SimGrid predict; where emulated nodes can be made here (root, network
 namespaces) the job is then run on two of them, default order vs ``rankmap run``, interleaved, and
@@ -71,7 +71,7 @@ def column_major(dims: list[int]) -> list[int]:
 def nodes_block(args, store, cache: Path, con, profiled: tuple) -> dict:
     """Place the traffic :func:`profile_col` ``profiled`` on two nodes, predict, measure where it
     can; the mapping JSON (with ``simgrid`` and ``measured`` where they ran)."""
-    from rankmap.bench import nodes as N
+    from rankmap.nodes import cluster as N
     from rankmap.mapping.platform import Platform, node_model
     from rankmap.mapping.report import print_text, to_json
     from rankmap.mapping.solve import place
@@ -106,7 +106,7 @@ def nodes_block(args, store, cache: Path, con, profiled: tuple) -> dict:
                 doc["measured"] = measure(args, doc, topo, program, cache, con)
             except (RankmapError, OSError, subprocess.SubprocessError) as e:
                 con.print(f"measured: failed ({str(e).splitlines()[0]})")
-    from rankmap.pipeline.tune import store_mapping
+    from rankmap.pipeline.map import store_mapping
 
     doc["mapping_id"] = store_mapping(store, doc, jid, meta={"demo": True, "synthetic": synthetic, "nodes": NODES})
     return doc
@@ -132,7 +132,7 @@ def measure(args, doc: dict, topo, program: list[str], cache: Path, con) -> dict
     """halo4d (column-major) on two emulated nodes: ``REPS`` runs in the default order (``mpirun``
     filling each node's slots in rank order) and as many under ``rankmap run`` with ``doc``,
     interleaved; the loop times (the program's TIME line) and their medians."""
-    from rankmap.bench import nodes as N
+    from rankmap.nodes import cluster as N
     from rankmap.formats import mapping_json, topology_json
     from rankmap.pipeline import demo as D
 

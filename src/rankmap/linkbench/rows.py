@@ -8,7 +8,7 @@ collectives in nccl-tests' terms ``algbw_GBps`` and ``busbw_GBps``; ``total_GBps
 bidirectional figures (both directions added, as nvbandwidth and OSU's bibw print them).
 
 ``buffer`` is ``host``, ``device``, ``device-staged`` or ``device-ipc`` for MPI and NCCL rows (see
-``native/bench/mpi_bench.c``), ``device`` for GPU-to-GPU copies and ``pinned`` / ``pageable`` for
+``native/linkbench/mpi_bench.c``), ``device`` for GPU-to-GPU copies and ``pinned`` / ``pageable`` for
 host<->device copies.
 
 A run's JSON (:meth:`BenchRun.to_json`: ``--format json``, and the file of results the store could

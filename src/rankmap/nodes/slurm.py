@@ -1,4 +1,4 @@
-"""Slurm on emulated nodes: one ``slurmd`` per node of a :class:`~rankmap.bench.nodes.Cluster`.
+"""Slurm on emulated nodes: one ``slurmd`` per node of a :class:`~rankmap.nodes.cluster.Cluster`.
 
 Two things stand between Slurm and network namespaces, both met and measured: ``ip netns exec``
 mounts the node's own sysfs over ``/sys``, hiding the cgroup file systems that slurmd 22.05 checks
@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import time
 
-from rankmap.bench.nodes import Cluster, _sh
+from rankmap.nodes.cluster import Cluster, _sh
 from rankmap.errors import RankmapError
 
 

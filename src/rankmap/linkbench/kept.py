@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, cast
 
-from rankmap.bench.rows import read_run
+from rankmap.linkbench.rows import read_run
 from rankmap.errors import RankmapError
 from rankmap.store import BenchRunDoc, Store, StoreUnavailable, rankmap_home
 

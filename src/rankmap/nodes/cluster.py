@@ -236,9 +236,9 @@ class Cluster:
 
     # ------------------------------------------------------------------ Slurm
     def start_slurm(self, timeout: float = 60) -> dict[str, str]:
-        """A Slurm cluster of these nodes (:func:`rankmap.bench.nodes_slurm.start`); returns the
+        """A Slurm cluster of these nodes (:func:`rankmap.nodes.slurm.start`); returns the
         environment ``srun`` needs."""
-        from rankmap.bench.nodes_slurm import start
+        from rankmap.nodes.slurm import start
 
         return start(self, timeout)
 
@@ -499,7 +499,7 @@ def emulated_topology(slots: int, gbit: float, latency_us: float | None = None, 
         nic["latency_us"] = round(float(latency_us), 3)
     devs.append(Device("nic0", K.NIC, 0, name=IFACE, attrs=nic))
     links.append(Link("sw0", "nic0", L.PCIE, 20.0))
-    return Topology(name or f"emulated-{slots}slot-{gbit:g}gbit", devs, links, source="rankmap.bench.nodes",
+    return Topology(name or f"emulated-{slots}slot-{gbit:g}gbit", devs, links, source="rankmap.nodes.cluster",
                     notes=[f"an emulated node of {slots} CPU-only rank slots (the 'GPUs'), its link shaped to "
                            f"{gbit:g} Gbit/s"] + list(notes))
 
@@ -584,7 +584,7 @@ def sweep() -> list[str]:
 
 
 def load(tag: str) -> Cluster:
-    """The cluster of ``tag`` brought up by another process (``rankmap.bench.nodes up``)."""
+    """The cluster of ``tag`` brought up by another process (``rankmap.nodes.cluster up``)."""
     f = STATE_ROOT / tag / "cluster.json"
     try:
         d = json.loads(f.read_text())
@@ -597,7 +597,7 @@ def load(tag: str) -> Cluster:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rankmap.bench.nodes up|down|list|exec|measure``: emulated nodes by hand."""
+    """``python -m rankmap.nodes.cluster up|down|list|exec|measure``: emulated nodes by hand."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="nodes", description="emulated nodes on this machine (network namespaces "
