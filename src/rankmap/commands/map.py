@@ -11,14 +11,18 @@ from rankmap.errors import RankmapError
 # rankmap.mapping.objective.OBJECTIVES, spelled out so that the CLI starts without numpy (a test
 # keeps the two equal)
 OBJECTIVE_CHOICES = ("max", "avg", "hop-bytes")
-# rankmap.mapping.solve.MIN_GAIN in percent, spelled out for the same reason
+# rankmap.mapping.solve.MIN_GAIN in percent, and solve.GAIN_ON, spelled out for the same reason
 MIN_GAIN_PERCENT = 1.0
+GAIN_ON_CHOICES = ("primary", "either")
 
 
 def add_solver_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--topology", default="live", metavar="live|FIXTURE|FILE",
-                   help="the node to place on (default: this node)")
-    p.add_argument("--nodes", type=int, default=1, metavar="N", help="number of such nodes (default 1)")
+    p.add_argument("--topology", default="live", metavar="live|FIXTURE|FILE|synth:NAME",
+                   help="the node to place on (default: this node); synth:hier:AxBxC:DA,DB,DC describes a "
+                        "machine by levels, innermost first, as KaHIP does (synth:hier:4x16x16:1,10,100: 4 GPUs a "
+                        "group, 16 groups a node, 16 nodes, distances 1, 10, 100)")
+    p.add_argument("--nodes", type=int, default=None, metavar="N",
+                   help="number of such nodes (default 1, or the count a synth:hier: topology names)")
     p.add_argument("--ranks-per-gpu", type=int, default=1, metavar="K", help="ranks that may share a GPU (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the heuristic search (default 0)")
     p.add_argument("--time-budget", type=float, default=10.0, metavar="S",
@@ -31,6 +35,14 @@ def add_solver_args(p: argparse.ArgumentParser) -> None:
                    help=f"keep the default placement unless the best one gains at least PCT %% on the objective "
                         f"(default {MIN_GAIN_PERCENT:g}; 0: take any better placement): moving ranks has costs the "
                         f"model does not see")
+    p.add_argument("--min-gain-on", choices=GAIN_ON_CHOICES, default="primary",
+                   help="which figure the least gain must be on: the objective's primary one (default; the "
+                        "busiest link for --objective max), or either (a placement that only lowers the "
+                        "tie-break, e.g. the total congestion, counts too)")
+    p.add_argument("--kahip", choices=("auto", "on", "off"), default="auto",
+                   help="seed the placement with KaHIP's process mapping: auto (default) where KaHIP is installed "
+                        "(pip install 'rankmap[kahip]'), on (required), off; it is one more start, scored by "
+                        "rankmap's objective, so it can only help")
     p.add_argument("--measured", nargs="?", const="latest", metavar="RUN",
                    help="use the GPU-pair bandwidths measured by `rankmap bench p2p` (a stored run id, default "
                         "the latest) as link strengths")
@@ -60,10 +72,14 @@ def solver_options(args: argparse.Namespace) -> dict:
     """The options of :func:`rankmap.pipeline.tune.place` that :func:`add_solver_args` parsed."""
     return dict(topology=args.topology, nodes=args.nodes, ranks_per_gpu=args.ranks_per_gpu, seed=args.seed,
                 time_budget=args.time_budget, objective=args.objective, min_gain=args.min_gain / 100,
+                min_gain_on=args.min_gain_on, kahip=args.kahip,
                 measured=args.measured, db=getattr(args, "db", None))
 
 
 def run(args: argparse.Namespace) -> int:
+    from rankmap.pipeline.tune import command_started
+
+    started = command_started()     # --time-budget covers the whole command, start-up included
     from rankmap.mapping import traffic as tr
     from rankmap.pipeline.tune import place
 
@@ -89,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: job {job['id']} {state_words(job['state'], job['exit_status'])}: placing the traffic it "
                   f"recorded before it ended, which may be only part of what the job exchanges",
                   file=sys.stderr if args.format == "json" else sys.stdout)
-    doc = place(traffic, source=source, as_gpu_resident=args.as_gpu_resident, what=what, **solver_options(args))
+    doc = place(traffic, source=source, as_gpu_resident=args.as_gpu_resident, what=what, started=started,
+                **solver_options(args))
     saved = None
     if args.save:
         from rankmap.pipeline.tune import store_mapping
