@@ -195,6 +195,17 @@ class Cluster:
             best_g = h.gpu_of
         return best_g, False, name, None
 
+    def split_node(self, u: int) -> None:
+        """Node ``u``'s ranks split along the node's GPU tree (:func:`split_ranks`), where that is
+        better than where they are."""
+        r = self.members(u)
+        if not len(r):
+            return
+        p = self.problem(u, r)
+        g = split_ranks(p, seed=self.seed)
+        if better(p.key(g), p.key(self.gpu_of[r])):
+            self.assign_node(u, r, p, g, False)
+
     def place_node(self, u: int, budget: float, *, thorough: bool = True, cache: dict | None = None) -> None:
         """Solve node ``u`` again for its current ranks and update its row."""
         r = self.members(u)

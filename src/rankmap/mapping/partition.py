@@ -14,7 +14,8 @@ import numpy as np
 
 
 def partition(S: np.ndarray, sizes: np.ndarray, *, seed: int = 0) -> np.ndarray:
-    """Part of every row of the symmetric weight matrix ``S`` (bytes), ``sizes[i]`` rows in part ``i``."""
+    """Part of every row of the symmetric weight matrix ``S`` (bytes), ``sizes[i]`` rows in part ``i``:
+    of METIS's k-way and recursive-bisection partitions, the one that cuts fewer bytes."""
     n = S.shape[0]
     us, ud = np.nonzero(S)
     w = S[us, ud]
@@ -22,28 +23,39 @@ def partition(S: np.ndarray, sizes: np.ndarray, *, seed: int = 0) -> np.ndarray:
         return _in_order(n, sizes)
     wi = np.maximum(1, np.round(w / w.max() * 1_000_000)).astype(np.int64)
     xadj = np.searchsorted(us, np.arange(n + 1))
-    return graph_parts((xadj, ud, wi), n, sizes, exact=True, seed=seed, fixed=True)
+    best, best_cut = None, None
+    for rec in (False, True):
+        parts = graph_parts((xadj, ud, wi), n, sizes, exact=True, seed=seed, fixed=True, recursive=rec)
+        cut = float(w[parts[us] != parts[ud]].sum())
+        if best_cut is None or cut < best_cut:
+            best, best_cut = parts, cut
+    return best
 
 
 def _in_order(n: int, sizes: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(len(sizes)), sizes)[:n]
 
 
-def graph_parts(g, n: int, sizes: np.ndarray, *, exact: bool, seed: int, fixed: bool = False) -> np.ndarray:
+def graph_parts(g, n: int, sizes: np.ndarray, *, exact: bool, seed: int, fixed: bool = False,
+                recursive: bool = False) -> np.ndarray:
     """A partition of the CSR graph ``g = (xadj, adjacency, weights)`` into ``len(sizes)`` parts aiming at
     ``sizes`` (exactly, or as maxima), then fixed up (:func:`rebalance`). ``fixed``: part ``i`` gets
-    ``sizes[i]`` (parts are not alike); otherwise the sizes may be dealt out among the parts."""
+    ``sizes[i]`` (parts are not alike); otherwise the sizes may be dealt out among the parts.
+    ``recursive``: METIS's recursive bisection instead of its k-way scheme: into a few large parts it
+    cuts far less on grids (a shuffled 16x8x8 grid into 16 parts: 470 edges against 640, the busiest
+    part's 64-76 against 108-112), into many small ones more."""
     xadj, adj, w = g
     sizes = np.asarray(sizes, dtype=np.int64)
     live = np.nonzero(sizes > 0)[0]
     nparts = len(live)
     if nparts == 1:
         return np.full(n, live[0], dtype=np.int64)
-    parts = live[_metis(xadj, adj, w, n, sizes, live, exact, seed)]
+    parts = live[_metis(xadj, adj, w, n, sizes, live, exact, seed, recursive)]
     return rebalance(parts, sizes, xadj, adj, w, exact=exact, fixed=fixed)
 
 
-def _metis(xadj, adj, w, n: int, sizes: np.ndarray, live: np.ndarray, exact: bool, seed: int) -> np.ndarray:
+def _metis(xadj, adj, w, n: int, sizes: np.ndarray, live: np.ndarray, exact: bool, seed: int,
+           recursive: bool = False) -> np.ndarray:
     import pymetis
 
     nparts = len(live)
@@ -57,7 +69,7 @@ def _metis(xadj, adj, w, n: int, sizes: np.ndarray, live: np.ndarray, exact: boo
         opts = pymetis.Options(seed=seed, ufactor=max(1, slack))
     tp[-1] = max(0.0, 1.0 - sum(tp[:-1]))  # METIS wants them to sum to at most 1
     adjacency = pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adj)
-    _, parts = pymetis.part_graph(nparts, adjacency, eweights=w, tpwgts=tp, options=opts)
+    _, parts = pymetis.part_graph(nparts, adjacency, eweights=w, tpwgts=tp, options=opts, recursive=recursive)
     return np.asarray(parts, dtype=np.int64)
 
 

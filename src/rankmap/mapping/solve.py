@@ -54,6 +54,10 @@ from rankmap.mapping.units import percent
 #: a cluster this small gets thorough (exact) node solves everywhere, also in refinement trials
 SMALL_RANKS = 128
 
+#: seeds of the recursive-bisection split tried above SMALL_RANKS (each is scored in rank order, one
+#: evaluation): on a shuffled 16x8x8 grid into 16 nodes the busiest node's cut went 64-81 by seed
+SPLIT_TRIES = 4
+
 #: the least relative gain worth moving ranks for (``--min-gain``, there in percent): below it the
 #: default placement is kept
 MIN_GAIN = 0.01
@@ -62,6 +66,13 @@ MIN_GAIN = 0.01
 #: busiest link for ``max``), or ``either`` (the primary, or the tie-break when the primaries are
 #: within the least gain of each other: a placement that only lowers the total congestion counts)
 GAIN_ON = ("primary", "either")
+
+
+def default_gain_on(objective: str) -> str:
+    """``primary`` for ``max``, whose tie-break (the total congestion) alone is no reason to move
+    ranks; ``either`` for ``hop-bytes`` and ``avg``, whose tie-break is the busiest link, the bound
+    of the communication time."""
+    return "primary" if objective == "max" else "either"
 
 
 @dataclass
@@ -126,8 +137,9 @@ def check_fit(n: int, platform: Platform, ranks_per_gpu: int) -> None:
 
 def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0, time_budget: float = 10.0,
           exact_max_gpus: int = 16, objective: str = "max", min_gain: float = MIN_GAIN,
-          min_gain_on: str = "primary", kahip: str = "auto") -> Placement:
-    """``min_gain_on`` (:data:`GAIN_ON`): the figure the least gain must be on. ``kahip``: ``auto``
+          min_gain_on: str | None = None, kahip: str = "auto") -> Placement:
+    """``min_gain_on`` (:data:`GAIN_ON`; None: :func:`default_gain_on`): the figure the least gain
+    must be on. ``kahip``: ``auto``
     seeds the search with KaHIP's process mapping where KaHIP is installed
     (:mod:`rankmap.mapping.kahipmap`), ``off`` never, ``on`` requires it."""
     t0 = time.perf_counter()
@@ -137,6 +149,7 @@ def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0,
         raise RankmapError(f"the time budget must be positive, got {time_budget}")
     if not 0 <= min_gain < 1:
         raise RankmapError(f"the least gain must be at least 0 % and under 100 %, got {100 * min_gain:g} %")
+    min_gain_on = default_gain_on(objective) if min_gain_on is None else min_gain_on
     if min_gain_on not in GAIN_ON:
         raise RankmapError(f"--min-gain-on must be {' or '.join(GAIN_ON)}, got {min_gain_on!r}")
     tr = as_traffic(traffic)
@@ -277,7 +290,8 @@ def _one_node(cl: Cluster, t0: float, budget: float, use_kahip: bool) -> tuple[d
 def _many_nodes(cl: Cluster, t0: float, budget: float, use_kahip: bool) -> tuple[dict, None]:
     small = cl.tr.n <= SMALL_RANKS
     cands = [(name, parts, None) for name, parts in
-             split.candidates(cl.tr, cl.pf, cl.K, seed=cl.seed, objective=cl.objective)]
+             split.candidates(cl.tr, cl.pf, cl.K, seed=cl.seed, objective=cl.objective,
+                              tries=1 if small else SPLIT_TRIES)]
     info: dict = {}
     if use_kahip:
         # KaHIP's process mapping: one more split, with its GPUs, scored like the others
@@ -302,7 +316,7 @@ def _many_nodes(cl: Cluster, t0: float, budget: float, use_kahip: bool) -> tuple
     for i, (name, snap, _) in enumerate(scored):
         cl.restore(snap)
         end = time.perf_counter() + (phase1 - time.perf_counter()) / (len(scored) - i)
-        solved = _solve_nodes(cl, end, small, cache)
+        solved = _solve_nodes(cl, end, small, cache, split_end=max(end, t0 + 0.85 * budget))
         key = cl.key()
         next(t for t in tried if t["split"] == name).update(key=[float(x) for x in key], nodes_solved=solved)
         if best is None or better(key, best[2]):
@@ -319,10 +333,18 @@ def _sort_key(key: tuple[float, float]) -> tuple[float, float]:
     return (round(key[0], 12), key[1])
 
 
-def _solve_nodes(cl: Cluster, end: float, thorough: bool, cache: dict) -> int:
-    """Place every node's ranks, busiest nodes first, until ``end``; returns how many were solved."""
+def _solve_nodes(cl: Cluster, end: float, thorough: bool, cache: dict, split_end: float | None = None) -> int:
+    """Place every node's ranks, busiest nodes first, until ``end``; returns how many were solved.
+    Large nodes are first all split along their tree, until ``split_end`` (default ``end``)."""
     order = np.argsort(-cl.loads.max(axis=1), kind="stable")
     todo = [int(u) for u in order if np.any(cl.node_of == u)]
+    if cl.pf.G > cl.exact_max_gpus:
+        # large nodes: every node split along its tree first (milliseconds a node), so that no node
+        # is left in rank order when the searches below run out of time
+        for u in todo:
+            if time.perf_counter() >= (end if split_end is None else split_end):
+                break
+            cl.split_node(u)
     done = 0
     for i, u in enumerate(todo):
         left = end - time.perf_counter()

@@ -12,6 +12,8 @@ and the best is kept:
   (``ceil(n/N)`` or ``floor(n/N)`` ranks per node);
 * ``METIS packed``: as few nodes as the ranks need, each filled to its G x K slots (the default's
   sizes, with METIS choosing who goes where);
+* ``METIS recursive``: balanced by recursive bisection, which cuts far less than the k-way scheme
+  into a few large nodes (up to ``RECURSIVE_MAX_NODES``);
 * ``METIS free``: any sizes that fit the slots (METIS's imbalance tolerance opened up to the
   capacity), where METIS decides how uneven to be.
 
@@ -30,6 +32,10 @@ from rankmap.errors import RankmapError
 from rankmap.mapping.cost import Traffic
 from rankmap.mapping.partition import graph_parts
 from rankmap.mapping.platform import NodeModel, Platform
+
+
+#: up to this many nodes the recursive-bisection split is tried too (beyond, METIS's k-way cuts less)
+RECURSIVE_MAX_NODES = 256
 
 
 def edge_weights(m: NodeModel, objective: str = "max") -> tuple[float, float]:
@@ -57,9 +63,10 @@ def edge_weights(m: NodeModel, objective: str = "max") -> tuple[float, float]:
     return max(off - peer, floor), max(off - host, floor)
 
 
-def candidates(tr: Traffic, pf: Platform, K: int, *, seed: int = 0,
-               objective: str = "max") -> list[tuple[str, np.ndarray]]:
-    """Distinct node splits to try, the default first; each names its method."""
+def candidates(tr: Traffic, pf: Platform, K: int, *, seed: int = 0, objective: str = "max",
+               tries: int = 1) -> list[tuple[str, np.ndarray]]:
+    """Distinct node splits to try, the default first; each names its method. ``tries``: seeds of the
+    recursive bisection (its result varies with the seed far more than the k-way one's)."""
     n, N = tr.n, pf.nodes
     cap = pf.G * K
     if n > N * cap:
@@ -81,6 +88,11 @@ def candidates(tr: Traffic, pf: Platform, K: int, *, seed: int = 0,
         out.append(("METIS balanced", graph_parts(g, n, balanced, exact=True, seed=seed)))
         if not np.array_equal(np.sort(packed), np.sort(balanced)):
             out.append(("METIS packed", graph_parts(g, n, packed, exact=True, seed=seed)))
+        if N <= RECURSIVE_MAX_NODES:
+            # into a few large nodes recursive bisection cuts far less on grids (partition.graph_parts)
+            for k in range(tries):
+                name = "METIS recursive" + (f" (seed {seed + k})" if k else "")
+                out.append((name, graph_parts(g, n, balanced, exact=True, seed=seed + k, recursive=True)))
         if N * cap > n:
             out.append(("METIS free", graph_parts(g, n, np.full(N, cap), exact=False, seed=seed)))
     seen: set[bytes] = set()
