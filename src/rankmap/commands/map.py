@@ -35,10 +35,11 @@ def add_solver_args(p: argparse.ArgumentParser) -> None:
                    help=f"keep the default placement unless the best one gains at least PCT %% on the objective "
                         f"(default {MIN_GAIN_PERCENT:g}; 0: take any better placement): moving ranks has costs the "
                         f"model does not see")
-    p.add_argument("--min-gain-on", choices=GAIN_ON_CHOICES, default="primary",
-                   help="which figure the least gain must be on: the objective's primary one (default; the "
-                        "busiest link for --objective max), or either (a placement that only lowers the "
-                        "tie-break, e.g. the total congestion, counts too)")
+    p.add_argument("--min-gain-on", choices=GAIN_ON_CHOICES, default=None,
+                   help="which figure the least gain must be on: the objective's primary one (the busiest link for "
+                        "--objective max), or either (a placement that only lowers the tie-break counts too); "
+                        "default: primary for max (its tie-break, the total congestion, alone is no reason to move "
+                        "ranks), either for hop-bytes and avg (their tie-break is the busiest link)")
     p.add_argument("--kahip", choices=("auto", "on", "off"), default="auto",
                    help="seed the placement with KaHIP's process mapping: auto (default) where KaHIP is installed "
                         "(pip install 'rankmap[kahip]'), on (required), off; it is one more start, scored by "

@@ -43,7 +43,7 @@ def solver_budget(time_budget: float, started: float | None, n: int) -> float:
 
 def place(traffic: Any, *, topology: str, nodes: int | None = None, ranks_per_gpu: int = 1, seed: int = 0,
           time_budget: float = 10.0, objective: str = "max", min_gain: float | None = None,
-          min_gain_on: str = "primary", kahip: str = "auto", started: float | None = None,
+          min_gain_on: str | None = None, kahip: str = "auto", started: float | None = None,
           source: dict | None = None,
           measured: str | None = None, db: str | None = None, as_gpu_resident: bool = False,
           what: str = "the traffic") -> dict:
