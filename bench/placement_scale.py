@@ -58,6 +58,7 @@ from rankmap.mapping.solve import place  # noqa: E402
 from rankmap.topology import fixtures  # noqa: E402
 
 GMAP = shutil.which("scotch_gmap") or shutil.which("gmap")
+SCOTCH_TIMEOUT = 120
 PATTERNS = ("halo3d", "halo4d", "random", "moe", "ring")
 SIZES = (64, 512, 4096, 16384)
 
@@ -188,9 +189,13 @@ def run_scotch(pf: Platform, tr: Traffic) -> tuple[np.ndarray, np.ndarray, Clock
         d = Path(d)
         write_grf_sparse(d / "src.grf", tr)
         (d / "t.tgt").write_text(tgt + "\n")
-        with Clock() as c:
-            r = subprocess.run([GMAP, str(d / "src.grf"), str(d / "t.tgt"), str(d / "o.map"), "-b0", "-cb"],
-                               capture_output=True)
+        try:
+            with Clock() as c:
+                r = subprocess.run([GMAP, str(d / "src.grf"), str(d / "t.tgt"), str(d / "o.map"), "-b0", "-cb"],
+                                   capture_output=True, timeout=SCOTCH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            # Debian's Scotch 7 (threaded) sometimes sleeps forever in scotch_gmap at 0 % CPU
+            return f"hung (killed after {SCOTCH_TIMEOUT} s)"
         if r.returncode != 0:
             return f"failed ({'signal ' + str(-r.returncode) if r.returncode < 0 else 'exit ' + str(r.returncode)})"
         slot = _read_map(d / "o.map", tr.n, pf.nodes * pf.G)

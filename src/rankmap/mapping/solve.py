@@ -184,7 +184,8 @@ def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0,
         # (at most 5 % of the budget, and done by 99 % of it)
         node_of, gpu_of = fewest_moves(cl, node_of, gpu_of, d_node, d_gpu,
                                        deadline=min(t0 + 0.99 * time_budget,
-                                                    time.perf_counter() + 0.05 * time_budget))
+                                                    time.perf_counter() + 0.05 * time_budget),
+                                       proven=optimal)
         score = evaluate(platform, tr, node_of, gpu_of)
         gain_on = _gain_on(score_key(score, objective), score_key(default, objective), objective, min_gain,
                            min_gain_on)
