@@ -42,8 +42,8 @@ def add_solver_args(p: argparse.ArgumentParser) -> None:
                         "ranks), either for hop-bytes and avg (their tie-break is the busiest link)")
     p.add_argument("--kahip", choices=("auto", "on", "off"), default="auto",
                    help="seed the placement with KaHIP's process mapping: auto (default) where KaHIP is installed "
-                        "(pip install 'rankmap[kahip]'), on (required), off; it is one more start, scored by "
-                        "rankmap's objective, so it can only help")
+                        "(pip install 'rankmap[kahip]'), on (required), off; it is one more start, taken only where "
+                        "it scores better by rankmap's objective (its time comes out of the budget)")
     p.add_argument("--measured", nargs="?", const="latest", metavar="RUN",
                    help="use the GPU-pair bandwidths measured by `rankmap bench p2p` (a stored run id, default "
                         "the latest) as link strengths")

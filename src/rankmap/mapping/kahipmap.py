@@ -5,8 +5,9 @@ hierarchy of processing elements given as arities and distances (``4:16:16`` and
 minimising the distance-weighted bytes; its multisection along the hierarchy is the state of the art
 for that sum. rankmap minimises the busiest link first, which KaHIP does not see, so KaHIP's mapping is
 only a *start*: it enters the node split as one more candidate (and a large node's search as one more
-start), scored by rankmap's cost model beside the others and refined like them. The default path does
-not need it, and with it installed a placement can only be as good or better by rankmap's objective.
+start), scored by rankmap's cost model beside the others and refined like them: it is taken only
+where it scores better. The default path does not need it. The time it takes comes out of the
+budget the searches get.
 
 What the wheel holds (3.25): a Python module ``kahip`` whose one entry is ``kaffpa`` (partitioning,
 no mapping), and beside it, in the environment's ``lib/``, ``libkahip.so`` with the C function
@@ -36,10 +37,12 @@ from rankmap.mapping.platform import Platform
 
 MODES = {"fast": 0, "eco": 1, "strong": 2}
 
-#: CPU seconds per rank each mode took on a 2-core machine (1024 ranks onto 4:16:16 and 4096 onto
-#: 8:512, the slower of the two), for choosing the strongest mode that fits the share of the budget
-#: given to it; none fits: no seed
-SECONDS_PER_RANK = {"strong": 1.6e-3, "eco": 5e-4, "fast": 2.2e-4}
+#: seconds per rank and edge (undirected) each mode took on a loaded 2-core machine (the slowest
+#: seen: a 3-D grid and a random geometric graph of 1024 ranks onto 4:16:16, random and uneven
+#: all-to-all traffic of 512-4096 ranks onto 8:N), for choosing the strongest mode that fits the
+#: share of the budget given to it; none fits: no seed. KaHIP's time follows the edges: an uneven
+#: all-to-all of 512 ranks in groups of 256 (65 000 edges) took 7, 16 and 39 s
+SECONDS_PER_ELEMENT = {"strong": 2.5e-3, "eco": 6e-4, "fast": 1.5e-4}
 
 
 @functools.lru_cache(maxsize=1)
@@ -126,10 +129,11 @@ def _uniform_levels(tree: dict) -> list[tuple[list[list[int]], int]] | None:
     return out + levels[::-1]
 
 
-def choose_mode(n: int, seconds: float) -> str | None:
-    """The strongest mode expected to finish ``n`` ranks within ``seconds`` (None: not even fast)."""
+def choose_mode(size: int, seconds: float) -> str | None:
+    """The strongest mode expected to finish a graph of ``size`` ranks plus edges within ``seconds``
+    (None: not even fast)."""
     for mode in ("strong", "eco", "fast"):
-        if n * SECONDS_PER_RANK[mode] <= seconds:
+        if size * SECONDS_PER_ELEMENT[mode] <= seconds:
             return mode
     return None
 
@@ -197,7 +201,7 @@ def seed_placement(pf: Platform, tr: Traffic, K: int, objective: str, seconds: f
         return None
     used = tr.n // cap
     arities, dists = hierarchy(Platform(pf.node, used), objective, K)
-    mode = choose_mode(tr.n, seconds)
+    mode = choose_mode(tr.n + len(tr.src) // 2, seconds)
     if mode is None:
         return None
     t0 = time.perf_counter()

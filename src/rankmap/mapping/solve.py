@@ -54,6 +54,10 @@ from rankmap.mapping.units import percent
 #: a cluster this small gets thorough (exact) node solves everywhere, also in refinement trials
 SMALL_RANKS = 128
 
+#: seconds an exact 8-GPU node solve may take on a loaded machine: below this per node and split
+#: in the first 30 % of the budget, only the split that scores best in rank order is placed
+PER_NODE_SOLVE = 0.01
+
 #: seeds of the recursive-bisection split tried above SMALL_RANKS (each is scored in rank order, one
 #: evaluation): on a shuffled 16x8x8 grid into 16 nodes the busiest node's cut went 64-81 by seed
 SPLIT_TRIES = 4
@@ -308,9 +312,11 @@ def _many_nodes(cl: Cluster, t0: float, budget: float, use_kahip: bool) -> tuple
         cl.set_split(parts, gpus)
         scored.append((name, cl.snapshot(), cl.key()))
         tried.append({"split": name, "key_in_rank_order": [float(x) for x in scored[-1][2]]})
-    if not small:
-        # a large job: every split is scored with its ranks on GPUs in rank order, and only the most
-        # promising one is placed node by node (the default's own figures are known anyway)
+    nodes_used = int(np.count_nonzero(np.bincount(cands[-1][1], minlength=cl.pf.nodes)))
+    if not small or 0.3 * budget < PER_NODE_SOLVE * len(scored) * nodes_used:
+        # a large job, or a budget too short to place every split node by node: every split is
+        # scored with its ranks on GPUs in rank order, and only the most promising one is placed
+        # node by node (the default's own figures are known anyway)
         best = min(range(len(scored)), key=lambda i: _sort_key(scored[i][2]))
         scored = [scored[best]]
     best = None
