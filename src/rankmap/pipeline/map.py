@@ -7,32 +7,65 @@ module only parses options and prints.
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from rankmap.errors import RankmapError
 
+#: seconds per rank that writing the mapping (the JSON document, its text, the report) costs on a
+#: loaded 2-core machine, kept out of the solvers' share of the budget (with room to spare)
+OUTPUT_SECONDS_PER_RANK = 2.5e-4
 
-def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1, seed: int = 0,
+
+def command_started() -> float:
+    """When this process started, on the ``time.perf_counter()`` clock (Linux: from ``/proc``), so that
+    a command's ``--time-budget`` covers the interpreter's start-up and its imports too; elsewhere, now."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])     # field 22, starttime, in clock ticks since boot
+        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+        age = since_boot - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.perf_counter()
+    return time.perf_counter() - max(0.0, min(age, 60.0))
+
+
+def solver_budget(time_budget: float, started: float | None, n: int) -> float:
+    """The solvers' share of a command's ``--time-budget``: what start-up and reading the traffic have
+    not used, less what writing the answer will take (at least a tenth of the budget)."""
+    if started is None:
+        return time_budget
+    left = time_budget - (time.perf_counter() - started) - OUTPUT_SECONDS_PER_RANK * n
+    return max(left, 0.1 * time_budget)
+
+
+def place(traffic: Any, *, topology: str, nodes: int | None = None, ranks_per_gpu: int = 1, seed: int = 0,
           time_budget: float = 10.0, objective: str = "max", min_gain: float | None = None,
+          min_gain_on: str | None = None, kahip: str = "auto", started: float | None = None,
           source: dict | None = None,
           measured: str | None = None, db: str | None = None, as_gpu_resident: bool = False,
           what: str = "the traffic") -> dict:
-    """The mapping JSON of the best placement of ``traffic`` on ``nodes`` x ``topology``; with
+    """The mapping JSON of the best placement of ``traffic`` on ``nodes`` x ``topology`` (``nodes``
+    None: 1, or the count a ``synth:hier:`` topology names); with
     ``measured`` (a stored ``rankmap bench p2p`` run id or ``latest``, in the store at ``db``) the
     topology's links carry the measured GPU-pair bandwidths. ``as_gpu_resident``: place the what-if
     in which the host-staged bytes went GPU to GPU (:mod:`rankmap.mapping.basis`; ``what`` names the
     traffic in the error when none of it is host-staged), and say so in the document. ``min_gain``
     (a fraction; default :data:`rankmap.mapping.solve.MIN_GAIN`): the least gain worth moving ranks
-    for."""
+    for, on the figure ``min_gain_on`` names; ``kahip``: whether KaHIP's process mapping seeds the
+    search (``auto``: where it is installed). ``started`` (a ``time.perf_counter()`` value): when the
+    command began, so that ``time_budget`` covers the whole command (:func:`solver_budget`); None:
+    the budget is the solvers' alone."""
     from rankmap.mapping import basis as B
-    from rankmap.mapping.inputs import load_topology
+    from rankmap.mapping.inputs import load_topology, node_count
     from rankmap.mapping.platform import Platform, node_model
     from rankmap.mapping.report import to_json
     from rankmap.mapping.solve import MIN_GAIN, place as solve
 
-    if nodes < 1:
-        raise RankmapError(f"--nodes must be at least 1, got {nodes}")
+    nodes = node_count(topology, nodes)
     if time_budget <= 0:
         raise RankmapError(f"--time-budget must be positive, got {time_budget}")
     min_gain = MIN_GAIN if min_gain is None else min_gain
@@ -46,8 +79,9 @@ def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1
 
         topo = measured_topology(topo, open_store(db, existing=True), measured)
     platform = Platform(node_model(topo), nodes)
-    pl = solve(platform, traffic, ranks_per_gpu=ranks_per_gpu, seed=seed, time_budget=time_budget,
-               objective=objective, min_gain=min_gain)
+    pl = solve(platform, traffic, ranks_per_gpu=ranks_per_gpu, seed=seed,
+               time_budget=solver_budget(time_budget, started, getattr(traffic, "n", None) or len(traffic)),
+               objective=objective, min_gain=min_gain, min_gain_on=min_gain_on, kahip=kahip)
     return to_json(pl, topology=topo.name, ranks_per_gpu=ranks_per_gpu, source=source, basis=fields)
 
 

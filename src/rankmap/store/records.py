@@ -119,7 +119,7 @@ class LinkCounts(TypedDict):
 
 
 class BenchRunDoc(TypedDict, total=False):
-    """One benchmark run in the JSON form of ``rankmap.bench.rows.BenchRun`` (``docs/bench.md``).
+    """One benchmark run in the JSON form of ``rankmap.linkbench.rows.BenchRun`` (``docs/bench.md``).
 
     ``rows`` are the JSON rows: ``benchmark``, ``library``, ``buffer``, ``src``, ``dst``, ``size``,
     the figures (``latency_us``, ``bandwidth_GBps``, ...) and whatever else a row carries.

@@ -234,7 +234,7 @@ mappings = Table(
 )
 Index("ix_mappings_key", mappings.c.command_key, mappings.c.world_size)
 
-# Benchmark runs (`rankmap bench p2p|mpi|nccl`) and their rows (rankmap.bench.rows declares the row).
+# Benchmark runs (`rankmap bench p2p|mpi|nccl`) and their rows (rankmap.linkbench.rows declares the row).
 bench_runs = Table(
     "bench_runs", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
