@@ -32,6 +32,8 @@ from rankmap.errors import RankmapError
 from rankmap.store import migrate
 from rankmap.store import schema as S
 from rankmap.store.batch import TIMELINE_SLOTS, Batch, add_histograms, level_threshold
+from rankmap.store.urls import default_url, rankmap_home  # noqa: F401  (re-exported)
+from rankmap.store.urls import normalise_url as _normalise_url
 
 __all__ = ["Store", "StoreUnavailable", "Batch", "open_store", "default_url", "command_key", "rankmap_home"]
 
@@ -84,26 +86,9 @@ def process_alive(ident: str | None) -> bool | None:
     return _start_ticks(int(pid)) == int(start)
 
 
-def rankmap_home() -> Path:
-    """Where rankmap keeps its database and run directories unless told otherwise."""
-    return Path(os.environ.get("RANKMAP_HOME") or Path.home() / ".rankmap")
-
-
-def default_url() -> str:
-    return os.environ.get("RANKMAP_DB") or f"sqlite:///{rankmap_home() / 'rankmap.db'}"
-
-
 def shown_url(url: str | None = None) -> str:
     """``url`` (default: the default store) as :attr:`Store.url` shows it, to tell stores apart."""
     return make_url(_normalise_url(url or default_url())).render_as_string(hide_password=True)
-
-
-def _normalise_url(url: str) -> str:
-    """Accept the spellings people type for PostgreSQL and use the driver rankmap ships (psycopg 3)."""
-    for prefix in ("postgres://", "postgresql://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
-    return url
 
 
 def command_key(argv: Sequence[str]) -> str:
