@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from rankmap.capture import launchers as L
 from rankmap.capture.rundir import RunDir, make_run_dir, utc_now
 from rankmap.errors import RankmapError
+from rankmap.pipeline.pacing import MAX_GAP_S, next_wait
 
 if TYPE_CHECKING:   # the store and the ingest are imported once the job runs (their imports take a while)
     from rankmap.pipeline.ingest import RunIngest
@@ -103,10 +104,10 @@ class _Streamer(threading.Thread):
 
     Each cycle parses only what the record files gained (:class:`RunIngest`) and appends it. The
     cycle's own CPU time sets the wait before the next one, so rankmap's share of a core stays near
-    :data:`~rankmap.pipeline.ingest.CPU_BUDGET` however many ranks flush how often
-    (:func:`~rankmap.pipeline.ingest.next_wait`): a small job is stored about every ``interval``
+    :data:`~rankmap.pipeline.pacing.CPU_BUDGET` however many ranks flush how often
+    (:func:`~rankmap.pipeline.pacing.next_wait`): a small job is stored about every ``interval``
     seconds, a large one in larger, rarer batches (never rarer than every
-    :data:`~rankmap.pipeline.ingest.MAX_GAP_S`, which is also the heartbeat that tells the store
+    :data:`~rankmap.pipeline.pacing.MAX_GAP_S`, which is also the heartbeat that tells the store
     this profiler is alive).
 
     A store that cannot be reached (or stays locked) does not stop the job: the batch is kept, the
@@ -128,7 +129,6 @@ class _Streamer(threading.Thread):
         self.written = time.monotonic()        # the last write (the job's creation was the first heartbeat)
 
     def run(self) -> None:
-        from rankmap.pipeline.ingest import MAX_GAP_S, next_wait
         wait = self.interval
         while not self.stop_event.wait(wait):
             t0 = time.thread_time()
@@ -147,7 +147,6 @@ class _Streamer(threading.Thread):
         A cycle that found nothing new writes nothing, unless the last write is :data:`MAX_GAP_S`
         old (the write is also the heartbeat that says this profiler lives) or the store was away
         (the write says whether it is back)."""
-        from rankmap.pipeline.ingest import MAX_GAP_S
         from rankmap.store import StoreUnavailable
 
         with self.lock:
@@ -363,21 +362,57 @@ def _cuda_library(mode: str | None) -> tuple[Path | None, str | None, str, str]:
         return None, None, "", f"off: building the CUDA activity library failed: {e}"
 
 
-def _start_link_sampler(interval_s: float, store: Any, job_id: int) -> Any:
-    """NVLink/PCIe counters of the node's GPUs, streamed into the store while the job runs (GPM
-    where the GPUs have it, else NVML field values); None where there is no NVML or no GPU."""
-    try:
-        from dataclasses import asdict
+class _SamplerStart(threading.Thread):
+    """The link sampler, started beside the job's own start: NVML's initialisation (pynvml's import,
+    ``nvmlInit``, GPM's set-up) runs while the main thread opens the store, and the sampling begins
+    once the job is in the store (:meth:`attach`). :meth:`result` is the sampler, or None where there
+    is no NVML or no GPU, or the job never reached the store."""
 
-        from rankmap.capture.sampler import GPM_MIN_INTERVAL_S, LinkSampler, StoreWriter, hostname, open_source
-        source = open_source("auto")
+    def __init__(self, interval_s: float) -> None:
+        super().__init__(name="rankmap-link-sampler-start", daemon=True)
+        self.interval_s = interval_s
+        self.sampler: Any = None
+        self._go = threading.Event()
+        self._target: tuple[Any, int] | None = None
+
+    def run(self) -> None:
+        try:
+            from rankmap.capture.sampler import open_source
+            source = open_source("auto")
+        except Exception:  # no driver, no GPU, no pynvml: profiling goes on without link counters
+            return
         if source.gpu_count() == 0:
             source.close()
-            return None
+            return
+        self._go.wait()
+        if self._target is None:
+            source.close()
+            return
+        self.sampler = _start_sampling(source, self.interval_s, *self._target)
+
+    def attach(self, store: Any, job_id: int) -> None:
+        """Sample into job ``job_id`` of ``store`` (as soon as the source is open)."""
+        self._target = (store, job_id)
+        self._go.set()
+
+    def result(self) -> Any:
+        self._go.set()
+        self.join()
+        return self.sampler
+
+
+def _start_sampling(source: Any, interval_s: float, store: Any, job_id: int) -> Any:
+    """NVLink/PCIe counters of the node's GPUs (GPM where the GPUs have it, else NVML field values)
+    streamed into job ``job_id``; None (the source closed) where sampling cannot start."""
+    from dataclasses import asdict
+
+    from rankmap.capture.sampler import GPM_MIN_INTERVAL_S, LinkSampler, StoreWriter, hostname
+    try:
         if source.kind == "gpm":   # a finer timeline than GPM can follow: the link samples keep their own pace
             interval_s = max(interval_s, GPM_MIN_INTERVAL_S)
         sampler = LinkSampler(source, interval_s=interval_s, on_sample=StoreWriter(store, job_id), keep=False).start()
-    except Exception:  # no driver, no GPU, no pynvml: profiling goes on without link counters
+    except Exception:  # a first read that fails: profiling goes on without link counters
+        source.close()
         return None
     # where and when it samples: the dashboard lines the samples up with the ranks, /metrics labels them
     from rankmap.store import StoreUnavailable
@@ -491,6 +526,7 @@ class _Live:
     store: Any = None
     job_id: int = 0
     streamer: _Streamer | None = None
+    sampler_start: _SamplerStart | None = None
     sampler: Any = None
     completes: str = ""
     why_not: str | None = None       # why the store could not be opened
@@ -501,10 +537,13 @@ def _attach(plan: _Plan, child: subprocess.Popen, warn: Callable[[str], None], l
     ingest and the link sampler started. A store that cannot be opened now is an outage, not an
     error: the job goes on and its records wait in the run directory."""
     from rankmap.pipeline.ingest import RunIngest, ingest_command, new_run_uid
-    from rankmap.store import Store, StoreUnavailable, command_key, open_store, process_id
+    from rankmap.store import Store, command_key, open_store, process_id
 
     live = _Live()
     store, rd, launcher = plan.store, plan.rd, plan.launcher
+    if link_sampler:    # one link sample per timeline bucket, so link counters and rank traffic line up in time
+        live.sampler_start = _SamplerStart(plan.meta["bucket_ms"] / 1000)
+        live.sampler_start.start()
     uid = new_run_uid()
     rd.write_job({"run_uid": uid, "command": plan.argv, "launched": plan.inj.argv, "launcher": launcher.kind,
                   "world_size": launcher.world_size, "start": plan.started, "env": plan.inj.injected,
@@ -515,11 +554,11 @@ def _attach(plan: _Plan, child: subprocess.Popen, warn: Callable[[str], None], l
         live.job_id = store.create_job(plan.argv, launcher=launcher.kind, world_size=launcher.world_size,
                                        run_dir=rd.path, key=command_key(plan.argv), run_uid=uid,
                                        profiler=process_id(), meta=plan.meta)
-    except (RankmapError, StoreUnavailable) as e:
-        live.why_not = str(e)
+    except Exception as e:  # noqa: BLE001 - whatever stops the store, the job that already runs goes on
+        live.why_not = str(e).splitlines()[0] if str(e) else type(e).__name__
         from rankmap.store.urls import shown
         live.completes = f"rankmap ingest {rd.path} --db {shown(store if isinstance(store, str) else None)}"
-        warn(f"{e}; the job goes on and its records stay in {rd.path}")
+        warn(f"{live.why_not}; the job goes on and its records stay in {rd.path}")
         return live
     live.store = store
     rd.write_job({"job_id": live.job_id, "store": store.url})
@@ -533,9 +572,8 @@ def _attach(plan: _Plan, child: subprocess.Popen, warn: Callable[[str], None], l
     flush_ms = plan.meta["flush_ms"]
     live.streamer = _Streamer(ingest, interval=min(1.0, max(0.2, flush_ms / 1000)), on_outage=outage)
     live.streamer.start()
-    # One link sample per timeline bucket, so link counters and rank traffic line up in time.
-    if link_sampler and child.poll() is None:
-        live.sampler = _start_link_sampler(plan.meta["bucket_ms"] / 1000, store, live.job_id)
+    if live.sampler_start is not None:
+        live.sampler_start.attach(store, live.job_id)
     return live
 
 
@@ -550,6 +588,7 @@ def _finish(plan: _Plan, live: _Live, status: int, elapsed: int, cpu_s: float, r
     if streamer and streamer.error is not None and stored:
         problems.append(f"a write to the store failed while the job ran ({streamer.error}); "
                         f"the final one stored everything")
+    live.sampler = live.sampler_start.result() if live.sampler_start is not None else None
     sampled = _stop_link_sampler(live, problems)
     for p in problems:
         warn(p)
