@@ -18,7 +18,8 @@
 #     with Open MPI's monitoring PML, under `rankmap profile` (default) and `--collectives library`; the
 #     exit status of each and the default's per-pair bytes against the program's own neighbour lists
 #     -> neighbors.txt.
-# env.txt says what the machine is. Exit status: the number of FAIL lines.
+# env.txt says what the machine is: eight files in all (what the GPU runner brings back). Exit status: the
+# number of FAIL lines.
 # `DRY=1 bash gpu/profile_cost.sh` runs the same flow small (2 repetitions, 4 ranks, 300 rounds), to
 # check the script on a machine without a GPU.
 set -uo pipefail
@@ -42,7 +43,7 @@ say() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 # 0. packages
 if ls .whl/*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" .whl/*.whl \
-    > "$OUT/pip.log" 2>&1 || { echo "FAIL installing the wheels of .whl (see pip.log)"; exit 100; }
+    > "$WORK/pip.log" 2>&1 || { echo "FAIL installing the wheels of .whl:"; tail -5 "$WORK/pip.log"; exit 100; }
   export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -69,7 +70,7 @@ SIZE=(); PAIRS_OPTS=--oversubscribe
 # 1. the benchmark
 say "1. bench/profile_cost.py ${OSU[*]} ${SIZE[*]} (budget $BUDGET_S s)"
 timeout -k 10 $(( BUDGET_S + 120 )) $PY bench/profile_cost.py "${OSU[@]}" "${SIZE[@]}" --mpirun "$MPIRUN" \
-  --mpicc "$MPICC" --pairs-opts="$PAIRS_OPTS" --budget-s "$BUDGET_S" --out "$OUT" > "$OUT/bench.out" 2> "$OUT/bench.err"
+  --mpicc "$MPICC" --pairs-opts="$PAIRS_OPTS" --budget-s "$BUDGET_S" --out "$OUT" > "$WORK/bench.out" 2> "$OUT/bench.err"
 say "   exit $?"
 tail -25 "$OUT/bench.err" | grep -v "^# rep" | sed 's/^/   | /'
 

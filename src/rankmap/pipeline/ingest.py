@@ -24,7 +24,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rankmap.capture import collectives
 from rankmap.capture.rundir import RunDir
 from rankmap.errors import RankmapError
 from rankmap.formats import record as R
@@ -118,9 +117,10 @@ class RunIngest:
         self.hosts_seen = 0
 
     def warm_up(self) -> None:
-        """Before the job starts: what a streaming write would otherwise do on its first call
-        (:meth:`Store.warm_up`), so that the first cycles cost what the later ones do. A store
-        that is away now is met by the cycles as usual."""
+        """Before the first cycle: what a streaming write would otherwise do on its first call
+        (:meth:`Store.warm_up`) and the import of the collectives' mirrors, so that the first cycles
+        cost what the later ones do. A store that is away now is met by the cycles as usual."""
+        from rankmap.capture import collectives  # noqa: F401  (imported here, not in a cycle)
         from rankmap.store import StoreUnavailable
 
         try:
@@ -195,6 +195,7 @@ class RunIngest:
         meta.update(delta.meta)
         if not delta.coll_calls:
             return
+        from rankmap.capture import collectives   # the mirrors' tables: imported by the first job that needs them
         if self.node_of is None or len(self.world_ranks) > self.hosts_seen:
             self.node_of = collectives.node_index(collectives.run_hosts(self.run_dir.path))
             self.hosts_seen = len(self.world_ranks)

@@ -129,14 +129,19 @@ class _Streamer(threading.Thread):
         self.written = time.monotonic()        # the last write (the job's creation was the first heartbeat)
 
     def run(self) -> None:
-        wait = self.interval
+        with self.lock:
+            self.ingest.warm_up()     # off the main thread, which goes on to wait for the job
+        wait, first = 0.0, True          # the first cycle at once: what the job flushed while the store opened
         while not self.stop_event.wait(wait):
             t0 = time.thread_time()
             try:
                 self.cycle(final=False)
             except Exception as e:  # the job must go on; the final cycle reports for real
                 self.error = e
-            wait = next_wait(time.thread_time() - t0, self.interval)
+            # the first cycle catches up with what the job wrote while the store was being opened, and
+            # pays one-off costs (first readers): it does not set the pace
+            wait = self.interval if first else next_wait(time.thread_time() - t0, self.interval)
+            first = False
             if self.down:
                 self.backoff = min(MAX_GAP_S, max(1.0, 2 * self.backoff))
                 wait = max(wait, self.backoff)
@@ -493,7 +498,7 @@ def _prepare(argv: list[str], *, store: Any, bucket_ms: int, flush_ms: int, mpic
              run_dir: Any, nccl: str, cuda: str | None, collectives: str | None) -> _Plan:
     """Everything that must hold before the job starts: the options, the launcher, the run directory,
     the hooks (built or found in the cache) and the environment that carries them; a bad store URL
-    is refused here too (:func:`rankmap.store.urls.check_url`), without the store's imports."""
+    is refused here too (:func:`rankmap.home.check_url`), without the store's imports."""
     if bucket_ms <= 0 or flush_ms <= 0:
         raise RankmapError("--bucket-ms and --flush-ms must be positive")
     if nccl not in ("auto", "on", "off"):
@@ -504,7 +509,7 @@ def _prepare(argv: list[str], *, store: Any, bucket_ms: int, flush_ms: int, mpic
     rd = make_run_dir(run_dir)        # before the slow part: an unwritable place fails at once
     try:
         if store is None or isinstance(store, str):
-            from rankmap.store.urls import check_url
+            from rankmap.home import check_url
             check_url(store)
         source = _collective_source(launcher, collectives)
         shim, mpicc_used, plugin = _capture_libraries(launcher, argv, mpicc, nccl)
@@ -556,7 +561,7 @@ def _attach(plan: _Plan, child: subprocess.Popen, warn: Callable[[str], None], l
                                        profiler=process_id(), meta=plan.meta)
     except Exception as e:  # noqa: BLE001 - whatever stops the store, the job that already runs goes on
         live.why_not = str(e).splitlines()[0] if str(e) else type(e).__name__
-        from rankmap.store.urls import shown
+        from rankmap.home import shown
         live.completes = f"rankmap ingest {rd.path} --db {shown(store if isinstance(store, str) else None)}"
         warn(f"{live.why_not}; the job goes on and its records stay in {rd.path}")
         return live
@@ -568,7 +573,6 @@ def _attach(plan: _Plan, child: subprocess.Popen, warn: Callable[[str], None], l
         warn(f"{why}; job {live.job_id} goes on and its records stay in {rd.path}; retrying")
 
     ingest = RunIngest(store, live.job_id, rd.path, resume=False)
-    ingest.warm_up()
     flush_ms = plan.meta["flush_ms"]
     live.streamer = _Streamer(ingest, interval=min(1.0, max(0.2, flush_ms / 1000)), on_outage=outage)
     live.streamer.start()

@@ -32,8 +32,8 @@ from rankmap.errors import RankmapError
 from rankmap.store import migrate
 from rankmap.store import schema as S
 from rankmap.store.batch import TIMELINE_SLOTS, Batch, add_histograms, level_threshold
-from rankmap.store.urls import default_url, rankmap_home  # noqa: F401  (re-exported)
-from rankmap.store.urls import normalise_url as _normalise_url
+from rankmap.home import default_url, rankmap_home  # noqa: F401  (re-exported)
+from rankmap.home import normalise_url as _normalise_url
 
 __all__ = ["Store", "StoreUnavailable", "Batch", "open_store", "default_url", "command_key", "rankmap_home"]
 

@@ -1,7 +1,8 @@
-"""Store URLs: the default one, the spellings accepted, and the check a profile makes before its job starts.
+"""Where rankmap keeps its files: ``RANKMAP_HOME``, the default store URL, the spellings of store URLs
+accepted, and the check a profile makes of a URL before its job starts.
 
-Kept apart from the store itself (:mod:`rankmap.store`), whose imports (SQLAlchemy, NumPy) take a
-good part of a second: ``rankmap profile`` refuses a mistyped URL before the launch with these
+Kept apart from the store itself (:mod:`rankmap.store`, whose package imports SQLAlchemy and NumPy:
+a good part of a second): ``rankmap profile`` refuses a mistyped URL before the launch with these
 functions alone, and opens the store while the job already runs.
 """
 
