@@ -65,15 +65,15 @@ def expected(stdout: str) -> dict[tuple[int, str], tuple[int, int]]:
 def neighbour_rows(export_csv: str) -> dict[str, dict[tuple[int, int], tuple[int, int]]]:
     out: dict[str, dict[tuple[int, int], tuple[int, int]]] = {}
     for r in csv.DictReader(io.StringIO(export_csv)):
-        if r["operation"].startswith("MPI_Neighbor_"):
+        if r["operation"].startswith(("MPI_Neighbor_", "MPI_Ineighbor_")):
             out.setdefault(r["operation"], {})[(int(r["src"]), int(r["dst"]))] = (int(r["bytes"]), int(r["messages"]))
     return out
 
 
-@pytest.mark.parametrize("topo", ["cart", "graph"])
+@pytest.mark.parametrize("topo,form", [("cart", "blocking"), ("graph", "blocking"), ("graph", "nonblocking")])
 @pytest.mark.parametrize("mpi", ["openmpi", "openmpi5", "mpich"])
-def test_default_profiles_neighbourhood_collectives_exactly(mpi, topo, neighbors, tmp_path):
-    cmd = launch(mpi, neighbors, topo, str(BYTES), str(ITERS))
+def test_default_profiles_neighbourhood_collectives_exactly(mpi, topo, form, neighbors, tmp_path):
+    cmd = launch(mpi, neighbors, topo, str(BYTES), str(ITERS), form)
     plain = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert plain.returncode == 0, plain.stderr
     env = {"RANKMAP_HOME": str(tmp_path / "home"), "RANKMAP_DB": f"sqlite:///{tmp_path / 'r.db'}"}
@@ -82,10 +82,12 @@ def test_default_profiles_neighbourhood_collectives_exactly(mpi, topo, neighbors
     want = expected(p.stdout)
     assert want == expected(plain.stdout)
     got = neighbour_rows(rankmap("export", "latest", env=env).stdout)
-    assert got == {"MPI_Neighbor_allgather": want, "MPI_Neighbor_alltoall": want}
+    ops = ("MPI_Ineighbor_allgather", "MPI_Ineighbor_alltoall") if form == "nonblocking" else \
+        ("MPI_Neighbor_allgather", "MPI_Neighbor_alltoall")
+    assert got == {op: want for op in ops}
     # no monitoring was loaded: the pairs are the shim's own (one message per neighbour entry)
     srcs = rankmap("export", "latest", "--pair-source", env=env).stdout
-    labels = {r["pair_source"] for r in csv.DictReader(io.StringIO(srcs)) if r["operation"].startswith("MPI_Neighbor_")}
+    labels = {r["pair_source"] for r in csv.DictReader(io.StringIO(srcs)) if "eighbor_" in r["operation"]}
     assert labels == {"mirror"}
 
 
