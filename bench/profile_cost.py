@@ -52,6 +52,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -244,7 +245,15 @@ class Bench:
         cpu_file = self.work / "cpu.txt"
         cpu_file.unlink(missing_ok=True)
         t0 = time.monotonic()
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=self.a.run_timeout_s)
+        child = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True)
+        try:
+            out, err = child.communicate(timeout=self.a.run_timeout_s)
+        except BaseException:          # a run past its time, or the bench stopped: the job goes too
+            os.killpg(child.pid, 9)
+            child.communicate()
+            raise
+        p = subprocess.CompletedProcess(cmd, child.returncode, out, err)
         wall = time.monotonic() - t0
         self.log(f"[{w} {mode} rep {rep}] $ {' '.join(cmd[:1] + cmd[3:] if cmd[1:2] == ['-c'] else cmd)}\n"
                  f"exit {p.returncode} in {wall:.3f} s\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
@@ -272,8 +281,25 @@ class Bench:
                           for i in range(n) for k in range(n))
 
 
+class Stopped(Exception):
+    """SIGTERM (a time limit around the bench): stop, and report what was measured."""
+
+
+def _stop(_sig: int, _frame: object) -> None:
+    raise Stopped()
+
+
 def run_all(b: Bench, a: argparse.Namespace, t_start: float) -> list[Run]:
     runs: list[Run] = []
+    try:
+        _run_reps(b, a, t_start, runs)
+    except (Stopped, subprocess.TimeoutExpired) as e:
+        b.log(f"stopped ({type(e).__name__}) after {len(runs)} runs: reporting those")
+        print(f"# stopped ({type(e).__name__}) after {len(runs)} runs", file=sys.stderr, flush=True)
+    return runs
+
+
+def _run_reps(b: Bench, a: argparse.Namespace, t_start: float, runs: list[Run]) -> None:
     for rep in range(a.reps):
         for w in a.workloads:
             # the parts in the last repetitions: a budget that runs out takes them, not the main figures
@@ -281,12 +307,11 @@ def run_all(b: Bench, a: argparse.Namespace, t_start: float) -> list[Run]:
             modes = [m for m in modes if m not in SKIP_PARTS.get(w, ())]
             k = rep % len(modes)
             for mode in modes[k:] + modes[:k]:
-                if time.monotonic() - t_start > a.budget_s:
-                    b.log(f"budget of {a.budget_s} s spent: stopping at rep {rep}")
-                    return runs
+                if time.monotonic() - t_start > a.budget_s or time.monotonic() > a.deadline:
+                    b.log(f"budget of {a.budget_s} s (or the deadline) spent: stopping at rep {rep}")
+                    return
                 runs.append(b.run(w, mode, rep))
         print(f"# rep {rep + 1}/{a.reps} done, {time.monotonic() - t_start:.0f} s", file=sys.stderr, flush=True)
-    return runs
 
 
 # ---------------------------------------------------------------------------------------- report
@@ -416,6 +441,8 @@ def main() -> int:
     ap.add_argument("--parts", default=",".join(PARTS), help=f"any of {', '.join(PARTS)} ('' for none)")
     ap.add_argument("--out", type=Path, help="folder for the table, the runs (JSON) and the logs")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no run after this many seconds")
+    ap.add_argument("--deadline-s", type=float, default=1e9,
+                    help="start no run later than this many seconds after the bench started (set-up included)")
     ap.add_argument("--run-timeout-s", type=float, default=300)
     ap.add_argument("--quick", action="store_true", help="3 repetitions, 1 of the parts, 600 rounds")
     a = ap.parse_args()
@@ -442,6 +469,8 @@ def main() -> int:
         print(text, flush=True)
         table.write(text + "\n")
     t0 = time.monotonic()
+    a.deadline = t0 + a.deadline_s
+    signal.signal(signal.SIGTERM, _stop)
     with tempfile.TemporaryDirectory(prefix="rankmap-profile-cost-") as tmp:
         work = Path(tmp)
         with open(out_dir / "build.log", "w") as bl:

@@ -10,7 +10,7 @@
 #  1. bench/profile_cost.py (OSU osu_latency / osu_mbw_mr / osu_bw built from $OSU_SRC with this MPI's
 #     mpicc, else bench/pingpong.c; the 16-rank pairs_every_ms job; a 2-rank MPI_Init/MPI_Finalize job):
 #     plain against `rankmap profile` at its defaults, 7 interleaved repetitions, the parts taken apart
-#     in the last 3 of them, runs started within BUDGET_S seconds (default 380) -> profile_cost.txt (the table and
+#     in the last 3 of them, runs started within BUDGET_S seconds (default 340; none later than BUDGET_S + 80 s after the start) -> profile_cost.txt (the table and
 #     the PASS/FAIL lines of the targets), profile_cost.json (every run), runs.log, build.log;
 #  2. bench/profile_threads.py: one profile of the 16-rank job with rankmap's threads under cProfile
 #     (where its own CPU time goes, the link sampler on) -> threads.txt;
@@ -29,7 +29,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export CUDA_DEVICE_ORDER=PCI_BUS_ID PYTHONUNBUFFERED=1
 OUT=${OUT:-$ROOT/out-profile-cost}
 DRY=${DRY:-0}
-BUDGET_S=${BUDGET_S:-380}
+BUDGET_S=${BUDGET_S:-340}
 PY=${PYTHON:-python3}
 MPIRUN=${MPIRUN:-mpirun}
 MPICC=${MPICC:-mpicc}
@@ -70,7 +70,7 @@ SIZE=(); PAIRS_OPTS=--oversubscribe
 # 1. the benchmark
 say "1. bench/profile_cost.py ${OSU[*]} ${SIZE[*]} (budget $BUDGET_S s)"
 timeout -k 10 $(( BUDGET_S + 120 )) $PY bench/profile_cost.py "${OSU[@]}" "${SIZE[@]}" --mpirun "$MPIRUN" \
-  --mpicc "$MPICC" --pairs-opts="$PAIRS_OPTS" --budget-s "$BUDGET_S" --out "$OUT" > "$WORK/bench.out" 2> "$OUT/bench.err"
+  --mpicc "$MPICC" --pairs-opts="$PAIRS_OPTS" --budget-s "$BUDGET_S" --deadline-s $(( BUDGET_S + 80 )) --out "$OUT" > "$WORK/bench.out" 2> "$OUT/bench.err"
 say "   exit $?"
 tail -25 "$OUT/bench.err" | grep -v "^# rep" | sed 's/^/   | /'
 
