@@ -13,6 +13,7 @@ job nothing: see :func:`profile_command`.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -562,7 +563,8 @@ def _attach(plan: _Plan, child: subprocess.Popen, warn: Callable[[str], None], l
     except Exception as e:  # noqa: BLE001 - whatever stops the store, the job that already runs goes on
         live.why_not = str(e).splitlines()[0] if str(e) else type(e).__name__
         from rankmap.home import shown
-        live.completes = f"rankmap ingest {rd.path} --db {shown(store if isinstance(store, str) else None)}"
+        url = store.url if isinstance(store, Store) else store
+        live.completes = f"rankmap ingest {shlex.quote(str(rd.path))} --db {shlex.quote(shown(url))}"
         warn(f"{live.why_not}; the job goes on and its records stay in {rd.path}")
         return live
     live.store = store
