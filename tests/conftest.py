@@ -30,6 +30,7 @@ def load_script(path: Path, name: str | None = None):
     can call its functions."""
     spec = importlib.util.spec_from_file_location(name or path.stem, path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod        # what a dataclass of the script looks its module up in
     spec.loader.exec_module(mod)
     return mod
 

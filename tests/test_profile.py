@@ -208,9 +208,12 @@ def test_jobs_that_send_no_bytes(mpi, ring_bins, home, tmp_path):
 def test_store_agrees_with_the_records(mpi, examples, home, tmp_path):
     """One-sided (an MPI_Get counts from target to origin) and collective traffic through the store."""
     n = 4
-    for name, args in (("rma", ["100", "2"]), ("alltoall", ["64", "2"])):
-        run = tmp_path / name
-        p = rankmap("profile", "--no-summary", "--run-dir", str(run), "--",
+    runs = [("rma", ["100", "2"], []), ("alltoall", ["64", "2"], [])]
+    if mpi == "openmpi":            # the library source, asked for: Open MPI's monitoring PML
+        runs.append(("alltoall", ["64", "2"], ["--collectives", "library"]))
+    for name, args, opts in runs:
+        run = tmp_path / (name + ("-library" if opts else ""))
+        p = rankmap("profile", "--no-summary", *opts, "--run-dir", str(run), "--",
                     *example(mpi, examples, n, name, *args), env=home)
         assert p.returncode == 0, p.stderr
         store = open_store(home["RANKMAP_DB"])
@@ -226,8 +229,8 @@ def test_store_agrees_with_the_records(mpi, examples, home, tmp_path):
                          for v, t, vals in r.pvar_samples)
         assert sorted((x["rank"], x["t_ns"], x["name"], x["values"]) for x in store.pvars(jid)) == want_pv
         assert want_pv or mpi == "mpich"          # Debian's MPICH offers none, Open MPI 4.1 some
-        # where the pairs come from, as the records say: the alltoall's from the monitoring PML under
-        # Open MPI (rankmap profile loads it), from the mirror of MPICH's choice under MPICH
+        # where the pairs come from, as the records say: the alltoall's from the mirror of the library's
+        # choice by default, from the monitoring PML when the library source is asked for
         want_ps: dict[tuple, int] = {}
         for r in recs:
             for t in r.traffic:
@@ -240,9 +243,9 @@ def test_store_agrees_with_the_records(mpi, examples, home, tmp_path):
                 got_ps[k] = got_ps.get(k, 0) + row["bytes"]
         assert got_ps == want_ps, (name, got_ps, want_ps)
         if name == "alltoall":
-            assert {ps for (op, ps) in got_ps if op == "MPI_Alltoall"} == {"library" if mpi == "openmpi" else "mirror"}
+            assert {ps for (op, ps) in got_ps if op == "MPI_Alltoall"} == {"library" if opts else "mirror"}
         # the run directory ingested afterwards into a fresh store: the same pairs, collectives too
-        fresh = f"sqlite:///{tmp_path / (name + '-fresh.db')}"
+        fresh = f"sqlite:///{tmp_path / (run.name + '-fresh.db')}"
         q = rankmap("ingest", str(run), "--db", fresh, env=home)
         assert q.returncode == 0, q.stderr
         again = open_store(fresh)
@@ -321,6 +324,55 @@ def test_crashed_job_keeps_flushed_records(ring_bins, home, tmp_path):
     store = open_store(home["RANKMAP_DB"])
     jid = store.resolve_job("latest")
     assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 400], [400, 0]]
+
+
+def test_link_sampler_streams_beside_the_job(ring_bins, home, tmp_path):
+    """The link sampler starts beside the job's start (NVML faked: GPM, constant rates) and its samples,
+    source and cost reach the job; the traffic is the job's as without it."""
+    from test_monitor import fake_env
+    env = {**home, **fake_env(rates=[[10 * 10**9, 0, 10**8, 0]])}
+    p = rankmap("profile", "--no-summary", "--", *launch("openmpi", ring_bins, 2, "100", "3"), env=env)
+    assert p.returncode == 0, p.stderr
+    store = open_store(home["RANKMAP_DB"])
+    jid = store.resolve_job("latest")
+    ls = store.job(jid)["meta"]["link_sampler"]
+    assert ls["source"] == "gpm" and ls["cost"]["samples"] >= 2 and len(ls["gpus"]) == 1
+    assert store.link_samples(jid)
+    assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 300], [300, 0]]
+
+
+def test_a_store_that_cannot_be_opened_once_the_job_runs_costs_it_nothing(ring_bins, home, tmp_path):
+    """The store is opened while the job runs: one that cannot be (here a file that is no database)
+    is an outage -- the job ends as it would, its records stay, and the command that stores them is
+    said -- and that command then stores the exact job."""
+    bad = tmp_path / "not-a-db.sqlite"
+    bad.write_text("this is not a database\n" * 100)
+    run = tmp_path / "run"
+    p = rankmap("profile", "--db", f"sqlite:///{bad}", "--no-summary", "--run-dir", str(run), "--",
+                *launch("openmpi", ring_bins, 2, "100", "3", "3"), env=home)
+    assert p.returncode == 3, p.stderr
+    assert "Traceback" not in p.stderr and "the job goes on and its records stay in" in p.stderr
+    hint = [l for l in p.stderr.splitlines() if "complete it with: rankmap ingest" in l]
+    assert len(hint) == 1, p.stderr
+    assert len(list(run.glob("rank-*.mpi.rmrec"))) == 2
+    good = f"sqlite:///{tmp_path / 'good.db'}"
+    q = rankmap("ingest", str(run), "--db", good, env=home)
+    assert q.returncode == 0, q.stderr
+    store = open_store(good)
+    jid = store.resolve_job("latest")
+    assert store.job(jid)["exit_status"] == 3
+    assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 300], [300, 0]]
+
+
+def test_a_mistyped_store_is_refused_before_the_launch(ring_bins, home, tmp_path):
+    run = tmp_path / "run"
+    for url, said in (("mysql://host/db", "unsupported database mysql://host/db"),
+                      ("not a url", "not a database URL"),
+                      (f"sqlite:///{tmp_path / 'file' / 'sub' / 'r.db'}", "cannot create the database directory")):
+        (tmp_path / "file").write_text("")
+        p = rankmap("profile", "--db", url, "--run-dir", str(run), "--", *launch("openmpi", ring_bins, 2), env=home)
+        assert_one_line_error(p, said)
+        assert not run.exists() or not list(run.iterdir())          # nothing ran
 
 
 def test_single_mpi_process_is_a_plain_launch(ring_bins, home):

@@ -8,8 +8,11 @@ and is printed as one line; nothing else is caught here, so a real bug shows its
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import os
 import sys
+import threading
 
 from rankmap import __version__
 from rankmap.errors import RankmapError
@@ -55,5 +58,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def entry() -> None:
+    """The ``rankmap`` command: :func:`main`, then the process ends without tearing its interpreter down.
+
+    A profile imports SQLAlchemy and NumPy, whose hundreds of thousands of objects took 0.1-0.2 s of
+    CPU to free at exit, after the job and the summary: time the command's user waits for nothing.
+    The output is flushed and the atexit handlers run first, as at a normal exit; where a thread that
+    is not a daemon still runs, the exit is the normal one (which waits for it)."""
+    code = main()
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except (OSError, ValueError):
+            code = code or 1
+    if any(not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        raise SystemExit(code)
+    atexit._run_exitfuncs()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

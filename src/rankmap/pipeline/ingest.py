@@ -24,10 +24,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rankmap.capture import collectives
 from rankmap.capture.rundir import RunDir
 from rankmap.errors import RankmapError
 from rankmap.formats import record as R
+from rankmap.pipeline.pacing import CPU_BUDGET, MAX_GAP_S, next_wait  # noqa: F401  (their home)
 from rankmap.store import Batch, Store
 from rankmap.store import schema as S
 
@@ -66,23 +66,6 @@ def merge_totals(total: R.RankRecord | None, delta: R.RankRecord) -> R.RankRecor
     total.blocks += delta.blocks
     total.problems = list(delta.problems)
     return total
-
-
-#: the share of one core a streaming ingest allows itself (see :func:`next_wait`)
-CPU_BUDGET = 0.01
-#: never longer between two writes: also the heartbeat that tells the store the profiler lives
-MAX_GAP_S = 30.0
-
-
-def next_wait(spent_cpu_s: float, interval_s: float, budget: float = CPU_BUDGET) -> float:
-    """Seconds until the next poll+write, after one that cost ``spent_cpu_s`` of CPU.
-
-    At least ``interval_s`` (the profile's pace, from the flush interval); longer when a cycle is
-    expensive, so that cycles take about ``budget`` of a core: a large job is stored in larger,
-    rarer batches instead of slowing down. The cost of a cycle is what the ranks flushed since
-    the last one, so a longer wait does not make the next cycle costlier per second of the job.
-    """
-    return min(MAX_GAP_S, max(interval_s, spent_cpu_s / budget))
 
 
 def _add_rows(a: list[tuple], b: list[tuple], nkeys: int) -> list[tuple]:
@@ -134,9 +117,10 @@ class RunIngest:
         self.hosts_seen = 0
 
     def warm_up(self) -> None:
-        """Before the job starts: what a streaming write would otherwise do on its first call
-        (:meth:`Store.warm_up`), so that the first cycles cost what the later ones do. A store
-        that is away now is met by the cycles as usual."""
+        """Before the first cycle: what a streaming write would otherwise do on its first call
+        (:meth:`Store.warm_up`) and the import of the collectives' mirrors, so that the first cycles
+        cost what the later ones do. A store that is away now is met by the cycles as usual."""
+        from rankmap.capture import collectives  # noqa: F401  (imported here, not in a cycle)
         from rankmap.store import StoreUnavailable
 
         try:
@@ -211,6 +195,7 @@ class RunIngest:
         meta.update(delta.meta)
         if not delta.coll_calls:
             return
+        from rankmap.capture import collectives   # the mirrors' tables: imported by the first job that needs them
         if self.node_of is None or len(self.world_ranks) > self.hosts_seen:
             self.node_of = collectives.node_index(collectives.run_hosts(self.run_dir.path))
             self.hosts_seen = len(self.world_ranks)
