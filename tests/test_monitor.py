@@ -74,6 +74,7 @@ def test_a_monitor_session_may_last_longer_than_an_hour():
     assert r.returncode != 0 and "nosuchdb" in r.stderr and "--duration" not in r.stderr, r.stderr
 
 
+@pytest.mark.timing
 def test_session_is_a_job_with_samples_meta_and_a_data_check(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
     nv = fake(nvlink_header=0.03)
@@ -127,6 +128,7 @@ def test_fields_session_has_no_data_check(tmp_path):
     assert store.job(res.job_id)["meta"]["monitor"]["source"] == "fields"
 
 
+@pytest.mark.timing
 def test_stop_event_ends_the_session(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
     stop = threading.Event()
@@ -135,6 +137,7 @@ def test_stop_event_ends_the_session(tmp_path):
     assert 0.15 < res.elapsed_s < 2 and store.job(res.job_id)["exit_status"] == 0
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("reader", ["auto", "python"])
 def test_monitor_command_with_duration_prints_json(tmp_path, reader):
     db = f"sqlite:///{tmp_path / 'm.db'}"
