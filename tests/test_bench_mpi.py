@@ -55,6 +55,7 @@ def test_host_buffers_under_open_mpi(bench_env):
     assert json.loads(s.stdout)["rows"] == rows
 
 
+@pytest.mark.timing
 def test_bandwidth_agrees_with_an_osu_style_reference(bench_env, tmp_path):
     """Our bw against tests/native/osu_style_bw.c with the same window and iterations, interleaved,
     five times each; the best of each agree within a factor of 1.6.
