@@ -281,6 +281,7 @@ def test_link_colours_bands_slider_and_series_against_known_data(store_url, brow
         page.screenshot(path=str(tmp_path / "bands.png"), full_page=True)
 
 
+@pytest.mark.mpi
 def test_live_job_updates_without_false_banners(store_url, browser_page, tmp_path):
     """A real `rankmap profile` of an MPI ring that sleeps 6 s before finalising, with NVML faked: the
     page follows it live (ranks, link frames) with no problem banner, and ends on exit 0."""
