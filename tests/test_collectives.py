@@ -147,6 +147,7 @@ def check_all(measured: Measured, fn, limit: float = 0.0) -> dict[str, float]:
 
 # ---- Open MPI 4.1 and 5.0: coll/tuned -------------------------------------------------------------------
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("p", [3, 4, 5, 8])
 def test_ompi_fixed_rules_match_monitoring(ompi_probe, p):
     """Tuned's fixed decisions, 8 B to 16 MiB: per-pair L1 <= 2 % of each call's bytes (it is 0)."""
@@ -173,6 +174,7 @@ def forced_params(probe: OmpiProbe, alg: int, segsize: int = 0) -> tuple[dict[st
     return mca, prm
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("alg,segsize", [(1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0), (9, 0),
                                          (2, 1000), (3, 8192), (4, 1024), (5, 4096)])
 def test_ompi_forced_algorithms_match_monitoring(ompi_probe, alg, segsize):
@@ -183,6 +185,7 @@ def test_ompi_forced_algorithms_match_monitoring(ompi_probe, alg, segsize):
         check_all(got, lambda c: ompi.messages(c, prm))
 
 
+@pytest.mark.mpi
 def test_ompi_rules_file(ompi_probe, tmp_path):
     """A dynamic rules file: allreduce ring below 4 KiB and Rabenseifner above; bcast chain (fan-out
     2, 1000-byte segments) for communicators of 4 and more, linear below."""
@@ -234,6 +237,7 @@ def test_ompi_params_from_meta():
     assert "excluded" in ompi.params_from_meta({"cvar.coll": "^tuned"}).not_tuned
 
 
+@pytest.mark.mpi
 def test_ompi_rules_then_forced_or_forced_then_rules(ompi_probe, tmp_path):
     """Dynamic rules with both a rules file and a forced algorithm: 4.1 takes the file's choice,
     5.0 the forced one; the rules file starts ``rule-file-version-2`` and carries max requests,
@@ -296,6 +300,8 @@ def test_ompi5_han_only_across_nodes():
 MPICH_COLLS = EIGHT + ["reduce_scatter"]
 
 
+@pytest.mark.mpi
+@pytest.mark.slow
 @pytest.mark.parametrize("p", [3, 4, 5, 8])
 def test_mpich_default_choice_is_mpichs(mpich_probe, p):
     """No control variable set: the mirror's choice, call by call, is MPICH's own (its messages)."""
@@ -342,6 +348,7 @@ SHAPES = [
 ]
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("coll,alg,p,sizes,pairs", SHAPES, ids=[f"{s[0]}-{s[1]}" for s in SHAPES])
 def test_mpich_forced_algorithm_pair_shapes(mpich_probe, coll, alg, p, sizes, pairs):
     """An algorithm forced through MPIR_CVAR_<COLL>_INTRA_ALGORITHM: MPICH's pairs are the

@@ -512,6 +512,7 @@ def test_wire_factor() -> None:
 
 # ---- the GPU validation script's own logic, on harness records ------------------------------------
 
+@pytest.mark.gpu_dry
 def test_gpu_script_syntax_and_helpers(plugin: Path, harness: Path, tmp_path: Path) -> None:
     """gpu/nccl.sh parses, and its checker passes/fails the right things on known records."""
     import json
@@ -570,6 +571,7 @@ def test_gpu_script_syntax_and_helpers(plugin: Path, harness: Path, tmp_path: Pa
     assert "median added time below 1 MiB (us per operation, vs without): with 0.50, none 0.25" in table
 
 
+@pytest.mark.gpu_dry
 def test_gpu_shapes_script_checks(plugin: Path, harness: Path, fake_libcuda: Path, tmp_path: Path) -> None:
     """gpu/nccl_shapes.sh parses, and its checker passes and fails the right things on known records."""
     import json

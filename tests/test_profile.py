@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, assert_one_line_error, rankmap
-from pg import pg_cluster  # noqa: F401  (session fixture)
+from pg import BACKENDS, pg_cluster  # noqa: F401  (session fixture)
 from rankmap.capture import collectives
 from rankmap.formats import record as records
 from rankmap.store import open_store
@@ -115,6 +115,7 @@ def csv_rows(text: str) -> list[dict]:
     return list(csv.DictReader(io.StringIO(text)))
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
 def test_ring_exact_matrix(mpi, examples, home, tmp_path):
     n, size, iters = 4, 1000, 5
@@ -160,6 +161,7 @@ def test_ring_exact_matrix(mpi, examples, home, tmp_path):
     assert sent == n * size * iters
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
 def test_jobs_that_send_no_bytes(mpi, ring_bins, home, tmp_path):
     """A job of MPI_Barrier alone (tests/native/first_call_app.c) printed "heaviest pairs" of 0 B at a
@@ -204,6 +206,7 @@ def test_jobs_that_send_no_bytes(mpi, ring_bins, home, tmp_path):
             assert row.split()[-1] == str(per_proc), row
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
 def test_store_agrees_with_the_records(mpi, examples, home, tmp_path):
     """One-sided (an MPI_Get counts from target to origin) and collective traffic through the store."""
@@ -266,6 +269,7 @@ def test_store_agrees_with_the_records(mpi, examples, home, tmp_path):
             assert store.traffic_matrix(jid, classes=["collective"]).sum() > 0
 
 
+@pytest.mark.mpi
 def test_ctrl_c_terminates_the_job_and_keeps_its_records(examples, home, tmp_path):
     cmd = example("openmpi", examples, 2, "ring", "100", "3", "60")    # sleeps 60 s before finalising
     env = dict(os.environ, **home)
@@ -292,6 +296,8 @@ def test_ctrl_c_terminates_the_job_and_keeps_its_records(examples, home, tmp_pat
     assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 300], [300, 0]], err
 
 
+@pytest.mark.mpi
+@pytest.mark.postgres
 def test_profile_into_postgresql(pg_cluster, examples, tmp_path):
     url = pg_cluster.new_database().replace("postgresql+psycopg://", "postgresql://")   # as people type it
     env = {"RANKMAP_HOME": str(tmp_path / "home")}
@@ -305,6 +311,7 @@ def test_profile_into_postgresql(pg_cluster, examples, tmp_path):
          "messages": "2"} for s in range(3)]
 
 
+@pytest.mark.mpi
 def test_exit_status_is_propagated(ring_bins, home, tmp_path):
     p = rankmap("profile", "--no-summary", "--", *launch("openmpi", ring_bins, 2, "100", "3", "3"), env=home)
     assert p.returncode == 3, p.stderr
@@ -315,6 +322,7 @@ def test_exit_status_is_propagated(ring_bins, home, tmp_path):
     assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 300], [300, 0]]
 
 
+@pytest.mark.mpi
 def test_crashed_job_keeps_flushed_records(ring_bins, home, tmp_path):
     p = rankmap("profile", "--flush-ms", "200", "--no-summary", "--",
                 *launch("openmpi", ring_bins, 2, "100", "4", "-1"), env=home, timeout=120)
@@ -393,11 +401,13 @@ def test_unknown_launcher(home):
                           "launcher 'aprun' is not supported", "mpirun")
 
 
+@pytest.mark.mpi
 def test_missing_mpicc(ring_bins, home):
     p = rankmap("profile", "--mpicc", "/nonexistent", "--", *launch("openmpi", ring_bins, 2), env=home)
     assert_one_line_error(p, "/nonexistent")
 
 
+@pytest.mark.mpi
 def test_unwritable_run_dir(ring_bins, home, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -473,13 +483,16 @@ def test_torchrun_gets_the_nccl_plugin_in_its_environment(home, tmp_path):
     assert job["launcher"] == "torchrun" and job["world_size"] == 2
 
 
+@pytest.mark.timing
 def test_records_stream_into_the_store_while_the_job_runs(writer, home, tmp_path):
     exe = writer
     env = dict(os.environ, **home)
     proc = subprocess.Popen([sys.executable, "-m", "rankmap", "profile", "--no-summary", "--", str(exe), "6"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen_live = None
-    deadline = time.monotonic() + 5
+    # until the job ends (its writer sleeps 6 s between its two writes): a deadline of 5 s from here
+    # ran out on a loaded machine before rankmap and the writer had started
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.25)
         try:
@@ -490,7 +503,7 @@ def test_records_stream_into_the_store_while_the_job_runs(writer, home, tmp_path
         if m.size and m.sum():
             seen_live = m.tolist()
             break
-    if proc.poll() is not None:
+    if seen_live is None:
         out, err = proc.communicate()
         raise AssertionError(f"the job ended (status {proc.returncode}) before its records were seen: {err}")
     out, err = proc.communicate(timeout=60)
@@ -502,7 +515,8 @@ def test_records_stream_into_the_store_while_the_job_runs(writer, home, tmp_path
     assert store.job(jid)["world_size"] == 2
 
 
-@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+@pytest.mark.mpi
+@pytest.mark.parametrize("db", BACKENDS)
 def test_a_launch_that_started_no_rank_is_failed(db, request, tmp_path):
     """mpirun that cannot start its program: the job exits non-zero with no rank's records. It was
     listed as "finished", as if it had run; it is "failed", with its exit status, in `rankmap jobs`,

@@ -31,6 +31,8 @@ MPIS = {
                      run=str(ROOT / ".venv/openmpi5/bin/mpirun"), info=str(ROOT / ".venv/openmpi5/bin/ompi_info")),
 }
 
+pytestmark = pytest.mark.mpi
+
 
 def _monitoring_skip(mpi) -> None:
     """Skip unless this MPI is an Open MPI whose own ompi_info lists the monitoring PML."""

@@ -15,7 +15,10 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.mpi
 
+
+@pytest.mark.slow
 def test_wheel_in_a_fresh_venv_profiles_a_real_mpi_job(tmp_path):
     """The wheel carries the C sources: installed into a fresh venv and run from a directory that is
     not the checkout, it builds the MPI shim on first use (saying so) and records a real job exactly."""
