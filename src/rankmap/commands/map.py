@@ -31,12 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankmap.pipeline.map import command_started, map_traffic
+    from rankmap.pipeline.map import map_traffic
 
-    started = command_started()     # --time-budget covers the whole command, start-up included
     log = sys.stderr if args.format == "json" else sys.stdout
     res = map_traffic(job=args.job, traffic_csv=args.traffic, save=args.save, as_gpu_resident=args.as_gpu_resident,
-                      log=lambda line: print(line, file=log), started=started,
+                      log=lambda line: print(line, file=log), started=args.started,     # --time-budget covers the whole command
                       **solver_options(args))
     doc, job = res.doc, res.job
     if args.output:
