@@ -2,7 +2,7 @@
 
 ``tests/native/coll_probe.c`` runs collectives between barriers and counts, per call, what the
 library itself records (Open MPI's monitoring PML) or puts on the wire (MPICH's UCX tag sends);
-the mirrors in :mod:`rankmap.capture.collectives` must reproduce those pairs from the call's
+the mirrors in :mod:`rankmap.pairs` must reproduce those pairs from the call's
 arguments and the library's parameters alone.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rankmap.capture.collectives import model, mpich, ompi
-from rankmap.capture.collectives.call import Call, kind_of
+from rankmap.pairs import model, mpich, ompi
+from rankmap.pairs.call import Call, kind_of
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "tests" / "native" / "coll_probe.c"
@@ -273,7 +273,7 @@ def test_ompi5_han_only_across_nodes():
     """Open MPI 5's coll/han (priority 35 over tuned's 30) disqualifies itself on a communicator
     within one node, so tuned and the mirror apply there; across nodes it runs its collectives
     (the model), and tuned's compositions through the selected component with them."""
-    from rankmap.capture.collectives import Library
+    from rankmap.pairs import Library
     meta = {"mpi_library": "Open MPI v5.0.11, package: Open MPI", "cvar.coll_han_priority": "35",
             "cvar.coll_tuned_priority": "30"}
     lib = Library(meta)

@@ -342,7 +342,7 @@ def _start_link_sampler(interval_s: float, store: Any, job_id: int) -> Any:
     try:
         from dataclasses import asdict
 
-        from rankmap.capture.sampler import GPM_MIN_INTERVAL_S, LinkSampler, StoreWriter, hostname, open_source
+        from rankmap.counters.sampler import GPM_MIN_INTERVAL_S, LinkSampler, StoreWriter, hostname, open_source
         source = open_source("auto")
         if source.gpu_count() == 0:
             source.close()

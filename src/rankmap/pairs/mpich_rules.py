@@ -10,7 +10,7 @@ the number, this table names it.
 
 A tree is a list of entries tried in order: ``(condition, subtree)``, or a leaf string
 ``algorithm=<function>`` / ``composition=<function>``; see
-:func:`rankmap.capture.collectives.mpich.select`.
+:func:`rankmap.pairs.mpich.select`.
 """
 
 MPIR_TREE = [('collective=bcast',

@@ -36,8 +36,8 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from rankmap.capture.collectives.call import Call, Msg, Out
-from rankmap.capture.collectives.ompi_rules import RULES
+from rankmap.pairs.call import Call, Msg, Out
+from rankmap.pairs.ompi_rules import RULES
 
 MAXTREEFANOUT = 32
 

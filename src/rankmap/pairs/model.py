@@ -9,7 +9,7 @@ lists them.
 
 from __future__ import annotations
 
-from rankmap.capture.collectives.call import Call, Msg, Out
+from rankmap.pairs.call import Call, Msg, Out
 
 SMALL_BYTES = 65536
 

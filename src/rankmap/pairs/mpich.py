@@ -26,8 +26,8 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from rankmap.capture.collectives.call import Call, Msg, Out
-from rankmap.capture.collectives.mpich_rules import CH4_TREE, CVAR_ALGORITHMS, MPIR_TREE, POSIX_TREE
+from rankmap.pairs.call import Call, Msg, Out
+from rankmap.pairs.mpich_rules import CH4_TREE, CVAR_ALGORITHMS, MPIR_TREE, POSIX_TREE
 
 
 # ---------------------------------------------------------------------------------------------

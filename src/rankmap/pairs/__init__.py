@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from rankmap.capture.collectives import model, mpich, ompi
-from rankmap.capture.collectives.call import (FLAG_COMMUTE, FLAG_COMMUTE_KNOWN, FLAG_INPLACE,
+from rankmap.pairs import model, mpich, ompi
+from rankmap.pairs.call import (FLAG_COMMUTE, FLAG_COMMUTE_KNOWN, FLAG_INPLACE,
                                               FLAG_LIBRARY, Call, Msg, kind_of)
 from rankmap.errors import RankmapError
 from rankmap.formats import record as records
