@@ -9,7 +9,7 @@ lists them.
 
 from __future__ import annotations
 
-from rankmap.pairs.call import Call, Msg, Out
+from rankmap.pairs.call import Call, Emitter, Msg
 
 SMALL_BYTES = 65536
 
@@ -18,7 +18,7 @@ def _lowbit(v: int) -> int:
     return v & -v
 
 
-def _binomial(out: Out, c: Call, n: int, toward_root: bool, subtree: bool) -> None:
+def _binomial(out: Emitter, c: Call, n: int, toward_root: bool, subtree: bool) -> None:
     """Binomial tree rooted at c.root: parent sends n (or, for gather/scatter, n per rank of the
     child's subtree) to each child; toward_root reverses the edges."""
     p, vr = c.p, (c.rank - c.root) % c.p
@@ -38,7 +38,7 @@ def _binomial(out: Out, c: Call, n: int, toward_root: bool, subtree: bool) -> No
         mask >>= 1
 
 
-def _recursive_doubling(out: Out, c: Call, n: int) -> None:
+def _recursive_doubling(out: Emitter, c: Call, n: int) -> None:
     p, me = c.p, c.rank
     p2 = 1 << (p.bit_length() - 1)
     if me >= p2:
@@ -54,7 +54,7 @@ def _recursive_doubling(out: Out, c: Call, n: int) -> None:
 
 def messages(c: Call) -> list[Msg]:
     """The messages rank ``c.rank`` sends for ``c`` under the model (docs/collective-models.md)."""
-    out = Out()
+    out = Emitter()
     p, me, k = c.p, c.rank, c.kind
     if p < 2:
         return []
@@ -117,4 +117,4 @@ def messages(c: Call) -> list[Msg]:
         while mask < p:
             out.send((me + mask) % p, 0)
             mask <<= 1
-    return [m for m in out if m.nbytes or k == "barrier"]
+    return [m for m in out.msgs if m.nbytes or k == "barrier"]

@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from rankmap.pairs.call import Call, Msg, Out
+from rankmap.pairs.call import Call, Emitter, Msg
 from rankmap.pairs.ompi_rules import RULES
 
 MAXTREEFANOUT = 32
@@ -577,7 +577,7 @@ def _range_sum(a: int, b: int, r: int) -> int:
 # ---------------------------------------------------------------------------------------------
 # bcast
 
-def _bcast_generic(out: Out, rank: int, count: int, ts: int, seg: int, topo: tuple[int, tuple[int, ...]]) -> None:
+def _bcast_generic(out: Emitter, rank: int, count: int, ts: int, seg: int, topo: tuple[int, tuple[int, ...]]) -> None:
     """ompi_coll_base_bcast_intra_generic: every segment to every child."""
     parent, kids = topo
     nseg = (count + seg - 1) // seg if seg else 0
@@ -587,7 +587,7 @@ def _bcast_generic(out: Out, rank: int, count: int, ts: int, seg: int, topo: tup
             out.send(k, n, ts)
 
 
-def bcast(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params, count: int | None = None,
+def bcast(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params, count: int | None = None,
           root: int | None = None, ts: int | None = None) -> None:
     count = c.scount if count is None else count
     root = c.root if root is None else root
@@ -626,7 +626,7 @@ def bcast(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params, coun
     raise KeyError(alg)
 
 
-def _bcast_split_bintree(out: Out, c: Call, count: int, ts: int, segsize: int, root: int, prm: Params) -> None:
+def _bcast_split_bintree(out: Emitter, c: Call, count: int, ts: int, segsize: int, root: int, prm: Params) -> None:
     p, r = c.p, c.rank
     counts = [(count + 1) // 2, 0]
     counts[1] = count - counts[0]
@@ -753,7 +753,7 @@ def _bcast_scatter_allgather(p: int, root: int, count: int, ring: bool) -> tuple
 # ---------------------------------------------------------------------------------------------
 # reduce
 
-def _reduce_generic(out: Out, rank: int, count: int, ts: int, seg: int, root: int,
+def _reduce_generic(out: Emitter, rank: int, count: int, ts: int, seg: int, root: int,
                     topo: tuple[int, tuple[int, ...]]) -> None:
     """ompi_coll_base_reduce_generic: each non-root sends its (partial) vector to its parent."""
     parent, kids = topo
@@ -764,7 +764,7 @@ def _reduce_generic(out: Out, rank: int, count: int, ts: int, seg: int, root: in
         out.send(parent, seg if s < nseg - 1 else count - s * seg, ts)
 
 
-def reduce(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params, count: int | None = None,
+def reduce(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params, count: int | None = None,
            root: int | None = None) -> None:
     count = c.scount if count is None else count
     root = c.root if root is None else root
@@ -827,7 +827,7 @@ def _halving_steps(vrank: int, rank: int, count: int, pof2: int, rem: int):
     return sends, rindex, sindex, rcount, scount
 
 
-def _fold_extra_ranks(out: Out, r: int, count: int, rem: int, ts: int) -> int:
+def _fold_extra_ranks(out: Emitter, r: int, count: int, rem: int, ts: int) -> int:
     """The first step of Rabenseifner's reduce and allreduce (both in Open MPI's ``tuned``): the first
     2 x ``rem`` ranks pair up, odd sends both halves to even, even sends the upper half to odd;
     returns the rank's place among the power-of-two survivors, -1 for a rank that drops out."""
@@ -843,7 +843,7 @@ def _fold_extra_ranks(out: Out, r: int, count: int, rem: int, ts: int) -> int:
     return r // 2
 
 
-def _reduce_redscat_gather(out: Out, c: Call, count: int, ts: int, root: int) -> None:
+def _reduce_redscat_gather(out: Emitter, c: Call, count: int, ts: int, root: int) -> None:
     p, r = c.p, c.rank
     nsteps = _hibit(p)
     pof2 = 1 << nsteps
@@ -896,7 +896,7 @@ def _reduce_redscat_gather(out: Out, c: Call, count: int, ts: int, root: int) ->
 # ---------------------------------------------------------------------------------------------
 # allreduce
 
-def allreduce(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+def allreduce(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
     count, ts, p, r = c.scount, c.ssize, c.p, c.rank
     if p < 2 or count == 0:
         return
@@ -950,7 +950,7 @@ def allreduce(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) 
     raise KeyError(alg)
 
 
-def _allreduce_recdbl(out: Out, r: int, p: int, count: int, ts: int) -> None:
+def _allreduce_recdbl(out: Emitter, r: int, p: int, count: int, ts: int) -> None:
     adj = _next_pow2(p) >> 1
     extra = p - adj
     if r < 2 * extra:
@@ -971,7 +971,7 @@ def _allreduce_recdbl(out: Out, r: int, p: int, count: int, ts: int) -> None:
         out.send(r - 1, count, ts)
 
 
-def _allreduce_ring(out: Out, r: int, p: int, count: int, ts: int) -> None:
+def _allreduce_ring(out: Emitter, r: int, p: int, count: int, ts: int) -> None:
     split, early, late = blockcount(count, p)
     to = (r + 1) % p
 
@@ -985,7 +985,7 @@ def _allreduce_ring(out: Out, r: int, p: int, count: int, ts: int) -> None:
         out.send(to, bc((r + 1 + p - k) % p), ts)
 
 
-def _allreduce_ring_segmented(out: Out, r: int, p: int, count: int, ts: int, seg: int) -> None:
+def _allreduce_ring_segmented(out: Emitter, r: int, p: int, count: int, ts: int, seg: int) -> None:
     phases = count // (p * seg)
     if count % (p * seg) >= p and count % (p * seg) > (p * seg) // 2:
         phases += 1
@@ -1009,7 +1009,7 @@ def _allreduce_ring_segmented(out: Out, r: int, p: int, count: int, ts: int, seg
 # ---------------------------------------------------------------------------------------------
 # allgather
 
-def allgather(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+def allgather(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
     p, r = c.p, c.rank
     rcount, rs = c.rcount, c.rsize
     if p < 2 or rcount * rs == 0:
@@ -1063,7 +1063,7 @@ def allgather(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) 
     raise KeyError(alg)
 
 
-def _allgather_sparbit(out: Out, c: Call) -> None:
+def _allgather_sparbit(out: Emitter, c: Call) -> None:
     """ompi_coll_base_allgather_intra_sparbit (5.0): ceil(log2 p) steps at halving distances, one
     message per block held; a step skips the block of the previous step where p's bits say so. It
     sends ``scount`` elements of the receive type (``rcount`` in place, where scount means nothing)."""
@@ -1085,7 +1085,7 @@ def _allgather_sparbit(out: Out, c: Call) -> None:
 # ---------------------------------------------------------------------------------------------
 # alltoall
 
-def alltoall(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+def alltoall(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
     p, r = c.p, c.rank
     if p < 2:
         return
@@ -1127,7 +1127,7 @@ def alltoall(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -
 # ---------------------------------------------------------------------------------------------
 # gather / scatter
 
-def gather(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+def gather(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
     p, r, root = c.p, c.rank, c.root
     if p < 2:
         return
@@ -1160,7 +1160,7 @@ def gather(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> 
     raise KeyError(alg)
 
 
-def scatter(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+def scatter(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
     p, r, root = c.p, c.rank, c.root
     if p < 2:
         return
@@ -1186,7 +1186,7 @@ def scatter(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) ->
 # ---------------------------------------------------------------------------------------------
 # reduce_scatter_block
 
-def reduce_scatter_block(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+def reduce_scatter_block(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
     p, r, rc, ts = c.p, c.rank, c.rcount, c.rsize
     if p < 2 or rc == 0:
         return
@@ -1298,7 +1298,7 @@ def reduce_scatter_block(out: Out, c: Call, alg: int, fan: int, segsize: int, pr
 # ---------------------------------------------------------------------------------------------
 # the v/w collectives: every algorithm exchanges each block directly
 
-def direct(out: Out, c: Call) -> None:
+def direct(out: Emitter, c: Call) -> None:
     p, r = c.p, c.rank
     if c.kind in ("alltoallv", "alltoallw"):
         for i, b in enumerate(c.vec[:p]):
@@ -1330,10 +1330,10 @@ def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> tupl
         if c.kind in HAN:
             return None
         prm = replace(prm, taken=frozenset(HAN))
-    out = Out()
+    out = Emitter()
     if c.kind in ("alltoallv", "alltoallw", "gatherv", "scatterv"):
         direct(out, c)
-        return list(out), "linear"
+        return list(out.msgs), "linear"
     fn = IMPLEMENTED.get(c.kind)
     if fn is None:
         return None
@@ -1343,4 +1343,4 @@ def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> tupl
     except KeyError:
         return None
     names = ALG_NAMES.get(c.kind, ())
-    return list(out), f"{names[alg] if alg < len(names) else alg} ({how})"
+    return list(out.msgs), f"{names[alg] if alg < len(names) else alg} ({how})"
