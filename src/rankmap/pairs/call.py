@@ -9,6 +9,7 @@ whom, one entry per message.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 #: operation name (without ``MPI_``, the ``I`` of nonblocking and ``_init`` of persistent forms)
@@ -94,10 +95,13 @@ class Emitter:
             dst = self._members[dst]
         self.msgs.append(Msg(int(dst), int(count) * int(tsize)))
 
-    def on(self, members: tuple[int, ...]) -> "Emitter":
-        """A view for a sub-communicator whose rank i is rank ``members[i]`` of the caller's."""
+    def on(self, members: Sequence[int]) -> "Emitter":
+        """A view whose rank i is rank ``members[i]`` of this one: a sub-communicator's ranks, or
+        ranks relative to a root."""
         view = Emitter.__new__(Emitter)
-        view.msgs, view.names, view._flags, view._members = self.msgs, self.names, self._flags, tuple(members)
+        view.msgs, view.names, view._flags = self.msgs, self.names, self._flags
+        mine = self._members
+        view._members = tuple(members) if mine is None else tuple(mine[m] for m in members)
         return view
 
     @property

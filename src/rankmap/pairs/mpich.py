@@ -12,20 +12,20 @@ automatic choice walks :data:`.mpich_rules.MPIR_TREE`. Builds with the UCX netwo
 ``--with-ch4-shmmods`` have no POSIX module (MPICH's configure then defines
 ``MPIDI_CH4_DIRECT_NETMOD``): everything, node-local traffic included, is UCX messages.
 
-The algorithms below follow ``src/mpi/coll/<coll>/<coll>_intra_<algorithm>.c`` of v4.0.x message
-for message, in the ranks of the communicator they run on (sub-communicator ranks are mapped back
-to the caller's communicator). Checked against the UCX messages MPICH sends in
-``tests/test_collectives.py``. The POSIX release/gather algorithms move data through a
-shared buffer, not messages; their pair rows (root to each rank, each rank to its parent) are a
-model and make the call's rows ``model``.
+The algorithms follow ``src/mpi/coll/<coll>/<coll>_intra_<algorithm>.c`` of v4.0.x message for
+message, in the ranks of the communicator they run on (an :class:`~rankmap.pairs.call.Emitter`
+view maps sub-communicator ranks back to the caller's communicator): the patterns Open MPI shares
+come from :mod:`rankmap.pairs.algorithms`, those MPICH alone uses are here. Checked against the
+UCX messages MPICH sends in ``tests/test_collectives.py``.
+The POSIX release/gather algorithms move data through a shared buffer, not messages; their pair
+rows (root to each rank, each rank to its parent) are a model and make the call's rows ``model``.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
-
+from rankmap.pairs.algorithms import binomial, bruck, doubling, linear, pairwise, ring, scatter_allgather
 from rankmap.pairs.call import Call, Emitter, Msg
 from rankmap.pairs.mpich_rules import CH4_TREE, CVAR_ALGORITHMS, MPIR_TREE, POSIX_TREE
 
@@ -363,13 +363,11 @@ def _release_gather(e: Emitter, comm: Comm, a: Args) -> None:
     (bcast) and every rank -> root (reduce), both for allreduce (root 0)."""
     e.modeled = True
     e.names.append("posix release_gather")
-    n, r = a.nbytes, comm.rank
-    if a.coll in ("reduce", "allreduce") and r != a.root:
-        e.on(comm.members).send(a.root, n)
-    if a.coll in ("bcast", "allreduce") and r == a.root:
-        for i in range(comm.size):
-            if i != r:
-                e.on(comm.members).send(i, n)
+    out = e.on(comm.members)
+    if a.coll in ("reduce", "allreduce"):
+        linear.fan_in(out, comm.size, comm.rank, a.root, a.nbytes)
+    if a.coll in ("bcast", "allreduce"):
+        linear.fan_out(out, comm.size, comm.rank, a.root, a.nbytes)
 
 
 def mpid(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
@@ -524,83 +522,18 @@ def _alg_of(leaf: str, coll: str) -> str:
 # MPIR algorithms
 
 def _bcast_binomial(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    n, p, r = a.nbytes, comm.size, comm.rank
-    if n == 0:
-        return
-    rr = (r - a.root) % p
-    mask = 1
-    while mask < p:
-        if rr & mask:
-            break
-        mask <<= 1
-    mask >>= 1
-    while mask > 0:
-        if rr + mask < p:
-            e.on(comm.members).send((r + mask) % p, n)
-        mask >>= 1
-
-
-@lru_cache(maxsize=4096)
-def _scatter_for_bcast(p: int, root: int, nbytes: int) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
-    """MPII_Scatter_for_bcast for all ranks: (sends per rank, bytes each rank holds after it)."""
-    sc = (nbytes + p - 1) // p
-    sends: list[list[tuple[int, int]]] = [[] for _ in range(p)]
-    curr = [0] * p
-    got = [0] * p
-    for r in sorted(range(p), key=lambda x: bin((x - root) % p).count("1")):
-        rr = (r - root) % p
-        if r == root:
-            curr[r] = nbytes
-        else:
-            curr[r] = 0 if nbytes - rr * sc <= 0 else got[r]
-        mask = 1
-        while mask < p and not rr & mask:
-            mask <<= 1
-        mask >>= 1
-        while mask > 0:
-            if rr + mask < p:
-                s = curr[r] - sc * mask
-                if s > 0:
-                    dst = (r + mask) % p
-                    sends[r].append((dst, s))
-                    got[dst] = s
-                    curr[r] -= s
-            mask >>= 1
-    return tuple(tuple(s) for s in sends), tuple(curr)
-
-
-@lru_cache(maxsize=4096)
-def _bcast_scatter_allgather(p: int, root: int, nbytes: int, ring: bool) -> tuple[tuple[tuple[int, int], ...], ...]:
-    sends0, _ = _scatter_for_bcast(p, root, nbytes)
-    sends = [list(s) for s in sends0]
-    sc = (nbytes + p - 1) // p
-    if ring:
-        for r in range(p):
-            j = r
-            for _ in range(1, p):
-                rel_j = (j - root) % p
-                sends[r].append(((r + 1) % p, max(0, min(sc, nbytes - rel_j * sc))))
-                j = (j - 1) % p
-        return tuple(tuple(s) for s in sends)
-    # the recursive-doubling allgather of the scattered chunks, in ranks relative to the root
-    rel = _rd_allgather(p, tuple(max(0, min(sc, nbytes - q * sc)) for q in range(p)))
-    for r in range(p):
-        sends[r].extend(((d + root) % p, n) for d, n in rel[(r - root) % p])
-    return tuple(tuple(s) for s in sends)
+    if a.nbytes:
+        binomial.bcast(e.on(comm.members), comm.size, comm.rank, a.root, a.nbytes)
 
 
 def _bcast_scatter_rd(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    if a.nbytes == 0:
-        return
-    for dst, nb in _bcast_scatter_allgather(comm.size, a.root, a.nbytes, False)[comm.rank]:
-        e.on(comm.members).send(dst, nb)
+    if a.nbytes:
+        scatter_allgather.bcast(e.on(comm.members), comm.size, comm.rank, a.root, a.nbytes)
 
 
 def _bcast_scatter_ring(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    if a.nbytes == 0:
-        return
-    for dst, nb in _bcast_scatter_allgather(comm.size, a.root, a.nbytes, True)[comm.rank]:
-        e.on(comm.members).send(dst, nb)
+    if a.nbytes:
+        scatter_allgather.bcast(e.on(comm.members), comm.size, comm.rank, a.root, a.nbytes, ring=True)
 
 
 def _bcast_smp(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
@@ -629,24 +562,7 @@ def _bcast_smp(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
 
 
 def _allreduce_rd(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    n, p, r = a.nbytes, comm.size, comm.rank
-    pof2, rem = comm.pof2, comm.size - comm.pof2
-    if r < 2 * rem:
-        if r % 2 == 0:
-            e.on(comm.members).send(r + 1, n)
-            newrank = -1
-        else:
-            newrank = r // 2
-    else:
-        newrank = r - rem
-    if newrank != -1:
-        mask = 1
-        while mask < pof2:
-            nd = newrank ^ mask
-            e.on(comm.members).send(nd * 2 + 1 if nd < rem else nd + rem, n)
-            mask <<= 1
-    if r < 2 * rem and r % 2:
-        e.on(comm.members).send(r - 1, n)
+    doubling.allreduce(e.on(comm.members), comm.size, comm.rank, a.nbytes)
 
 
 def _cnts(count: int, pof2: int) -> list[int]:
@@ -658,28 +574,22 @@ def _cnts(count: int, pof2: int) -> list[int]:
 
 def _allreduce_rsa(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     ts, p, r = a.tsize, comm.size, comm.rank
-    pof2, rem = comm.pof2, comm.size - comm.pof2
-    if r < 2 * rem:
-        if r % 2 == 0:
-            e.on(comm.members).send(r + 1, a.nbytes)
-            newrank = -1
-        else:
-            newrank = r // 2
-    else:
-        newrank = r - rem
+    pof2 = comm.pof2
+    out = e.on(comm.members)
+    newrank = doubling.fold(out, p, r, a.nbytes)
     if newrank != -1:
         cnts = _cnts(a.count, pof2)
         mask, send_idx, recv_idx, last_idx = 1, 0, 0, pof2
         while mask < pof2:
             nd = newrank ^ mask
-            dst = nd * 2 + 1 if nd < rem else nd + rem
+            dst = doubling.survivor(p, nd)
             if newrank < nd:
                 send_idx = recv_idx + pof2 // (mask * 2)
                 sc = sum(cnts[send_idx:last_idx])
             else:
                 recv_idx = send_idx + pof2 // (mask * 2)
                 sc = sum(cnts[send_idx:recv_idx])
-            e.on(comm.members).send(dst, sc * ts)
+            out.send(dst, sc * ts)
             send_idx = recv_idx
             mask <<= 1
             if mask < pof2:
@@ -687,7 +597,7 @@ def _allreduce_rsa(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
         mask >>= 1
         while mask > 0:
             nd = newrank ^ mask
-            dst = nd * 2 + 1 if nd < rem else nd + rem
+            dst = doubling.survivor(p, nd)
             if newrank < nd:
                 if mask != pof2 // 2:
                     last_idx = last_idx + pof2 // (mask * 2)
@@ -696,12 +606,11 @@ def _allreduce_rsa(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
             else:
                 recv_idx = send_idx - pof2 // (mask * 2)
                 sc = sum(cnts[send_idx:last_idx])
-            e.on(comm.members).send(dst, sc * ts)
+            out.send(dst, sc * ts)
             if newrank > nd:
                 send_idx = recv_idx
             mask >>= 1
-    if r < 2 * rem and r % 2:
-        e.on(comm.members).send(r - 1, a.nbytes)
+    doubling.unfold(out, p, r, a.nbytes)
 
 
 def _allreduce_smp(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
@@ -715,17 +624,12 @@ def _allreduce_smp(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
 
 
 def _reduce_binomial(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    n, p, r = a.nbytes, comm.size, comm.rank
-    lroot = a.root if a.commutative else 0
-    rel = (r - lroot) % p
-    mask = 1
-    while mask < p:
-        if mask & rel:
-            e.on(comm.members).send(((rel & ~mask) + lroot) % p, n)
-            break
-        mask <<= 1
-    if not a.commutative and a.root != 0 and r == 0:
-        e.on(comm.members).send(a.root, n)
+    """A non-commutative operator is reduced in rank order, towards rank 0, which passes the
+    result on to the root."""
+    out = e.on(comm.members)
+    binomial.reduce(out, comm.size, comm.rank, a.root if a.commutative else 0, a.nbytes)
+    if not a.commutative and a.root != 0 and comm.rank == 0:
+        out.send(a.root, a.nbytes)
 
 
 def _reduce_rsg(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
@@ -815,110 +719,35 @@ def _reduce_smp(e: Emitter, comm: Comm, a: Args, prm: Params, local=None, remote
 
 
 def _allgather_brucks(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    rb, p, r = a.rcount * a.rsize, comm.size, comm.rank
-    curr, pof2 = a.rcount, 1
-    while pof2 <= p // 2:
-        e.on(comm.members).send((r - pof2) % p, curr * a.rsize)
-        curr *= 2
-        pof2 *= 2
-    rem = p - pof2
-    if rem:
-        e.on(comm.members).send((r - pof2) % p, rem * rb)
+    bruck.allgather(e.on(comm.members), comm.size, comm.rank, (a.rcount,) * comm.size, a.rsize)
 
 
 def _allgather_rd(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    for dst, n in _rd_allgather(comm.size, tuple([a.rcount * a.rsize] * comm.size))[comm.rank]:
-        e.on(comm.members).send(dst, n)
-
-
-@lru_cache(maxsize=4096)
-def _rd_allgather(p: int, blocks: tuple[int, ...]) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """Recursive-doubling allgather(v) of MPICH for all ranks (bytes), with the fix-up sends of
-    non-power-of-two sizes."""
-    sends: list[list[tuple[int, int]]] = [[] for _ in range(p)]
-    curr = list(blocks)
-    last = [0] * p
-    mask, i = 1, 0
-    while mask < p:
-        before = curr[:]
-        for r in range(p):
-            dst = r ^ mask
-            if dst < p:
-                sends[r].append((dst, before[r]))
-                last[r] = before[dst]
-                curr[r] += last[r]
-        fix = {}
-        for r in range(p):
-            dst = r ^ mask
-            dtr = (dst >> i) << i
-            mtr = (r >> i) << i
-            if dtr + mask > p:
-                fix[r] = p - mtr - mask
-        k = i
-        tmp = mask >> 1
-        while tmp:
-            now = []
-            for r, done in fix.items():
-                dst = r ^ tmp
-                troot = (r >> k) << k
-                if dst > r and r < troot + done and dst >= troot + done:
-                    now.append((r, dst, last[r]))
-            for src, dst, n in now:
-                sends[src].append((dst, n))
-                last[dst] = n
-                curr[dst] += n
-            tmp >>= 1
-            k -= 1
-        mask <<= 1
-        i += 1
-    return tuple(tuple(s) for s in sends)
+    doubling.allgather(e.on(comm.members), comm.size, comm.rank, (a.rcount * a.rsize,) * comm.size)
 
 
 def _allgather_ring(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    for _ in range(1, comm.size):
-        e.on(comm.members).send((comm.rank + 1) % comm.size, a.rcount * a.rsize)
+    ring.allgather(e.on(comm.members), comm.size, comm.rank, (a.rcount,) * comm.size, a.rsize)
 
 
 def _allgatherv_ring(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    p, r = comm.size, comm.rank
-    j = r
-    for _ in range(1, p):
-        e.on(comm.members).send((r + 1) % p, a.counts[j])
-        j = (j - 1) % p
+    ring.allgather(e.on(comm.members), comm.size, comm.rank, a.counts)
 
 
 def _allgatherv_brucks(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    p, r = comm.size, comm.rank
-    b = a.counts
-    pof2, curr = 1, b[r]
-    while pof2 <= p // 2:
-        e.on(comm.members).send((r - pof2) % p, curr)
-        curr += sum(b[(r + pof2 + i) % p] for i in range(pof2))
-        pof2 *= 2
-    rem = p - pof2
-    if rem:
-        e.on(comm.members).send((r - pof2) % p, sum(b[(r + i) % p] for i in range(rem)))
+    bruck.allgather(e.on(comm.members), comm.size, comm.rank, a.counts)
 
 
 def _allgatherv_rd(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    for dst, n in _rd_allgather(comm.size, tuple(a.counts))[comm.rank]:
-        e.on(comm.members).send(dst, n)
+    doubling.allgather(e.on(comm.members), comm.size, comm.rank, a.counts)
 
 
 def _alltoall_brucks(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    p, r, b = comm.size, comm.rank, a.rcount * a.rsize
-    pof2 = 1
-    while pof2 < p:
-        k = sum(1 for blk in range(1, p) if blk & pof2)
-        e.on(comm.members).send((r + pof2) % p, k * b)
-        pof2 *= 2
+    bruck.alltoall(e.on(comm.members), comm.size, comm.rank, a.rcount, a.rsize)
 
 
 def _alltoall_pairwise(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    p, r = comm.size, comm.rank
-    ispof2 = p & (p - 1) == 0
-    for i in range(1, p):
-        e.on(comm.members).send(r ^ i if ispof2 else (r + i) % p, a.count * a.tsize)
+    pairwise.exchange(e.on(comm.members), comm.size, comm.rank, (a.nbytes,) * comm.size, xor=True)
 
 
 def _alltoall_sendrecv_replace(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
@@ -964,39 +793,21 @@ def _alltoallv_scattered(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
 
 
 def _gather_binomial(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    p, r = comm.size, comm.rank
-    rr = (r - a.root) % p
-    if rr == 0:
-        return
-    low = rr & -rr
-    nb = a.count * a.tsize            # this rank's block (send side)
-    e.on(comm.members).send(((rr ^ low) + a.root) % p, nb * min(low, p - rr))
+    binomial.gather(e.on(comm.members), comm.size, comm.rank, a.root, a.nbytes)   # this rank's block
 
 
 def _scatter_binomial(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    p, r = comm.size, comm.rank
-    rr = (r - a.root) % p
-    nb = a.count * a.tsize if r == a.root else a.rcount * a.rsize
-    mask = 1
-    while mask < p and not rr & mask:
-        mask <<= 1
-    mask >>= 1
-    while mask > 0:
-        child = rr + mask
-        if child < p:
-            e.on(comm.members).send((r + mask) % p, nb * min(mask, p - child))
-        mask >>= 1
+    block = a.nbytes if comm.rank == a.root else a.rcount * a.rsize
+    binomial.scatter(e.on(comm.members), comm.size, comm.rank, a.root, block)
 
 
 def _linear_v(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    r = comm.rank
+    out = e.on(comm.members)
     if a.coll == "gatherv":
-        if r != a.root and a.count * a.tsize:
-            e.on(comm.members).send(a.root, a.count * a.tsize)
-    elif r == a.root:
-        for i, n in enumerate(a.counts):
-            if i != r and n:
-                e.on(comm.members).send(i, n)
+        if a.nbytes:
+            linear.fan_in(out, comm.size, comm.rank, a.root, a.nbytes)
+    elif comm.rank == a.root:
+        linear.direct(out, comm.size, comm.rank, a.counts)
 
 
 def _rs_counts(a: Args, p: int) -> list[int]:
@@ -1014,86 +825,20 @@ def _rs_noncommutative(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
 
 
 def _rs_pairwise(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    p, r = comm.size, comm.rank
-    cnt = _rs_counts(a, p)
-    for i in range(1, p):
-        dst = (r + i) % p
-        e.on(comm.members).send(dst, cnt[dst] * a.tsize)
+    pairwise.exchange(e.on(comm.members), comm.size, comm.rank, tuple(_rs_counts(a, comm.size)), a.tsize)
 
 
 def _rs_halving(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    p, r, ts = comm.size, comm.rank, a.tsize
-    cnt = _rs_counts(a, p)
-    total = sum(cnt)
-    pof2, rem = comm.pof2, p - comm.pof2
-    if r < 2 * rem:
-        if r % 2 == 0:
-            e.on(comm.members).send(r + 1, total * ts)
-            newrank = -1
-        else:
-            newrank = r // 2
-    else:
-        newrank = r - rem
-    if newrank != -1:
-        newcnts = []
-        for i in range(pof2):
-            old = i * 2 + 1 if i < rem else i + rem
-            newcnts.append(cnt[old] + cnt[old - 1] if old < 2 * rem else cnt[old])
-        mask = pof2 >> 1
-        send_idx = recv_idx = 0
-        last_idx = pof2
-        while mask > 0:
-            nd = newrank ^ mask
-            dst = nd * 2 + 1 if nd < rem else nd + rem
-            if newrank < nd:
-                send_idx = recv_idx + mask
-                sc = sum(newcnts[send_idx:last_idx])
-            else:
-                recv_idx = send_idx + mask
-                sc = sum(newcnts[send_idx:recv_idx])
-            if sc:
-                e.on(comm.members).send(dst, sc * ts)
-            send_idx = recv_idx
-            last_idx = recv_idx + mask
-            mask >>= 1
-    if r < 2 * rem and r % 2:
-        e.on(comm.members).send(r - 1, cnt[r - 1] * ts)
+    doubling.reduce_scatter_halving(e.on(comm.members), comm.size, comm.rank, tuple(_rs_counts(a, comm.size)),
+                                    a.tsize)
 
 
 def _rs_doubling(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    p, r, ts = comm.size, comm.rank, a.tsize
-    cnt = _rs_counts(a, p)
-
-    def outside(tree_root: int, mask: int) -> int:
-        return sum(cnt[:min(tree_root, p)]) + sum(cnt[tree_root + mask:])
-
-    mask, i = 1, 0
-    while mask < p:
-        dst = r ^ mask
-        dtr = (dst >> i) << i
-        mtr = (r >> i) << i
-        if dst < p:
-            e.on(comm.members).send(dst, outside(mtr, mask) * ts)
-        if dtr + mask > p:
-            done = p - mtr - mask
-            k = i
-            tmp = mask >> 1
-            while tmp:
-                d2 = r ^ tmp
-                troot = (r >> k) << k
-                if d2 > r and r < troot + done and d2 >= troot + done:
-                    e.on(comm.members).send(d2, outside(dtr, mask) * ts)
-                tmp >>= 1
-                k -= 1
-        mask <<= 1
-        i += 1
+    doubling.reduce_scatter(e.on(comm.members), comm.size, comm.rank, tuple(_rs_counts(a, comm.size)), a.tsize)
 
 
 def _barrier_dissemination(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    mask = 1
-    while mask < comm.size:
-        e.on(comm.members).send((comm.rank + mask) % comm.size, 0)
-        mask <<= 1
+    doubling.dissemination(e.on(comm.members), comm.size, comm.rank)
 
 
 def _barrier_smp(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
