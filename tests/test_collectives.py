@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 
 from rankmap.pairs import model, mpich, ompi
 from rankmap.pairs.call import Call, kind_of
+from rankmap.pairs.mirror import Mirror, Mirrored
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "tests" / "native" / "coll_probe.c"
@@ -283,7 +285,7 @@ def test_ompi5_han_only_across_nodes():
     for coll in ("bcast", "allreduce", "gather", "allgather"):
         c = call(coll, 4, 1, 4096, 0)
         assert ompi.messages(c, prm, one) is not None and ompi.messages(c, prm) is not None
-        assert ompi.messages(c, prm, two) is None and lib.mirror(c, two) is None
+        assert ompi.messages(c, prm, two) is None and lib.mirror.messages(c, two) is None
     assert ompi.messages(call("alltoall", 4, 1, 4096, 0), prm, two) is not None
     forced = ompi.params_from_meta(dict(meta, **{"cvar.coll_tuned_use_dynamic_rules": "1",
                                                  "cvar.coll_tuned_reduce_scatter_block_algorithm": "1"}), (5, 0))
@@ -412,3 +414,19 @@ def test_kind_of_forms():
     assert kind_of("MPI_Bcast_init") == ("bcast", "persistent")
     assert kind_of("MPI_Reduce_scatter_block") == ("reduce_scatter_block", "blocking")
     assert kind_of("MPI_Send")[0] is None
+
+
+def test_both_mirrors_answer_through_one_interface():
+    """Open MPI's and MPICH's mirrors are both a Mirror and answer a call with one type (the
+    messages, the algorithm, whether a part is modelled): the ingest reads nothing else. An 8-byte
+    allreduce of 4 ranks is a recursive doubling in both: rank 1 sends to 0 and 3."""
+    from rankmap.pairs import Library
+    for meta in ({"mpi_library": "Open MPI v4.1.6, package: Debian"}, {"mpi_library": "Open MPI v5.0.3, package: Open MPI"},
+                 {"mpi_library": "MPICH Version:\t4.0.2\nMPICH Device:\tch4:ucx"}):
+        m = Library(meta).mirror
+        assert isinstance(m, Mirror), meta
+        got = m.messages(call("allreduce", 4, 1, 8, 0))
+        assert isinstance(got, Mirrored) and got.modeled is False and got.algorithm, got
+        assert sorted(x.dst for x in got.msgs) == [0, 3] and {x.nbytes for x in got.msgs} == {8}
+        assert m.messages(replace(call("allreduce", 4, 1, 8, 0), form="nonblocking")) is None
+    assert Library({"mpi_library": "Intel(R) MPI Library 2021.6"}).mirror is None

@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from rankmap.pairs.algorithms import binomial, bruck, doubling, linear, pairwise, ring, scatter_allgather
-from rankmap.pairs.call import Call, Emitter, Msg
+from rankmap.pairs.call import Call, Emitter
+from rankmap.pairs.mirror import Mirrored
 from rankmap.pairs.mpich_rules import CH4_TREE, CVAR_ALGORITHMS, MPIR_TREE, POSIX_TREE
 
 
@@ -914,7 +915,7 @@ def _args(c: Call) -> Args:
     return a
 
 
-def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> tuple[list[Msg], str, bool] | None:
+def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> Mirrored | None:
     """The messages rank ``c.rank`` sends for ``c`` under MPICH 4.0, a description of the
     algorithms, and whether a part had to be modelled; None where the mirror does not cover the
     call (nonblocking and persistent forms, scan/exscan, the ``nb`` algorithms)."""
@@ -926,4 +927,27 @@ def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> tupl
         mpir_entry(e, comm, _args(c), prm)
     except NotMirrored:
         return None
-    return list(e.msgs), ", ".join(dict.fromkeys(e.names)), e.modeled
+    return Mirrored(list(e.msgs), ", ".join(dict.fromkeys(e.names)), e.modeled)
+
+
+#: the MPICH releases mirrored (major, minor)
+RELEASES = ((4, 0),)
+
+
+class MpichMirror:
+    """MPICH's selection with one job's parameters: the :class:`~rankmap.pairs.mirror.Mirror` of
+    MPICH 4.0."""
+
+    note = "MPICH 4.0 selection mirrored"
+
+    def __init__(self, prm: Params) -> None:
+        self.prm = prm
+
+    def messages(self, c: Call, nodes: tuple[int, ...] | None = None) -> Mirrored | None:
+        return messages(c, self.prm, nodes)
+
+
+def mirror_from_meta(meta: dict[str, str], release: tuple[int, int]) -> tuple[MpichMirror, str]:
+    """The mirror of a job's META, with the note the profile shows."""
+    m = MpichMirror(params_from_meta(meta))
+    return m, m.note

@@ -39,7 +39,8 @@ import re
 from dataclasses import dataclass, field, replace
 from rankmap.pairs.algorithms import binomial, bruck, doubling, linear, pairwise, ring, scatter_allgather
 from rankmap.pairs.algorithms.trees import bmtree, chain, in_order_bintree, kmtree, tree
-from rankmap.pairs.call import Call, Emitter, Msg
+from rankmap.pairs.call import Call, Emitter
+from rankmap.pairs.mirror import Mirrored
 from rankmap.pairs.ompi_rules import RULES
 
 #: the Open MPI releases mirrored (major, minor)
@@ -923,7 +924,7 @@ IMPLEMENTED = {"bcast": bcast, "reduce": reduce, "allreduce": allreduce, "allgat
                "reduce_scatter_block": reduce_scatter_block}
 
 
-def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> tuple[list[Msg], str] | None:
+def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> Mirrored | None:
     """The messages rank ``c.rank`` sends for ``c`` under Open MPI 4.1 or 5.0 (``prm.release``),
     and the algorithm's name; None where the mirror does not cover the call (then the model
     applies). ``nodes``: the node of each rank of the communicator (None: one node), for coll/han,
@@ -937,7 +938,7 @@ def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> tupl
     out = Emitter()
     if c.kind in ("alltoallv", "alltoallw", "gatherv", "scatterv"):
         direct(out, c)
-        return list(out.msgs), "linear"
+        return Mirrored(list(out.msgs), "linear")
     fn = IMPLEMENTED.get(c.kind)
     if fn is None:
         return None
@@ -947,4 +948,28 @@ def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> tupl
     except KeyError:
         return None
     names = ALG_NAMES.get(c.kind, ())
-    return list(out.msgs), f"{names[alg] if alg < len(names) else alg} ({how})"
+    return Mirrored(list(out.msgs), f"{names[alg] if alg < len(names) else alg} ({how})")
+
+
+class OpenMpiMirror:
+    """Open MPI's coll/tuned with one job's parameters: the :class:`~rankmap.pairs.mirror.Mirror`
+    of Open MPI 4.1 and 5.0."""
+
+    def __init__(self, prm: Params) -> None:
+        self.prm = prm
+        self.note = f"Open MPI {prm.release[0]}.{prm.release[1]} coll/tuned mirrored"
+        if prm.han_over_tuned:
+            self.note += f" (coll/han's {', '.join(HAN)} across nodes: the model)"
+
+    def messages(self, c: Call, nodes: tuple[int, ...] | None = None) -> Mirrored | None:
+        return messages(c, self.prm, nodes)
+
+
+def mirror_from_meta(meta: dict[str, str], release: tuple[int, int]) -> tuple[OpenMpiMirror | None, str]:
+    """The mirror of a job's META, or None and why not (another coll component runs the job's
+    collectives); with the note the profile shows."""
+    prm = params_from_meta(meta, release)
+    if prm.not_tuned:
+        return None, f"Open MPI: {prm.not_tuned}; the model applies"
+    m = OpenMpiMirror(prm)
+    return m, m.note
