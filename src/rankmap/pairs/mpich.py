@@ -23,12 +23,11 @@ rows (root to each rank, each rank to its parent) are a model and make the call'
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from rankmap.pairs.algorithms import binomial, bruck, doubling, linear, pairwise, ring, scatter_allgather
 from rankmap.pairs.call import Call, Emitter
 from rankmap.pairs.mirror import Mirrored
-from rankmap.pairs.mpich_rules import CH4_TREE, CVAR_ALGORITHMS, MPIR_TREE, POSIX_TREE
+from rankmap.pairs.mpich_rules import CH4_TREE, CVAR_ALGORITHMS, MPIR_TREE, POSIX_TREE, tree_from_json
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,19 +66,6 @@ def _cvar_name(coll: str, v: str | None) -> str:
     return s if s in names else "auto"
 
 
-def _tree_from_json(text: str | None, default: list) -> list:
-    if not text:
-        return default
-    try:
-        d = json.loads(text)
-    except ValueError:
-        return default
-
-    def compact(n: dict) -> list:
-        return [k if k.startswith(("algorithm=", "composition=")) else (k, compact(v)) for k, v in n.items()]
-    return compact(d) if isinstance(d, dict) else default
-
-
 def params_from_meta(meta: dict[str, str]) -> Params:
     cv = {k[len("cvar.MPIR_CVAR_"):]: v for k, v in meta.items() if k.startswith("cvar.MPIR_CVAR_")}
     p = Params()
@@ -116,9 +102,9 @@ def params_from_meta(meta: dict[str, str]) -> Params:
     else:
         p.direct_netmod = shm in ("none", "no")
     p.threaded = meta.get("shim.counters", "").startswith("atomic")
-    p.mpir_tree = _tree_from_json(meta.get("file.MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"), MPIR_TREE)
-    p.ch4_tree = _tree_from_json(meta.get("file.MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE"), CH4_TREE)
-    p.posix_tree = _tree_from_json(meta.get("file.MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE"), POSIX_TREE)
+    p.mpir_tree = tree_from_json(meta.get("file.MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"), MPIR_TREE)
+    p.ch4_tree = tree_from_json(meta.get("file.MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE"), CH4_TREE)
+    p.posix_tree = tree_from_json(meta.get("file.MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE"), POSIX_TREE)
     return p
 
 

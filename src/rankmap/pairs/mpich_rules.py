@@ -1,223 +1,51 @@
 """MPICH 4.0 collective selection, as data.
 
-Transcribed from MPICH v4.0.x (the same for 4.0.0 to 4.0.3): the default selection trees MPICH
-compiles in (``maint/tuning/coll/mpir/generic.json`` for the MPIR algorithms,
-``maint/tuning/coll/ch4/generic.json`` for the CH4 device's compositions,
-``maint/tuning/coll/ch4/posix_generic.json`` for its POSIX shared-memory module), blocking
-intra-communicator collectives only, and the value names of the ``MPIR_CVAR_<COLL>_INTRA_ALGORITHM``
-control variables in the order of their enumeration (``src/mpi/coll/cvars.txt``): MPI_T reports
-the number, this table names it.
+The selection trees are MPICH's own JSON tuning files as MPICH ships them (``mpich_tuning/4.0/``,
+its README says where from): ``mpir/generic.json`` for the MPIR algorithms, ``ch4/generic.json``
+for the CH4 device's compositions, ``ch4/posix_generic.json`` for its POSIX shared-memory
+module. :func:`tree_from_json` reads one into the form :func:`rankmap.pairs.mpich.select` walks:
+a list of entries tried in order, ``(condition, subtree)``, or a leaf string
+``algorithm=<function>`` / ``composition=<function>``. A job's own tuning file (the
+``MPIR_CVAR_*_TUNING_JSON_FILE`` control variables) is read the same way.
 
-A tree is a list of entries tried in order: ``(condition, subtree)``, or a leaf string
-``algorithm=<function>`` / ``composition=<function>``; see
-:func:`rankmap.pairs.mpich.select`.
+:data:`CVAR_ALGORITHMS` holds the value names of the ``MPIR_CVAR_<COLL>_INTRA_ALGORITHM`` control
+variables in the order of their enumeration (MPICH v4.0.x, ``src/mpi/coll/cvars.txt``): MPI_T
+reports the number, this table names it.
 """
 
-MPIR_TREE = [('collective=bcast',
-  [('comm_type=intra',
-    [('comm_size<8',
-      [('comm_hierarchy=parent',
-        [('avg_msg_size<=0', ['algorithm=MPIR_Bcast_intra_smp']),
-         ('avg_msg_size=any', ['algorithm=MPIR_Bcast_intra_binomial'])]),
-       ('comm_hierarchy=any', [('avg_msg_size=any', ['algorithm=MPIR_Bcast_intra_binomial'])])]),
-     ('comm_size=pow2',
-      [('comm_hierarchy=parent',
-        [('avg_msg_size<=0', ['algorithm=MPIR_Bcast_intra_smp']),
-         ('avg_msg_size<=12288', ['algorithm=MPIR_Bcast_intra_binomial']),
-         ('avg_msg_size<=524288', ['algorithm=MPIR_Bcast_intra_scatter_recursive_doubling_allgather']),
-         ('avg_msg_size=any', ['algorithm=MPIR_Bcast_intra_scatter_ring_allgather'])]),
-       ('comm_hierarchy=any',
-        [('avg_msg_size<=12288', ['algorithm=MPIR_Bcast_intra_binomial']),
-         ('avg_msg_size<=524288', ['algorithm=MPIR_Bcast_intra_scatter_recursive_doubling_allgather']),
-         ('avg_msg_size=any', ['algorithm=MPIR_Bcast_intra_scatter_ring_allgather'])])]),
-     ('comm_size=any',
-      [('comm_hierarchy=parent',
-        [('avg_msg_size<=0', ['algorithm=MPIR_Bcast_intra_smp']),
-         ('avg_msg_size<=12288', ['algorithm=MPIR_Bcast_intra_binomial']),
-         ('avg_msg_size=any', ['algorithm=MPIR_Bcast_intra_scatter_ring_allgather'])]),
-       ('comm_hierarchy=any',
-        [('avg_msg_size<=12288', ['algorithm=MPIR_Bcast_intra_binomial']),
-         ('avg_msg_size=any', ['algorithm=MPIR_Bcast_intra_scatter_ring_allgather'])])])]),
-   ('comm_type=inter', ['algorithm=MPIR_Bcast_inter_remote_send_local_bcast'])]),
- ('collective=allreduce',
-  [('comm_type=intra',
-    [('avg_msg_size<=0',
-      [('is_commutative=yes', ['algorithm=MPIR_Allreduce_intra_smp']),
-       ('is_commutative=no', ['algorithm=MPIR_Allreduce_intra_recursive_doubling'])]),
-     ('avg_msg_size<=8', ['algorithm=MPIR_Allreduce_intra_recursive_doubling']),
-     ('avg_msg_size=any',
-      [('is_op_built_in=no', ['algorithm=MPIR_Allreduce_intra_recursive_doubling']),
-       ('is_op_built_in=yes',
-        [('count<pow2', ['algorithm=MPIR_Allreduce_intra_recursive_doubling']),
-         ('count=any', ['algorithm=MPIR_Allreduce_intra_reduce_scatter_allgather'])])])]),
-   ('comm_type=inter', ['algorithm=MPIR_Allreduce_inter_reduce_exchange_bcast'])]),
- ('collective=allgather',
-  [('comm_type=intra',
-    [('comm_size=pow2',
-      [('total_msg_size<524288', ['algorithm=MPIR_Allgather_intra_recursive_doubling']),
-       ('total_msg_size=any', ['algorithm=MPIR_Allgather_intra_ring'])]),
-     ('comm_size=any',
-      [('total_msg_size<81920', ['algorithm=MPIR_Allgather_intra_brucks']),
-       ('total_msg_size=any', ['algorithm=MPIR_Allgather_intra_ring'])])]),
-   ('comm_type=inter', ['algorithm=MPIR_Allgather_inter_local_gather_remote_bcast'])]),
- ('collective=allgatherv',
-  [('comm_type=intra',
-    [('comm_size=pow2',
-      [('total_msg_size<524288', ['algorithm=MPIR_Allgatherv_intra_recursive_doubling']),
-       ('total_msg_size=any', ['algorithm=MPIR_Allgatherv_intra_ring'])]),
-     ('comm_size=any',
-      [('total_msg_size<81920', ['algorithm=MPIR_Allgatherv_intra_brucks']),
-       ('total_msg_size=any', ['algorithm=MPIR_Allgatherv_intra_ring'])])]),
-   ('comm_type=inter', ['algorithm=MPIR_Allgatherv_inter_remote_gather_local_bcast'])]),
- ('collective=reduce',
-  [('comm_type=intra',
-    [('comm_hierarchy=parent',
-      [('avg_msg_size<=0',
-        [('is_commutative=yes', ['algorithm=MPIR_Reduce_intra_smp']),
-         ('is_commutative=no', ['algorithm=MPIR_Reduce_intra_binomial'])]),
-       ('avg_msg_size<=2048', ['algorithm=MPIR_Reduce_intra_binomial']),
-       ('avg_msg_size=any',
-        [('is_op_built_in=yes',
-          [('count<pow2', ['algorithm=MPIR_Reduce_intra_binomial']),
-           ('count=any', ['algorithm=MPIR_Reduce_intra_reduce_scatter_gather'])]),
-         ('is_op_built_in=no', ['algorithm=MPIR_Reduce_intra_binomial'])])]),
-     ('comm_hierarchy=any',
-      [('avg_msg_size<=2048', ['algorithm=MPIR_Reduce_intra_binomial']),
-       ('avg_msg_size=any',
-        [('is_op_built_in=yes',
-          [('count<pow2', ['algorithm=MPIR_Reduce_intra_binomial']),
-           ('count=any', ['algorithm=MPIR_Reduce_intra_reduce_scatter_gather'])]),
-         ('is_op_built_in=no', ['algorithm=MPIR_Reduce_intra_binomial'])])])]),
-   ('comm_type=inter', ['algorithm=MPIR_Reduce_inter_local_reduce_remote_send'])]),
- ('collective=reduce_scatter',
-  [('comm_type=intra',
-    [('is_commutative=yes',
-      [('total_msg_size<524288', ['algorithm=MPIR_Reduce_scatter_intra_recursive_halving']),
-       ('total_msg_size=any', ['algorithm=MPIR_Reduce_scatter_intra_pairwise'])]),
-     ('is_commutative=no',
-      [('is_block_regular=yes',
-        [('comm_size=pow2', ['algorithm=MPIR_Reduce_scatter_intra_noncommutative']),
-         ('comm_size=any', ['algorithm=MPIR_Reduce_scatter_intra_recursive_doubling'])]),
-       ('is_block_regular=no', ['algorithm=MPIR_Reduce_scatter_intra_recursive_doubling'])])]),
-   ('comm_type=inter', ['algorithm=MPIR_Reduce_scatter_inter_remote_reduce_local_scatter'])]),
- ('collective=reduce_scatter_block',
-  [('comm_type=intra',
-    [('is_commutative=yes',
-      [('total_msg_size<524288', ['algorithm=MPIR_Reduce_scatter_block_intra_recursive_halving']),
-       ('total_msg_size=any', ['algorithm=MPIR_Reduce_scatter_block_intra_pairwise'])]),
-     ('is_commutative=no',
-      [('comm_size=pow2', ['algorithm=MPIR_Reduce_scatter_block_intra_noncommutative']),
-       ('comm_size=any', ['algorithm=MPIR_Reduce_scatter_block_intra_recursive_doubling'])])]),
-   ('comm_type=inter', ['algorithm=MPIR_Reduce_scatter_block_inter_remote_reduce_local_scatter'])]),
- ('collective=gather',
-  [('comm_type=intra', ['algorithm=MPIR_Gather_intra_binomial']),
-   ('comm_type=inter',
-    [('total_msg_size<2048', ['algorithm=MPIR_Gather_inter_local_gather_remote_send']),
-     ('total_msg_size=any', ['algorithm=MPIR_Gather_inter_linear'])])]),
- ('collective=scatter',
-  [('comm_type=intra', ['algorithm=MPIR_Scatter_intra_binomial']),
-   ('comm_type=inter',
-    [('total_msg_size<2048', ['algorithm=MPIR_Scatter_inter_remote_send_local_scatter']),
-     ('total_msg_size=any', ['algorithm=MPIR_Scatter_inter_linear'])])]),
- ('collective=gatherv', ['algorithm=MPIR_Gatherv_allcomm_linear']),
- ('collective=scatterv', ['algorithm=MPIR_Scatterv_allcomm_linear']),
- ('collective=scan',
-  [('comm_type=intra',
-    [('is_node_consecutive=yes', ['algorithm=MPIR_Scan_intra_smp']),
-     ('is_node_consecutive=no', ['algorithm=MPIR_Scan_intra_recursive_doubling'])]),
-   ('comm_type=inter', ['algorithm=MPIR_Scan_intra_smp'])]),
- ('collective=exscan', ['algorithm=MPIR_Exscan_intra_recursive_doubling']),
- ('collective=barrier',
-  [('comm_type=intra',
-    [('comm_hierarchy=parent', ['algorithm=MPIR_Barrier_intra_smp']),
-     ('comm_hierarchy=any', ['algorithm=MPIR_Barrier_intra_dissemination'])]),
-   ('comm_type=inter', ['algorithm=MPIR_Barrier_inter_bcast'])]),
- ('collective=alltoall',
-  [('comm_type=intra',
-    [('is_sendbuf_inplace=yes', ['algorithm=MPIR_Alltoall_intra_pairwise_sendrecv_replace']),
-     ('is_sendbuf_inplace=no',
-      [('comm_size<8',
-        [('avg_msg_size<=32768', ['algorithm=MPIR_Alltoall_intra_scattered']),
-         ('avg_msg_size=any', ['algorithm=MPIR_Alltoall_intra_pairwise'])]),
-       ('comm_size=any',
-        [('avg_msg_size<=256', ['algorithm=MPIR_Alltoall_intra_brucks']),
-         ('avg_msg_size<=32768', ['algorithm=MPIR_Alltoall_intra_scattered']),
-         ('avg_msg_size=any', ['algorithm=MPIR_Alltoall_intra_pairwise'])])])]),
-   ('comm_type=inter', ['algorithm=MPIR_Alltoall_inter_pairwise_exchange'])]),
- ('collective=alltoallv',
-  [('comm_type=intra',
-    [('is_sendbuf_inplace=yes', ['algorithm=MPIR_Alltoallv_intra_pairwise_sendrecv_replace']),
-     ('is_sendbuf_inplace=no', ['algorithm=MPIR_Alltoallv_intra_scattered'])]),
-   ('comm_type=inter', ['algorithm=MPIR_Alltoallv_inter_pairwise_exchange'])]),
- ('collective=alltoallw',
-  [('comm_type=intra',
-    [('is_sendbuf_inplace=yes', ['algorithm=MPIR_Alltoallw_intra_pairwise_sendrecv_replace']),
-     ('is_sendbuf_inplace=no', ['algorithm=MPIR_Alltoallw_intra_scattered'])]),
-   ('comm_type=inter', ['algorithm=MPIR_Alltoallw_inter_pairwise_exchange'])])]
+from __future__ import annotations
 
-CH4_TREE = [('collective=bcast',
-  [('comm_type=intra',
-    [('comm_hierarchy=parent',
-      [('comm_size<8', [('avg_msg_size=any', ['composition=MPIDI_Bcast_intra_composition_alpha'])]),
-       ('comm_size=pow2',
-        [('avg_msg_size<12288', ['composition=MPIDI_Bcast_intra_composition_alpha']),
-         ('avg_msg_size<524288', ['composition=MPIDI_Bcast_intra_composition_beta']),
-         ('avg_msg_size=any', ['composition=MPIDI_Bcast_intra_composition_gamma'])]),
-       ('comm_size=any',
-        [('avg_msg_size<12288', ['composition=MPIDI_Bcast_intra_composition_alpha']),
-         ('avg_msg_size=any', ['composition=MPIDI_Bcast_intra_composition_gamma'])])]),
-     ('comm_hierarchy=any', ['composition=MPIDI_Bcast_intra_composition_gamma'])])]),
- ('collective=allreduce',
-  [('comm_type=intra',
-    [('comm_size=node_comm_size', ['composition=MPIDI_Allreduce_intra_composition_gamma']),
-     ('comm_size=any',
-      [('comm_hierarchy=parent',
-        [('is_commutative=yes',
-          [('avg_msg_size=any', ['composition=MPIDI_Allreduce_intra_composition_alpha'])]),
-         ('is_commutative=no', ['composition=MPIDI_Allreduce_intra_composition_beta'])]),
-       ('comm_hierarchy=any', ['composition=MPIDI_Allreduce_intra_composition_beta'])])])]),
- ('collective=reduce',
-  [('comm_type=intra',
-    [('comm_hierarchy=parent',
-      [('is_commutative=yes',
-        [('avg_msg_size<=2048', ['composition=MPIDI_Reduce_intra_composition_beta']),
-         ('avg_msg_size=any', ['composition=MPIDI_Reduce_intra_composition_alpha'])]),
-       ('is_commutative=no', ['composition=MPIDI_Reduce_intra_composition_gamma'])]),
-     ('comm_hierarchy=any', ['composition=MPIDI_Reduce_intra_composition_gamma'])])]),
- ('collective=barrier',
-  [('comm_type=intra',
-    [('comm_hierarchy=parent', ['composition=MPIDI_Barrier_intra_composition_alpha']),
-     ('comm_hierarchy=any', ['composition=MPIDI_Barrier_intra_composition_beta'])])]),
- ('collective=gather', [('comm_type=intra', ['composition=MPIDI_Gather_intra_composition_alpha'])]),
- ('collective=gatherv', [('comm_type=intra', ['composition=MPIDI_Gatherv_intra_composition_alpha'])]),
- ('collective=scatter', [('comm_type=intra', ['composition=MPIDI_Scatter_intra_composition_alpha'])]),
- ('collective=scatterv', [('comm_type=intra', ['composition=MPIDI_Scatterv_intra_composition_alpha'])]),
- ('collective=alltoall', [('comm_type=intra', ['composition=MPIDI_Alltoall_intra_composition_alpha'])]),
- ('collective=alltoallv', [('comm_type=intra', ['composition=MPIDI_Alltoallv_intra_composition_alpha'])]),
- ('collective=alltoallw', [('comm_type=intra', ['composition=MPIDI_Alltoallw_intra_composition_alpha'])]),
- ('collective=allgather', [('comm_type=intra', ['composition=MPIDI_Allgather_intra_composition_alpha'])]),
- ('collective=allgatherv', [('comm_type=intra', ['composition=MPIDI_Allgatherv_intra_composition_alpha'])]),
- ('collective=reduce_scatter',
-  [('comm_type=intra', ['composition=MPIDI_Reduce_scatter_intra_composition_alpha'])]),
- ('collective=reduce_scatter_block',
-  [('comm_type=intra', ['composition=MPIDI_Reduce_scatter_block_intra_composition_alpha'])]),
- ('collective=scan',
-  [('is_node_consecutive=yes', ['composition=MPIDI_Scan_intra_composition_alpha']),
-   ('is_node_consecutive=no', ['composition=MPIDI_Scan_intra_composition_beta'])]),
- ('collective=exscan', ['composition=MPIDI_Exscan_intra_composition_alpha'])]
+import json
+from pathlib import Path
 
-POSIX_TREE = [('collective=bcast',
-  [('comm_type=intra', [('is_multi_threaded=no', ['algorithm=MPIDI_POSIX_mpi_bcast_release_gather'])])]),
- ('collective=barrier',
-  [('comm_type=intra', [('is_multi_threaded=no', ['algorithm=MPIDI_POSIX_mpi_barrier_release_gather'])])]),
- ('collective=allreduce',
-  [('comm_type=intra',
-    [('is_multi_threaded=no',
-      [('is_commutative=yes', ['algorithm=MPIDI_POSIX_mpi_allreduce_release_gather'])])])]),
- ('collective=reduce',
-  [('comm_type=intra',
-    [('is_multi_threaded=no',
-      [('is_commutative=yes', ['algorithm=MPIDI_POSIX_mpi_reduce_release_gather'])])])])]
+#: MPICH 4.0's tuning files (the same in 4.0.0 to 4.0.3)
+TUNING = Path(__file__).resolve().parent / "mpich_tuning" / "4.0"
+
+
+def tree_from_json(text: str | None, default: list | None = None) -> list | None:
+    """A selection tree from an MPICH tuning file's text; ``default`` when there is none or it is
+    not a JSON object (MPICH then keeps its compiled-in tree)."""
+    if not text:
+        return default
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return default
+    if not isinstance(d, dict):
+        return default
+
+    def compact(n: dict) -> list:
+        return [k if k.startswith(("algorithm=", "composition=")) else (k, compact(v)) for k, v in n.items()]
+    return compact(d)
+
+
+def _shipped(name: str) -> list:
+    return tree_from_json((TUNING / name).read_text(), [])
+
+
+MPIR_TREE = _shipped("mpir/generic.json")
+CH4_TREE = _shipped("ch4/generic.json")
+POSIX_TREE = _shipped("ch4/posix_generic.json")
 
 CVAR_ALGORITHMS = {'allgather': ['auto', 'brucks', 'nb', 'recursive_doubling', 'ring'],
  'allgatherv': ['auto', 'brucks', 'nb', 'recursive_doubling', 'ring'],
