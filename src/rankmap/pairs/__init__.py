@@ -13,7 +13,8 @@ Three sources, best first (docs/collective-models.md):
 the sender's view) and timeline rows; ``RANKMAP_COLLECTIVES=model`` or ``mirror`` in the job's
 environment (recorded in META) narrows the choice; :class:`Library` (:mod:`.library`) picks the
 mirror, each an implementation of :class:`~rankmap.pairs.mirror.Mirror`. The NCCL side is
-:mod:`.nccl_model` over :mod:`.nccl_graph`.
+:mod:`.nccl_model` over :mod:`.nccl_graph`; :mod:`.probe` runs the conformance probes that check a
+mirror against the library's own accounting.
 """
 
 from rankmap.pairs.derive import LABELS, DerivedRow, apply, call_of, derive, node_index, read_dir, run_hosts

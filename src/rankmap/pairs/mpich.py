@@ -16,7 +16,7 @@ The algorithms follow ``src/mpi/coll/<coll>/<coll>_intra_<algorithm>.c`` of v4.0
 message, in the ranks of the communicator they run on (an :class:`~rankmap.pairs.call.Emitter`
 view maps sub-communicator ranks back to the caller's communicator): the patterns Open MPI shares
 come from :mod:`rankmap.pairs.algorithms`, those MPICH alone uses are here. Checked against the
-UCX messages MPICH sends in ``tests/test_collectives.py``.
+UCX messages MPICH sends by the conformance probes (:mod:`.probe`, ``tests/test_collectives.py``).
 The POSIX release/gather algorithms move data through a shared buffer, not messages; their pair
 rows (root to each rank, each rank to its parent) are a model and make the call's rows ``model``.
 """

@@ -21,7 +21,7 @@ empty blocks, which the direct exchange here never counted).
 Each algorithm follows ``ompi/mca/coll/base/coll_base_<coll>.c`` of v4.1.x and v5.0.x message
 for message: the function gives the messages one rank sends (destination and bytes, one entry per
 PML send, counted as the monitoring PML counts them), so the per-pair bytes equal what Open MPI's
-own monitoring reports (checked in
+own monitoring reports (checked by the conformance probes, :mod:`.probe`,
 ``tests/test_collectives.py``). Sends a rank makes to itself go through the PML there too and are
 kept. The patterns MPICH shares (binomial trees, recursive doubling and halving, ring, Bruck,
 pairwise, linear, scatter-allgather) come from :mod:`rankmap.pairs.algorithms`, its trees from
