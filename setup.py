@@ -17,6 +17,6 @@ setup(
         # MPICH's own collective tuning files, as MPICH ships them (their README: source, licence)
         "rankmap.pairs": ["mpich_tuning/README.md", "mpich_tuning/*/*/*.json"],
         "rankmap.web.static": ["*"],
-        **{f"rankmap.native.{d}": ["*.c", "*.h", "*.spec"] for d in NATIVE},
+        **{f"rankmap.native.{d}": ["*.c", "*.cu", "*.h", "*.spec"] for d in NATIVE},
     },
 )

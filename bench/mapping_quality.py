@@ -5,21 +5,20 @@ Every mapping, whoever computed it, is scored by rankmap's cost model (max conge
 links, ms). Prints markdown tables (the ones in docs/benchmarks.md).
 
     python bench/mapping_quality.py            # budgets + two-node tables (a few minutes)
-    python bench/mapping_quality.py budget     # 8-GPU exact solves (worst of --repeat runs) and the
-                                               # --time-budget at 4096 ranks, beside Scotch
+    python bench/mapping_quality.py budget     # 8-GPU exact solves (worst of --repeat runs)
     python bench/mapping_quality.py twonode    # two-node patterns: never worse than the default
     python bench/mapping_quality.py node       # quality on 6- to 16-GPU nodes vs Scotch, QAP, treematch
     python bench/mapping_quality.py simgrid    # simulated time, default vs rankmap
     python bench/mapping_quality.py all        # every section (budget, twonode, node, simgrid)
 
 ``--repeat N`` (default 3) runs every 8-GPU solve N times from a fresh node model and reports the
-worst, and every 4096-rank placement ceil(N/2) times; the machine may be shared, and worst cases
-are what a budget must survive.
+worst; the machine may be shared, and worst cases are what a budget must survive. Placement at scale
+(4096 and more ranks, the whole command against its --time-budget, KaHIP beside Scotch) is
+``bench/placement_scale.py``.
 
 Scotch (Debian's ``scotch_gmap``): the source graph is the symmetrised traffic, the target for a
 node is built by ``amk_grf`` from the complete GPU graph weighted by route cost (sum over the route of
-1/bandwidth); for the 512-node cluster a ``tleaf`` target (network level, GPU level), since an
-``amk_grf`` target of 4096 vertices holds a 4096^2 distance matrix. ``-b0 -cb`` asks for exact balance.
+1/bandwidth); across nodes a ``tleaf`` target (network level, GPU level). ``-b0 -cb`` asks for exact balance.
 
 Treematch (Open MPI's ``topo/treematch`` component) is reached only through an MPI job:
 ``bench/treematch_probe.c`` calls ``MPI_Dist_graph_create(..., reorder=1)`` with edge weights = bytes.
@@ -367,43 +366,6 @@ def budget_tables(repeat: int) -> None:
             print("| " + " | ".join(row) + " |", flush=True)
     print(f"\nworst 8-GPU (and 6-GPU) solve: {worst_all[0] * 1e3:.0f} ms wall ({worst_all[1]}), "
           f"{worst_cpu * 1e3:.0f} ms CPU; target 100 ms")
-
-    runs = -(-repeat // 2)
-    print(f"\n### 4096 ranks on 512 x dgx1-v100: --time-budget kept, worst of {runs} run(s)\n")
-    print("| pattern | budget | wall (worst) | wall / budget | default | rankmap | bound | gap | Scotch (tleaf) "
-          "| Scotch time |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    pf = Platform(node_model(fixtures.get("dgx1-v100")), 512)
-    n = 4096
-    cases = {"halo4d": lambda: patterns.halo(n, 4, nbytes=1e8), "halo3d": lambda: patterns.halo(n, 3, nbytes=1e8),
-             "random": lambda: patterns.random_sparse(n, 4, seed=3),
-             "butterfly": lambda: patterns.butterfly(n, nbytes=1e8),
-             # pencils of uneven rows (40 and 24 ranks), an all-to-all inside each
-             "transpose": lambda: patterns.transpose([40, 24] * (n // 64), nbytes=1e8)}
-    rows = [("halo4d", 10), ("halo3d", 10), ("random", 5), ("random", 10), ("random", 20), ("butterfly", 10),
-            ("transpose", 10)]
-    built: dict[str, Traffic] = {}
-    worst_ratio = 0.0
-    for pat, budget in rows:
-        if pat not in built:
-            built[pat] = Traffic.from_dense(cases[pat]())
-        tr = built[pat]
-        walls = []
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            pl = place(pf, tr, time_budget=budget)
-            walls.append(time.perf_counter() - t0)
-        wall = max(walls)
-        worst_ratio = max(worst_ratio, wall / budget)
-        row = [pat, f"{budget} s", f"{wall:.2f} s", f"{wall / budget:.2f}", ms(pl.default.max_congestion),
-               ms(pl.score.max_congestion), ms(pl.bound), f"{100 * pl.gap:.0f} %"]
-        if GMAP:
-            sn, sg, dt = _scotch_cluster(tr, 512, 8)
-            row += [ms(evaluate(pf, tr, sn, sg).max_congestion), f"{dt:.1f} s"]
-        else:
-            row += ["n/a", ""]
-        print("| " + " | ".join(row) + " |", flush=True)
-    print(f"\nlargest wall / budget at 4096 ranks: {worst_ratio:.2f} (target <= 1.10)")
 
 
 def twonode_table() -> None:

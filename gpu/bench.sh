@@ -7,7 +7,7 @@
 # Wall time at most 240 s: the measuring steps share BUDGET seconds (default 190, building rankmap's CUDA
 # code for this GPU's arch included), each under `timeout` with a cap of its own; the dashboard check, the
 # comparison and the log writing after them have 40 s more between them. NCCL: $NCCL_HOME/lib when set
-# (the NCCL nccl-tests was built against), else the one PyTorch's wheel brings (see bench/tools.py).
+# (the NCCL nccl-tests was built against), else the one PyTorch's wheel brings (see src/rankmap/linkbench/tools.py).
 # Writes $OUT/bench.txt (all it prints) and $OUT/results.json (every raw result, kept under 1 MiB),
 # OUT default ./out-bench.
 #  1. build the benchmark programs: nvcc for this machine's GPU arch only, the MPI's mpicc, cc;
@@ -89,7 +89,7 @@ timeout 10 "${MPIRUN[0]}" --version 2>&1 | head -1 | sed 's/^/   /'
 # ---- 1. build (timed: nvcc for this GPU's arch only) ----
 s=$(date +%s)
 if timeout 120 "$PY" - > "$WORK/build.txt" 2>&1 <<'EOF'
-from rankmap.bench import build, tools
+from rankmap.linkbench import build, tools
 from rankmap.capture.launchers import find_mpicc, recognise
 import os, shlex
 launcher = recognise(shlex.split(os.environ.get("MPIRUN") or "mpirun -np 2"))
@@ -107,7 +107,7 @@ else
   sed 's/^/   /' "$WORK/build.txt" | tail -5
   echo "FAIL building the benchmark programs"
 fi
-NCCL_LIB=$("$PY" -c 'from rankmap.bench import tools; print(tools.loaded_path(tools.find_nccl() or ""))' 2>/dev/null)
+NCCL_LIB=$("$PY" -c 'from rankmap.linkbench import tools; print(tools.loaded_path(tools.find_nccl() or ""))' 2>/dev/null)
 NCCL_DIR=$(dirname "${NCCL_LIB:-/nonexistent/x}")
 
 # ---- 2. GPU pairs, and nvbandwidth on the same cases ----

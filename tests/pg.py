@@ -91,12 +91,14 @@ class PgCluster:
     def url(self, db: str = "postgres") -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{db}"
 
+    def admin_conninfo(self) -> str:
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
+
     def new_database(self) -> str:
         """A fresh, empty database in the cluster; returns its URL."""
         import psycopg
         name = "t_" + uuid.uuid4().hex[:12]
-        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres",
-                             autocommit=True) as c:
+        with psycopg.connect(self.admin_conninfo(), autocommit=True) as c:
             c.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from bench_fixtures import bench_cache  # noqa: F401
-from rankmap.bench.build import build_mpi_bench, build_nccl_bench
+from rankmap.linkbench.build import build_mpi_bench, build_nccl_bench
 
 WRAPPERS = [w for w in ("mpicc.openmpi", "mpicc.mpich") if shutil.which(w)]
 

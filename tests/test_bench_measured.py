@@ -9,8 +9,8 @@ import pytest
 
 from conftest import assert_one_line_error, rankmap
 from pg import pg_cluster  # noqa: F401  (session fixture)
-from rankmap.bench.measured import figures, measured_topology
-from rankmap.bench.rows import BenchRun, Row
+from rankmap.linkbench.measured import figures, measured_topology
+from rankmap.linkbench.rows import BenchRun, Row
 from rankmap.store import open_store
 from rankmap.topology import TopologyError, fixtures
 from rankmap.topology import measured as tm

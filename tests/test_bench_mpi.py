@@ -12,7 +12,7 @@ import pytest
 
 from bench_fixtures import MPIRUN, NATIVE_TESTS, OMPI, bench_cache, bench_env, fake_cudart, need_openmpi  # noqa: F401
 from conftest import assert_one_line_error, rankmap
-from rankmap.bench.rows import BUFFERS
+from rankmap.linkbench.rows import BUFFERS
 
 
 def bench(env, *args, launcher=None):
@@ -143,7 +143,7 @@ def test_cuda_aware_told_and_ipc_failure_said(bench_env, fake_cudart):
 
 def test_real_cuda_runtime_without_a_gpu_says_so(bench_env):
     need_openmpi()
-    from rankmap.bench import tools
+    from rankmap.linkbench import tools
 
     real = tools._first_loadable(tools.cudart_candidates())
     if real is None:

@@ -11,7 +11,7 @@ import pytest
 
 from bench_fixtures import OMPI, bench_cache, bench_env, fake_cudart, fake_nccl, need_openmpi  # noqa: F401
 from conftest import assert_one_line_error, rankmap
-from rankmap.bench.nccl import BUS_FACTOR, OPS
+from rankmap.linkbench.nccl import BUS_FACTOR, OPS
 
 
 def nccl_env(bench_env, fake_cudart, fake_nccl, gpus=2):
@@ -101,7 +101,7 @@ def test_missing_pieces_are_one_line(bench_env, fake_cudart, fake_nccl):
 
 def test_nccl_home_comes_first(tmp_path, monkeypatch):
     """nccl-tests builds against $NCCL_HOME: with it set, both tools measure that same library."""
-    from rankmap.bench import tools
+    from rankmap.linkbench import tools
 
     monkeypatch.delenv("RANKMAP_NCCL_LIB", raising=False)
     monkeypatch.setenv("NCCL_HOME", str(tmp_path))

@@ -14,8 +14,8 @@ import pytest
 
 from bench_fixtures import bench_cache, bench_env  # noqa: F401
 from conftest import assert_one_line_error, rankmap
-from rankmap.bench import native_out, p2p, tools
-from rankmap.bench.report import print_run
+from rankmap.linkbench import native_out, p2p, tools
+from rankmap.linkbench.report import print_run
 
 NVCC = tools.find_nvcc()
 need_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
@@ -68,7 +68,7 @@ def test_rows_from_raw_nanoseconds():
 
 def test_matrices_print_like_nvbandwidth(capsys):
     out = native_out.parse_lines(LINES)
-    from rankmap.bench.rows import BenchRun
+    from rankmap.linkbench.rows import BenchRun
 
     run = BenchRun("p2p", p2p.rows_from(out), p2p.machine_from(out), [], []).to_json()
     print_run(run)
@@ -132,7 +132,7 @@ def test_a_program_past_its_time_is_let_clean_up(tmp_path, monkeypatch):
 @need_nvcc
 @pytest.mark.parametrize("archs", [["90"], []], ids=["sm_90", "default-arch"])
 def test_cuda_code_compiles_without_warnings(bench_cache, monkeypatch, archs):
-    from rankmap.bench.build import build_p2p
+    from rankmap.linkbench.build import build_p2p
 
     monkeypatch.setenv("RANKMAP_CACHE", str(bench_cache))
     exe = build_p2p(archs=archs, strict=True)

@@ -7,7 +7,6 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -186,9 +185,9 @@ def test_dry_run_shows_wrapped_command(tmp_path):
 
 
 def _record(rank: int, n: int):
-    rows = [dict(peer=(rank + 1) % n, klass="p2p", operation="MPI_Send", mem="host", direction="send",
-                 bytes=1_000_000, messages=1)]
-    return SimpleNamespace(world_rank=rank, source="mpi", traffic=rows, host="h", pid=1)
+    from rankmap.store import RankTotals
+
+    return RankTotals(rank, [((rank + 1) % n, "p2p", "MPI_Send", "host", "send", 1_000_000, 1)], host="h", pid=1)
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun.openmpi is not installed")

@@ -20,7 +20,7 @@ def doc(n: int = 4, nodes: int = 1) -> dict:
 
 def test_mapping_json_reads_what_the_solver_writes():
     from rankmap.mapping.cost import Traffic
-    from rankmap.pipeline.tune import place
+    from rankmap.pipeline.map import place
 
     T = np.zeros((4, 4))
     T[0, 1] = T[1, 0] = 1e9

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rankmap.bench.rows import BenchRun, Row
+from rankmap.linkbench.rows import BenchRun, Row
 
 from conftest import ROOT, load_script
 

@@ -237,9 +237,10 @@ def test_a_locked_sqlite_store_delays_the_ingest_and_loses_nothing(pairs, tmp_pa
 
     import rankmap.pipeline.profile as profile_mod
     import rankmap.store as store_mod
+    import rankmap.store.engine as engine_mod
     from rankmap.pipeline.profile import profile_command
 
-    monkeypatch.setattr(store_mod, "SQLITE_BUSY_S", 0.2)      # give up waiting on the lock quickly
+    monkeypatch.setattr(engine_mod, "SQLITE_BUSY_S", 0.2)      # give up waiting on the lock quickly
     monkeypatch.setattr(profile_mod, "next_wait", lambda spent_cpu_s, interval_s: interval_s)
     db = tmp_path / "s.db"
     url = f"sqlite:///{db}"

@@ -15,7 +15,6 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -326,7 +325,7 @@ def test_dashboard_hint_names_a_command_that_stores_a_mapping_run_uses(setup, mo
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from rankmap.store import open_store
+    from rankmap.store import RankTotals, open_store
     from rankmap.web.app import create_app
 
     tmp_path, worker, env = setup
@@ -334,9 +333,8 @@ def test_dashboard_hint_names_a_command_that_stores_a_mapping_run_uses(setup, mo
     store = open_store(env["RANKMAP_DB"])
     cmd = ["torchrun", "--nproc_per_node=4", str(worker)]
     jid = store.create_job(cmd, launcher="torchrun", world_size=4)
-    rows = [SimpleNamespace(world_rank=r, source="nccl", host="h", pid=r,
-                            traffic=[dict(peer=(r + 1) % 4, klass="nccl", operation="ncclAllReduce", mem="device",
-                                          direction="send", bytes=10**9, messages=1)]) for r in range(4)]
+    rows = [RankTotals(r, [((r + 1) % 4, "nccl", "ncclAllReduce", "device", "send", 10**9, 1)], source="nccl",
+                       host="h", pid=r) for r in range(4)]
     store.ingest(jid, rows)
     store.finish_job(jid, exit_status=0)
     client = TestClient(create_app(store, "dgx1-v100"), base_url="http://127.0.0.1")
@@ -387,7 +385,7 @@ def test_tune_keeps_the_default_and_run_launches_it_bound(setup, monkeypatch):
     memory and NIC."""
     import numpy as np
 
-    from rankmap.store import command_key, open_store
+    from rankmap.store import RankTotals, command_key, open_store
 
     tmp_path, worker, env = setup
     monkeypatch.setenv("PATH", env["PATH"])     # the command's key names the torchrun that runs
@@ -395,10 +393,9 @@ def test_tune_keeps_the_default_and_run_launches_it_bound(setup, monkeypatch):
     store = open_store(env["RANKMAP_DB"])
     jid = store.create_job(cmd, launcher="torchrun", world_size=8, key=command_key(cmd))
     rng = np.random.default_rng(1)     # an all-to-all whose pairs differ by under 0.2 %
-    store.ingest(jid, [SimpleNamespace(world_rank=r, source="nccl", host="h", pid=1, traffic=[
-        dict(peer=q, klass="p2p", operation="Send", mem="device", direction="send",
-             bytes=int(1e9 * (1 + 0.002 * rng.random())), messages=1) for q in range(8) if q != r])
-        for r in range(8)])
+    store.ingest(jid, [RankTotals(r, [(q, "p2p", "Send", "device", "send", int(1e9 * (1 + 0.002 * rng.random())), 1)
+                                      for q in range(8) if q != r], source="nccl", host="h", pid=1)
+                       for r in range(8)])
     store.finish_job(jid, exit_status=0)
     t = rankmap("tune", "--topology", "dgx1-v100", "--", *cmd, env=env)
     assert t.returncode == 0, t.stdout + t.stderr

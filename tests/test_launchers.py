@@ -168,8 +168,16 @@ def test_srun_injection(fakebin):
     argv, _ = rec(["srun", "--export", "NONE", "-n", "2", "./a"], fakebin).inject(ENV, base_env={})
     assert argv == ["srun", "--export=RANKMAP_RUN_DIR=/runs/x,LD_PRELOAD=/cache/librankmap_mpi.so",
                     "-n", "2", "./a"]
+    # a value with a comma cannot be an item of --export: it goes through srun's own environment,
+    # which the tasks get whole unless the user's --export says otherwise (then it is an error)
+    argv, env = rec(["srun", "./a"], fakebin).inject({"X": "a,b", "Y": "1"}, base_env={})
+    assert argv == ["srun", "--export=ALL,Y=1", "./a"] and env["X"] == "a,b"
+    argv, env = rec(["srun", "--export=ALL,FOO=1", "./a"], fakebin).inject({"X": "a,b"}, base_env={})
+    assert argv == ["srun", "--export=ALL,FOO=1", "./a"] and env["X"] == "a,b"
     with pytest.raises(RankmapError, match="comma"):
-        rec(["srun", "./a"], fakebin).inject({"X": "a,b"}, base_env={})
+        rec(["srun", "--export=NONE", "./a"], fakebin).inject({"X": "a,b"}, base_env={})
+    with pytest.raises(RankmapError, match="comma"):
+        rec(["srun", "--export", "FOO=1", "./a"], fakebin).inject({"X": "a,b"}, base_env={})
 
 
 def test_torchrun_and_plain_inherit(fakebin):

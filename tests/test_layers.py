@@ -89,7 +89,7 @@ def test_doc_layers_parse():
     text = "x\n```\n 2  src/rankmap/b/   B\n    src/rankmap/c/   C\n              prose src/rankmap/z/\n" \
            " 1  src/rankmap/a.py   A\n```\n"
     assert doc_layers(text) == [("a",), ("b", "c")]
-    assert ("errors",) == LAYERS[0] and ("mapping", "report", "bench") in LAYERS and len(LAYERS) >= 10
+    assert ("errors",) == LAYERS[0] and ("mapping", "report", "linkbench", "nodes") in LAYERS and len(LAYERS) >= 10
 
 
 def test_every_package_part_has_a_layer():
@@ -106,3 +106,36 @@ def test_what_comes_out_of_a_job_sits_above_what_goes_in():
     capture/, so the import check above keeps capture/ from importing them, and them and store/
     from importing each other."""
     assert level("pairs") == level("counters") == level("store") == level("capture") + 1
+
+
+# ---------------------------------------------------------------------- one module per verb
+COMMANDS = "rankmap.commands."
+
+
+def verb_modules() -> dict[str, Path]:
+    """The verb modules of commands/: every one but the shared ones (``_args``: options of several verbs)."""
+    return {m: p for m, p in modules() if m.startswith(COMMANDS) and not m[len(COMMANDS):].startswith("_")}
+
+
+def other_verbs_imported(module: str, path: Path, verbs: set[str]) -> list[str]:
+    return sorted(t for t in imports_of(path, module) if t in verbs and t != module)
+
+
+def test_verb_modules_are_the_cli_verbs():
+    """commands/ holds the verbs of cli.VERBS and the modules they share, nothing else."""
+    from rankmap import cli
+
+    assert {m[len(COMMANDS):] for m in verb_modules()} == set(cli.VERBS)
+
+
+def test_a_verb_module_imports_no_other_verb(tmp_path):
+    """A verb's logic is found in its own module and the pipeline it calls: what verbs share lives in
+    a shared module (commands/_args.py) or below, never in another verb's module."""
+    verbs = set(verb_modules())
+    probe = tmp_path / "probe.py"
+    probe.write_text("from rankmap.commands import map\nfrom rankmap.commands._args import launch_command\n"
+                     "def f():\n    import rankmap.commands.tune\n")
+    assert other_verbs_imported("rankmap.commands.run", probe, verbs) == ["rankmap.commands.map",
+                                                                          "rankmap.commands.tune"]
+    bad = {m: other_verbs_imported(m, p, verbs) for m, p in verb_modules().items()}
+    assert {m: b for m, b in bad.items() if b} == {}

@@ -393,11 +393,10 @@ def test_map_text_columns_keep_small_jobs_readable(tmp_path):
 
 
 def _records(n: int, nbytes: int):
-    from types import SimpleNamespace
+    from rankmap.store import RankTotals
 
-    return [SimpleNamespace(world_rank=r, source="mpi", host="h", pid=1, traffic=[
-        dict(peer=(r + 1) % n, klass="p2p", operation="MPI_Send", mem="device", direction="send",
-             bytes=nbytes, messages=1)] if nbytes else []) for r in range(n)]
+    return [RankTotals(r, [((r + 1) % n, "p2p", "MPI_Send", "device", "send", nbytes, 1)] if nbytes else [],
+                       host="h", pid=1) for r in range(n)]
 
 
 def test_map_of_a_failed_job_names_the_failure(tmp_path):

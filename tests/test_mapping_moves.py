@@ -159,7 +159,7 @@ def test_bad_min_gain_is_one_line(tmp_path):
 
 
 def test_min_gain_default_matches_the_library():
-    from rankmap.commands.map import MIN_GAIN_PERCENT
+    from rankmap.commands._args import MIN_GAIN_PERCENT
     from rankmap.mapping.solve import MIN_GAIN
 
     assert MIN_GAIN_PERCENT == pytest.approx(100 * MIN_GAIN)

@@ -200,7 +200,7 @@ def test_map_cli_objective_and_default_note(tmp_path):
 
 
 def test_objective_choices_match_the_library():
-    from rankmap.commands.map import OBJECTIVE_CHOICES
+    from rankmap.commands._args import OBJECTIVE_CHOICES
     from rankmap.mapping.objective import OBJECTIVES
 
     assert tuple(OBJECTIVE_CHOICES) == OBJECTIVES

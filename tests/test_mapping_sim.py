@@ -76,6 +76,31 @@ def test_demo(tmp_path):
     jid = st.resolve_job("latest")
     T = np.asarray(st.traffic_matrix(jid))
     assert T.shape == (8, 8) and T.any()
+    # the recorded bytes across two nodes: a gain, and where emulated nodes can run, a measured one
+    if "profiled with real MPI" in out:
+        assert _summary(out, "as recorded, on 2 nodes")[2] > 1.0
+        from rankmap.nodes import cluster as nodes
+
+        if nodes.probe() is None:
+            m = re.search(r"measured ([\d.]+) ms -> ([\d.]+) ms \(([\d.]+)x\)", " ".join(out.split()))
+            assert m and float(m[3]) > 1.0, out
+
+
+def test_demo_places_the_recorded_bytes_across_two_nodes(tmp_path):
+    """On one node no order shortens host-staged bytes (1.00x); on two nodes the order decides which
+    of them cross the network. halo4d numbered column-major puts its weight-3 dimension across the
+    default blocks of 4; rankmap keeps it in the nodes and lets the weight-1 one cross: 3x."""
+    env = {"RANKMAP_HOME": str(tmp_path), "RANKMAP_DB": f"sqlite:///{tmp_path / 'd.db'}"}
+    p = rankmap("demo", "--synthetic", "--no-simulate", "--topology", "dgx1-v100", env=env, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    assert out.index("AS RECORDED: host-staged") < out.index("AS RECORDED, ACROSS NODES") < out.index("summary")
+    assert _summary(out, "as recorded, host-staged")[2] == 1.0
+    face = 5 * (1 << 20) * 2 * 4          # 4 ranks per node, both neighbours, 5 iterations
+    d, t, x = _summary(out, "as recorded, on 2 nodes")
+    assert d == pytest.approx(3 * face / 0.125e9 * 1e3, abs=1e-3) and t == pytest.approx(face / 0.125e9 * 1e3, abs=1e-3)
+    assert x == 3.0
+    assert "measured: skipped (synthetic traffic: no program ran)" in " ".join(out.split())
 
 
 def test_demo_synthetic(tmp_path):

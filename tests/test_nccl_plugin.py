@@ -1,6 +1,6 @@
 """The NCCL profiler plugin without NCCL or a GPU: a C harness drives it as NCCL does.
 
-For every profiler ABI the plugin exports (v2..v6) the harness (tests/nccl_harness/harness.c) runs
+For every profiler ABI the plugin exports (v2..v7) the harness (tests/nccl_harness/harness.c) runs
 as three ranks at once, issues a known scenario on two communicators (the world in rank order and
 the same processes reversed), and the record files are checked byte for byte against what the
 scenario must produce.
@@ -149,7 +149,7 @@ def payload_sent(rec) -> int:
 def test_plugin_builds_and_exports_every_abi(plugin: Path, monkeypatch) -> None:
     assert plugin.name == "librankmap_nccl.so" and plugin.is_file()
     lib = ctypes.CDLL(str(plugin))
-    for v in (2, 3, 4, 5, 6):
+    for v in (2, 3, 4, 5, 6, 7):
         tbl = ctypes.c_void_p.in_dll(lib, f"ncclProfiler_v{v}")   # first member: the name
         assert ctypes.cast(tbl.value, ctypes.c_char_p).value == b"rankmap"
     monkeypatch.setenv("RANKMAP_CACHE", str(plugin.parents[2]))
@@ -171,10 +171,10 @@ def test_build_failure_names_compiler_and_first_error(tmp_path: Path, monkeypatc
         build_plugin(cc="no-such-compiler-rankmap")
 
 
-MASK = {6: 2 | 4 | (1 << 9) | (1 << 10) | (1 << 12), 5: 2 | 4 | (1 << 9) | (1 << 10), 4: 2 | 4, 3: 2 | 4, 2: 2 | 4}
+MASK = {7: 2 | 4 | (1 << 9) | (1 << 10) | (1 << 12), 6: 2 | 4 | (1 << 9) | (1 << 10) | (1 << 12), 5: 2 | 4 | (1 << 9) | (1 << 10), 4: 2 | 4, 3: 2 | 4, 2: 2 | 4}
 
 
-@pytest.mark.parametrize("abi", [6, 5, 4, 3, 2])
+@pytest.mark.parametrize("abi", [7, 6, 5, 4, 3, 2])
 def test_harness_records_facts_and_ingest_attributes_pairs(abi: int, plugin: Path, harness: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     for r, p in enumerate(run_ranks(harness, plugin, abi, run_dir)):
@@ -387,7 +387,7 @@ def test_rankmap_profile_of_one_process_driving_two_gpus(plugin: Path, harness: 
     assert "nccl-debug.%h.%p.log" in launched and '"NCCL_DEBUG": "INFO"' in launched
 
 
-@pytest.mark.parametrize("abi", [6, 5, 4, 3, 2])
+@pytest.mark.parametrize("abi", [7, 6, 5, 4, 3, 2])
 def test_events_none_loads_but_records_no_operation(abi: int, plugin: Path, harness: Path, tmp_path: Path) -> None:
     """RANKMAP_NCCL_EVENTS=none: NCCL is asked for no event (only NCCL's own profiler cost remains),
     yet every call succeeds and each rank still writes a valid, finalised record file."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -11,7 +11,7 @@ import pytest
 from pg import pg_cluster  # noqa: F401  (session fixture)
 from rankmap.errors import RankmapError
 from rankmap.formats.record import PvarDef, TrafficRow
-from rankmap.store import Batch, command_key, open_store
+from rankmap.store import Batch, RankTotals, command_key, open_store
 from rankmap.store.batch import TIMELINE_SLOTS, timeline_slot
 
 
@@ -21,22 +21,15 @@ def Row(peer: int, klass: str, operation: str, mem: str, direction: str, nbytes:
 
 
 @dataclass
-class FakeRecord:
-    """Shaped like the record reader's RankRecord: what Store.ingest needs."""
+class FakeRecord(RankTotals):
+    """A rank's totals as a record file of node0 would hold them (what Store.ingest reads)."""
 
-    world_rank: int
-    traffic: list
-    source: str = "mpi"
-    world_size: int = 4
-    host: str = "node0"
-    pid: int = 100
-    start_ns: int = 0
+    host: str | None = "node0"
+    pid: int | None = 100
+    start_ns: int | None = 0
     elapsed_ns: int = 1_000_000_000
+    world_size: int = 4                 # not read by the store: the tests' own bookkeeping
     bucket_ns: int = 100_000_000
-    histogram: dict = field(default_factory=dict)
-    op_time: dict = field(default_factory=dict)
-    timeline: list = field(default_factory=list)
-    problems: list = field(default_factory=list)
 
 
 def ring(rank: int, n: int = 4, nbytes: int = 1000, msgs: int = 10, scale: int = 1) -> FakeRecord:
@@ -136,7 +129,7 @@ def test_pvars_per_rank_over_time(store):
 
 def test_pair_source_of_each_row(store, tmp_path):
     """Where each row's pairs come from (the reader rows' label) is stored, summed apart, exported
-    in the JSON profile and the CSV, and read back; rows without a label (plain tuples) keep NULL."""
+    in the JSON profile and the CSV, and read back; rows without a label (7-tuples) keep NULL."""
     from rankmap.formats import traffic_csv
     from rankmap.report.export import to_csv
     jid = new_job(store, n=3)

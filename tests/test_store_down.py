@@ -62,3 +62,18 @@ def test_page_says_the_database_is_down(tmp_path):
             assert text.startswith("the database is down: the store postgresql") and "tries again" in text
         finally:
             browser.close()
+
+
+def test_the_guard_answers_before_the_store_is_asked():
+    """A server with a token whose store is down: a request without the token is refused (401, with
+    the security headers) without reaching the store; with the token it gets the 503, headers too."""
+    from starlette.testclient import TestClient
+
+    from rankmap.web.security import access_for
+
+    store = open_store("postgresql://nobody@127.0.0.1:1/none", lazy=True)
+    client = TestClient(create_app(store, "dgx1-v100", access_for("127.0.0.1", "sekrit")), base_url="http://127.0.0.1")
+    r = client.get("/api/jobs")
+    assert r.status_code == 401 and "token" in r.json()["detail"] and "content-security-policy" in r.headers
+    r = client.get("/api/jobs", headers={"authorization": "Bearer sekrit"})
+    assert r.status_code == 503 and r.json()["store_down"] is True and "content-security-policy" in r.headers

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +25,8 @@ from pg import pg_cluster  # noqa: E402,F401  (session fixture)
 from rankmap.errors import RankmapError  # noqa: E402
 from rankmap.mapping import basis as B  # noqa: E402
 from rankmap.mapping.traffic import job_traffic  # noqa: E402
-from rankmap.pipeline.tune import place, store_mapping  # noqa: E402
-from rankmap.store import open_store  # noqa: E402
+from rankmap.pipeline.map import place, store_mapping  # noqa: E402
+from rankmap.store import RankTotals, open_store  # noqa: E402
 from rankmap.store import schema as S  # noqa: E402
 from rankmap.topology import load  # noqa: E402
 from rankmap.web.app import create_app  # noqa: E402
@@ -42,22 +42,12 @@ MAPPED = [0, 1, 5, 7, 3, 2, 6, 4]  # the best placement of this traffic on a DGX
 
 
 @dataclass
-class WebRecord:
-    """Shaped like the record reader's RankRecord: the fields Store.ingest reads."""
+class WebRecord(RankTotals):
+    """A rank's totals as a record file of node0 would hold them (what Store.ingest reads)."""
 
-    world_rank: int
-    traffic: list
-    source: str = "mpi"
-    host: str = "node0"
-    pid: int = 0
-    start_ns: int = 0
-    elapsed_ns: int = 0
-    finalized: bool = True
-    histogram: dict = field(default_factory=dict)
-    op_time: dict = field(default_factory=dict)
-    payload: dict = field(default_factory=dict)
-    timeline: list = field(default_factory=list)
-    problems: list = field(default_factory=list)
+    host: str | None = "node0"
+    pid: int | None = 0
+    start_ns: int | None = 0
 
 
 def record(r: int, n: int = N) -> WebRecord:

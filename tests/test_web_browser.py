@@ -36,7 +36,7 @@ from rankmap.store import schema as S  # noqa: E402
 from rankmap.web.app import create_app  # noqa: E402
 from rankmap.web.security import access_for  # noqa: E402
 from test_monitor import fake_env  # noqa: E402
-from rankmap.pipeline.tune import store_mapping  # noqa: E402
+from rankmap.pipeline.map import store_mapping  # noqa: E402
 from test_web_api import (MAPPED, N, TOPOLOGY, WebRecord, basis_jobs, fill_store, many_mapping_job,  # noqa: E402
                           record, two_mapping_job, unknown_basis_job)
 from test_web_live import H200, USE, sampled_job  # noqa: E402

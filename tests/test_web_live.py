@@ -4,6 +4,7 @@ makes the server safe to expose (token, Host check, headers). Exact values again
 from __future__ import annotations
 
 import os
+import json
 import re
 import signal
 import socket
@@ -251,7 +252,7 @@ def test_metrics_speak_dcgm_exporter(store):
     nv = {(s[1]["gpu"], s[0]): s for s in samples if s[0].startswith("DCGM_FI_PROF_NVLINK")}
     tx0 = nv[("0", "DCGM_FI_PROF_NVLINK_TX_BYTES")]
     assert tx0[1] == {"gpu": "0", "UUID": "GPU-0", "device": "nvidia0", "modelName": "NVIDIA H200",
-                      "Hostname": "nodeA"}
+                      "Hostname": "nodeA", "rankmap_job": str(jid)}
     assert tx0[2] == pytest.approx(USE[-1] / 100 * NV_BW, rel=1e-6)  # bytes/s over the last interval
     assert nv[("1", "DCGM_FI_PROF_NVLINK_RX_BYTES")][2] == pytest.approx(USE[-1] / 100 * NV_BW, rel=1e-6)
     assert all(s[1]["Hostname"] != "nodeB" for s in samples if s[0].startswith("DCGM"))
@@ -522,3 +523,73 @@ def test_pvar_series_from_ingested_records(store):
     s = c.get(f"/api/jobs/{jid}/pvars?name=unexpected_recvq_length").json()
     assert [x["rank"] for x in s["series"]] == [0, 1]
     assert s["series"][1]["t_s"] == [1.0, 2.0] and s["series"][1]["value"] == [2.0, 6.0]  # elements summed
+
+
+def test_metrics_per_link_nvlink_and_slurm_labels(store, monkeypatch):
+    """Per-link samples (``nvlink<k>``) become dcgm-exporter's per-link gauges, and every series of a
+    job launched in a Slurm step carries its ids (as ``rankmap profile`` stores them)."""
+    from rankmap.pipeline.profile import slurm_ids
+
+    jid = sampled_job(store, t0=time.time_ns() - 600_000_000)
+    assert slurm_ids({"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "3", "X": "1"}) == \
+        {"slurm": {"job_id": "4242", "step_id": "3"}}
+    assert slurm_ids({}) == {}
+    store.update_job_meta(jid, slurm_ids({"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "3"}))
+    k = len(USE)
+    store.add_link_samples(jid, [dict(t_ns=t * 100_000_000, device=0, link=f"nvlink{l}", tx_bytes=t * (l + 1) * 10**8,
+                                      rx_bytes=t * 10**8) for t in range(k) for l in (0, 17)])
+    _, samples = parse_metrics(local_client(create_app(store, H200)).get("/metrics").text)
+    per = {(s[0], s[1]["gpu"]): s for s in samples if "_NVLINK_L" in s[0]}
+    assert sorted(per) == [(f"DCGM_FI_PROF_NVLINK_L{l}_{d}_BYTES", "0") for l in (0, 17) for d in ("RX", "TX")]
+    assert per[("DCGM_FI_PROF_NVLINK_L17_TX_BYTES", "0")][2] == pytest.approx(18 * 10**9)   # 18e8 B per 0.1 s
+    assert per[("DCGM_FI_PROF_NVLINK_L0_RX_BYTES", "0")][2] == pytest.approx(10**9)
+    want = {"rankmap_job": str(jid), "slurm_job_id": "4242", "slurm_step_id": "3"}
+    for name, labels, _v in samples:
+        assert want.items() <= labels.items(), (name, labels)   # every series of the job
+
+
+def test_metrics_expose_the_heaviest_pairs_of_a_large_job(store, monkeypatch):
+    from rankmap.web import metrics as M
+
+    monkeypatch.setattr(M, "MAX_PAIR_SERIES", 5)
+    jid = sampled_job(store, ranks=4)
+    store.ingest(jid, [WebRecord(world_rank=r, source="mpi", traffic=[
+        (d, "p2p", "MPI_Send", "host", "send", 1000 * (r + 1) + d, 1) for d in range(4) if d != r]) for r in range(4)])
+    _, samples = parse_metrics(local_client(create_app(store, H200)).get("/metrics").text)
+    pairs = {(s[1]["src"], s[1]["dst"], s[1]["class"]): s[2] for s in samples if s[0] == "rankmap_pair_bytes_total"}
+    # 12 p2p series and 4 nccl ones (sampled_job's, three of them 0 B): the five heaviest are exposed,
+    # the other 11 counted
+    assert pairs == {("0", "1", "nccl"): 10**9, ("3", "2", "p2p"): 4002, ("3", "1", "p2p"): 4001,
+                     ("3", "0", "p2p"): 4000, ("2", "3", "p2p"): 3003}
+    assert [s[2] for s in samples if s[0] == "rankmap_pair_series_omitted"] == [11]
+
+
+def test_link_ledger_measured_explained_and_top_pairs(store):
+    """GPU0's NVSwitch bundle: the counters measured cumulative(USE) bytes out of GPU0, the recorded
+    pair (rank 0 -> 1, 1 GB on GPU0 -> GPU1 by default placement) explains 1 GB of it."""
+    jid = sampled_job(store)
+    d = local_client(create_app(store, H200)).get(f"/api/jobs/{jid}/ledger").json()
+    topo = load(H200)
+    by = {(l["a"], l["b"]): l for l in d["links"]}
+    out0 = next(l for (a, b), l in by.items() if "gpu0" in (a, b) and topo.links[l["link"]].kind.value == "nvlink")
+    up = "ab" if out0["a"] == "gpu0" else "ba"
+    down = "ba" if up == "ab" else "ab"
+    sent = cumulative(USE, NV_BW, FRAME)[-1]
+    assert out0[f"measured_{up}"] == sent and out0[f"explained_{up}"] == 10**9
+    assert out0[f"unexplained_{up}"] == sent - 10**9
+    assert out0[f"measured_{down}"] == 0 and out0[f"explained_{down}"] == 0
+    assert out0["top_pairs"] == [{"src": 0, "dst": 1, "bytes": 10**9, "direction": up}]
+    assert out0["measured_as"].startswith("GPU0 nvlink")
+
+
+def test_show_links_prints_the_ledger(store, tmp_path):
+    from conftest import rankmap
+    jid = sampled_job(store)
+    url = str(store.engine.url)
+    p = rankmap("show", str(jid), "--links", "--topology", H200, "--format", "json", "--db", url)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert any(l["top_pairs"] == [{"src": 0, "dst": 1, "bytes": 10**9, "direction": l["top_pairs"][0]["direction"]}]
+               for l in d["links"] if l["top_pairs"])
+    text = rankmap("show", str(jid), "--links", "--topology", H200, "--db", url)
+    assert text.returncode == 0 and "link ledger" in text.stdout and "0->1 1 GB" in text.stdout, text.stdout

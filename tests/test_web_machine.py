@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the dashboard needs the web extra")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from rankmap.bench.rows import BenchRun, Row  # noqa: E402
+from rankmap.linkbench.rows import BenchRun, Row  # noqa: E402
 from rankmap.store import open_store  # noqa: E402
 from rankmap.web.app import create_app  # noqa: E402
 

@@ -1,6 +1,9 @@
 /* halo.h -- periodic N-dimensional halo exchange shared by halo2d.c, halo3d.c and halo4d.c.
- * usage: haloNd [DIMS=auto, e.g. 2x2] [FACE=1024] [ITERS=5]
- * The grid is MPI_Cart_create(periodic, reorder=0), so world rank = row-major coordinates.
+ * usage: haloNd [DIMS=auto, e.g. 2x2] [FACE=1024] [ITERS=5] [ORDER=row|col]
+ * The grid is MPI_Cart_create(periodic, reorder=0), so world rank = row-major coordinates; with
+ * ORDER col, world rank = column-major coordinates (dimension 0 varies fastest: the heaviest
+ * dimension, the last, then joins ranks far apart, as in a code that numbers its grid the other way
+ * round). Given an ORDER, rank 0 prints "TIME <s>" of the iterations, timed between two barriers.
  * Per iteration and dimension d (0-based), each rank sends FACE*(d+1) bytes to each of its two
  * neighbours along d (minus then plus) and receives the same from them:
  *   T[r][minus_d(r)] += FACE*(d+1), T[r][plus_d(r)] += FACE*(d+1), one message each.
@@ -27,8 +30,15 @@ static int halo_main(int argc, char **argv, int nd) {
   long face = argc > 2 ? atol(argv[2]) : 1024;
   int iters = argc > 3 ? atoi(argv[3]) : 5;
   for (int d = 0; d < nd; d++) periods[d] = 1;
-  MPI_Comm cart;
-  MPI_Cart_create(MPI_COMM_WORLD, nd, dims, periods, 0, &cart);
+  int col = argc > 4 && strcmp(argv[4], "col") == 0;
+  MPI_Comm base = MPI_COMM_WORLD, cart;
+  if (col) { /* the Cartesian rank of this world rank: its column-major coordinates, row-major */
+    int key = 0, w = rank;
+    for (int d = 0; d < nd; d++) { coords[d] = w % dims[d]; w /= dims[d]; }
+    for (int d = 0; d < nd; d++) key = key * dims[d] + coords[d];
+    MPI_Comm_split(MPI_COMM_WORLD, 0, key, &base);
+  }
+  MPI_Cart_create(base, nd, dims, periods, 0, &cart);
   MPI_Cart_coords(cart, rank, nd, coords);
   char *sb = calloc((size_t)face * nd * 2 + 1, 1), *rb = calloc((size_t)face * nd * 2 + 1, 1);
 #ifdef USE_SUBCOMM
@@ -41,6 +51,8 @@ static int halo_main(int argc, char **argv, int nd) {
   int keep3[8] = {1, 1, 1, 0};
   MPI_Cart_sub(cart, keep3, &slice);
 #endif
+  double t0 = 0;
+  if (argc > 4) { MPI_Barrier(MPI_COMM_WORLD); t0 = MPI_Wtime(); }   /* timed only when ORDER is given */
   for (int it = 0; it < iters; it++) {
     for (int d = 0; d < nd; d++) {
       int n = (int)(face * (d + 1)), minus, plus;
@@ -62,6 +74,11 @@ static int halo_main(int argc, char **argv, int nd) {
     double x = rank, y = 0;
     MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, slice);
 #endif
+  }
+  if (argc > 4) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t = MPI_Wtime() - t0;
+    if (rank == 0) printf("TIME %.6f\n", t);
   }
   if (rank == 0) {
     printf("halo%dd: dims", nd);

@@ -1,6 +1,6 @@
 /* The NCCL profiler plugin ABI, declared by rankmap itself (no build dependency on NCCL).
  *
- * NCCL looks up the exported symbols ncclProfiler_v6 ... ncclProfiler_v1 in the library named by
+ * NCCL looks up the exported symbols ncclProfiler_v7 ... ncclProfiler_v1 in the library named by
  * NCCL_PROFILER_PLUGIN, newest first, and drives the first one it finds. Each version is a table
  * of five functions plus a name; what changes between versions is the init signature and the
  * layout of the event descriptor handed to startEvent. The layouts below follow, field for field,
@@ -14,6 +14,9 @@
  *           API-level events (group/coll/p2p API, kernel launch) are added, and coll/p2p
  *           descriptors carry the parent group handle as their last field.
  *   v6      (NCCL 2.29+):       v5 plus copy-engine collective events appended to the union.
+ *   v7      (NCCL 2.30+):       v6 with a per-call user tag appended to the API, task and CE
+ *           members (coll also gains kernelVariant and isSymColl after its group handle) and a
+ *           kernel-phase event (type bit 15, state 31); every v5/v6 member keeps its offset.
  *
  * Only the members rankmap reads are given names that matter; the rest exist to keep offsets. */
 #ifndef RANKMAP_NCCL_ABI_H
@@ -38,6 +41,7 @@ enum {
   RM_EV_NET_PLUGIN = 1 << 7, RM_EV_GROUP_API = 1 << 8, RM_EV_COLL_API = 1 << 9,
   RM_EV_P2P_API = 1 << 10, RM_EV_KERNEL_LAUNCH = 1 << 11,
   RM_EV_CE_COLL = 1 << 12, RM_EV_CE_SYNC = 1 << 13, RM_EV_CE_BATCH = 1 << 14,
+  RM_EV_KERNEL_PHASE = 1 << 15,
 };
 
 /* A few event states (an int enum in NCCL; one numbering shared by every version). */
@@ -145,6 +149,36 @@ typedef struct {
   };
 } rm_descr_v6_t;
 
+/* ---- v7: the v6 members, each with a user tag appended, and a kernel-phase event ---- */
+typedef struct {
+  uint64_t type; void *parent; int rank;
+  union {
+    struct { bool graph_captured; int depth; } group_api;
+    struct { const char *func; size_t count; const char *dtype; int root; void *stream;
+             bool graph_captured; uint64_t user_tag; } coll_api;
+    struct { const char *func; size_t count; const char *dtype; void *stream;
+             bool graph_captured; uint64_t user_tag; } p2p_api;
+    struct { void *stream; } kernel_launch;
+    struct { uint64_t seq; const char *func; const void *sendbuf; void *recvbuf; size_t count;
+             int root; const char *dtype; uint8_t channels; uint8_t warps;
+             const char *algo; const char *proto; void *group; const char *kernel_variant;
+             bool is_sym_coll; uint64_t user_tag; } coll;
+    struct { const char *func; void *buf; const char *dtype; size_t count; int peer;
+             uint8_t channels; void *group; uint64_t user_tag; } p2p;
+    struct rm_proxy_op proxy_op;
+    struct rm_proxy_step proxy_step;
+    struct { uint8_t channel; uint64_t gpu_timer; } kernel_ch;
+    struct rm_net_plugin net;
+    struct { uint64_t seq; const char *func; const void *sendbuf; void *recvbuf; size_t count;
+             int root; const char *dtype; const char *sync_strategy; bool intra_batch_sync;
+             uint32_t batch_size; uint32_t n_batches; uint32_t ce_seq; void *stream;
+             uint64_t user_tag; } ce_coll;
+    struct { bool complete; int nranks; } ce_sync;
+    struct { int n_ops; size_t total_bytes; bool intra_sync; } ce_batch;
+    struct { uint8_t channel; uint8_t phase; const char *phase_name; uint64_t gpu_timer; } kernel_phase;
+  };
+} rm_descr_v7_t;
+
 /* Sizes and a few offsets as NCCL lays them out on LP64 (checked against NCCL's headers); they
  * guard these declarations against accidental edits. */
 #if defined(__LP64__)
@@ -153,6 +187,10 @@ _Static_assert(sizeof(rm_descr_v4_t) == 104 && offsetof(rm_descr_v4_t, p2p.chann
 _Static_assert(sizeof(rm_descr_v5_t) == 112 && offsetof(rm_descr_v5_t, coll.group) == 104 &&
                offsetof(rm_descr_v5_t, p2p.group) == 64, "v5 descriptor");
 _Static_assert(sizeof(rm_descr_v6_t) == 112 && offsetof(rm_descr_v6_t, ce_coll.stream) == 104, "v6 descriptor");
+_Static_assert(sizeof(rm_descr_v7_t) == 136 && offsetof(rm_descr_v7_t, coll.group) == 104 &&
+               offsetof(rm_descr_v7_t, coll.user_tag) == 128 && offsetof(rm_descr_v7_t, p2p.group) == 64 &&
+               offsetof(rm_descr_v7_t, ce_coll.stream) == 104 && offsetof(rm_descr_v7_t, coll_api.graph_captured) ==
+               offsetof(rm_descr_v5_t, coll_api.graph_captured), "v7 descriptor");
 #endif
 
 /* ---- the exported tables ---- */
@@ -203,5 +241,15 @@ typedef struct {
   rm_nccl_result_t (*recordEventState)(void *handle, int state, rm_state_args_v4_t *a);
   rm_nccl_result_t (*finalize)(void *ctx);
 } rm_profiler_v6_t;
+
+typedef struct {
+  const char *name;
+  rm_nccl_result_t (*init)(void **ctx, uint64_t comm_id, int *mask, const char *comm_name,
+                           int n_nodes, int nranks, int rank, rm_nccl_logger_t log);
+  rm_nccl_result_t (*startEvent)(void *ctx, void **handle, rm_descr_v7_t *d);
+  rm_nccl_result_t (*stopEvent)(void *handle);
+  rm_nccl_result_t (*recordEventState)(void *handle, int state, rm_state_args_v4_t *a);
+  rm_nccl_result_t (*finalize)(void *ctx);
+} rm_profiler_v7_t;
 
 #endif

@@ -21,7 +21,8 @@
  *     calls, calls captured into CUDA graphs, time), emitted as meta at every flush where it
  *     changed (from the writer's flush thread, never from NCCL's threads).
  * Activation mask: coll + p2p (+ coll/p2p API events from v5 on, only to learn whether a call
- * is being captured into a CUDA graph; + copy-engine collectives in v6). RANKMAP_NCCL_EVENTS=
+ * is being captured into a CUDA graph; + copy-engine collectives from v6 on).
+ * ABI v2 .. v7; a second profiler plugin named by RANKMAP_NCCL_CHAIN gets every event too (chain.c). RANKMAP_NCCL_EVENTS=
  * coll|p2p|none narrows it for experiments ("none": what merely loading a plugin costs NCCL).
  *
  * It never disturbs the job: every entry point returns success, and any internal failure turns
@@ -452,7 +453,7 @@ __attribute__((destructor)) static void at_unload(void) {
   for (ident_t *i = g_idents; i; i = i->next) rmrec_close(i->rec);
 }
 
-/* ---- v5 and v6 (NCCL 2.28+) -------------------------------------------------------------------- */
+/* ---- v5, v6 and v7 (NCCL 2.28+) -------------------------------------------------------------------- */
 
 static inline int wanted(uint64_t type, int abi) {
   return type == RM_EV_GROUP ? g_want != 0 : (type & (uint64_t)mask_for(abi)) != 0;
@@ -468,6 +469,12 @@ static rm_nccl_result_t v6_init(void **ctx, uint64_t comm_id, int *mask, const c
                                 int nnodes, int nranks, int rank, rm_nccl_logger_t log) {
   (void)log;
   *ctx = init_comm(mask, comm_id, name, nnodes, nranks, rank, 6);
+  return RM_NCCL_SUCCESS;
+}
+static rm_nccl_result_t v7_init(void **ctx, uint64_t comm_id, int *mask, const char *name,
+                                int nnodes, int nranks, int rank, rm_nccl_logger_t log) {
+  (void)log;
+  *ctx = init_comm(mask, comm_id, name, nnodes, nranks, rank, 7);
   return RM_NCCL_SUCCESS;
 }
 static void v5_dispatch(comm_t *cm, void **handle, const rm_descr_v5_t *d) {
@@ -501,14 +508,26 @@ static rm_nccl_result_t v6_start(void *ctx, void **handle, rm_descr_v6_t *d) {
     v5_dispatch(ctx, handle, (const rm_descr_v5_t *)(const void *)d);
   return RM_NCCL_SUCCESS;
 }
+/* v7: the v6 members at their v6 offsets (a user tag appended to each); kernel-phase events unused */
+static rm_nccl_result_t v7_start(void *ctx, void **handle, rm_descr_v7_t *d) {
+  *handle = NULL;
+  if (!d || !ctx || !wanted(d->type, 7)) return RM_NCCL_SUCCESS;
+  if (d->type == RM_EV_CE_COLL)
+    start_task(ctx, handle, 1, d->ce_coll.func, d->ce_coll.count, d->ce_coll.dtype, d->ce_coll.root,
+               0, "CE", NULL, d->parent);
+  else
+    v5_dispatch(ctx, handle, (const rm_descr_v5_t *)(const void *)d);
+  return RM_NCCL_SUCCESS;
+}
 static rm_nccl_result_t v4plus_record(void *handle, int state, rm_state_args_v4_t *a) {
   return record_state(handle, state, a);
 }
 
-__attribute__((visibility("default"))) rm_profiler_v6_t ncclProfiler_v6 = {
-  PLUGIN_NAME, v6_init, v6_start, stop_event, v4plus_record, finalize_comm };
-__attribute__((visibility("default"))) rm_profiler_v5_t ncclProfiler_v5 = {
-  PLUGIN_NAME, v5_init, v5_start, stop_event, v4plus_record, finalize_comm };
+/* rankmap's own tables; native/nccl/chain.c exports the ncclProfiler_v* tables NCCL loads, which
+ * call these (and a chained second plugin, RANKMAP_NCCL_CHAIN) */
+rm_profiler_v7_t rm_own_v7 = { PLUGIN_NAME, v7_init, v7_start, stop_event, v4plus_record, finalize_comm };
+rm_profiler_v6_t rm_own_v6 = { PLUGIN_NAME, v6_init, v6_start, stop_event, v4plus_record, finalize_comm };
+rm_profiler_v5_t rm_own_v5 = { PLUGIN_NAME, v5_init, v5_start, stop_event, v4plus_record, finalize_comm };
 
 /* ---- v4 (NCCL 2.27) ------------------------------------------------------------------------------- */
 
@@ -532,8 +551,7 @@ static rm_nccl_result_t v4_start(void *ctx, void **handle, rm_descr_v4_t *d) {
   return RM_NCCL_SUCCESS;
 }
 
-__attribute__((visibility("default"))) rm_profiler_v4_t ncclProfiler_v4 = {
-  PLUGIN_NAME, v4_init, v4_start, stop_event, v4plus_record, finalize_comm };
+rm_profiler_v4_t rm_own_v4 = { PLUGIN_NAME, v4_init, v4_start, stop_event, v4plus_record, finalize_comm };
 
 /* ---- v3 and v2 (NCCL 2.23 - 2.26): init knows nothing of the communicator; it is learnt from the
  *      first coll/p2p descriptor (hash, name, rank); its size is not given (-1) ---- */
@@ -600,7 +618,5 @@ static rm_nccl_result_t legacy_finalize(void *ctx) {
   return l ? finalize_comm(l->cm) : RM_NCCL_SUCCESS;
 }
 
-__attribute__((visibility("default"))) rm_profiler_v3_t ncclProfiler_v3 = {
-  PLUGIN_NAME, v3_init, v3_start, stop_event, legacy_record, legacy_finalize };
-__attribute__((visibility("default"))) rm_profiler_v2_t ncclProfiler_v2 = {
-  PLUGIN_NAME, v2_init, v2_start, stop_event, legacy_record, legacy_finalize };
+rm_profiler_v3_t rm_own_v3 = { PLUGIN_NAME, v3_init, v3_start, stop_event, legacy_record, legacy_finalize };
+rm_profiler_v2_t rm_own_v2 = { PLUGIN_NAME, v2_init, v2_start, stop_event, legacy_record, legacy_finalize };

@@ -1,6 +1,6 @@
 /* fake_cudart.c -- a stand-in CUDA runtime for testing rankmap's MPI and NCCL benchmarks without a GPU.
  *
- * Implements the calls of native/bench/cudart_dl.h on host memory: "device" allocations are
+ * Implements the calls of native/linkbench/cudart_dl.h on host memory: "device" allocations are
  * anonymous shared memory (memfd) so that an IPC handle (the owner's pid and descriptor, opened
  * through /proc/<pid>/fd/<fd>) opens in another process, copies are memcpy, streams and events are
  * nothing.  A memfd has no name in /dev/shm: its memory goes with the last process that maps it, so

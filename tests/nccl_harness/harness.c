@@ -6,7 +6,7 @@
  *   harness PLUGIN.so ABI multi P I G  process I of P, each driving G GPUs (no RANK variable): the
  *                                      multi-GPU scenario below
  *
- * ABI is 2..6: the harness looks up ncclProfiler_v<ABI> with dlsym and calls it with descriptors
+ * ABI is 2..7: the harness looks up ncclProfiler_v<ABI> with dlsym and calls it with descriptors
  * laid out as that NCCL version lays them out (native/nccl/nccl_abi.h, checked field by field
  * against NCCL's own headers). For each task it goes through the same sequence as NCCL's
  * enqueue path: (v5+) group-API / coll-API / p2p-API events, then the group event, the task
@@ -69,6 +69,7 @@ typedef struct {
 
 static int call_init(void **ctx, int *mask, uint64_t hash, const char *name, int nranks, int rank) {
   switch (abi) {
+    case 7: return ((rm_profiler_v7_t *)tbl)->init(ctx, hash, mask, name, 1, nranks, rank, logger);
     case 6: return ((rm_profiler_v6_t *)tbl)->init(ctx, hash, mask, name, 1, nranks, rank, logger);
     case 5: return ((rm_profiler_v5_t *)tbl)->init(ctx, hash, mask, name, 1, nranks, rank, logger);
     case 4: return ((rm_profiler_v4_t *)tbl)->init(ctx, mask, name, hash, 1, nranks, rank, logger);
@@ -90,8 +91,8 @@ static int call_record(void *h, int state) {
 static int call_start(void *ctx, void **h, uint64_t type, void *parent, int rank, const task_t *t,
                       void *group, uint64_t hash, const char *name) {
   if (abi >= 5) {
-    rm_descr_v6_t d6; memset(&d6, 0, sizeof d6);
-    rm_descr_v5_t *d = (rm_descr_v5_t *)(void *)&d6;
+    rm_descr_v7_t d7; memset(&d7, 0, sizeof d7);   /* v5 members sit at the same offsets in v6 and v7 */
+    rm_descr_v5_t *d = (rm_descr_v5_t *)(void *)&d7;
     d->type = type; d->parent = parent; d->rank = rank;
     if (type == RM_EV_COLL) {
       d->coll.seq = 7; d->coll.func = t->func; d->coll.count = t->count; d->coll.root = t->root_or_peer;
@@ -114,7 +115,8 @@ static int call_start(void *ctx, void **h, uint64_t type, void *parent, int rank
     } else if (type == RM_EV_KERNEL_CH) {
       d->kernel_ch.channel = 0; d->kernel_ch.gpu_timer = 1000;
     }
-    if (abi == 6) return ((rm_profiler_v6_t *)tbl)->startEvent(ctx, h, &d6);
+    if (abi == 7) return ((rm_profiler_v7_t *)tbl)->startEvent(ctx, h, &d7);
+    if (abi == 6) return ((rm_profiler_v6_t *)tbl)->startEvent(ctx, h, (rm_descr_v6_t *)(void *)&d7);
     return ((rm_profiler_v5_t *)tbl)->startEvent(ctx, h, d);
   }
   if (type >= RM_EV_GROUP_API) { *h = NULL; return 0; }     /* these types do not exist before v5 */

@@ -122,6 +122,12 @@ class Launcher:
             extra = [t for k, v in env.items() for t in ("-genv", k, v)]
             return head + extra + tail, base
         if self.kind == "srun":
+            # srun --export cannot carry a value with a comma (NCCL_DEBUG_SUBSYS=INIT,GRAPH): where
+            # the ranks get all of srun's environment anyway, such a value goes there instead
+            commas = {k: v for k, v in env.items() if "," in v}
+            if commas and srun_exports_all(tail):
+                base.update(commas)
+                env = {k: v for k, v in env.items() if k not in commas}
             return head + srun_export(tail, env), base
         base.update(env)
         return argv, base
@@ -129,6 +135,8 @@ class Launcher:
 
 def srun_export(tail: list[str], env: dict[str, str]) -> list[str]:
     """Merge rankmap's variables into the user's ``--export`` (or add ``--export=ALL,...``)."""
+    if not env:
+        return list(tail)
     for k, v in env.items():
         if "," in v:
             raise RankmapError(f"cannot pass {k}={v!r} through srun --export: the value contains a comma")
@@ -144,6 +152,18 @@ def srun_export(tail: list[str], env: dict[str, str]) -> list[str]:
             merged = ours if user.upper() == "NONE" else f"{user},{ours}"
             return tail[:i] + [f"--export={merged}"] + tail[i + 2:]
     return [f"--export=ALL,{ours}"] + tail
+
+
+def srun_exports_all(tail: list[str]) -> bool:
+    """Whether srun passes all of its environment to the tasks: no ``--export`` (Slurm's default is
+    ALL) or one that starts with ALL."""
+    prog = program_index(tail, SRUN_VALUE_OPTS, set())
+    for i, t in enumerate(tail[:prog]):
+        if t.startswith("--export="):
+            return t[len("--export="):].split(",")[0].upper() == "ALL"
+        if t == "--export" and i + 1 < prog:
+            return tail[i + 1].split(",")[0].upper() == "ALL"
+    return True
 
 
 def program_index(tokens: Sequence[str], value_opts: set[str], two_value_opts: set[str]) -> int:

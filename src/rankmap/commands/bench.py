@@ -1,4 +1,4 @@
-"""``rankmap bench p2p|mpi|nccl|show``: measure the machine's links and libraries, store and print the figures."""
+"""``rankmap bench p2p|mpi|nccl|show|store``: measure the machine's links and libraries, store and print the figures."""
 
 from __future__ import annotations
 
@@ -125,6 +125,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--format", choices=("table", "json"), default="table")
     s.add_argument("--db", metavar="URL", help="store URL")
     s.set_defaults(func=run_show)
+
+    k = bs.add_parser("store", help="store runs kept in files (when the store could not take them)",
+                      description="Store benchmark runs from JSON files: the ones a benchmark kept when the store "
+                                  "did not answer (it prints the command), or saved --format json output. A run "
+                                  "stored already is not stored twice; a kept file is removed once stored.")
+    k.add_argument("files", nargs="+", metavar="FILE", help="JSON files of runs")
+    k.add_argument("--db", metavar="URL", help="store URL (default $RANKMAP_DB or sqlite:///~/.rankmap/rankmap.db)")
+    k.set_defaults(func=run_store)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
 
@@ -141,57 +149,81 @@ def _at_least(args: argparse.Namespace, **lows: float) -> None:
             raise RankmapError(f"--{name.replace('_', '-')} must be at least {lo:g}, got {value:g}")
 
 
-def _finish(run, args: argparse.Namespace) -> int:
-    """Store, print, and say in one line what was measured and what was not (an error when nothing was)."""
+def _store(args: argparse.Namespace):
+    """The store the results will go to, opened before measuring so that a wrong --db is said at
+    once; one that does not answer now is no reason not to measure (the results are kept)."""
+    if args.no_store:
+        return None
+    from rankmap.store import open_store
+
+    store = open_store(args.db, lazy=True)
+    if not store.ready:
+        print(f"rankmap: warning: the store {store.url} does not answer now; measuring anyway (the results "
+              f"are kept in a file if it still does not at the end)", file=sys.stderr)
+    return store
+
+
+def _finish(run, args: argparse.Namespace, store) -> int:
+    """Store, print, and say in one line what was measured and what was not (an error when nothing
+    was, and when the store did not take it: then the line says where the results are kept)."""
     if not run.rows:
         raise RankmapError(run.summary())
     doc = run.to_json()
-    if not args.no_store:
-        from rankmap.store import open_store
+    not_stored = None
+    if store is not None:
+        from rankmap.linkbench.kept import NotStored, store_or_keep
 
-        doc["run_id"] = open_store(args.db).save_bench_run(doc)
+        try:
+            doc["run_id"] = store_or_keep(doc, store)
+        except NotStored as e:
+            not_stored = e
     if args.format == "json":
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        from rankmap.bench.report import print_run
+        from rankmap.linkbench.report import print_run
 
         print_run(doc)
     print(run.summary() + (f" (stored as bench run {doc['run_id']})" if "run_id" in doc else ""), file=sys.stderr)
+    if not_stored is not None:
+        raise not_stored
     return 0
 
 
 def run_p2p(args: argparse.Namespace) -> int:
-    from rankmap.bench import p2p
+    from rankmap.linkbench import p2p
 
     _at_least(args, loops=1, samples=1)
+    store = _store(args)
     return _finish(p2p.run(size=args.size, loops=args.loops, samples=args.samples, tests=args.tests,
-                           devices=args.devices, timeout=args.timeout), args)
+                           devices=args.devices, timeout=args.timeout), args, store)
 
 
 def run_mpi(args: argparse.Namespace) -> int:
-    from rankmap.bench import mpi
+    from rankmap.linkbench import mpi
 
     cmd = _launcher(list(args.command))
     if not cmd:
         raise RankmapError("give the MPI launcher after --, e.g. rankmap bench mpi -- mpirun -np 2")
     _at_least(args, trials=1, window=1, max_iters=1)
+    store = _store(args)
     return _finish(mpi.run(cmd, min_size=args.sizes[0], max_size=args.sizes[1], coll_max_size=args.coll_max_size,
                            tests=args.tests, buffers=args.buffers, trials=args.trials, window=args.window,
                            cuda_aware=args.cuda_aware, timeout=args.timeout, mpicc=args.mpicc,
                            budgets={f"max-{k}-iters": args.max_iters for k in ("latency", "bw", "coll")}
-                           if args.max_iters else None), args)
+                           if args.max_iters else None), args, store)
 
 
 def run_nccl(args: argparse.Namespace) -> int:
-    from rankmap.bench import nccl
+    from rankmap.linkbench import nccl
 
     _at_least(args, iters=1, warmup=0, trials=1, gpus=0, step_factor=1.01)
     cmd = _launcher(list(args.command))
+    store = _store(args)
     return _finish(nccl.run(cmd or None, ops=args.ops, min_size=args.sizes[0], max_size=args.sizes[1],
                             step_factor=args.step_factor, iters=args.iters, warmup=args.warmup, trials=args.trials,
                             gpus=args.gpus, mpi=not args.no_mpi, mpi_max_size=args.mpi_max_size,
-                            cuda_aware=args.cuda_aware, timeout=args.timeout, mpicc=args.mpicc), args)
+                            cuda_aware=args.cuda_aware, timeout=args.timeout, mpicc=args.mpicc), args, store)
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -214,10 +246,22 @@ def run_show(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        from rankmap.bench.report import print_run
+        from rankmap.linkbench.report import print_run
 
         print_run(doc)
         print(f"bench run {rid} ({doc['kind']}) of {doc['created']} on {doc.get('host') or '?'}: measured "
               f"{', '.join(doc.get('ran') or []) or 'nothing'}"
               + ("; not measured: " + "; ".join(doc['not_run']) if doc.get("not_run") else ""), file=sys.stderr)
+    return 0
+
+
+def run_store(args: argparse.Namespace) -> int:
+    from rankmap.linkbench.kept import store_file
+    from rankmap.store import open_store
+
+    store = open_store(args.db)
+    for f in args.files:
+        doc, rid, removed = store_file(f, store)
+        print(f"{f}: bench {doc['kind']} run of {doc.get('created') or '?'} on {doc.get('host') or '?'} "
+              f"stored as bench run {rid}" + (" (the kept file is removed)" if removed else ""))
     return 0

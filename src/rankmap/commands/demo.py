@@ -24,6 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="show only the what-if: the same traffic as if it had stayed in GPU memory and gone GPU to "
                         "GPU (a CUDA-aware MPI or NCCL)")
     p.add_argument("--no-simulate", action="store_true", help="skip the SimGrid judge")
+    p.add_argument("--no-measure", action="store_true",
+                   help="skip running the job across two emulated nodes (network namespaces; done only as root)")
     p.add_argument("--synthetic", action="store_true", help="skip real MPI; use the built-in traffic matrix")
     p.add_argument("--db", metavar="URL", help="store URL")
     p.set_defaults(func=run)

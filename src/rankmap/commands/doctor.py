@@ -200,7 +200,7 @@ def check_mpi() -> list[Check]:
 
 def nccl_version() -> tuple[str, str] | None:
     """(version, where) from libnccl's ncclGetVersion, else from nccl.h."""
-    from rankmap.bench.tools import nccl_candidates
+    from rankmap.linkbench.tools import nccl_candidates
 
     for lib in nccl_candidates():
         try:
@@ -232,7 +232,7 @@ def check_nccl() -> Check:
 
 
 def check_cuda() -> Check:
-    from rankmap.bench.tools import find_nvcc
+    from rankmap.linkbench.tools import find_nvcc
 
     nvcc = find_nvcc()
     if not nvcc:

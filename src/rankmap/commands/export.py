@@ -1,4 +1,4 @@
-"""``rankmap export JOB --format csv|json [-o FILE]``: a stored profile as data for other tools."""
+"""``rankmap export JOB --format csv|json|trace [-o FILE]``: a stored profile as data for other tools."""
 
 from __future__ import annotations
 
@@ -7,14 +7,19 @@ import sys
 
 from rankmap.errors import RankmapError
 
+FORMATS = ("csv", "json", "trace")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="write a stored profile as CSV (traffic) or JSON (everything)",
+    p = sub.add_parser("export", help="write a stored profile as CSV (traffic), JSON (everything) or a "
+                                      "Chrome/Perfetto trace (timeline)",
                        description="CSV: the traffic, one row per (src, dst, class, operation), header "
                                    "src,dst,class,operation,bytes,messages (with --by-mem one more column, "
-                                   "mem; with --pair-source a last one, pair_source). JSON: the whole profile.")
+                                   "mem; with --pair-source a last one, pair_source). JSON: the whole profile. "
+                                   "trace: the Trace Event Format JSON that Perfetto's UI and the Catapult "
+                                   "trace viewer open, one track group per rank (docs/interop.md).")
     p.add_argument("job", metavar="JOB", help="job id, or 'latest'")
-    p.add_argument("--format", choices=("csv", "json"), default="csv")
+    p.add_argument("--format", choices=FORMATS, default="csv")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     p.add_argument("--by-mem", action="store_true",
                    help="CSV: one row per memory kind of the send buffer, with a last column mem "
@@ -32,7 +37,13 @@ def run(args: argparse.Namespace) -> int:
 
     store = open_store(args.db, existing=True)
     job_id = store.resolve_job(args.job)
-    text = to_csv(store, job_id, by_mem=args.by_mem, pair_source=args.pair_source) if args.format == "csv" else to_json(store, job_id)
+    if args.format == "trace":
+        from rankmap.report.trace import to_trace
+        text = to_trace(store, job_id)
+    elif args.format == "csv":
+        text = to_csv(store, job_id, by_mem=args.by_mem, pair_source=args.pair_source)
+    else:
+        text = to_json(store, job_id)
     if args.output:
         try:
             with open(args.output, "w", newline="") as f:

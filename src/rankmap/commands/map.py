@@ -6,34 +6,8 @@ import argparse
 import json
 import sys
 
+from rankmap.commands._args import add_solver_args, solver_options
 from rankmap.errors import RankmapError
-
-# rankmap.mapping.objective.OBJECTIVES, spelled out so that the CLI starts without numpy (a test
-# keeps the two equal)
-OBJECTIVE_CHOICES = ("max", "avg", "hop-bytes")
-# rankmap.mapping.solve.MIN_GAIN in percent, spelled out for the same reason
-MIN_GAIN_PERCENT = 1.0
-
-
-def add_solver_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--topology", default="live", metavar="live|FIXTURE|FILE",
-                   help="the node to place on (default: this node)")
-    p.add_argument("--nodes", type=int, default=1, metavar="N", help="number of such nodes (default 1)")
-    p.add_argument("--ranks-per-gpu", type=int, default=1, metavar="K", help="ranks that may share a GPU (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the heuristic search (default 0)")
-    p.add_argument("--time-budget", type=float, default=10.0, metavar="S",
-                   help="seconds the solvers may use (default 10); when it runs out the best placement "
-                        "found so far is returned with its gap to a lower bound")
-    p.add_argument("--objective", choices=OBJECTIVE_CHOICES, default="max",
-                   help="what to minimise: the busiest link's congestion (default), the average "
-                        "congestion over used links, or hop-bytes")
-    p.add_argument("--min-gain", type=float, default=MIN_GAIN_PERCENT, metavar="PCT",
-                   help=f"keep the default placement unless the best one gains at least PCT %% on the objective "
-                        f"(default {MIN_GAIN_PERCENT:g}; 0: take any better placement): moving ranks has costs the "
-                        f"model does not see")
-    p.add_argument("--measured", nargs="?", const="latest", metavar="RUN",
-                   help="use the GPU-pair bandwidths measured by `rankmap bench p2p` (a stored run id, default "
-                        "the latest) as link strengths")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,46 +30,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def solver_options(args: argparse.Namespace) -> dict:
-    """The options of :func:`rankmap.pipeline.tune.place` that :func:`add_solver_args` parsed."""
-    return dict(topology=args.topology, nodes=args.nodes, ranks_per_gpu=args.ranks_per_gpu, seed=args.seed,
-                time_budget=args.time_budget, objective=args.objective, min_gain=args.min_gain / 100,
-                measured=args.measured, db=getattr(args, "db", None))
-
-
 def run(args: argparse.Namespace) -> int:
-    from rankmap.mapping import traffic as tr
-    from rankmap.pipeline.tune import place
+    from rankmap.pipeline.map import command_started, map_traffic
 
-    if args.save and not args.job:
-        raise RankmapError("--save stores the mapping of a stored job: use it with --job JOB")
-    store = job = None
-    if args.traffic:
-        traffic = tr.read_csv(args.traffic)
-        source = {"traffic": args.traffic}
-        what = f"{args.traffic} (host-staged rows need the mem column, which `rankmap export --by-mem` writes)"
-    else:
-        from rankmap.store import open_store
-
-        store = open_store(args.db, existing=True)
-        traffic, job = tr.from_job(store, args.job)
-        source = {"job": job["id"], "command": job.get("command")}
-        what = f"job {job['id']}"
-        if job["state"] == "failed":
-            from rankmap.store.schema import state_words
-
-            # what a failed run recorded may be only part of its traffic: say so before placing it
-            source.update(state=job["state"], exit_status=job["exit_status"])
-            print(f"note: job {job['id']} {state_words(job['state'], job['exit_status'])}: placing the traffic it "
-                  f"recorded before it ended, which may be only part of what the job exchanges",
-                  file=sys.stderr if args.format == "json" else sys.stdout)
-    doc = place(traffic, source=source, as_gpu_resident=args.as_gpu_resident, what=what, **solver_options(args))
-    saved = None
-    if args.save:
-        from rankmap.pipeline.tune import store_mapping
-
-        saved = store_mapping(store, doc, job["id"])
-        doc["mapping_id"] = saved
+    started = command_started()     # --time-budget covers the whole command, start-up included
+    log = sys.stderr if args.format == "json" else sys.stdout
+    res = map_traffic(job=args.job, traffic_csv=args.traffic, save=args.save, as_gpu_resident=args.as_gpu_resident,
+                      log=lambda line: print(line, file=log), started=started,
+                      **solver_options(args))
+    doc, job = res.doc, res.job
     if args.output:
         try:
             with open(args.output, "w") as f:
@@ -109,12 +52,11 @@ def run(args: argparse.Namespace) -> int:
         from rankmap.mapping.report import print_text
 
         print_text(doc)
-    if saved is not None:
+    if res.mapping_id is not None:
         how = f"rankmap run -- {job['command']}" if job.get("command") else "rankmap run -- <its command>"
         from rankmap.mapping.basis import stated
 
         st = stated(doc)       # the words the dashboard shows beside this mapping
         basis = f" ({st['label']})" if st["what_if"] else ""
-        print(f"stored as mapping {saved} of job {job['id']}{basis}; launch with: {how}",
-              file=sys.stderr if args.format == "json" else sys.stdout)
+        print(f"stored as mapping {res.mapping_id} of job {job['id']}{basis}; launch with: {how}", file=log)
     return 0

@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from rankmap.web.app import create_app, plotly_js
+        from rankmap.web.app import create_app
+        from rankmap.web.routes.page import plotly_js
 
         plotly_js()
     except ImportError as e:

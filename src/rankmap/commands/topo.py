@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     topo = resolve(args)
     nominal = None
     if args.measured:
-        from rankmap.bench.measured import measured_topology
+        from rankmap.linkbench.measured import measured_topology
         from rankmap.store import open_store
 
         nominal, topo = topo, measured_topology(topo, open_store(args.db, existing=True), args.measured)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rankmap.commands.map import add_solver_args
-from rankmap.errors import RankmapError
+from rankmap.commands._args import add_solver_args, launch_command, solver_options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,34 +21,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def command_of(args: argparse.Namespace, verb: str) -> list[str]:
-    cmd = list(args.command)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    if not cmd:
-        raise RankmapError(f"no command: rankmap {verb} [options] -- <launch command>")
-    return cmd
-
-
-def world_size_of(cmd: list[str]) -> int:
-    from rankmap.capture.launchers import recognise
-
-    ws = recognise(cmd).world_size
-    if ws is None:
-        raise RankmapError(f"cannot tell how many ranks `{' '.join(cmd)}` starts: give the launcher -np/-n N")
-    return ws
-
-
 def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from rankmap.commands.map import solver_options
     from rankmap.mapping.report import print_text
-    from rankmap.pipeline.tune import tune
+    from rankmap.pipeline.tune import tune, world_size_of
     from rankmap.store import open_store
 
-    cmd = command_of(args, "tune")
+    cmd = launch_command(args, "tune")
     log = sys.stderr if args.format == "json" else sys.stdout
     res = tune(cmd, open_store(args.db), world_size=world_size_of(cmd), force=args.force,
                log=lambda line: print(line, file=log), **solver_options(args))

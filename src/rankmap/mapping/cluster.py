@@ -20,9 +20,10 @@ import time
 import numpy as np
 
 from rankmap.mapping.automorph import Symmetry
-from rankmap.mapping.cost import Traffic
+from rankmap.mapping.cost import Traffic, evaluate
 from rankmap.mapping.exact import solve_exact
 from rankmap.mapping.heuristic import solve_heuristic
+from rankmap.mapping.multilevel import split_ranks
 from rankmap.mapping.objective import better
 from rankmap.mapping.platform import Platform
 from rankmap.mapping.problem import NodeProblem
@@ -72,13 +73,24 @@ class Cluster:
     def members(self, u: int, node_of: np.ndarray | None = None) -> np.ndarray:
         return np.nonzero((self.node_of if node_of is None else node_of) == u)[0]
 
-    def set_split(self, node_of: np.ndarray) -> None:
-        """A new node split with every node's ranks on GPUs in rank order (as a launcher would)."""
+    def set_split(self, node_of: np.ndarray, gpu_of: np.ndarray | None = None) -> None:
+        """A new node split with every node's ranks on GPUs in rank order (as a launcher would), or
+        on the GPUs ``gpu_of`` gives them."""
         self.node_of = np.asarray(node_of, dtype=np.int64).copy()
-        for u in range(self.pf.nodes):
-            r = self.members(u)
-            self.gpu_of[r] = np.arange(len(r)) % self.pf.G
-            self.loads[u] = self.problem(u, r).loads(self.gpu_of[r]) if len(r) else 0.0
+        if gpu_of is None:
+            # local rank order: the position of each rank among its node's ranks
+            o = np.argsort(self.node_of, kind="stable")
+            first = np.searchsorted(self.node_of[o], np.arange(self.pf.nodes))
+            local = np.empty(len(o), dtype=np.int64)
+            local[o] = np.arange(len(o)) - first[self.node_of[o]]
+            self.gpu_of = local % self.pf.G
+        else:
+            self.gpu_of = np.asarray(gpu_of, dtype=np.int64).copy()
+        # every node's row at once from the platform's loads (one pass, not one problem per node)
+        cong = evaluate(self.pf, self.tr, self.node_of, self.gpu_of).congestion
+        N, D = self.pf.nodes, self.m.D
+        self.loads[:, :D] = cong[: N * D].reshape(N, D)
+        self.loads[:, D:] = cong[N * D:].reshape(N, -1)
         self.proven[:] = False
 
     def key(self, loads: np.ndarray | None = None) -> tuple[float, float]:
@@ -135,31 +147,64 @@ class Cluster:
             return np.zeros(0, dtype=np.int64), True, "trivial", 0.0
         if p.n == 1 and not p.has_ext and not p.has_host:
             return np.zeros(1, dtype=np.int64), True, "trivial", 0.0
-        sk = (p.has_ext, p.has_host, p.has_peer)
-        if sk not in self.sym:
-            self.sym[sk] = Symmetry(m, with_nics=p.has_ext, with_host=p.has_host, with_peer=p.has_peer)
-        sym = self.sym[sk]
         t0 = time.perf_counter()
         if start is not None and np.bincount(start, minlength=m.G).max() > K:
             start = None  # ranks that came from other nodes may share a GPU: no use as a start
         exact_ok = m.G <= self.exact_max_gpus
-        if thorough and exact_ok and m.G <= 8:
+        if not exact_ok:
+            return self._solve_large(p, budget, thorough=thorough, start=start)
+        sk = (p.has_ext, p.has_host, p.has_peer)
+        if sk not in self.sym:
+            self.sym[sk] = Symmetry(m, with_nics=p.has_ext, with_host=p.has_host, with_peer=p.has_peer)
+        sym = self.sym[sk]
+        if thorough and m.G <= 8:
             e = solve_exact(p, time_budget=max(budget, 0.005), sym=sym, upper=_upper(p, start))
             return e.gpu_of, e.optimal, _name(e.optimal), e.info["bound"]
         restarts = 2 if thorough else 1
         iters = None if thorough else max(20, 2 * m.G * K)
-        h = solve_heuristic(p, seed=self.seed, time_budget=max(budget * (0.3 if exact_ok and thorough else 1.0), 0.002),
+        h = solve_heuristic(p, seed=self.seed, time_budget=max(budget * (0.3 if thorough else 1.0), 0.002),
                             restarts=restarts, iters=iters, start=start)
         best_g, best_key = h.gpu_of, h.key
         if start is not None:
             start_key = p.key(start)
             if not better(best_key, start_key):
                 best_g, best_key = np.asarray(start), start_key
-        if not (thorough and exact_ok):
+        if not thorough:
             return best_g, False, h.solver, None
         left = max(budget - (time.perf_counter() - t0), 0.005)
         e = solve_exact(p, time_budget=left, upper=(best_g, best_key), sym=sym)
         return e.gpu_of, e.optimal, _name(e.optimal), e.info["bound"]
+
+    def _solve_large(self, p: NodeProblem, budget: float, *, thorough: bool,
+                     start: np.ndarray | None) -> tuple[np.ndarray, bool, str, float | None]:
+        """A node above ``exact_max_gpus`` GPUs: its ranks split along the node's switch tree
+        (:mod:`rankmap.mapping.multilevel`), or the given start where that is better, then the swap
+        search from there (one start; random restarts do not pay on a node this large)."""
+        t0 = time.perf_counter()
+        m, K = self.m, self.K
+        best_g, best_key, name = None, None, "tabu swap search"
+        if thorough or start is None:
+            best_g = split_ranks(p, seed=self.seed)
+            best_key, name = p.key(best_g), "hierarchical split + tabu swap search"
+        if start is not None and (best_key is None or better(p.key(start), best_key)):
+            best_g, best_key = np.asarray(start), p.key(start)
+        iters = None if thorough else max(20, 2 * m.G * K)
+        left = max(budget - (time.perf_counter() - t0), 0.002)
+        h = solve_heuristic(p, seed=self.seed, time_budget=left, restarts=1, iters=iters, start=best_g)
+        if better(h.key, best_key):
+            best_g = h.gpu_of
+        return best_g, False, name, None
+
+    def split_node(self, u: int) -> None:
+        """Node ``u``'s ranks split along the node's GPU tree (:func:`split_ranks`), where that is
+        better than where they are."""
+        r = self.members(u)
+        if not len(r):
+            return
+        p = self.problem(u, r)
+        g = split_ranks(p, seed=self.seed)
+        if better(p.key(g), p.key(self.gpu_of[r])):
+            self.assign_node(u, r, p, g, False)
 
     def place_node(self, u: int, budget: float, *, thorough: bool = True, cache: dict | None = None) -> None:
         """Solve node ``u`` again for its current ranks and update its row."""

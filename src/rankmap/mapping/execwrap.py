@@ -29,7 +29,8 @@ What it does, in order:
    (``RANKMAP_MEMBIND`` names the node, or says why memory stayed unbound: a node this machine does not
    have, a kernel without NUMA);
 4. ``UCX_NET_DEVICES`` and ``NCCL_IB_HCA`` to the rank's NIC when the mapping names one with a
-   device name;
+   device name (an IP interface of the node, such as ``eth0``: ``UCX_NET_DEVICES`` without a port,
+   and ``NCCL_SOCKET_IFNAME`` instead of ``NCCL_IB_HCA``);
 5. ``RANKMAP_PLACED=node:gpu:cpus:nic`` for the program's own logs;
 6. with ``RANKMAP_HOSTS`` (node -> host, from ``rankmap run`` across nodes): a warning on stderr when
    the launcher started the rank on another host than its mapping says (the host as hydra names it
@@ -154,10 +155,23 @@ def plan(mapping: mapping_json.Mapping | dict, env: dict) -> tuple[mapping_json.
         out["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in order)
         out["RANKMAP_DEVICE"] = str(local)
     if entry.netdev:
-        out["UCX_NET_DEVICES"] = f"{entry.netdev}:1"
-        out["NCCL_IB_HCA"] = str(entry.netdev)
+        if ip_interface(str(entry.netdev)):
+            # an IP interface (Ethernet, or TCP on an emulated node): UCX names it as it is, and NCCL
+            # takes its sockets there
+            out["UCX_NET_DEVICES"] = str(entry.netdev)
+            out["NCCL_SOCKET_IFNAME"] = str(entry.netdev)
+        else:
+            out["UCX_NET_DEVICES"] = f"{entry.netdev}:1"
+            out["NCCL_IB_HCA"] = str(entry.netdev)
     out["RANKMAP_PLACED"] = f"{entry.node}:{entry.gpu}:{entry.cpus or ''}:{entry.nic or ''}"
     return entry, out
+
+
+def ip_interface(name: str, sys_root: str = "/sys") -> bool:
+    """Whether the NIC ``name`` is an IP interface of this machine rather than an RDMA device:
+    UCX names an RDMA device with its port (``mlx5_0:1``), an IP interface by itself (``eth0``)."""
+    return (os.path.isdir(f"{sys_root}/class/net/{name}")
+            and not os.path.isdir(f"{sys_root}/class/infiniband/{name}"))
 
 
 def wrong_host(entry: mapping_json.RankPlacement, env: dict) -> str | None:

@@ -39,15 +39,15 @@ class _State:
         n = p.n
         N = len(slots_gpu)
         # loads are kept in the projected columns of the problem (links the key needs + linear column)
-        proj = p.projection()
+        pr = p.projected()
         self.terms = []
-        for Tk, ck in p.terms():
+        for Tk, which in p.projected_terms():
             T = np.zeros((N, N))
             T[:n, :n] = Tk
-            ck = ck @ proj
+            ck = pr[which]
             diag = np.einsum("ggd->gd", ck)
             self.terms.append((T, ck, diag if diag.any() else None))
-        unary = p.unary() @ proj
+        unary = p.projected_unary()
         U = np.zeros((N,) + unary.shape[1:])
         U[:n] = unary
         self.U = U

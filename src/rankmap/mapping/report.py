@@ -23,6 +23,19 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 4) if b > 0 else None
 
 
+def _entries(pl: Placement) -> dict[str, dict]:
+    """Every rank's entry; the GPU's part (CPUs, memory node, NIC) is worked out once per GPU, not
+    once per rank (the topology walks behind it cost a second at 4096 ranks)."""
+    per_gpu: dict[int, dict] = {}
+    out = {}
+    for r in range(len(pl.gpu_of)):
+        g = int(pl.gpu_of[r])
+        if g not in per_gpu:
+            per_gpu[g] = pl.rank_entry(r)
+        out[str(r)] = {**per_gpu[g], "node": int(pl.node_of[r])}
+    return out
+
+
 def to_json(pl: Placement, *, topology: str, ranks_per_gpu: int = 1, source: dict | None = None,
             link_rows: int | None = None, basis: dict | None = None) -> dict[str, Any]:
     """``basis``: the fields of :func:`rankmap.mapping.basis.fields` (default: the traffic as recorded)."""
@@ -43,7 +56,7 @@ def to_json(pl: Placement, *, topology: str, ranks_per_gpu: int = 1, source: dic
         "format": FORMAT, "version": VERSION,
         "world_size": n, "topology": topology, "nodes": pl.platform.nodes,
         "gpus_per_node": pl.platform.G, "ranks_per_gpu": ranks_per_gpu,
-        "mapping": {str(r): pl.rank_entry(r) for r in range(n)},
+        "mapping": _entries(pl),
         "max_congestion": s.max_congestion, "avg_congestion": s.avg_congestion,
         "total_congestion": s.total_congestion, "hop_bytes": s.hop_bytes,
         "time_bound_s": s.time_bound,
@@ -59,6 +72,8 @@ def to_json(pl: Placement, *, topology: str, ranks_per_gpu: int = 1, source: dic
         # ranks the placement moves from the default; the least gain worth moving them for, and when
         # that kept the default, what the best placement found would have given (``best``)
         "moved_ranks": int(pl.moved), "min_gain": pl.min_gain, "best": pl.best,
+        # the figure the least gain had to be on, and the one the placement taken gains on
+        "min_gain_on": pl.min_gain_on, "gain_on": pl.gain_on,
         "info": {k: v for k, v in pl.info.items()},
         "links": links, "source": source or {},
         # what the traffic was taken to be: as recorded, or the GPU-resident what-if (with its assumption)
@@ -108,6 +123,9 @@ def print_text(doc: dict, *, console=None, max_links: int = 30, show_mapping: in
     con.print(f"predicted communication time bound (busiest link): {amount_in(doc['time_bound_s'], mu)}")
     if "moved_ranks" in doc:
         con.print(f"ranks moved from the default placement: {doc['moved_ranks']} of {doc['world_size']}")
+    if doc.get("gain_on"):
+        con.print(f"taken for its gain on {doc['gain_on']} (--min-gain {100 * doc['min_gain']:g} %, "
+                  f"--min-gain-on {doc.get('min_gain_on', 'primary')})")
     hs = doc.get("host_staged") or {}
     if hs.get("host_staged_bytes"):
         tot = hs["total_bytes"] or 1.0

@@ -78,7 +78,7 @@ def platform_xml(pf: Platform, staged: np.ndarray | None = None) -> str:
                        f'sharing_policy="SPLITDUPLEX"/>')
         if pf.nodes > 1:
             for k, bw in enumerate(m.nic_bw):
-                out.append(f'    <link id="n{u}N{k}" bandwidth="{bw:.6g}GBps" latency="{LATENCY_US["network"]}us" '
+                out.append(f'    <link id="n{u}N{k}" bandwidth="{bw:.6g}GBps" latency="{nic_latency_us(m, k):.6g}us" '
                            f'sharing_policy="SPLITDUPLEX"/>')
         for g in range(m.G):
             out.append(f'    <link id="lo{u}g{g}" bandwidth="1000GBps" latency="0.1us"/>')
@@ -121,15 +121,23 @@ def platform_xml(pf: Platform, staged: np.ndarray | None = None) -> str:
     return "\n".join(out)
 
 
+def nic_latency_us(m, k: int) -> float:
+    """One-way latency of NIC ``k``'s network link: the NIC's ``latency_us`` where the topology says
+    (a measured or shaped network), else the default of a network hop."""
+    v = m.nics[k].attrs.get("latency_us") if k < len(m.nics) else None
+    return float(v) if isinstance(v, (int, float)) and v >= 0 else LATENCY_US["network"]
+
+
 def hostfile_lines(node_of, gpu_of) -> list[str]:
     return [host(int(u), int(g)) for u, g in zip(node_of, gpu_of)]
 
 
-def build(source: str | Path, out: str | Path) -> Path:
-    """Compile an MPI C program with ``smpicc`` (once; rebuilt when the source is newer)."""
+def build(source: str | Path, out: str | Path, deps: tuple[str | Path, ...] = ()) -> Path:
+    """Compile an MPI C program with ``smpicc`` (once; rebuilt when the source, or a header of
+    ``deps``, is newer)."""
     out = Path(out).resolve()
     src = Path(source).resolve()
-    if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
+    if out.exists() and out.stat().st_mtime >= max(Path(f).stat().st_mtime for f in (src, *deps)):
         return out
     smpicc = shutil.which("smpicc")
     if not smpicc:
@@ -211,5 +219,5 @@ def build_example(name: str, cache: str | Path) -> Path:
         text = f'#include "{d / "halo.h"}"\nint main(int argc, char **argv) {{ return halo_main(argc, argv, 4); }}\n'
         if not src.exists() or src.read_text() != text:
             src.write_text(text)
-        return build(src, cache / "halo4d")
-    return build(d / f"{name}.c", cache / name)
+        return build(src, cache / "halo4d", deps=(d / "halo.h",))
+    return build(d / f"{name}.c", cache / name, deps=(d / "halo.h",))

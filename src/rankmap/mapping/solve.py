@@ -54,9 +54,29 @@ from rankmap.mapping.units import percent
 #: a cluster this small gets thorough (exact) node solves everywhere, also in refinement trials
 SMALL_RANKS = 128
 
+#: seconds an exact 8-GPU node solve may take on a loaded machine: below this per node and split
+#: in the first 30 % of the budget, only the split that scores best in rank order is placed
+PER_NODE_SOLVE = 0.01
+
+#: seeds of the recursive-bisection split tried above SMALL_RANKS (each is scored in rank order, one
+#: evaluation): on a shuffled 16x8x8 grid into 16 nodes the busiest node's cut went 64-81 by seed
+SPLIT_TRIES = 4
+
 #: the least relative gain worth moving ranks for (``--min-gain``, there in percent): below it the
 #: default placement is kept
 MIN_GAIN = 0.01
+
+#: which of the objective's figures the least gain must be on (``--min-gain-on``): ``primary`` (the
+#: busiest link for ``max``), or ``either`` (the primary, or the tie-break when the primaries are
+#: within the least gain of each other: a placement that only lowers the total congestion counts)
+GAIN_ON = ("primary", "either")
+
+
+def default_gain_on(objective: str) -> str:
+    """``primary`` for ``max``, whose tie-break (the total congestion) alone is no reason to move
+    ranks; ``either`` for ``hop-bytes`` and ``avg``, whose tie-break is the busiest link, the bound
+    of the communication time."""
+    return "primary" if objective == "max" else "either"
 
 
 @dataclass
@@ -81,6 +101,8 @@ class Placement:
     # when the default was kept for a gain under min_gain: the best placement's figures, whether it
     # is proven optimal, the ranks it moves and its relative gain on the objective's two figures
     best: dict | None = None
+    min_gain_on: str = "primary"  # which figure the least gain had to be on (GAIN_ON)
+    gain_on: str | None = None    # the figure the placement taken gains on (None: the default kept)
 
     @property
     def value(self) -> float:
@@ -118,13 +140,22 @@ def check_fit(n: int, platform: Platform, ranks_per_gpu: int) -> None:
 
 
 def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0, time_budget: float = 10.0,
-          exact_max_gpus: int = 16, objective: str = "max", min_gain: float = MIN_GAIN) -> Placement:
+          exact_max_gpus: int = 16, objective: str = "max", min_gain: float = MIN_GAIN,
+          min_gain_on: str | None = None, kahip: str = "auto") -> Placement:
+    """``min_gain_on`` (:data:`GAIN_ON`; None: :func:`default_gain_on`): the figure the least gain
+    must be on. ``kahip``: ``auto``
+    seeds the search with KaHIP's process mapping where KaHIP is installed
+    (:mod:`rankmap.mapping.kahipmap`), ``off`` never, ``on`` requires it."""
     t0 = time.perf_counter()
     check(objective)
+    use_kahip = _kahip_wanted(kahip)
     if time_budget <= 0:
         raise RankmapError(f"the time budget must be positive, got {time_budget}")
     if not 0 <= min_gain < 1:
         raise RankmapError(f"the least gain must be at least 0 % and under 100 %, got {100 * min_gain:g} %")
+    min_gain_on = default_gain_on(objective) if min_gain_on is None else min_gain_on
+    if min_gain_on not in GAIN_ON:
+        raise RankmapError(f"--min-gain-on must be {' or '.join(GAIN_ON)}, got {min_gain_on!r}")
     tr = as_traffic(traffic)
     n = tr.n
     K = ranks_per_gpu
@@ -133,9 +164,9 @@ def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0,
     default = evaluate(platform, tr, d_node, d_gpu)
     cl = Cluster(platform, tr, K, objective, seed=seed, exact_max_gpus=exact_max_gpus)
     if platform.nodes == 1:
-        info, node_bound = _one_node(cl, t0 + 0.95 * time_budget)
+        info, node_bound = _one_node(cl, t0, time_budget, use_kahip)
     else:
-        info, node_bound = _many_nodes(cl, t0, time_budget)
+        info, node_bound = _many_nodes(cl, t0, time_budget, use_kahip)
     node_of, gpu_of = cl.node_of, cl.gpu_of
     score = evaluate(platform, tr, node_of, gpu_of)
     busy = int(np.count_nonzero(np.bincount(node_of, minlength=platform.nodes)))
@@ -145,6 +176,7 @@ def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0,
     notes: list[str] = []
     kept = False
     best = None
+    gain_on = None
     if not better(score_key(score, objective), score_key(default, objective)):
         # nothing better than what the launcher does: keep it (same figures at worst, fewer moves)
         kept = True
@@ -156,11 +188,14 @@ def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0,
         # (at most 5 % of the budget, and done by 99 % of it)
         node_of, gpu_of = fewest_moves(cl, node_of, gpu_of, d_node, d_gpu,
                                        deadline=min(t0 + 0.99 * time_budget,
-                                                    time.perf_counter() + 0.05 * time_budget))
+                                                    time.perf_counter() + 0.05 * time_budget),
+                                       proven=optimal)
         score = evaluate(platform, tr, node_of, gpu_of)
-        if not better(score_key(score, objective), score_key(default, objective), rel=min_gain):
+        gain_on = _gain_on(score_key(score, objective), score_key(default, objective), objective, min_gain,
+                           min_gain_on)
+        if gain_on is None:
             best, note = _forgone(score, default, objective, optimal, moved(node_of, gpu_of, d_node, d_gpu),
-                                  min_gain)
+                                  min_gain, min_gain_on)
             kept = True
             notes.append(note)
             node_of, gpu_of = d_node, d_gpu
@@ -180,11 +215,26 @@ def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0,
     staging = staging_summary(platform, tr, node_of)
     return Placement(platform, np.asarray(node_of), np.asarray(gpu_of), score, default, optimal, solver,
                      time.perf_counter() - t0, info, staging, objective, bound, kept, notes,
-                     moved(node_of, gpu_of, d_node, d_gpu), min_gain, best)
+                     moved(node_of, gpu_of, d_node, d_gpu), min_gain, best, min_gain_on, None if kept else gain_on)
+
+
+def _gain_on(b: tuple[float, float], d: tuple[float, float], objective: str, min_gain: float,
+             on: str) -> str | None:
+    """The name of the figure on which ``b`` beats the default ``d`` by the least gain, or None.
+
+    ``primary``: the objective's first figure must gain ``min_gain`` (``--min-gain 0``: any better
+    placement, the tie-break included); ``either``: lexicographic, the tie-break counting when the
+    primaries are within ``min_gain`` of each other."""
+    first, second = FIGURES[objective]
+    if better(b[:1], d[:1], rel=min_gain):
+        return first
+    if (on == "either" or min_gain == 0) and better(b, d, rel=min_gain):
+        return second
+    return None
 
 
 def _forgone(score: Score, default: Score, objective: str, optimal: bool, moves: int,
-             min_gain: float) -> tuple[dict, str]:
+             min_gain: float, on: str = "primary") -> tuple[dict, str]:
     """What keeping the default gives up (the best placement's figures, its relative gains on the
     objective's two figures, the ranks it moves) and the note that says so."""
     b, d = score_key(score, objective), score_key(default, objective)
@@ -194,44 +244,86 @@ def _forgone(score: Score, default: Score, objective: str, optimal: bool, moves:
             "moved_ranks": moves, "gain": gains[0], "tie_break_gain": gains[1]}
     first, second = FIGURES[objective]
     of = "the optimum" if optimal else "the best placement found"
+    pct = f"--min-gain {100 * min_gain:g} %"
     if better(b[:1], d[:1]):
-        how = f"within {percent(gains[0])} of {of} on {first}"
+        how = f"within {percent(gains[0])} of {of} on {first}, a gain under {pct}"
+    elif on == "either" or gains[1] < min_gain:
+        how = (f"as good as {of} on {first} and within {percent(max(gains[1], 0.0))} of it on {second}, "
+               f"a gain under {pct}")
     else:
-        how = f"as good as {of} on {first} and within {percent(max(gains[1], 0.0))} of it on {second}"
-    return best, f"the default placement is kept: it is {how}, a gain under --min-gain {100 * min_gain:g} %"
+        how = (f"as good as {of} on {first}; it gains {percent(gains[1])} on {second} alone, which counts "
+               f"only with --min-gain-on either")
+    return best, f"the default placement is kept: it is {how}"
 
 
-def _one_node(cl: Cluster, deadline: float) -> tuple[dict, float | None]:
+def _kahip_wanted(kahip: str) -> bool:
+    from rankmap.mapping import kahipmap
+
+    if kahip not in ("auto", "on", "off"):
+        raise RankmapError(f"--kahip must be auto, on or off, got {kahip!r}")
+    if kahip == "on" and not kahipmap.available():
+        raise RankmapError("--kahip on needs KaHIP: pip install 'rankmap[kahip]' (the kahip wheel)")
+    return kahip != "off" and kahipmap.available()
+
+
+def _kahip_seed(cl: Cluster, seconds: float) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """KaHIP's mapping of the job (:mod:`rankmap.mapping.kahipmap`) within about ``seconds``."""
+    from rankmap.mapping import kahipmap
+
+    return kahipmap.seed_placement(cl.pf, cl.tr, cl.K, cl.objective, seconds, seed=cl.seed)
+
+
+def _one_node(cl: Cluster, t0: float, budget: float, use_kahip: bool) -> tuple[dict, float | None]:
+    deadline = t0 + 0.95 * budget
     cl.set_split(np.zeros(cl.tr.n, dtype=np.int64))
     p = cl.problem(0, np.arange(cl.tr.n))
-    g, ok, name, bound = cl.solve(p, max(deadline - time.perf_counter(), 0.01), thorough=True,
-                                  start=cl.gpu_of.copy())
+    start = cl.gpu_of.copy()
+    info: dict = {}
+    if use_kahip and cl.pf.G > cl.exact_max_gpus:
+        # a node too large for the exact search: KaHIP's mapping is one more start
+        seeded = _kahip_seed(cl, 0.2 * budget)
+        if seeded is not None:
+            info["kahip"] = seeded[2]
+            if better(p.key(seeded[1]), p.key(start)):
+                start = seeded[1]
+    g, ok, name, bound = cl.solve(p, max(deadline - time.perf_counter(), 0.01), thorough=True, start=start)
     cl.solvers.add(name)
     cl.assign_node(0, np.arange(cl.tr.n), p, g, ok)
-    return {}, bound
+    return info, bound
 
 
-def _many_nodes(cl: Cluster, t0: float, budget: float) -> tuple[dict, None]:
+def _many_nodes(cl: Cluster, t0: float, budget: float, use_kahip: bool) -> tuple[dict, None]:
     small = cl.tr.n <= SMALL_RANKS
-    cands = split.candidates(cl.tr, cl.pf, cl.K, seed=cl.seed, objective=cl.objective)
+    cands = [(name, parts, None) for name, parts in
+             split.candidates(cl.tr, cl.pf, cl.K, seed=cl.seed, objective=cl.objective,
+                              tries=1 if small else SPLIT_TRIES)]
+    info: dict = {}
+    if use_kahip:
+        # KaHIP's process mapping: one more split, with its GPUs, scored like the others
+        seeded = _kahip_seed(cl, 0.15 * budget)
+        if seeded is not None:
+            info["kahip"] = seeded[2]
+            cands.append(("KaHIP", seeded[0], seeded[1]))
     phase1 = t0 + 0.3 * budget
     tried = []
     cache: dict = {}
     scored = []
-    for name, parts in cands:
-        cl.set_split(parts)
+    for name, parts, gpus in cands:
+        cl.set_split(parts, gpus)
         scored.append((name, cl.snapshot(), cl.key()))
         tried.append({"split": name, "key_in_rank_order": [float(x) for x in scored[-1][2]]})
-    if not small:
-        # a large job: every split is scored with its ranks on GPUs in rank order, and only the most
-        # promising one is placed node by node (the default's own figures are known anyway)
+    nodes_used = int(np.count_nonzero(np.bincount(cands[-1][1], minlength=cl.pf.nodes)))
+    if not small or 0.3 * budget < PER_NODE_SOLVE * len(scored) * nodes_used:
+        # a large job, or a budget too short to place every split node by node: every split is
+        # scored with its ranks on GPUs in rank order, and only the most promising one is placed
+        # node by node (the default's own figures are known anyway)
         best = min(range(len(scored)), key=lambda i: _sort_key(scored[i][2]))
         scored = [scored[best]]
     best = None
     for i, (name, snap, _) in enumerate(scored):
         cl.restore(snap)
         end = time.perf_counter() + (phase1 - time.perf_counter()) / (len(scored) - i)
-        solved = _solve_nodes(cl, end, small, cache)
+        solved = _solve_nodes(cl, end, small, cache, split_end=max(end, t0 + 0.85 * budget))
         key = cl.key()
         next(t for t in tried if t["split"] == name).update(key=[float(x) for x in key], nodes_solved=solved)
         if best is None or better(key, best[2]):
@@ -241,17 +333,25 @@ def _many_nodes(cl: Cluster, t0: float, budget: float) -> tuple[dict, None]:
     node_budget = 0.05 if small else 0.01
     moves = refine(cl, t0 + 0.85 * budget, thorough=small, node_budget=node_budget)
     _polish(cl, t0 + 0.93 * budget)
-    return {"split": name, "splits_tried": tried, "refinement_moves": moves}, None
+    return {"split": name, "splits_tried": tried, "refinement_moves": moves, **info}, None
 
 
 def _sort_key(key: tuple[float, float]) -> tuple[float, float]:
     return (round(key[0], 12), key[1])
 
 
-def _solve_nodes(cl: Cluster, end: float, thorough: bool, cache: dict) -> int:
-    """Place every node's ranks, busiest nodes first, until ``end``; returns how many were solved."""
+def _solve_nodes(cl: Cluster, end: float, thorough: bool, cache: dict, split_end: float | None = None) -> int:
+    """Place every node's ranks, busiest nodes first, until ``end``; returns how many were solved.
+    Large nodes are first all split along their tree, until ``split_end`` (default ``end``)."""
     order = np.argsort(-cl.loads.max(axis=1), kind="stable")
     todo = [int(u) for u in order if np.any(cl.node_of == u)]
+    if cl.pf.G > cl.exact_max_gpus:
+        # large nodes: every node split along its tree first (milliseconds a node), so that no node
+        # is left in rank order when the searches below run out of time
+        for u in todo:
+            if time.perf_counter() >= (end if split_end is None else split_end):
+                break
+            cl.split_node(u)
     done = 0
     for i, u in enumerate(todo):
         left = end - time.perf_counter()

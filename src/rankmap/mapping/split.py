@@ -12,6 +12,8 @@ and the best is kept:
   (``ceil(n/N)`` or ``floor(n/N)`` ranks per node);
 * ``METIS packed``: as few nodes as the ranks need, each filled to its G x K slots (the default's
   sizes, with METIS choosing who goes where);
+* ``METIS recursive``: balanced by recursive bisection, which cuts far less than the k-way scheme
+  into a few large nodes (up to ``RECURSIVE_MAX_NODES``);
 * ``METIS free``: any sizes that fit the slots (METIS's imbalance tolerance opened up to the
   capacity), where METIS decides how uneven to be.
 
@@ -28,7 +30,12 @@ import numpy as np
 
 from rankmap.errors import RankmapError
 from rankmap.mapping.cost import Traffic
+from rankmap.mapping.partition import graph_parts
 from rankmap.mapping.platform import NodeModel, Platform
+
+
+#: up to this many nodes the recursive-bisection split is tried too (beyond, METIS's k-way cuts less)
+RECURSIVE_MAX_NODES = 256
 
 
 def edge_weights(m: NodeModel, objective: str = "max") -> tuple[float, float]:
@@ -56,9 +63,10 @@ def edge_weights(m: NodeModel, objective: str = "max") -> tuple[float, float]:
     return max(off - peer, floor), max(off - host, floor)
 
 
-def candidates(tr: Traffic, pf: Platform, K: int, *, seed: int = 0,
-               objective: str = "max") -> list[tuple[str, np.ndarray]]:
-    """Distinct node splits to try, the default first; each names its method."""
+def candidates(tr: Traffic, pf: Platform, K: int, *, seed: int = 0, objective: str = "max",
+               tries: int = 1) -> list[tuple[str, np.ndarray]]:
+    """Distinct node splits to try, the default first; each names its method. ``tries``: seeds of the
+    recursive bisection (its result varies with the seed far more than the k-way one's)."""
     n, N = tr.n, pf.nodes
     cap = pf.G * K
     if n > N * cap:
@@ -73,15 +81,20 @@ def candidates(tr: Traffic, pf: Platform, K: int, *, seed: int = 0,
         g = (xadj, ud, wi)
         balanced = np.full(N, n // N)
         balanced[: n % N] += 1
-        out.append(("METIS balanced", _metis(g, n, balanced, exact=True, seed=seed)))
         used = -(-n // cap)
         packed = np.zeros(N, dtype=np.int64)
         packed[:used] = cap
         packed[used - 1] = n - cap * (used - 1)
+        out.append(("METIS balanced", graph_parts(g, n, balanced, exact=True, seed=seed)))
         if not np.array_equal(np.sort(packed), np.sort(balanced)):
-            out.append(("METIS packed", _metis(g, n, packed, exact=True, seed=seed)))
+            out.append(("METIS packed", graph_parts(g, n, packed, exact=True, seed=seed)))
+        if N <= RECURSIVE_MAX_NODES:
+            # into a few large nodes recursive bisection cuts far less on grids (partition.graph_parts)
+            for k in range(tries):
+                name = "METIS recursive" + (f" (seed {seed + k})" if k else "")
+                out.append((name, graph_parts(g, n, balanced, exact=True, seed=seed + k, recursive=True)))
         if N * cap > n:
-            out.append(("METIS free", _metis(g, n, np.full(N, cap), exact=False, seed=seed)))
+            out.append(("METIS free", graph_parts(g, n, np.full(N, cap), exact=False, seed=seed)))
     seen: set[bytes] = set()
     res = []
     for name, parts in out:
@@ -101,65 +114,3 @@ def canonical(parts: np.ndarray) -> np.ndarray:
     rename = np.empty(int(parts.max()) + 1, dtype=np.int64)
     rename[labels] = np.arange(len(labels))
     return rename[parts]
-
-
-def _metis(g, n: int, sizes: np.ndarray, *, exact: bool, seed: int) -> np.ndarray:
-    """METIS into ``len(sizes)`` parts aiming at ``sizes`` (exactly, or as maxima), then fixed up."""
-    import pymetis
-
-    xadj, adj, w = g
-    sizes = np.asarray(sizes, dtype=np.int64)
-    live = np.nonzero(sizes > 0)[0]
-    nparts = len(live)
-    if nparts == 1:
-        return np.full(n, live[0], dtype=np.int64)
-    if exact:
-        tp = [float(sizes[u]) / n for u in live]
-        opts = pymetis.Options(seed=seed, ufactor=1)
-    else:
-        tp = [1.0 / nparts] * nparts
-        # METIS's tolerance: the largest part may reach (1 + ufactor/1000) x the mean
-        slack = int(1000 * (sizes[live].max() * nparts / n - 1))
-        opts = pymetis.Options(seed=seed, ufactor=max(1, slack))
-    tp[-1] = max(0.0, 1.0 - sum(tp[:-1]))  # METIS wants them to sum to at most 1
-    adjacency = pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adj)
-    _, parts = pymetis.part_graph(nparts, adjacency, eweights=w, tpwgts=tp, options=opts)
-    parts = live[np.asarray(parts, dtype=np.int64)]
-    return rebalance(parts, sizes, xadj, adj, w, exact=exact)
-
-
-def rebalance(parts: np.ndarray, sizes: np.ndarray, xadj, adj, w, *, exact: bool = True) -> np.ndarray:
-    """Move ranks until every node holds ``sizes`` ranks (``exact``) or at most that many, each time
-    the rank of an over-full node that loses least cut weight, to the under-full node it is most
-    tied to."""
-    parts = parts.copy()
-    nodes = len(sizes)
-    count = np.bincount(parts, minlength=nodes)
-    target = np.asarray(sizes, dtype=np.int64).copy()
-    if exact:
-        # give the larger targets to the parts METIS made larger, so fewer ranks move
-        order_parts = np.argsort(-count, kind="stable")
-        target = np.empty(nodes, dtype=np.int64)
-        target[order_parts] = np.sort(sizes)[::-1]
-    for p in np.nonzero(count > target)[0]:
-        while count[p] > target[p]:
-            under = set(np.nonzero(count < target)[0].tolist())
-            fallback = min(under)
-            best = None
-            for r in np.nonzero(parts == p)[0]:
-                nb = adj[xadj[r]:xadj[r + 1]]
-                ww = w[xadj[r]:xadj[r + 1]]
-                own = ww[parts[nb] == p].sum()
-                conn: dict[int, float] = {}
-                for q, x in zip(parts[nb].tolist(), ww.tolist()):
-                    if q in under:
-                        conn[q] = conn.get(q, 0) + x
-                q = max(conn, key=lambda k: (conn[k], -k)) if conn else fallback
-                gain = conn.get(q, 0) - own
-                if best is None or gain > best[0]:
-                    best = (gain, r, q)
-            _, r, q = best
-            count[p] -= 1
-            parts[r] = q
-            count[q] += 1
-    return parts

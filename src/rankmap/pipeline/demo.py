@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -49,7 +48,7 @@ def _build_halo4d(mpicc: str, cache: Path) -> Path:
         raise RankmapError("the bundled MPI examples (examples/mpi) are not beside this installation")
     src = d / "halo4d.c"
     out = cache / "halo4d"
-    if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
+    if out.exists() and out.stat().st_mtime >= max(src.stat().st_mtime, (d / "halo.h").stat().st_mtime):
         return out
     cache.mkdir(parents=True, exist_ok=True)
     p = subprocess.run([mpicc, "-O2", "-w", str(src), "-o", str(out)], capture_output=True, text=True)
@@ -58,8 +57,9 @@ def _build_halo4d(mpicc: str, cache: Path) -> Path:
     return out
 
 
-def profile_real(args, store, cache: Path, con) -> tuple[Traffic, int, list[str]]:
-    """Run halo4d under mpirun with capture; returns (traffic, job id, command)."""
+def profile_real(args, store, cache: Path, con, extra: list[str] | None = None) -> tuple[Traffic, int, list[str]]:
+    """Run halo4d under mpirun with capture (``extra``: its further arguments); returns (traffic,
+    job id, command)."""
     from rankmap.pipeline.profile import profile_command
 
     mpirun, mpicc = _mpi_tools()
@@ -70,7 +70,7 @@ def profile_real(args, store, cache: Path, con) -> tuple[Traffic, int, list[str]
         cmd.append("--allow-run-as-root")
     if (os.cpu_count() or 1) < args.ranks:
         cmd.append("--oversubscribe")
-    cmd += ["-np", str(args.ranks), str(exe), dims, str(args.face), str(args.iters)]
+    cmd += ["-np", str(args.ranks), str(exe), dims, str(args.face), str(args.iters), *(extra or [])]
     con.print(f"profiling: {' '.join(cmd)}")
     res = profile_command(cmd, store=store, progress=False)
     if res.exit_status != 0:
@@ -85,15 +85,13 @@ def profile_real(args, store, cache: Path, con) -> tuple[Traffic, int, list[str]
 
 def store_synthetic(store, T: np.ndarray, args) -> int:
     """Keep the synthetic matrix as a job so that export and the dashboard can show it too."""
+    from rankmap.store import RankTotals
+
     n = T.shape[0]
     cmd = ["rankmap-demo-synthetic-halo4d", f"-np={n}", f"face={args.face}", f"iters={args.iters}"]
     jid = store.create_job(cmd, launcher="plain", world_size=n, meta={"synthetic": True})
-    recs = []
-    for r in range(n):
-        rows = [dict(peer=int(q), klass="p2p", operation="MPI_Isend", mem="host", direction="send",
-                     bytes=int(T[r, q]), messages=int(args.iters * 2)) for q in np.nonzero(T[r])[0]]
-        recs.append(SimpleNamespace(world_rank=r, source="mpi", traffic=rows, host="synthetic", pid=0))
-    store.ingest(jid, recs)
+    store.ingest(jid, [RankTotals(r, [(int(q), "p2p", "MPI_Isend", "host", "send", int(T[r, q]), int(args.iters * 2))
+                                      for q in np.nonzero(T[r])[0]], host="synthetic", pid=0) for r in range(n)])
     store.finish_job(jid, exit_status=0, world_size=n, meta={"synthetic": True})
     return jid
 
@@ -157,6 +155,9 @@ def _summary(doc: dict, label: str, width: int) -> str:
     j = doc.get("simgrid")
     if j and j.get("speedup"):
         line += f"; SimGrid {j['default_s'] * 1e3:.3f} ms -> {j['tuned_s'] * 1e3:.3f} ms ({j['speedup']:.2f}x)"
+    m = doc.get("measured")        # run on emulated nodes (pipeline/demo_nodes.py)
+    if m:
+        line += f"; measured {m['default_s'] * 1e3:.1f} ms -> {m['tuned_s'] * 1e3:.1f} ms ({m['speedup']:.2f}x)"
     return line
 
 
@@ -194,6 +195,11 @@ def run_demo(args, con) -> bool:
     cache = rankmap_home() / "demo"
     synthetic = bool(args.synthetic)
     job_id = None
+    from rankmap.pipeline import demo_nodes
+
+    # the job of the block across nodes first: the demo's own job stays the store's latest
+    col = (demo_nodes.profile_col(args, store, cache, con)
+           if B.AS_RECORDED in bases and args.ranks % demo_nodes.NODES == 0 else None)
     if not synthetic:
         try:
             traffic, job_id, cmd = profile_real(args, store, cache, con)
@@ -216,12 +222,16 @@ def run_demo(args, con) -> bool:
     pf = Platform(node_model(topo), nodes)
     source = {"job": job_id, "synthetic": synthetic}
     docs = {b: place_block(args, b, traffic, topo, pf, source, cache, con) for b in bases}
+    across = demo_nodes.nodes_block(args, store, cache, con, col) if col is not None else None
     con.print()
-    con.print(f"[bold]summary[/bold] (default rank -> GPU order vs rankmap's, on {topo.name}):")
-    width = max(len(HEADINGS[b][1]) for b in docs)
+    con.print(f"[bold]summary[/bold] (default rank -> GPU order vs rankmap's, on {topo.name}"
+              + (f"; across nodes: default rank -> node order vs rankmap's)" if across else "):"))
+    width = max([len(HEADINGS[b][1]) for b in docs] + ([len(demo_nodes.LABEL)] if across else []))
     for b, doc in docs.items():
         con.print("  " + _summary(doc, HEADINGS[b][1], width))
-    from rankmap.pipeline.tune import store_mapping
+    if across:
+        con.print("  " + _summary(across, demo_nodes.LABEL, width))
+    from rankmap.pipeline.map import store_mapping
 
     # the recorded basis is stored last: the newest mapping of the command is the one `rankmap run` and
     # the dashboard take, and it should be the one that holds for the MPI the job really ran with
@@ -234,6 +244,8 @@ def run_demo(args, con) -> bool:
     except ImportError:
         has_serve = False
     how = "rankmap serve (then open the job)" if has_serve else f"rankmap export {job_id}"
-    which = " and ".join(f"mapping {ids[b]} ({HEADINGS[b][1]})" for b in bases)
+    which = " and ".join([f"mapping {ids[b]} ({HEADINGS[b][1]})" for b in bases]
+                         + ([f"mapping {across['mapping_id']} ({demo_nodes.LABEL}, job {across['source']['job']})"]
+                            if across else []))
     con.print(f"stored job {job_id} and {which} in {store.url}; look at it with: {how}")
     return True

@@ -363,6 +363,13 @@ def _start_link_sampler(interval_s: float, store: Any, job_id: int) -> Any:
     return sampler
 
 
+def slurm_ids(env) -> dict:
+    """``{"slurm": {"job_id", "step_id"}}`` of a profile started inside a Slurm allocation (the labels
+    of its /metrics series), else nothing."""
+    ids = {k: env[v] for k, v in (("job_id", "SLURM_JOB_ID"), ("step_id", "SLURM_STEP_ID")) if env.get(v)}
+    return {"slurm": ids} if ids else {}
+
+
 def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 100, flush_ms: int = 1000,
                     mpicc: str | None = None, progress: bool = True, force_progress: bool = False,
                     run_dir: str | os.PathLike | None = None, nccl: str = "auto", link_sampler: bool = True,
@@ -413,7 +420,8 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
     job_id = store.create_job(argv, launcher=launcher.kind, world_size=launcher.world_size, run_dir=rd.path,
                               key=key, run_uid=uid, profiler=process_id(),
                               meta={"injected": inj.injected, "mpicc": mpicc_used,
-                                    "bucket_ms": bucket_ms, "flush_ms": flush_ms, "cuda_activity": cuda_state})
+                                    "bucket_ms": bucket_ms, "flush_ms": flush_ms, "cuda_activity": cuda_state,
+                                    **slurm_ids(os.environ)})
     rd.write_job({"job_id": job_id, "run_uid": uid, "store": store.url, "command": argv, "launched": inj.argv,
                   "launcher": launcher.kind, "world_size": launcher.world_size, "start": utc_now(),
                   "env": inj.injected, "mpicc": mpicc_used, "bucket_ms": bucket_ms, "flush_ms": flush_ms})
@@ -496,7 +504,9 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
     elif ws and len(sizes) < ws:
         missing = sorted(set(range(ws)) - sizes)
         shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
-        warn(f"only {len(sizes)} of {ws} ranks wrote records (missing: {shown})")
+        warn(f"only {len(sizes)} of {ws} ranks wrote records (missing: {shown}); ranks on other nodes write to "
+             f"their node's own {rd.path} unless it is shared: copy their record files here, then "
+             f"rankmap ingest {rd.path}")
     return ProfileResult(job_id=job_id, exit_status=status, run_dir=rd.path, launcher=launcher.kind,
                          world_size=ws, elapsed_ns=elapsed, ranks_reporting=len(sizes),
                          bytes_sent=streamer.bytes_sent, problems=problems, stored=stored, cpu_s=cpu_s,

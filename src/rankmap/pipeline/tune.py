@@ -1,7 +1,8 @@
-"""``rankmap tune``'s steps: profile the job unless a profile of it is stored, place, store the mapping.
+"""``rankmap tune``'s steps: profile the job unless a profile of it is stored, place it and store
+the mapping (the steps of ``rankmap map``, :mod:`rankmap.pipeline.map`).
 
-Kept out of the verb module so that the demo, scripts and tests run the same steps; the verb only
-parses options and prints.
+Kept out of the verb module so that scripts and tests run the same steps; the verb only parses
+options and prints.
 """
 
 from __future__ import annotations
@@ -12,42 +13,14 @@ from typing import Any, Callable, Sequence
 from rankmap.errors import RankmapError
 
 
-def place(traffic: Any, *, topology: str, nodes: int = 1, ranks_per_gpu: int = 1, seed: int = 0,
-          time_budget: float = 10.0, objective: str = "max", min_gain: float | None = None,
-          source: dict | None = None,
-          measured: str | None = None, db: str | None = None, as_gpu_resident: bool = False,
-          what: str = "the traffic") -> dict:
-    """The mapping JSON of the best placement of ``traffic`` on ``nodes`` x ``topology``; with
-    ``measured`` (a stored ``rankmap bench p2p`` run id or ``latest``, in the store at ``db``) the
-    topology's links carry the measured GPU-pair bandwidths. ``as_gpu_resident``: place the what-if
-    in which the host-staged bytes went GPU to GPU (:mod:`rankmap.mapping.basis`; ``what`` names the
-    traffic in the error when none of it is host-staged), and say so in the document. ``min_gain``
-    (a fraction; default :data:`rankmap.mapping.solve.MIN_GAIN`): the least gain worth moving ranks
-    for."""
-    from rankmap.mapping import basis as B
-    from rankmap.mapping.inputs import load_topology
-    from rankmap.mapping.platform import Platform, node_model
-    from rankmap.mapping.report import to_json
-    from rankmap.mapping.solve import MIN_GAIN, place as solve
+def world_size_of(cmd: Sequence[str]) -> int:
+    """The ranks ``cmd`` starts, as its launcher's options say; a command that does not say is an error."""
+    from rankmap.capture.launchers import recognise
 
-    if nodes < 1:
-        raise RankmapError(f"--nodes must be at least 1, got {nodes}")
-    if time_budget <= 0:
-        raise RankmapError(f"--time-budget must be positive, got {time_budget}")
-    min_gain = MIN_GAIN if min_gain is None else min_gain
-    if not 0 <= min_gain < 1:
-        raise RankmapError(f"--min-gain must be at least 0 and under 100 (percent), got {100 * min_gain:g}")
-    traffic, fields = B.apply(B.GPU_RESIDENT if as_gpu_resident else B.AS_RECORDED, traffic, what)
-    topo = load_topology(topology)
-    if measured:
-        from rankmap.bench.measured import measured_topology
-        from rankmap.store import open_store
-
-        topo = measured_topology(topo, open_store(db, existing=True), measured)
-    platform = Platform(node_model(topo), nodes)
-    pl = solve(platform, traffic, ranks_per_gpu=ranks_per_gpu, seed=seed, time_budget=time_budget,
-               objective=objective, min_gain=min_gain)
-    return to_json(pl, topology=topo.name, ranks_per_gpu=ranks_per_gpu, source=source, basis=fields)
+    ws = recognise(list(cmd)).world_size
+    if ws is None:
+        raise RankmapError(f"cannot tell how many ranks `{' '.join(cmd)}` starts: give the launcher -np/-n N")
+    return ws
 
 
 @dataclass
@@ -61,8 +34,9 @@ class TuneResult:
 def tune(cmd: Sequence[str], store: Any, *, world_size: int, force: bool = False,
          log: Callable[[str], None] = print, **solver: Any) -> TuneResult:
     """Profile ``cmd`` (unless ``force`` is off and a profile of the same command and size is stored),
-    place its traffic with the ``solver`` options of :func:`place`, and store the mapping."""
+    place its traffic with the ``solver`` options of :func:`rankmap.pipeline.map.place`, and store the mapping."""
     from rankmap.mapping.traffic import job_traffic
+    from rankmap.pipeline.map import place, store_mapping
     from rankmap.store import command_key
 
     cmd = list(cmd)
@@ -89,16 +63,3 @@ def tune(cmd: Sequence[str], store: Any, *, world_size: int, force: bool = False
     doc = place(traffic, source={"job": jid, "command": cmd}, **solver)
     mid = store_mapping(store, doc, jid, key=key, world_size=world_size)
     return TuneResult(jid, profiled, mid, doc)
-
-
-def store_mapping(store: Any, doc: dict, job_id: int | None, *, key: str | None = None,
-                  world_size: int | None = None, meta: dict | None = None) -> int:
-    """Keep a mapping JSON with its figures, found again by ``rankmap run`` for the job's command
-    (``key``/``world_size`` default to the job's) and shown by the dashboard for the job."""
-    from rankmap.mapping.basis import AS_RECORDED
-
-    return store.save_mapping(doc, job_id=job_id, key=key, world_size=world_size, topology=doc["topology"],
-                              max_before=doc["default"]["max_congestion"], avg_before=doc["default"]["avg_congestion"],
-                              max_after=doc["max_congestion"], avg_after=doc["avg_congestion"], optimal=doc["optimal"],
-                              meta={"solver": doc["solver"], "nodes": doc["nodes"],
-                                    "traffic_basis": doc.get("traffic_basis", AS_RECORDED), **(meta or {})})

@@ -1,8 +1,8 @@
 """What one store write adds: counters summed by the keys the store keeps them under.
 
-A :class:`Batch` takes rank records (objects shaped like :class:`rankmap.formats.record.RankRecord`;
-the store never imports the reader) holding either totals or the *delta* of a few polls, and sums
-them by key, so a write carries one row per key that changed, however many flushes it spans.
+A :class:`Batch` takes rank records (:class:`rankmap.store.records.RankCounts`, such as the reader's
+``RankRecord``; the store never imports the reader) holding either totals or the *delta* of a few
+polls, and sums them by key, so a write carries one row per key that changed, however many flushes it spans.
 
 The timeline keeps a bounded number of rows per sending rank (:func:`timeline_slot`): the newest
 :data:`TIMELINE_SLOTS` buckets one by one, the :data:`TIMELINE_SLOTS` slots before them two buckets
@@ -12,19 +12,12 @@ instead of 864 000 buckets, and the last minute stays at full resolution.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Sequence
+
+from rankmap.store.records import RankCounts
 
 #: slots per timeline level (the newest TIMELINE_SLOTS buckets are kept one by one)
 TIMELINE_SLOTS = 128
-
-
-def _get(row: Any, name: str, index: int) -> Any:
-    """A field of a reader row, whether it is a dataclass/namedtuple, a mapping or a plain tuple."""
-    if isinstance(row, dict):
-        return row[name]
-    if hasattr(row, name):
-        return getattr(row, name)
-    return row[index]
 
 
 def level_threshold(level: int, newest: int) -> int:
@@ -62,21 +55,15 @@ class Batch:
     def __len__(self) -> int:
         return len(self.traffic) + len(self.ops) + len(self.timeline) + len(self.ranks) + len(self.files) + len(self.pvars)
 
-    def add(self, rec: Any, *, timeline: bool = True) -> None:
+    def add(self, rec: RankCounts, *, timeline: bool = True) -> None:
         """Add one rank record (totals or a delta). Traffic is the rank's *send* rows (src = the rank)
         plus its one-sided *receive* rows (an ``MPI_Get`` moves bytes from the target, which records
         nothing, to the origin)."""
         rank, source = int(rec.world_rank), str(rec.source)
         traffic = self.traffic
-        for row in rec.traffic:
-            if isinstance(row, tuple):      # the reader's rows (and NCCL's named tuples): by position
-                peer, klass, op, mem, direction, nbytes, msgs = row[:7]
-                ps = row[7] if len(row) > 7 else None
-            else:
-                peer, klass, op, mem, direction, nbytes, msgs = (
-                    _get(row, f, i) for i, f in enumerate(("peer", "klass", "operation", "mem", "direction",
-                                                           "bytes", "messages")))
-                ps = row.get("label", row.get("pair_source")) if isinstance(row, dict) else getattr(row, "label", None)
+        for row in rec.traffic:             # TrafficCount: by position
+            peer, klass, op, mem, direction, nbytes, msgs = row[:7]
+            ps = row[7] if len(row) > 7 else None
             if direction == "send":
                 src, dst = rank, int(peer)
             elif klass == "rma":
@@ -90,9 +77,7 @@ class Batch:
             else:
                 t[0] += int(nbytes)
                 t[1] += int(msgs)
-        hist = dict(getattr(rec, "histogram", None) or {})
-        op_time = dict(getattr(rec, "op_time", None) or {})
-        payload = dict(getattr(rec, "payload", None) or {})
+        hist, op_time, payload = rec.histogram, rec.op_time, rec.payload
         comm_ns = 0
         for op in set(op_time) | set(hist) | set(payload):
             calls, ns = op_time.get(op, (0, 0))
@@ -105,24 +90,20 @@ class Batch:
         if timeline:
             tl = self.timeline
             newest = self.newest_bucket
-            for e in getattr(rec, "timeline", None) or []:
-                if isinstance(e, tuple):
-                    b, _peer, klass, v = e[:4]
-                else:
-                    b, klass, v = _get(e, "bucket", 0), _get(e, "klass", 2), _get(e, "bytes", 3)
-                k = (source, rank, str(klass), int(b))
-                tl[k] = tl.get(k, 0) + int(v)
+            for b, _peer, klass, v in rec.timeline:
+                tk = (source, rank, str(klass), int(b))
+                tl[tk] = tl.get(tk, 0) + int(v)
                 if b > newest:
                     newest = int(b)
             self.newest_bucket = newest
         self.pvars += pvar_rows(source, rank, rec)
-        row = self.ranks.get((rank, source))
+        prev = self.ranks.get((rank, source))
         self.ranks[(rank, source)] = dict(
-            host=getattr(rec, "host", None), pid=getattr(rec, "pid", None), start_ns=getattr(rec, "start_ns", None),
-            elapsed_ns=max(int(getattr(rec, "elapsed_ns", 0) or 0), row["elapsed_ns"] if row else 0),
-            comm_ns=comm_ns + (row["comm_ns"] if row else 0),
-            finalized=bool(getattr(rec, "finalized", True)) or bool(row and row["finalized"]),
-            problems=list(getattr(rec, "problems", None) or []))
+            host=rec.host, pid=rec.pid, start_ns=rec.start_ns,
+            elapsed_ns=max(int(rec.elapsed_ns or 0), prev["elapsed_ns"] if prev else 0),
+            comm_ns=comm_ns + (prev["comm_ns"] if prev else 0),
+            finalized=bool(rec.finalized) or bool(prev and prev["finalized"]),
+            problems=list(rec.problems))
 
     def file(self, name: str, before: int | None, after: int, state: dict) -> None:
         """A record file read from byte ``before`` (None: from its start, nothing of it stored yet)
@@ -131,12 +112,12 @@ class Batch:
         self.files[name] = (first, after, state)
 
 
-def pvar_rows(source: str, rank: int, rec: Any) -> list[dict]:
+def pvar_rows(source: str, rank: int, rec: RankCounts) -> list[dict]:
     """The rank's MPI_T performance variable samples as ``pvars`` rows (without the job). A delta
     carries the samples its blocks hold and every variable definition known so far."""
-    defs = getattr(rec, "pvar_defs", None) or {}
+    defs = rec.pvar_defs
     rows = []
-    for vid, t_ns, values in getattr(rec, "pvar_samples", None) or []:
+    for vid, t_ns, values in rec.pvar_samples:
         d = defs.get(vid)
         if d is None:
             continue
@@ -146,7 +127,7 @@ def pvar_rows(source: str, rank: int, rec: Any) -> list[dict]:
     return rows
 
 
-def add_histograms(a: list[int], b: list[int]) -> list[int]:
+def add_histograms(a: Sequence[int], b: Sequence[int]) -> list[int]:
     """Element-wise sum, without trailing empty bins (64 bins, mostly empty, per operation).
 
     Called for every operation of every rank at every streaming poll: the empty bins are skipped

@@ -13,7 +13,7 @@ the job has accumulated, and an interrupted ingest resumes exactly where it stop
 
 The timeline is kept at a bounded number of rows however long a job runs: the newest buckets at
 their own width, older ones merged into slots of 2, 4, 8 ... buckets (``width``), see
-``rankmap.store.timeline_levels``.
+:func:`rankmap.store.batch.timeline_slot`.
 
 Version 2 (this one) added job states, ``ingest_files``, the unique keys of the counters and the
 timeline's ``width`` (the timeline is per sending rank; version 1 kept it per rank pair).
@@ -234,7 +234,7 @@ mappings = Table(
 )
 Index("ix_mappings_key", mappings.c.command_key, mappings.c.world_size)
 
-# Benchmark runs (`rankmap bench p2p|mpi|nccl`) and their rows (rankmap.bench.rows declares the row).
+# Benchmark runs (`rankmap bench p2p|mpi|nccl`) and their rows (rankmap.linkbench.rows declares the row).
 bench_runs = Table(
     "bench_runs", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),

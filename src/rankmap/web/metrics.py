@@ -8,6 +8,16 @@ counters: ``rankmap_link_bytes_total`` (the cumulative bytes of the sampling ses
 ``rate()``), and ``rankmap_pair_bytes_total{job,src,dst,class}``, the bytes each rank sent each
 other rank, by traffic class.
 
+Per-link NVLink rates carry dcgm-exporter's per-link names, ``DCGM_FI_PROF_NVLINK_L<k>_TX_BYTES`` /
+``_RX_BYTES``, for the links a sampler recorded one by one (samples of link ``nvlink<k>``). Every
+series of a job carries the job's labels: ``rankmap_job`` and, for a job launched inside a Slurm
+allocation, ``slurm_job_id`` and ``slurm_step_id`` (what ``rankmap profile`` found in its
+environment), so a dashboard joins them with its scheduler's series.
+
+Bounded: at most ``MAX_JOBS`` jobs, and per job the ``MAX_PAIR_SERIES`` heaviest pair series (a
+job of thousands of ranks would otherwise expose millions); ``rankmap_pair_series_omitted{job}``
+says how many were left out.
+
 Which samples: for every host and GPU, the newest sample of any running sampler (a
 ``rankmap monitor`` session, or a ``rankmap profile`` that samples), if it is recent; a GPU whose
 sampler stopped is left out rather than shown frozen. Which jobs: those running, and those that
@@ -16,6 +26,7 @@ ended in the last ``RECENT_S`` seconds, so that a scrape still sees their final 
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -29,6 +40,8 @@ from rankmap.web.utilisation import sampler_t0_ns
 RECENT_S = 600
 STALE_S = 10.0
 MAX_JOBS = 64
+MAX_PAIR_SERIES = 2048      # per job: the heaviest (src, dst, class) series
+PER_LINK = re.compile(r"^nvlink(\d+)$")
 
 RATES = (  # (metric, link, field, help)
     ("DCGM_FI_PROF_NVLINK_TX_BYTES", "nvlink", "tx_bytes",
@@ -56,6 +69,16 @@ def _labels(**kv: Any) -> str:
 
 def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() and abs(v) < 2**63 else repr(float(v))
+
+
+def job_labels(job: dict) -> dict[str, str]:
+    """The labels of every series of a job: its rankmap id and, inside Slurm, its job and step ids."""
+    out = {"rankmap_job": str(job["id"])}
+    slurm = (job.get("meta") or {}).get("slurm") or {}
+    for key in ("job_id", "step_id"):
+        if slurm.get(key) not in (None, ""):
+            out[f"slurm_{key}"] = str(slurm[key])
+    return out
 
 
 def _running(store: Store) -> list[dict]:
@@ -112,10 +135,17 @@ def link_metrics(store: Store, now_ns: int | None = None) -> list[str]:
     for (host, dev), by_job in sorted(cands.items()):
         _, job, g, links = max(by_job.values(), key=lambda c: c[0])
         labels = dict(gpu=dev, UUID=g.get("uuid", ""), device=f"nvidia{dev}", modelName=g.get("name", ""),
-                      Hostname=host)
+                      Hostname=host, **job_labels(job))
         series.append((labels, job, links))
+    rates = list(RATES)
+    links_seen = sorted({int(m.group(1)) for _l, _j, by in series for link in by if (m := PER_LINK.match(link))})
+    for k in links_seen:
+        for field, word in (("tx_bytes", "transmitted"), ("rx_bytes", "received")):
+            rates.append((f"DCGM_FI_PROF_NVLINK_L{k}_{field[:2].upper()}_BYTES", f"nvlink{k}", field,
+                          f"The rate of data {word} over NVLink {k}, in bytes per second, payload only as NVML "
+                          f"counts it (rankmap link sampler)."))
     lines: list[str] = []
-    for metric, link, field, help_ in RATES:
+    for metric, link, field, help_ in rates:
         body = []
         for labels, _job, by in series:
             rows = by.get(link)
@@ -151,16 +181,31 @@ def pair_metrics(store: Store, now: datetime | None = None) -> list[str]:
     ids = sorted({*ended, *(job["id"] for job in _running(store))}, reverse=True)[:MAX_JOBS]
     if not ids:
         return []
+    total = sa.func.sum(t.c.bytes).label("b")
+    rows, omitted = [], []
     with store.engine.connect() as c:
-        rows = c.execute(sa.select(t.c.job, t.c.src, t.c.dst, t.c["class"], sa.func.sum(t.c.bytes))
-                         .where(t.c.job.in_(ids)).group_by(t.c.job, t.c.src, t.c.dst, t.c["class"])
-                         .order_by(t.c.job, t.c.src, t.c.dst, t.c["class"])).all()
+        metas = dict(c.execute(sa.select(j.c.id, j.c.meta).where(j.c.id.in_(ids))).all())
+        for jid in sorted(ids):
+            keys = (t.c.src, t.c.dst, t.c["class"])
+            q = sa.select(*keys, total).where(t.c.job == jid).group_by(*keys)
+            top = c.execute(q.order_by(total.desc(), *keys).limit(MAX_PAIR_SERIES + 1)).all()
+            if len(top) > MAX_PAIR_SERIES:
+                n = c.execute(sa.select(sa.func.count()).select_from(q.subquery())).scalar()
+                omitted.append((jid, int(n) - MAX_PAIR_SERIES))
+                top = top[:MAX_PAIR_SERIES]
+            labels = job_labels({"id": jid, "meta": metas.get(jid)})
+            rows += [(jid, labels, s, d, k, b) for s, d, k, b in sorted(top, key=lambda r: r[:3])]
     if not rows:
         return []
-    return ["# HELP rankmap_pair_bytes_total Bytes rank src sent to rank dst, by traffic class.",
-            "# TYPE rankmap_pair_bytes_total counter",
-            *(f"rankmap_pair_bytes_total{_labels(job=jid, src=s, dst=d, **{'class': k})} {int(b or 0)}"
-              for jid, s, d, k, b in rows)]
+    out = ["# HELP rankmap_pair_bytes_total Bytes rank src sent to rank dst, by traffic class.",
+           "# TYPE rankmap_pair_bytes_total counter",
+           *(f"rankmap_pair_bytes_total{_labels(job=jid, src=s, dst=d, **{'class': k}, **lab)} {int(b or 0)}"
+             for jid, lab, s, d, k, b in rows)]
+    if omitted:
+        out += [f"# HELP rankmap_pair_series_omitted Pair series of the job not exposed (only the {MAX_PAIR_SERIES} "
+                f"heaviest are).", "# TYPE rankmap_pair_series_omitted gauge",
+                *(f"rankmap_pair_series_omitted{_labels(job=jid)} {n}" for jid, n in omitted)]
+    return out
 
 
 def render(store: Store) -> str:

@@ -12,7 +12,8 @@ The dashboard shows every stored job's command lines, host names and environment
   sends ``Host: evil.example``. Requests whose Host is not a name the server was bound to (or
   ``--allow-host``) are refused with 400. IP literals are accepted only if they are this machine's.
 * **Headers.** A Content-Security-Policy that allows nothing but this origin (plotly needs inline
-  styles, nothing else), ``X-Frame-Options: DENY`` and ``frame-ancestors 'none'`` against
+  styles, nothing else; ``script-src 'self'`` admits the page's ES modules and the modules they
+  import, all served from ``/static``, and no inline or evaluated script), ``X-Frame-Options: DENY`` and ``frame-ancestors 'none'`` against
   click-jacking, ``X-Content-Type-Options: nosniff``, ``Referrer-Policy: no-referrer``.
 """
 

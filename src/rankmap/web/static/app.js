@@ -1,6 +1,13 @@
-// rankmap dashboard: one page over the JSON API of `rankmap serve`. No build step.
-// Every view is drawn from one endpoint; while a job runs the page polls every 2 s.
-"use strict";
+// rankmap dashboard: one page over the JSON API of `rankmap serve`. No build step: the page's
+// entry module (index.html loads it with <script type="module">), which imports the helpers both
+// pages share from common.js and the machine page from machine.js. Every view is drawn from one
+// endpoint; while a job runs the page polls every 2 s.
+
+import {
+  $, ago, api, count, el, fmtBytes, fmtCount, fmtNs, fmtPct, fmtSeconds, fmtUtil, plot, plotLayout, saveToken,
+  showPlotError, takeTokenFromHash,
+} from "./common.js";
+import { loadMachine, wireMachine } from "./machine.js";
 
 const POLL_MS = 2000;
 const JOBS_POLL_MS = 5000;
@@ -23,9 +30,7 @@ const HEAT = ["#fde68a", "#f59e0b", "#ea580c", "#b91c1c"];
 const BAND_COLOURS = ["#c3cbd5", "#86efac", "#16a34a", "#f97316", "#dc2626"];
 const DEFAULT_BANDS = [0.1, 25, 50, 75];
 const MAX_SCALE = 1.4;  // a small node is drawn at most this much larger than its layout
-const PLOT_CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
 const SVGNS = "http://www.w3.org/2000/svg";
-const TOKEN_KEY = "rankmap.token";
 
 const state = {
   info: null, jobId: null, jobTimer: null, jobsTimer: null, seq: 0, spec: null, running: false, started: false,
@@ -33,81 +38,7 @@ const state = {
   mappingPick: null,  // {job, id}: the mapping chosen in a job's mapping panel (else its newest)
 };
 
-// ------------------------------------------------------------------ helpers
-const $ = (id) => document.getElementById(id);
-
-// The token of a server reachable from other machines comes in the URL's #token= part (never sent
-// to the server); it is kept for this tab only and dropped from the address bar.
-function takeTokenFromHash() {
-  const m = location.hash.match(/(?:^#|&)token=([^&]*)/);
-  if (!m) return;
-  sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
-  let rest = location.hash.replace(/(^#|&)token=[^&]*/, "$1").replace(/^#&/, "#").replace(/&$/, "");
-  if (rest === "#") rest = "";
-  history.replaceState(null, "", location.pathname + location.search + rest);
-}
-
-async function api(path) {
-  const headers = {};
-  const token = sessionStorage.getItem(TOKEN_KEY);
-  if (token) headers.Authorization = `Bearer ${token}`;
-  const r = await fetch(path, { cache: "no-store", headers });
-  let body = null;
-  try { body = await r.json(); } catch (e) { /* not JSON */ }
-  if (r.status === 401) showAuth(Boolean(token));
-  if (!r.ok) {
-    const err = new Error((body && body.detail) || `${r.status} ${r.statusText}`);
-    err.status = r.status;
-    err.body = body;  // what else the refusal says (a mapping's owner_job, say)
-    throw err;
-  }
-  return body;
-}
-
-function showAuth(hadToken) {
-  const box = $("auth");
-  if (!box.hidden) return;
-  box.hidden = false;
-  $("auth-note").textContent = hadToken ? "The token given was not accepted." :
-    "This dashboard is reachable from other machines, so it needs the token that `rankmap serve` printed.";
-  $("auth-token").focus();
-}
-
-function fmtBytes(b) {
-  if (b === null || b === undefined) return "–";
-  const u = ["B", "kB", "MB", "GB", "TB", "PB"];
-  let i = 0, v = Number(b);
-  while (Math.abs(v) >= 1000 && i < u.length - 1) { v /= 1000; i++; }
-  return `${i ? v.toFixed(v < 10 ? 2 : v < 100 ? 1 : 0) : v} ${u[i]}`;
-}
-function fmtCount(n) { return n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"); }
-function fmtNs(ns) {
-  if (ns === null || ns === undefined) return "–";
-  const s = ns / 1e9;
-  if (s >= 60) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
-  if (s >= 1) return `${s.toFixed(2)} s`;
-  if (s >= 1e-3) return `${(s * 1e3).toFixed(2)} ms`;
-  return `${(s * 1e6).toFixed(1)} µs`;
-}
-function fmtSeconds(s) { return s ? fmtNs(s * 1e9) : "0"; }
-function fmtPct(x) { return x === null || x === undefined ? "–" : `${(100 * x).toFixed(1)} %`; }
-// "1 rank", "2 ranks", "1,024 ranks": a count with its noun, singular for exactly one
-function count(n, word) { return `${fmtCount(n)} ${word}${Number(n) === 1 ? "" : "s"}`; }
-function fmtUtil(u) { return u >= 10 ? `${u.toFixed(0)} %` : u >= 0.1 ? `${u.toFixed(1)} %` : u > 0 ? "< 0.1 %" : "0 %"; }
-function ago(iso) {
-  if (!iso) return "";
-  const s = (Date.now() - Date.parse(iso)) / 1000;
-  if (s < 60) return "just now";
-  if (s < 3600) return `${Math.round(s / 60)} min ago`;
-  if (s < 86400) return `${Math.round(s / 3600)} h ago`;
-  return new Date(iso).toLocaleDateString();
-}
-function el(tag, attrs = {}, text) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
+// ------------------------------------------------------------------ drawing helpers
 function svg(tag, attrs = {}) {
   const e = document.createElementNS(SVGNS, tag);
   for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
@@ -131,12 +62,6 @@ function heat(u) {  // 0..1 -> colour along HEAT
   const a = HEAT[i], b = HEAT[i + 1];
   const c = (k) => Math.round(parseInt(a.substr(k, 2), 16) * (1 - f) + parseInt(b.substr(k, 2), 16) * f);
   return "#" + [1, 3, 5].map((k) => c(k).toString(16).padStart(2, "0")).join("");
-}
-function plotLayout(extra) {
-  return Object.assign({
-    margin: { l: 60, r: 20, t: 10, b: 50 }, font: { family: "system-ui, sans-serif", size: 12 },
-    paper_bgcolor: "#fff", plot_bgcolor: "#fff", legend: { orientation: "h", y: 1.12 },
-  }, extra);
 }
 function bandsParam() {
   const b = thresholds();
@@ -277,25 +202,6 @@ async function refreshJob(first) {
   state.running = job.running;
   renderUtilisation(topo, util, job.running);
   if (job.running) state.jobTimer = setTimeout(() => refreshJob(false), POLL_MS);
-}
-
-function showPlotError(elId, msg) {
-  const e = $(elId);
-  if (window.Plotly) Plotly.purge(e);
-  e.textContent = "";
-  e.append(el("p", { class: "muted" }, msg));
-}
-
-// Draw a chart where a message may stand (showPlotError): the message goes, or it would stay
-// under the chart of the next job that has data ("No operations recorded." under its bars).
-function plot(elId, traces, layout) {
-  const e = $(elId);
-  for (const m of e.querySelectorAll(":scope > p.muted")) m.remove();
-  // A chart that was hidden when the window changed size (the link counters of a job without any)
-  // keeps its old width when shown again, wider than its card: fit it to its box.
-  return Plotly.react(e, traces, layout, PLOT_CONFIG).then(() => {
-    if (e.offsetWidth && e._fullLayout && Math.abs(e._fullLayout.width - e.offsetWidth) > 1) return Plotly.Plots.resize(e);
-  });
 }
 
 function kpi(k, v, hint) {
@@ -1041,6 +947,20 @@ function renderMapping(p) {
   congestionLegend($("mapping-legend"), ref);
 }
 
+// ------------------------------------------------------------------ machine page
+// Leave the job shown (its polling stops) for the machine page, which machine.js draws.
+function showMachine() {
+  if (location.hash !== "#/machine") history.replaceState(null, "", "#/machine");
+  state.jobId = null;
+  clearTimeout(state.jobTimer);
+  for (const li of document.querySelectorAll("#job-list li")) li.classList.remove("selected");
+  $("no-job").hidden = true;
+  $("job").hidden = true;
+  $("machine").hidden = false;
+  $("machine-link").classList.add("on");
+  return loadMachine();
+}
+
 // ------------------------------------------------------------------ start
 function bandInputs() {
   const b = thresholds();
@@ -1075,14 +995,14 @@ async function start() {
   state.mappingPick = mappingFromHash();
   const id = jobFromHash();
   if (id !== null) selectJob(id);
-  else if (location.hash === "#/machine") showMachine();   // machine.js
+  else if (location.hash === "#/machine") showMachine();
 }
 
 function wire() {
   takeTokenFromHash();
   $("auth-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
-    sessionStorage.setItem(TOKEN_KEY, $("auth-token").value.trim());
+    saveToken($("auth-token").value.trim());
     $("auth").hidden = true;
     if (state.started) { loadJobs(); if (state.jobId !== null) refreshJob(false); } else start();
   });
@@ -1129,6 +1049,8 @@ function wire() {
     if (id !== null && (id !== state.jobId || picked) && state.started) selectJob(id);
     else if (location.hash === "#/machine" && state.started && $("machine").hidden) showMachine();
   });
+  $("machine-link").addEventListener("click", (e) => { e.preventDefault(); showMachine(); });
+  wireMachine();
   bandInputs();
   start();
 }

@@ -1,6 +1,7 @@
-// rankmap dashboard, machine page: what `rankmap bench p2p|mpi|nccl` measured on a host, from /api/machine.
-// Loaded after app.js and uses its helpers ($, api, el, count, plotLayout, plot, showPlotError, fmtBytes).
-"use strict";
+// rankmap dashboard, machine page: what `rankmap bench p2p|mpi|nccl` measured on a host, from
+// /api/machine. An ES module: app.js shows the page's section and calls loadMachine to fill it.
+
+import { $, api, count, el, plot, plotLayout, showPlotError } from "./common.js";
 
 const BUFFER_COLOURS = { host: "#2563eb", device: "#76b900", "device-staged": "#f59e0b", "device-ipc": "#8b5cf6" };
 const P2P_LABELS = {
@@ -19,15 +20,8 @@ function sizeLabel(n) {
 function where(g) { return g === -1 ? "host" : `GPU${g}`; }
 function notRun(run) { return (run && run.not_run && run.not_run.length) ? `not measured: ${run.not_run.join("; ")}` : ""; }
 
-async function showMachine() {
-  if (location.hash !== "#/machine") history.replaceState(null, "", "#/machine");
-  state.jobId = null;
-  clearTimeout(state.jobTimer);
-  for (const li of document.querySelectorAll("#job-list li")) li.classList.remove("selected");
-  $("no-job").hidden = true;
-  $("job").hidden = true;
-  $("machine").hidden = false;
-  $("machine-link").classList.add("on");
+// The newest runs of the chosen host (else of the newest run's), drawn into the #machine section.
+export async function loadMachine() {
   let data;
   try {
     data = await api(`/api/machine${machineState.host ? `?host=${encodeURIComponent(machineState.host)}` : ""}`);
@@ -154,8 +148,8 @@ function renderRuns(history) {
   box.append(ul);
 }
 
-document.addEventListener("DOMContentLoaded", () => {
-  $("machine-link").addEventListener("click", (e) => { e.preventDefault(); showMachine(); });
-  $("machine-host").addEventListener("change", () => { machineState.host = $("machine-host").value; showMachine(); });
+// The page's own controls: the host, and the collective whose figures are drawn.
+export function wireMachine() {
+  $("machine-host").addEventListener("change", () => { machineState.host = $("machine-host").value; loadMachine(); });
   $("nccl-op").addEventListener("change", () => renderNccl(machineState.data && machineState.data.runs.nccl));
-});
+}

@@ -5,7 +5,7 @@ Without a launcher one process drives every GPU (``ncclCommInitAll``, like ``ncc
 with one (``rankmap bench nccl -- mpirun -np 2``) each rank drives one GPU and the MPI runs the same
 operations on the same device buffers -- directly when it is CUDA-aware, else staged through pinned
 host memory (``device-staged``). NCCL is loaded with dlopen at run time (``RANKMAP_NCCL_LIB`` or the
-first of :func:`rankmap.bench.tools.nccl_candidates` that loads), so nothing is built against it.
+first of :func:`rankmap.linkbench.tools.nccl_candidates` that loads), so nothing is built against it.
 
 Definitions (nccl-tests' ``doc/PERFORMANCE.md``): ``size`` is the larger of one rank's send and
 receive bytes; time per operation = host clock around ``iters`` back-to-back operations and the
@@ -20,8 +20,8 @@ import os
 import shlex
 from typing import Callable, Sequence
 
-from rankmap.bench import native_out
-from rankmap.bench.rows import BenchRun, Row, median
+from rankmap.linkbench import native_out
+from rankmap.linkbench.rows import BenchRun, Row, median
 from rankmap.errors import RankmapError, counted
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
@@ -79,8 +79,8 @@ def run(launcher_argv: Sequence[str] | None = None, *, ops: Sequence[str] | None
         max_size: int = 128 << 20, step_factor: float = 2, iters: int = 20, warmup: int = 5, trials: int = 5,
         gpus: int = 0, mpi: bool = True, mpi_max_size: int = 64 << 20, cuda_aware: str = "auto",
         timeout: float = 1800, mpicc: str | None = None) -> BenchRun:
-    from rankmap.bench import tools
-    from rankmap.bench.build import build_nccl_bench
+    from rankmap.linkbench import tools
+    from rankmap.linkbench.build import build_nccl_bench
 
     bad = [o for o in ops or [] if o not in OPS]
     if bad:
@@ -100,7 +100,7 @@ def run(launcher_argv: Sequence[str] | None = None, *, ops: Sequence[str] | None
     if ops:
         args += ["--ops", ",".join(ops)]
     if launcher_argv:
-        from rankmap.bench.mpi import check_launcher
+        from rankmap.linkbench.mpi import check_launcher
         from rankmap.capture.launchers import find_mpicc
 
         launcher = check_launcher(launcher_argv)

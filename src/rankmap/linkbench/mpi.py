@@ -1,7 +1,7 @@
 """``rankmap bench mpi -- <launcher>``: OSU-style latency, bandwidth, bidirectional bandwidth and the
 common collectives, with host buffers and device buffers, next to rankmap's own CUDA IPC path.
 
-``native/bench/mpi_bench.c`` (built with the launcher's own ``mpicc``) does the measuring and says
+``native/linkbench/mpi_bench.c`` (built with the launcher's own ``mpicc``) does the measuring and says
 whether the MPI is CUDA-aware; device buffers go to the MPI directly when it is (``device``), and
 are staged through pinned host memory always (``device-staged``), so that the staging vs CUDA IPC
 comparison (``device-ipc``) is measured on any machine with two GPUs. Figures, as OSU prints them:
@@ -16,8 +16,8 @@ import os
 import shlex
 from typing import Sequence
 
-from rankmap.bench import native_out
-from rankmap.bench.rows import BenchRun, Row, gbps, median
+from rankmap.linkbench import native_out
+from rankmap.linkbench.rows import BenchRun, Row, gbps, median
 from rankmap.errors import RankmapError
 
 PT2PT = ("latency", "bw", "bibw")
@@ -104,8 +104,8 @@ def run(launcher_argv: Sequence[str], *, min_size: int = 8, max_size: int = 64 <
         trials: int = 3, window: int = 64, cuda_aware: str = "auto", timeout: float = 1800,
         mpicc: str | None = None, budgets: dict[str, float] | None = None) -> BenchRun:
     """Build the MPI benchmark with the launcher's mpicc (first time), run it, read its rows."""
-    from rankmap.bench import tools
-    from rankmap.bench.build import build_mpi_bench
+    from rankmap.linkbench import tools
+    from rankmap.linkbench.build import build_mpi_bench
     from rankmap.capture.launchers import find_mpicc
 
     for name, given, known in (("test", tests, TESTS), ("buffer", buffers, BUFFERS)):

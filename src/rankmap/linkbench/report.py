@@ -1,7 +1,7 @@
 """The terminal view of benchmark results: matrices like nvbandwidth's, size tables like OSU's and
 nccl-tests', side by side where two paths are compared (staged vs CUDA IPC, NCCL vs MPI).
 
-Works on the JSON form of a run (a fresh :class:`~rankmap.bench.rows.BenchRun` or one read back from
+Works on the JSON form of a run (a fresh :class:`~rankmap.linkbench.rows.BenchRun` or one read back from
 the store), so ``rankmap bench ... --show RUN`` prints a stored run exactly as it printed when measured.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rankmap.bench.rows import human_size
+from rankmap.linkbench.rows import human_size
 from rankmap.errors import counted
 
 P2P_TITLES = {

@@ -1,4 +1,4 @@
-"""The one reader of what the benchmark programs print (``native/bench/bench_out.h``).
+"""The one reader of what the benchmark programs print (``native/linkbench/bench_out.h``).
 
 Each line of their stdout is one JSON object with ``rec``: ``info``, ``device``, ``peer``, ``rank``,
 ``result``, ``note``, ``skip`` or ``error``. Lines that are not such objects (an MPI launcher's own

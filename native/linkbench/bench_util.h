@@ -1,5 +1,5 @@
 /*
- * bench_util.h -- what every benchmark program of native/bench does the same way: read a number
+ * bench_util.h -- what every benchmark program of native/linkbench does the same way: read a number
  * option, match a name in a comma list, take a monotonic time, and fail.
  *
  * Failing is one error record (bench_out.h) naming the call, its rank and the library's words,

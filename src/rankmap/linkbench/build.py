@@ -1,4 +1,4 @@
-"""Build the benchmark programs of ``native/bench`` once, then keep them in rankmap's cache.
+"""Build the benchmark programs of ``native/linkbench`` once, then keep them in rankmap's cache.
 
 Three programs, all through the one native build path (:func:`rankmap.capture.native_build.compile_cached`):
 
@@ -20,7 +20,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from rankmap.bench import tools
+from rankmap.linkbench import tools
 from rankmap.capture.native_build import cache_root, compile_cached, compiler_identity
 from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
@@ -31,8 +31,8 @@ NVCC_FLAGS = ["-O2", "-std=c++17", "-Xcompiler", "-Wall,-Wextra,-Wno-unused-para
 
 
 def bench_src() -> Path:
-    """``native/bench``: the C and CUDA sources of the benchmark programs."""
-    return native_dir() / "bench"
+    """``native/linkbench``: the C and CUDA sources of the benchmark programs."""
+    return native_dir() / "linkbench"
 
 
 def _sources(*names: str) -> list[Path]:

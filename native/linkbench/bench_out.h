@@ -1,7 +1,7 @@
 /*
  * bench_out.h -- the output of rankmap's benchmark programs: one JSON object per line on stdout.
  *
- * Shared by native/bench/p2p.cu, mpi_bench.c and nccl_bench.c; read by rankmap.bench.native_out
+ * Shared by native/linkbench/p2p.cu, mpi_bench.c and nccl_bench.c; read by rankmap.linkbench.native_out
  * (the one reader).  Every line has "rec", one of
  *   info    what the program found (devices, versions, CUDA-awareness)
  *   result  one measurement: raw bytes and nanoseconds (int64); rankmap computes GB/s and medians

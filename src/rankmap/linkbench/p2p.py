@@ -1,7 +1,7 @@
 """``rankmap bench p2p``: every GPU pair's copy bandwidth (copy engine and SM, one way and both ways)
 and small-message latency, and host<->device bandwidth per GPU (pinned and pageable).
 
-The measuring is done by ``native/bench/p2p.cu`` (its header says how, the way nvbandwidth does
+The measuring is done by ``native/linkbench/p2p.cu`` (its header says how, the way nvbandwidth does
 it); this module builds it, runs it and turns its raw nanoseconds into rows: GB/s = bytes / ns
 (GB = 1e9), the median of the samples; bidirectional totals add the two directions' medians, as
 nvbandwidth's "Total" does.
@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import shlex
 
-from rankmap.bench import native_out
-from rankmap.bench.rows import BenchRun, Row, gbps, median
+from rankmap.linkbench import native_out
+from rankmap.linkbench.rows import BenchRun, Row, gbps, median
 from rankmap.errors import RankmapError
 
 #: test name -> (buffer, what a person calls it)
@@ -93,7 +93,7 @@ def run(*, size: int = 512 << 20, loops: int = 16, samples: int = 3, tests: list
         devices: list[int] | None = None, timeout: float = 900, archs: list[str] | None = None,
         extra_args: list[str] | None = None) -> BenchRun:
     """Build (first time) and run the GPU-pair benchmark; raises :class:`RankmapError` when nothing ran."""
-    from rankmap.bench.build import build_p2p
+    from rankmap.linkbench.build import build_p2p
 
     unknown = [t for t in tests or [] if t not in TESTS]
     if unknown:

@@ -1,0 +1,222 @@
+"""Where the store is and whether it answers: URLs, opening a database, its schema, the guard.
+
+The default store is a SQLite file under ``${RANKMAP_HOME:-~/.rankmap}``; ``RANKMAP_DB`` or an
+explicit URL points elsewhere (``postgresql+psycopg://user@host/db``, so a team shares one
+database). :func:`connect` makes the engine and checks (creates, upgrades) the schema;
+:class:`Database` is what every concern of the store works on: the engine, the URL as shown, and
+:meth:`Database.guard`, the one place where "the database does not answer now" (a server down, a
+file locked past its busy wait) becomes :class:`StoreUnavailable`, which callers that must go on (a
+running job, a benchmark that measured for half an hour) catch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine, make_url
+
+from rankmap.errors import RankmapError
+from rankmap.store import migrate
+from rankmap.store import schema as S
+
+#: how long a write waits for a SQLite file another process holds locked before the store counts as
+#: unavailable (a profile then keeps the batch and retries; see pipeline/profile.py). A URL's own
+#: ``?timeout=SECONDS`` takes its place.
+SQLITE_BUSY_S = 30.0
+
+#: Any fixed 64-bit number: the advisory lock that serialises schema creation on PostgreSQL.
+_SCHEMA_LOCK_KEY = 0x72616E6B6D6170  # "rankmap"
+
+
+class StoreUnavailable(RankmapError):
+    """The database cannot be reached, or stays locked: the data is not lost, only not stored yet."""
+
+    exit_code = 3
+
+
+def _first_line(e: BaseException) -> str:
+    msg = str(getattr(e, "orig", None) or e).strip().splitlines()
+    return msg[0] if msg else type(e).__name__
+
+
+def rankmap_home() -> Path:
+    """Where rankmap keeps its database and run directories unless told otherwise."""
+    return Path(os.environ.get("RANKMAP_HOME") or Path.home() / ".rankmap")
+
+
+def default_url() -> str:
+    return os.environ.get("RANKMAP_DB") or f"sqlite:///{rankmap_home() / 'rankmap.db'}"
+
+
+def normalise_url(url: str) -> str:
+    """Accept the spellings people type for PostgreSQL and use the driver rankmap ships (psycopg 3)."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def shown_url(url: str | None = None) -> str:
+    """``url`` (default: the default store) as :attr:`Database.url` shows it, to tell stores apart."""
+    return make_url(normalise_url(url or default_url())).render_as_string(hide_password=True)
+
+
+def iso(t: datetime | None) -> str | None:
+    """A stored time as the store's answers give it: UTC, ISO 8601 with microseconds and ``Z``."""
+    if t is None:
+        return None
+    if t.tzinfo is None:  # SQLite hands back naive datetimes; rankmap writes UTC
+        t = t.replace(tzinfo=timezone.utc)
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Database:
+    """One store's engine, its URL as shown (no password), and the guard its every use runs in."""
+
+    def __init__(self, engine: Engine, ready: bool = True):
+        self.engine = engine
+        self.url = engine.url.render_as_string(hide_password=True)
+        self.ready = ready          # the schema was checked (see connect(lazy=True))
+        self._stmts: dict[tuple, Any] = {}   # statements built once (see statement)
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """Database errors that mean "not reachable now" (a server down, a file locked) become
+        :class:`StoreUnavailable`; anything else is a bug and propagates as it is."""
+        try:
+            yield
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:
+            raise StoreUnavailable(f"the store {self.url} is unreachable: {_first_line(e)}") from None
+        except sa.exc.DBAPIError as e:
+            if e.connection_invalidated:
+                raise StoreUnavailable(f"the store {self.url} is unreachable: {_first_line(e)}") from None
+            raise
+
+    def statement(self, key: tuple, build: Callable[[], Any]) -> Any:
+        """The statement ``key`` names, built by ``build`` the first time only.
+
+        A streaming ingest writes every second with the same few statements; building each anew
+        (its clauses, an upsert's ``excluded`` columns) and having SQLAlchemy derive its cache key
+        from scratch cost more CPU than the database's work for a small job."""
+        st = self._stmts.get(key)
+        if st is None:
+            st = self._stmts[key] = build()
+        return st
+
+
+def ensure_schema(db: Database) -> None:
+    """For a store opened while it was away: check (and create) the schema once it answers."""
+    if not db.ready:
+        _check_version(_create_schema(db.engine), db.url)
+        db.ready = True
+
+
+def _check_version(version: int, shown: str) -> None:
+    if version > S.SCHEMA_VERSION:
+        raise RankmapError(f"the store {shown} has schema version {version}, newer than this "
+                           f"rankmap's ({S.SCHEMA_VERSION}): upgrade rankmap")
+
+
+def connect(url: str | None = None, *, lazy: bool = False, existing: bool = False) -> tuple[Engine, bool]:
+    """The engine of the store at ``url``, ``$RANKMAP_DB`` or the default SQLite file (made on
+    first use), its schema checked; and whether it was (False only with ``lazy``: a store that
+    cannot be reached now, for a dashboard that must say the database is down).
+
+    ``existing``: for the verbs that only read: a SQLite file that ``url`` or ``$RANKMAP_DB`` names
+    and that is not there is an error, not a new empty store (a mistyped path listed no jobs, and
+    left an empty database, and its folders, behind); the default store is still made on first use.
+    """
+    named = bool(url or os.environ.get("RANKMAP_DB"))
+    url = normalise_url(url or default_url())
+    try:
+        u = make_url(url)
+    except Exception:
+        raise RankmapError(f"not a database URL: {url!r} (e.g. sqlite:///path.db or postgresql+psycopg://host/db)") from None
+    shown = u.render_as_string(hide_password=True)
+    backend = u.get_backend_name()
+    if backend == "sqlite" and u.database and u.database != ":memory:":
+        db = Path(u.database).expanduser()
+        if existing and named and not db.exists():
+            raise RankmapError(f"no rankmap store at {db}: nothing was stored there (check --db or RANKMAP_DB)")
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RankmapError(f"cannot create the database directory {db.parent}: {e.strerror}") from None
+    elif backend not in ("sqlite", "postgresql"):
+        raise RankmapError(f"unsupported database {shown}: rankmap stores into SQLite or PostgreSQL")
+    try:
+        kw: dict[str, Any] = {}
+        if backend == "sqlite":
+            if "timeout" not in u.query:        # connect_args would override the URL's own
+                kw["connect_args"] = {"timeout": SQLITE_BUSY_S}
+        else:                       # a server restarted under a long job: reconnect, do not fail
+            kw["pool_pre_ping"] = True
+        engine = sa.create_engine(u, **kw)
+        if backend == "sqlite":
+            sa.event.listen(engine, "connect", _sqlite_pragmas)
+        _check_version(_create_schema(engine), shown)
+    except ImportError as e:
+        raise RankmapError(f"the driver for {shown} is not installed ({e.name}): pip install 'rankmap[postgres]'") from None
+    except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:
+        if lazy:
+            return engine, False
+        raise RankmapError(f"cannot open the store {shown}: {_first_line(e)}") from None
+    except sa.exc.SQLAlchemyError as e:
+        raise RankmapError(f"cannot open the store {shown}: {_first_line(e)}") from None
+    return engine, True
+
+
+def _create_schema(engine: Engine, attempts: int = 5) -> int:
+    """Create the tables if missing and return the store's schema version.
+
+    Several processes may open a new store at the same moment (a job's ``rankmap profile`` and a
+    ``rankmap serve`` started beside it): the check-then-create of ``create_all`` would let two of
+    them create the same table. On PostgreSQL a transaction-scoped advisory lock serialises them;
+    on SQLite the loser of the race gets "already exists" (or a duplicate version row) and simply
+    tries again, and then finds the tables made.
+    """
+    for attempt in range(attempts):
+        try:
+            with engine.begin() as c:
+                if engine.dialect.name == "postgresql":
+                    c.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK_KEY})
+                old = None
+                if sa.inspect(c).has_table(S.meta_info.name):
+                    old = c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar()
+                if old is not None and old < S.SCHEMA_VERSION:
+                    migrate.before_create(c, old)
+                S.metadata.create_all(c)
+                if old is not None and old < S.SCHEMA_VERSION:
+                    migrate.after_create(c, old)
+                if old is None or old < S.SCHEMA_VERSION:
+                    c.execute(S.meta_info.insert().values(version=S.SCHEMA_VERSION))
+                    return S.SCHEMA_VERSION
+                return int(old)
+        except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError) as e:
+            text = str(getattr(e, "orig", e)).lower()
+            if attempt + 1 == attempts or not ("already exists" in text or "unique" in text
+                                               or "duplicate" in text):
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    """WAL lets `rankmap serve` read while a profile streams in; foreign keys make deletes cascade."""
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")
+    try:
+        cur.execute("PRAGMA journal_mode=WAL")
+    except Exception:  # a read-only or network file system: the default journal still works
+        pass
+    cur.close()
