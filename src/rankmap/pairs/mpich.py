@@ -405,13 +405,7 @@ def _flat_shm(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
 
 
 def _allreduce_alpha(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    nc, nr = comm.node_comm, comm.node_roots_comm
-    if nc is not None:
-        shm(e, nc, Args("reduce", a.count, a.tsize, 0, commutative=a.commutative), prm)
-    if nr is not None:
-        nm(e, nr, Args("allreduce", a.count, a.tsize, 0, inplace=True, commutative=a.commutative), prm)
-    if nc is not None:
-        shm(e, nc, Args("bcast", a.count, a.tsize, 0), prm)
+    _allreduce_smp(e, comm, a, prm, shm, nm)
 
 
 def _reduce_alpha(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
@@ -430,13 +424,7 @@ def _reduce_beta(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
 
 
 def _barrier_alpha(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
-    nc, nr = comm.node_comm, comm.node_roots_comm
-    if nc is not None:
-        shm(e, nc, Args("barrier"), prm)
-    if nr is not None:
-        nm(e, nr, Args("barrier"), prm)
-    if nc is not None:
-        shm(e, nc, Args("bcast", 1, 1, 0), prm)
+    _barrier_smp(e, comm, a, prm, shm, nm)
 
 
 COMPOSITIONS = {
@@ -600,14 +588,18 @@ def _allreduce_rsa(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     doubling.unfold(out, p, r, a.nbytes)
 
 
-def _allreduce_smp(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+def _allreduce_smp(e: Emitter, comm: Comm, a: Args, prm: Params, local=None, remote=None) -> None:
+    """MPIR_Allreduce_intra_smp: reduce on the node, allreduce over the node roots, bcast on the
+    node; the CH4 alpha composition is the same with SHM/NM for the parts."""
+    local = local or mpir_entry
+    remote = remote or mpir_entry
     nc, nr = comm.node_comm, comm.node_roots_comm
     if nc is not None:
-        mpir_entry(e, nc, Args("reduce", a.count, a.tsize, 0, commutative=a.commutative), prm)
+        local(e, nc, Args("reduce", a.count, a.tsize, 0, commutative=a.commutative), prm)
     if nr is not None:
-        mpir_entry(e, nr, Args("allreduce", a.count, a.tsize, 0, inplace=True, commutative=a.commutative), prm)
+        remote(e, nr, Args("allreduce", a.count, a.tsize, 0, inplace=True, commutative=a.commutative), prm)
     if nc is not None:
-        mpir_entry(e, nc, Args("bcast", a.count, a.tsize, 0), prm)
+        local(e, nc, Args("bcast", a.count, a.tsize, 0), prm)
 
 
 def _reduce_binomial(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
@@ -828,14 +820,18 @@ def _barrier_dissemination(e: Emitter, comm: Comm, a: Args, prm: Params) -> None
     doubling.dissemination(e.on(comm.members), comm.size, comm.rank)
 
 
-def _barrier_smp(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+def _barrier_smp(e: Emitter, comm: Comm, a: Args, prm: Params, local=None, remote=None) -> None:
+    """MPIR_Barrier_intra_smp: barrier on the node, over the node roots, then a one-byte bcast on
+    the node; the CH4 alpha composition is the same with SHM/NM for the parts."""
+    local = local or mpir_entry
+    remote = remote or mpir_entry
     nc, nr = comm.node_comm, comm.node_roots_comm
     if nc is not None:
-        mpir_entry(e, nc, Args("barrier"), prm)
+        local(e, nc, Args("barrier"), prm)
     if nr is not None:
-        mpir_entry(e, nr, Args("barrier"), prm)
+        remote(e, nr, Args("barrier"), prm)
     if nc is not None:
-        mpir_entry(e, nc, Args("bcast", 1, 1, 0), prm)
+        local(e, nc, Args("bcast", 1, 1, 0), prm)
 
 
 ALGORITHMS = {

@@ -822,16 +822,12 @@ def gather(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params)
         return linear.fan_in(out, p, r, root, c.scount, c.ssize)
     if alg == 2:
         return binomial.gather(out, p, r, root, c.scount, c.ssize)
-    if alg == 3:
+    if alg == 3:                                  # linear_sync: the root sends each rank an empty go-ahead
         if r != root:
             first = segcount(segsize, c.ssize, c.scount)
             out.send(root, first, c.ssize)
             out.send(root, c.scount - first, c.ssize)
-        else:
-            for i in range(p):
-                if i != r:
-                    out.send(i, 0)
-        return
+        return linear.fan_out(out, p, r, root, 0)
     raise KeyError(alg)
 
 
