@@ -55,7 +55,7 @@ def main() -> int:
     a = ap.parse_args(argv[:cut])
     cmd = argv[cut + 1:]
 
-    from rankmap.capture import sampler
+    from rankmap.counters import sampler
     from rankmap.pipeline import profile as P
 
     P._Streamer.run = _profiled("ingest thread", P._Streamer.run)

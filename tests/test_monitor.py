@@ -214,7 +214,7 @@ def test_summary_says_what_the_open_hold_did():
 
     from rich.console import Console
 
-    from rankmap.capture.sampler import SamplerCost
+    from rankmap.counters.sampler import SamplerCost
     from rankmap.pipeline.monitor import MonitorResult
     from rankmap.report.monitor import print_monitor
 

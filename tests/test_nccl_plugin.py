@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rankmap.capture import nccl_graph, nccl_model
+from rankmap.pairs import nccl_graph, nccl_model
 from rankmap.formats import record as records
 from rankmap.capture.nccl_build import build_plugin
 from rankmap.errors import RankmapError
@@ -64,7 +64,7 @@ def run_ranks(harness: Path, plugin: Path, abi: int, run_dir: Path, n: int = N, 
 
 
 # ---- what the scenario must produce (written out from harness.c's scenario, independently of
-#      rankmap.capture.nccl_model) ----
+#      rankmap.pairs.nccl_model) ----
 
 def expected_traffic(abi: int, w: int, n: int = N) -> dict[tuple[int, str, str], list[int]]:
     """{(world peer, operation, direction): [bytes, messages]} of world rank w after the ingest's model

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ROOT, assert_one_line_error, rankmap
 from pg import BACKENDS, pg_cluster  # noqa: F401  (session fixture)
-from rankmap.capture import collectives
+from rankmap import pairs
 from rankmap.formats import record as records
 from rankmap.store import open_store
 
@@ -221,7 +221,7 @@ def test_store_agrees_with_the_records(mpi, examples, home, tmp_path):
         assert p.returncode == 0, p.stderr
         store = open_store(home["RANKMAP_DB"])
         jid = store.resolve_job("latest")
-        recs = collectives.read_dir(run)
+        recs = pairs.read_dir(run)
         for klass in ("p2p", "collective", "rma"):
             want = records.traffic_matrix(recs, klass=klass, world_size=n)
             assert store.traffic_matrix(jid, classes=[klass]).tolist() == want.tolist(), (name, klass)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rankmap.capture.devwatch import gpu_device_files
-from rankmap.capture.sampler import (PCIE_WRAP, Counters, FieldSource, GpmSource, LinkSampler, StoreWriter,
+from rankmap.counters.devwatch import gpu_device_files
+from rankmap.counters.sampler import (PCIE_WRAP, Counters, FieldSource, GpmSource, LinkSampler, StoreWriter,
                                      Unwrap, link_rows, open_source)
 from rankmap.errors import RankmapError
 
@@ -129,7 +129,7 @@ def test_gpm_stalled_snapshot_is_not_an_end_point(monkeypatch, guarded, reader):
     traffic starts exactly there: taking the call's midpoint as the snapshot's instant loses the
     bytes of half the call; skipping the snapshot and integrating from the last good one to the next
     keeps every byte. Unguarded (the old rule), the same scenario is far off: the check can fail."""
-    import rankmap.capture.sampler as sm
+    import rankmap.counters.sampler as sm
     if not guarded:
         monkeypatch.setattr(sm, "SNAP_MAX_NS", 10**12)
     rate = 100 * GB
@@ -209,8 +209,8 @@ def test_gpm_rate_units_nvlink_1024000_pcie_mb(monkeypatch, reader):
     DATA counters, see GPM_NVLINK_UNIT), the PCIe one about MB/s of payload, not the documented MiB/s
     (measured against known copies, see GPM_PCIE_UNIT): one second of a known answer integrates to
     exactly that many bytes on each side, whichever reader reads."""
-    import rankmap.capture.sampler as sm
-    from rankmap.capture import gpm_native
+    import rankmap.counters.sampler as sm
+    from rankmap.counters import gpm_native
     nv = fake()
     if reader == "native":
         gpm_native.library()  # built or found in the cache before the clock matters (a first call takes ms)
@@ -340,7 +340,7 @@ def test_store_writer_keeps_rows_through_an_outage():
 
     st = FlakyStore()
     w = StoreWriter(st, 7, every_s=0)
-    from rankmap.capture.sampler import LinkSample
+    from rankmap.counters.sampler import LinkSample
     w([LinkSample(0, 0, 1, 2, 3, 4)])            # refused: kept
     assert st.rows == [] and len(w.pending) == 2
     assert w.warnings == ["storing link samples failed (kept, retrying): could not connect to server"]
@@ -469,7 +469,7 @@ def test_sampler_holds_after_another_process_closes_a_gpu_file(tmp_path):
 def test_device_file_watch_tells_opens_from_closes(tmp_path):
     """The watch's events name their kind and file (what bench/gpm_stall_signal.py times); the
     control file, not watched here, gives none."""
-    from rankmap.capture.devwatch import DeviceFileWatch
+    from rankmap.counters.devwatch import DeviceFileWatch
 
     dev = _dev(tmp_path)
     w = DeviceFileWatch(gpu_device_files(dev))

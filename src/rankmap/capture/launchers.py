@@ -403,7 +403,7 @@ def nccl_debug_env(run_dir: str | os.PathLike, base_env: dict[str, str] | os._En
     """NCCL's INIT and GRAPH output, into ``<run dir>/nccl-debug.<host>.<pid>.log``, never the job's output.
 
     That is where NCCL prints the rings and trees it built, which the ingest follows
-    (:mod:`rankmap.capture.nccl_graph`). A user who set ``NCCL_DEBUG`` keeps exactly what they asked
+    (:mod:`rankmap.pairs.nccl_graph`). A user who set ``NCCL_DEBUG`` keeps exactly what they asked
     for (the ingest then falls back to rank order unless the graph is in a file it is given).
     """
     if base_env.get("NCCL_DEBUG"):

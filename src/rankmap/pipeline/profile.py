@@ -383,7 +383,7 @@ class _SamplerStart(threading.Thread):
 
     def run(self) -> None:
         try:
-            from rankmap.capture.sampler import open_source
+            from rankmap.counters.sampler import open_source
             source = open_source("auto")
         except Exception:  # no driver, no GPU, no pynvml: profiling goes on without link counters
             return
@@ -412,7 +412,7 @@ def _start_sampling(source: Any, interval_s: float, store: Any, job_id: int) -> 
     streamed into job ``job_id``; None (the source closed) where sampling cannot start."""
     from dataclasses import asdict
 
-    from rankmap.capture.sampler import GPM_MIN_INTERVAL_S, LinkSampler, StoreWriter, hostname
+    from rankmap.counters.sampler import GPM_MIN_INTERVAL_S, LinkSampler, StoreWriter, hostname
     try:
         if source.kind == "gpm":   # a finer timeline than GPM can follow: the link samples keep their own pace
             interval_s = max(interval_s, GPM_MIN_INTERVAL_S)
