@@ -180,7 +180,8 @@ def test_cuda_activity_on_without_cupti(bins, env, tmp_path):
     e = dict(env, RANKMAP_CUPTI=str(tmp_path / "nowhere" / "libcupti.so.13"))
     assert_one_line_error(rankmap("profile", "--cuda-activity", "on", "--", *launch(bins, "staged"), env=e),
                           "--cuda-activity on: no CUPTI library found")
-    assert_one_line_error(rankmap("show", "7", env=env), "unknown job")
+    # the refused profile stored nothing: not even an empty store was left behind
+    assert_one_line_error(rankmap("show", "7", env=env), "nothing was stored there")
 
 
 @pytest.mark.mpi
