@@ -47,6 +47,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
+# byte-compiled as `pip install` leaves a package (the scratch wheels above are unpacked with
+# --no-compile, and a machine with PYTHONDONTWRITEBYTECODE set would compile them again in every run)
+$PY -m compileall -q -j 0 "$ROOT/src" ${WORK:+"$WORK/site"} > /dev/null 2>&1
 missing=$($PY -c 'import importlib.util as u; print(" ".join(m for m in ("sqlalchemy", "numpy", "rich", "pynvml") if not u.find_spec(m)))')
 if [ -n "$missing" ]; then
   echo "FAIL python3 lacks: $missing (carry their wheels in .whl: see the top of this script)"; exit 100
