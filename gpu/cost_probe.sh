@@ -15,14 +15,8 @@ mkdir -p "$OUT"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export RANKMAP_HOME=$WORK/home RANKMAP_CACHE=$WORK/cache RANKMAP_DB="sqlite:///$WORK/rankmap.db"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" .whl/*.whl > /dev/null 2>&1
-  export PYTHONPATH="$WORK/site"
-fi
-export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
-# byte-compiled as `pip install` leaves a package (the scratch wheels above are unpacked with
-# --no-compile, and a machine with PYTHONDONTWRITEBYTECODE set would compile them again in every run)
-$PY -m compileall -q -j 0 "$ROOT/src" ${WORK:+"$WORK/site"} > /dev/null 2>&1
+source "$ROOT/gpu/_pyenv.sh"
+rankmap_pyenv sqlalchemy numpy rich pynvml || exit 100
 mpicc -O1 -o "$WORK/nop" -x c - <<'C'
 #include <mpi.h>
 int main(int c, char **v) { MPI_Init(&c, &v); MPI_Finalize(); return 0; }
