@@ -19,6 +19,7 @@ from rankmap.mapping.cost import Traffic
 from rankmap.store import Store, StoreUnavailable
 from rankmap.topology import Topology
 from rankmap.web import cluster as C
+from rankmap.web import metrics as M
 from rankmap.web import queries as Q
 from rankmap.web import topoview as V
 from rankmap.web import utilisation as U
@@ -74,6 +75,7 @@ class Dashboard:
     def __init__(self, store: Store, topology_spec: str | None) -> None:
         self.store = store
         self.topologies = Topologies(topology_spec)
+        self.metrics = M.Exposition(store)  # /metrics, with the pairs of ended jobs kept between scrapes
 
     def job_id(self, spec: str) -> int:
         """A job's id from an id or ``latest``; a job that is not stored is a 404."""
