@@ -10,6 +10,8 @@ from test_web_machine import fill
 from rankmap.store import open_store
 from rankmap.web.app import create_app
 
+pytestmark = pytest.mark.browser
+
 
 @pytest.mark.browser
 def test_machine_page_in_a_browser(tmp_path, browser_page):
