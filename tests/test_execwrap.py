@@ -170,6 +170,60 @@ def test_run_under_real_mpirun(tmp_path):
 
 @pytest.mark.mpi
 @pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun.openmpi is not installed")
+def test_cpus_of_another_machine_are_one_note(tmp_path):
+    """A mapping made for a bigger machine (a fixture's node on a laptop) names CPUs this one lacks.
+    Every rank used to warn that "the launcher bound it" and to name binding options nobody passed;
+    now `rankmap run` says once, before the launch, that the ranks run unbound, and they do."""
+    from rankmap.store import command_key, open_store
+
+    absent = max(os.cpu_count() or 1, *os.sched_getaffinity(0)) + 64
+    doc = fake_doc(2)
+    for e in doc["mapping"].values():
+        e["cpus"] = f"{absent}-{absent + 3}"
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    (tmp_path / "printer.py").write_text(PRINTER)
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, str(tmp_path / "printer.py"),
+           str(out)]
+    open_store(db).save_mapping(doc, key=command_key(cmd), world_size=2, topology="dgx1-v100")
+    p = rankmap("run", "--topology", "dgx1-v100", "--", *cmd,
+                env={"RANKMAP_DB": db, "RANKMAP_HOME": str(tmp_path / "home")}, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    said = p.stdout + p.stderr
+    assert "warning" not in said and "--bind-to" not in said, said
+    notes = [l for l in said.splitlines() if "which this machine does not offer" in l]
+    assert len(notes) == 1 and f"CPUs {absent}-{absent + 3} of dgx1-v100" in notes[0], said
+    seen = {int(f.stem): json.loads(f.read_text()) for f in out.glob("*.json")}
+    assert sorted(seen) == [0, 1], said
+    for r, d in seen.items():
+        assert d["cvd"] == str(doc["mapping"][str(r)]["gpu"]) and d["membind"] is None   # placed, not bound
+
+
+def test_wrapper_says_when_its_cpus_are_not_on_the_machine(tmp_path):
+    """Where the wrapper binds on its own (a node of a multi-node mapping) and the rank's CPUs are not
+    there at all, it says so, not that a launcher bound the rank elsewhere."""
+    import subprocess
+
+    if len(os.sched_getaffinity(0)) < (os.cpu_count() or 0):
+        pytest.skip("this process is bound to part of the machine: the launcher's case")
+    absent = max(os.cpu_count() or 1, *os.sched_getaffinity(0)) + 64
+    doc = fake_doc(2)
+    doc["mapping"]["1"]["cpus"] = str(absent)
+    mf = tmp_path / "m.json"
+    mf.write_text(json.dumps(doc))
+    env = {k: v for k, v in os.environ.items() if k not in execwrap.WORLD_VARS and k != "RANKMAP_NO_BIND"}
+    env.update(RANKMAP_MAPPING=str(mf), OMPI_COMM_WORLD_RANK="1")
+    p = subprocess.run([sys.executable, "-S", execwrap.__file__, "true"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.startswith(f"rankmap execwrap: warning: rank 1: its GPU's CPUs {absent} are not on this machine"), \
+        p.stderr
+    assert "--bind-to" not in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun.openmpi is not installed")
 def test_dry_run_shows_wrapped_command(tmp_path):
     from rankmap.store import command_key, open_store
 
