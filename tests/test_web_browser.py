@@ -817,7 +817,6 @@ def font_px(page, box: str) -> list[float]:
             .map(t => parseFloat(getComputedStyle(t).fontSize) * scale); }})""")
 
 
-@pytest.mark.browser
 def test_a_job_page_asks_only_what_the_server_can_answer(store_url, browser_page):
     """On a machine whose own node does not load (``live`` without an NVIDIA driver; here a server
     topology that is not there) a job with a mapping is drawn on its mapping's node, and a job
@@ -862,7 +861,6 @@ def test_a_job_page_asks_only_what_the_server_can_answer(store_url, browser_page
     assert failed == [], failed
 
 
-@pytest.mark.browser
 def test_job_list_rows_say_what_differs(store_url, browser_page):
     """Two jobs whose commands share a long launcher prefix: each row shows what its job runs, the
     words that differ in bold and on screen, the options both pass folded into one "…"."""
@@ -886,7 +884,6 @@ def test_job_list_rows_say_what_differs(store_url, browser_page):
         assert row["y"] <= word["y"] and word["y"] + word["height"] <= row["y"] + row["height"] + 0.5
 
 
-@pytest.mark.browser
 def test_labels_of_the_drawings_are_readable(dashboard, browser_page, tmp_path):
     """The mapping's before and after drawings of a DGX-1 side by side in half a card each were
     drawn at half scale, their labels 6 px tall: every label of every drawing is 11 px or more."""
@@ -901,7 +898,6 @@ def test_labels_of_the_drawings_are_readable(dashboard, browser_page, tmp_path):
     page.locator("#mapping-card").screenshot(path=str(tmp_path / "mapping.png"))
 
 
-@pytest.mark.browser
 def test_an_unknown_job_shows_only_its_error(dashboard, browser_page):
     """#/job/999 after a job: the error, and nothing of the job shown before it under it."""
     srv, ids, _ = dashboard
@@ -925,7 +921,6 @@ def test_an_unknown_job_shows_only_its_error(dashboard, browser_page):
     problems.clear()
 
 
-@pytest.mark.browser
 def test_a_token_url_pasted_into_an_open_tab_is_used(store_url, browser_page):
     """A tab left open on the token form (or with a wrong token) takes the printed #token= URL
     pasted into its address bar: the jobs load, the form goes, the token leaves the address bar."""
