@@ -275,3 +275,32 @@ def test_tune_uses_stored_profile_and_checks_rank_count(tmp_path):
     store.ingest(j3, [_record(r, 12) for r in range(12)])
     store.finish_job(j3, exit_status=0)
     assert_one_line_error(rankmap("tune", "--topology", "dgx1-v100", "--", *cmd3, env=env), "--ranks-per-gpu")
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun.openmpi is not installed")
+def test_the_run_line_tune_and_map_print_works_as_printed(tmp_path):
+    """`tune --topology dgx1-v100` and `map --job N --save` print the `rankmap run` line to launch with;
+    it left out the node and the store they were given, so on a machine without a GPU (or with the
+    store named by --db) the printed line failed. Run as printed, it launches the job."""
+    import shlex
+
+    from rankmap.store import command_key, open_store
+
+    db = f"sqlite:///{tmp_path / 'my store.db'}"
+    store = open_store(db)
+    env = {"RANKMAP_HOME": str(tmp_path / "home")}      # no RANKMAP_DB: the store is the --db given
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "4", "/bin/true"]
+    jid = store.create_job(cmd, launcher="openmpi", world_size=4, key=command_key(cmd))
+    store.ingest(jid, [_record(r, 4) for r in range(4)])
+    store.finish_job(jid, exit_status=0)
+    for verb in (["tune", "--topology", "dgx1-v100", "--db", db, "--", *cmd],
+                 ["map", "--job", str(jid), "--save", "--topology", "dgx1-v100", "--db", db]):
+        p = rankmap(*verb, env=env)
+        assert p.returncode == 0, p.stderr
+        line = [l for l in (p.stdout + p.stderr).splitlines() if "launch with: " in l]
+        assert len(line) == 1, p.stdout + p.stderr
+        printed = shlex.split(line[0].split("launch with: ", 1)[1])
+        assert printed[:2] == ["rankmap", "run"] and "--topology" in printed and "--db" in printed, printed
+        r = rankmap(*printed[1:], env=env, timeout=300)
+        assert r.returncode == 0, (verb[0], printed, r.stdout + r.stderr)
