@@ -71,8 +71,14 @@ def main(argv: list[str]) -> int:
                           f"{sum(ca.values())} bytes profiled, {sum(cb.values())} imported)")
         want = json.loads((run / "profile-ops.json").read_text())
         have = ops(doc)
-        say({k: tuple(v) for k, v in want.items()} == have,
-            f"{run.name}: calls and payload per NCCL operation equal the profile's: {want} vs {have}")
+        if not want and len(list(run.glob("rank*.pt.trace.json*"))) == 1:
+            # NCCL's one-rank path (enqueue.cc: nRanks == 1 -> ncclLaunchOneRank) copies locally and
+            # tells a profiler plugin nothing: there is no profile to compare the calls with
+            say(None, f"{run.name}: calls per NCCL operation against the profile: with one rank NCCL reports no "
+                      f"collective to its profiler plugin (the import has {have})")
+        else:
+            say({k: tuple(v) for k, v in want.items()} == have,
+                f"{run.name}: calls and payload per NCCL operation equal the profile's: {want} vs {have}")
     expected = sorted(run.glob("expected-rank*.json"))
     sent = {}
     for f in expected:

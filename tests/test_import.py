@@ -148,6 +148,13 @@ def test_kineto_bad_input_is_one_line_naming_the_file(tmp_path):
     assert jobs(db) == []                                    # nothing stored by any of them
 
 
+# the worker's calls (gpu/kineto_worker.py) as the NCCL operations they launch (a barrier is an allreduce)
+TORCH_CALL_OP = {"all_reduce": "ncclAllReduce", "all_reduce_bf16": "ncclAllReduce", "barrier": "ncclAllReduce",
+                 "all_gather_into_tensor": "ncclAllGather", "reduce_scatter_tensor": "ncclReduceScatter",
+                 "broadcast": "ncclBroadcast", "reduce": "ncclReduce", "all_to_all_single": "ncclAlltoAll",
+                 "send_recv_ring": ("ncclSend", "ncclRecv")}
+
+
 def test_kineto_trace_recorded_by_torch(tmp_path):
     """The traces gpu/kineto_record.sh recorded with torch on a GPU machine: their import equals the
     profile rankmap took of the same run (profile.csv beside them), to the byte for p2p and within
@@ -169,6 +176,18 @@ def test_kineto_trace_recorded_by_torch(tmp_path):
         assert {k: v for k, v in imported.items() if k[2] in p2p} == {k: v for k, v in profiled.items() if k[2] in p2p}
         assert l1({k: v for k, v in profiled.items() if k[2] not in p2p},
                   {k: v for k, v in imported.items() if k[2] not in p2p}) <= 0.01, run
+        # the calls the program itself made (its own list, expected-rank<r>.json), per NCCL operation
+        doc = json.loads(cli("export", "latest", "--format", "json", "--db", db).stdout)
+        calls: dict = {}
+        for r in doc["op_stats"]:
+            if r.get("source") == "nccl":
+                calls[r["operation"]] = calls.get(r["operation"], 0) + int(r["calls"])
+        made: dict = {}
+        for f in sorted(run.glob("expected-rank*.json")):
+            for c in json.loads(f.read_text())["calls"]:
+                for op in ([TORCH_CALL_OP[c]] if isinstance(TORCH_CALL_OP[c], str) else TORCH_CALL_OP[c]):
+                    made[op] = made.get(op, 0) + 1
+        assert calls == made, run
 
 
 # ------------------------------------------------------------------------------------------ OTF2
