@@ -24,19 +24,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-PROFILES: dict[str, tuple[cProfile.Profile, float]] = {}
+PROFILES: dict[str, tuple[cProfile.Profile | None, float]] = {}
+# From Python 3.12 cProfile sits on sys.monitoring: one profiler at a time in a process, and it sees
+# every thread. There the main thread's profiler (on the wall clock) is the one table, of all threads
+# together, and the other threads report their CPU time only.
+SHARED = sys.version_info >= (3, 12)
 
 
 def _profiled(name: str, fn):
     """``fn`` run under a cProfile of the calling thread, kept under ``name`` with the thread's CPU time."""
     def run(*a, **k):
-        prof = cProfile.Profile(time.thread_time)       # CPU time of this thread, not the wall clock
+        own = not SHARED or name == "main thread"
+        prof = (cProfile.Profile(time.perf_counter if SHARED else time.thread_time)) if own else None
         c0 = time.thread_time()
-        prof.enable()
+        if prof:
+            prof.enable()
         try:
             return fn(*a, **k)
         finally:
-            prof.disable()
+            if prof:
+                prof.disable()
             PROFILES[name] = (prof, time.thread_time() - c0)
     return run
 
@@ -69,6 +76,11 @@ def main() -> int:
           f"{res.cpu_s:.3f} s ({100 * res.cpu_s / (res.elapsed_ns / 1e9):.2f} %); threads alive at the end: "
           f"{', '.join(t.name for t in threading.enumerate())}")
     for name, (prof, tcpu) in sorted(PROFILES.items(), key=lambda kv: -kv[1][1]):
+        if prof is None:
+            print(f"\n## {name}: {tcpu:.3f} s CPU (its functions are in the main thread's table)")
+            continue
+        if SHARED:
+            name += " and every other thread (Python >= 3.12: one profiler, wall time inside each function)"
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(a.top)
         body = s.getvalue()
