@@ -26,7 +26,7 @@ from typing import Any
 
 from rankmap.capture import collectives
 from rankmap.capture.rundir import RunDir
-from rankmap.errors import RankmapError
+from rankmap.errors import RankmapError, counted
 from rankmap.formats import record as R
 from rankmap.store import Batch, Store
 from rankmap.store import schema as S
@@ -132,6 +132,7 @@ class RunIngest:
         self.coll_ctx: dict[str, tuple[dict, dict]] = {}
         self.node_of = None                                # world rank -> node, from the ranks' hosts
         self.hosts_seen = 0
+        self.job_size = job_size(self.run_dir)             # the job's world, as its job.json says
 
     def warm_up(self) -> None:
         """Before the job starts: what a streaming write would otherwise do on its first call
@@ -173,6 +174,10 @@ class RunIngest:
                 continue
             if delta is None or (reader.offset == start and not final and name in self.stored):
                 continue
+            outside = self._outside(name, delta)
+            if outside:
+                self.header_problems[name] = outside
+                continue
             delta.problems = reader.problems(live=not final) + delta.problems
             if delta.source == "cuda":
                 self.cuda_totals[name] = self._totals(path, final, self.cuda_totals.get(name))
@@ -184,6 +189,7 @@ class RunIngest:
                 self.batch.ranks.pop((rank, "nccl"), None)     # its rank row comes from the pair model
             else:
                 self._collectives(path, delta)
+                _in_range(name, delta)
                 self.batch.add(delta)
                 self.sent[name] = self.sent.get(name, 0) + delta.bytes_sent
             self.batch.file(name, before, reader.offset, reader.state())
@@ -191,7 +197,24 @@ class RunIngest:
             self.ranks.add(name.split(".")[0])
             self.world_ranks.add(self.nccl_rank_of.get(name, delta.world_rank) if delta.source == "nccl"
                                  else delta.world_rank)
-            self.world_size = max(self.world_size or 0, delta.world_size) or None
+            self.world_size = self.job_size or max(self.world_size or 0, delta.world_size) or None
+
+    def _outside(self, name: str, delta: R.RankRecord) -> str | None:
+        """Why a file's records are not the job's: a world rank outside the job's world (the file
+        is then left out whole); rows with a peer outside it are dropped, and said."""
+        n = self.job_size
+        if n is None or delta.source == "nccl":         # NCCL's files are re-ranked by the pair model
+            return None
+        if not 0 <= delta.world_rank < n:
+            return (f"{name}: world rank {delta.world_rank} is outside the job's {counted(n, 'rank')} "
+                    f"(job.json: world_size {n}); the file is not stored")
+        kept = [r for r in delta.traffic if 0 <= r[0] < n]
+        if len(kept) < len(delta.traffic):
+            delta.problems.append(f"{name}: {counted(len(delta.traffic) - len(kept), 'traffic row')} with a peer "
+                                  f"outside the job's {counted(n, 'rank')} left out")
+            delta.traffic = kept
+            delta.timeline = [t for t in delta.timeline if t[1] < n]
+        return None
 
     def _collectives(self, path: Path, delta: R.RankRecord) -> None:
         """The collective pair rows of the calls ``delta`` recorded (capture.collectives), derived
@@ -244,7 +267,7 @@ class RunIngest:
         self.nccl_problems = [p for rec in self.nccl_out for p in rec.problems]
         for rec in self.nccl_out:
             self.sent[rec.path.name] = sum(t.bytes for t in rec.traffic if t.direction == "send")
-            self.world_size = max(self.world_size or 0, int(rec.world_size)) or None
+            self.world_size = self.job_size or max(self.world_size or 0, int(rec.world_size)) or None
 
     # ------------------------------------------------------------------ writing
     def pending(self) -> bool:
@@ -295,6 +318,26 @@ class IngestResult:
     problems: list[str] = field(default_factory=list)
     #: bytes of record files read past what the store held: 0 when an ingest found nothing new
     new_bytes: int = 0
+
+
+def _in_range(name: str, delta: R.RankRecord) -> None:
+    """Leave out (and say so) traffic rows whose bytes or messages pass int64: the reader bounds what
+    a file says, but pairs derived from a collective's calls multiply its counts by its calls."""
+    kept = [r for r in delta.traffic if 0 <= r[5] <= R.INT64_MAX and 0 <= r[6] <= R.INT64_MAX]
+    if len(kept) < len(delta.traffic):
+        delta.problems.append(f"{name}: {counted(len(delta.traffic) - len(kept), 'derived traffic row')} past "
+                              f"2**63-1 bytes or messages left out")
+        delta.traffic = kept
+        delta.timeline = [t for t in delta.timeline if 0 <= t[3] <= R.INT64_MAX]
+
+
+def job_size(rd: RunDir) -> int | None:
+    """The world size the run directory's ``job.json`` gives (the launcher's ``-np``), None where it
+    says none or cannot be read (the reader's own checks then apply alone)."""
+    try:
+        return rd.read_job().get("world_size")
+    except RankmapError:
+        return None
 
 
 def new_run_uid() -> str:
@@ -358,7 +401,7 @@ def _create_from(store: Store, rd: RunDir, info: dict[str, Any]) -> int:
             rd.write_job({"run_uid": uid})
     meta = {k: info[k] for k in ("env", "mpicc", "bucket_ms", "flush_ms") if k in info}
     return store.create_job(command, launcher=info.get("launcher") or "plain", world_size=info.get("world_size"),
-                            run_dir=rd.path, run_uid=uid, meta=meta)
+                            run_dir=rd.path, run_uid=uid, meta=meta, created=_when(info.get("start")))
 
 
 def ingest_command(run_dir: Path, store: Store) -> str:
