@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from rankmap.capture.preload import preload_env
 from rankmap.errors import RankmapError
 
 SUPPORTED = ("mpirun/mpiexec/orterun/prterun (Open MPI)", "mpiexec/mpiexec.hydra/mpirun (MPICH, MVAPICH hydra)",
@@ -435,7 +436,7 @@ def prepare(launcher: Launcher, *, run_dir: str | os.PathLike, shim: str | os.Pa
     env: dict[str, str] = {"RANKMAP_RUN_DIR": str(Path(run_dir).resolve()),
                            "RANKMAP_BUCKET_MS": str(int(bucket_ms)), "RANKMAP_FLUSH_MS": str(int(flush_ms))}
     if shim is not None:
-        env["LD_PRELOAD"] = str(shim)
+        env.update(preload_env(shim, os.environ if base_env is None else base_env))
         env.update(collectives_env(launcher, os.environ if base_env is None else base_env))
     if nccl_plugin is not None:
         env["NCCL_PROFILER_PLUGIN"] = str(nccl_plugin)
