@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         raise _import_error(e) from None
     from rankmap.store import open_store
 
-    store = open_store(args.db, lazy=True)      # a database that is down gets a page that says so
+    store = open_store(args.db, lazy=True, existing=True)   # a database that is down gets a page that says so;
+    # a mistyped --db path is an error, not a new empty store
     if args.topology and args.topology != "live":
         from rankmap.topology import load
 

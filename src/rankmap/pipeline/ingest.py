@@ -294,6 +294,15 @@ class RunIngest:
         return rows
 
     # ------------------------------------------------------------------ reporting
+    def ran_to_the_end(self) -> bool:
+        """Every rank of the job's world wrote an MPI record file, and every such file its finalize
+        marker (what a job that ended normally leaves, whatever became of its profiler)."""
+        mpi = [r for r in self.readers.values() if r.header is not None and r.header.source == "mpi"]
+        n = self.job_size or self.world_size
+        ranks = {r.header.world_rank for r in mpi}
+        return bool(mpi) and n is not None and ranks == set(range(n)) and all(r.finalized for r in mpi) \
+            and not self.header_problems
+
     @property
     def bytes_sent(self) -> int:
         return sum(self.sent.values())
@@ -318,6 +327,8 @@ class IngestResult:
     problems: list[str] = field(default_factory=list)
     #: bytes of record files read past what the store held: 0 when an ingest found nothing new
     new_bytes: int = 0
+    #: job.json says how the job ended (its exit status); False when its profiler ended first
+    ended_known: bool = True
 
 
 def _in_range(name: str, delta: R.RankRecord) -> None:
@@ -377,11 +388,19 @@ def ingest_run(run_dir: str | Path, store: Store) -> IngestResult:
     new_bytes = sum(done - before.get(n, 0) for n, (done, _) in store.file_states(jid).items())
     problems = ing.problems()
     done = "exit_status" in info
-    state = S.ended_state(info.get("exit_status")) if done else "incomplete"
+    meta = {"ingested_from": str(rd.path), "problems": len(problems)}
+    if done:
+        state = S.ended_state(info.get("exit_status"))
+    elif ing.ran_to_the_end():
+        # the profiler ended before the job (killed, or its disk full) and its job.json has no end,
+        # but every rank of the job finalised: the job ran to its end; its exit status is unknown
+        state, meta["exit_status"] = "finished", "unknown: the profiler ended before the job"
+    else:
+        state = "incomplete"
     store.finish_job(jid, exit_status=info.get("exit_status"), elapsed_ns=info.get("elapsed_ns"),
                      world_size=info.get("world_size") or ing.world_size, state=state, ended=_when(info.get("end")),
-                     meta={"ingested_from": str(rd.path), "problems": len(problems)})
-    return IngestResult(jid, created, rows, state, len(files), problems, new_bytes)
+                     meta=meta)
+    return IngestResult(jid, created, rows, state, len(files), problems, new_bytes, ended_known=done)
 
 
 def _when(stamp: str | None) -> datetime | None:

@@ -262,6 +262,25 @@ class _Signals:
 
 
 
+def _write_end(rd: Any, info: dict, warn: Callable[[str], None]) -> None:
+    """How the job ended, into its ``job.json``; a run directory that cannot take it (its disk full)
+    is a warning: the job ran, its exit status is still rankmap's, and the store has the end."""
+    try:
+        rd.write_job(info)
+    except RankmapError as e:
+        warn(f"{e}; the job's end is in the store only")
+
+
+def stopped_status(status: int, received: int | None, ran_to_the_end: bool) -> int:
+    """The exit status of a job rankmap stopped on a signal it received (Ctrl-C, a SIGTERM): 128 plus
+    that signal, as a shell reports a command the signal ended (130 for Ctrl-C), not whatever the
+    launcher said after it was told to stop (Open MPI's mpirun: 1; MPICH's mpiexec: 0). A job whose
+    ranks all finalised before it stopped ran to its end and keeps its own status."""
+    if not received or (status == 0 and ran_to_the_end):
+        return status
+    return 128 + received
+
+
 def _capture_libraries(launcher: L.Launcher, argv: list[str], mpicc: str | None,
                        nccl: str) -> tuple[Path | None, str | None, Path | None]:
     """The MPI shim (and the mpicc it was built with) and the NCCL plugin this launch needs."""
@@ -454,8 +473,8 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
             rc = _wait(child)
     elapsed = time.monotonic_ns() - t0
     cpu_s = time.process_time() - cpu0        # rankmap's own process while the job ran (not the job)
-    status = rc if rc >= 0 else 128 - rc
     stored = streamer.finish(store_wait_s)
+    status = stopped_status(rc if rc >= 0 else 128 - rc, sigs.received, streamer.ingest.ran_to_the_end())
     ing = streamer.ingest
     problems = ing.problems()
     if streamer.error is not None and stored:
@@ -479,8 +498,8 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
         warn(p)
     sizes = ing.world_ranks
     ws = ing.world_size or launcher.world_size
-    rd.write_job({"end": utc_now(), "exit_status": status, "elapsed_ns": elapsed, "ranks_reporting": len(sizes),
-                  "world_size": ws, "rankmap_cpu_s": round(cpu_s, 3)})
+    _write_end(rd, {"end": utc_now(), "exit_status": status, "elapsed_ns": elapsed, "ranks_reporting": len(sizes),
+                    "world_size": ws, "rankmap_cpu_s": round(cpu_s, 3)}, warn)
     meta = {"problems": len(problems), "signal": signal.Signals(sigs.received).name if sigs.received else None,
             "rankmap_cpu_s": round(cpu_s, 3), "ingest_cycles": streamer.cycles,
             "ingest_cpu_s": round(streamer.cpu_s, 3), "store_outages": streamer.outages, **sampled}

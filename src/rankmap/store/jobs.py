@@ -170,7 +170,10 @@ def update_job_meta(db: Database, job_id: int, meta: dict) -> None:
 
 
 def settle_jobs(db: Database) -> list[int]:
-    """Store ``incomplete`` for every job still marked running whose profiler is gone; their ids."""
+    """Store ``incomplete`` for every job still marked running whose profiler is gone; their ids.
+    A read-only store is left as it is (every read says ``incomplete`` all the same: :func:`job_state`)."""
+    if getattr(db, "read_only", False):
+        return []
     with db.engine.begin() as c:
         rows = c.execute(sa.select(S.jobs.c.id, S.jobs.c.state, S.jobs.c.profiler, S.jobs.c.heartbeat)
                          .where(S.jobs.c.state == "running")).mappings().all()
