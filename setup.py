@@ -14,6 +14,8 @@ setup(
     package_dir={"": "src", "rankmap.native": "native"},
     package_data={
         "rankmap.topology.fixtures": ["*.json"],
+        # MPICH's own collective tuning files, as MPICH ships them (their README: source, licence)
+        "rankmap.pairs": ["mpich_tuning/README.md", "mpich_tuning/*/*/*.json"],
         "rankmap.web.static": ["*"],
         **{f"rankmap.native.{d}": ["*.c", "*.cu", "*.h", "*.spec"] for d in NATIVE},
     },

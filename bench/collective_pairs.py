@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rankmap.capture import collectives
+from rankmap import pairs
 from rankmap.capture.shim_build import build_shim
 from rankmap.formats import record as records
 
@@ -76,10 +76,10 @@ def one(mpirun: str, shim: Path, exe: Path, p: int, size: int, tmp: Path, timeou
     out: dict = {"bytes": float(want.sum())}
     for source in ("library", "mirror", "model"):
         recs = records.read_dir(run, source="mpi")
-        node_of = collectives.node_index({x.world_rank: x.host for x in recs})
+        node_of = pairs.node_index({x.world_rank: x.host for x in recs})
         counted = {"library": 0, "mirror": 0, "model": 0}
         for rec in recs:
-            for k, v in collectives.apply(rec, node_of, None if source == "library" else source).items():
+            for k, v in pairs.apply(rec, node_of, None if source == "library" else source).items():
                 counted[k] += v
         got = records.traffic_matrix(recs, world_size=p)
         out[source] = float(np.abs(got - want).sum() / want.sum())

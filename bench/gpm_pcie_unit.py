@@ -6,7 +6,7 @@ usage: PYTHONPATH=src python3 bench/gpm_pcie_unit.py [--mib 1024] [--intervals 5
 
 NVML documents ``NVML_GPM_METRIC_PCIE_TX_PER_SEC`` / ``..._RX_PER_SEC`` in MiB/s; the NVLink GPM rates,
 documented the same way, were measured to be in units of 1,024,000 B/s (``GPM_NVLINK_UNIT`` in
-``rankmap.capture.sampler``). With PyTorch on one GPU, for each GPM read interval this script copies
+``rankmap.counters.sampler``). With PyTorch on one GPU, for each GPM read interval this script copies
 a pinned host buffer of ``--mib`` MiB to the device for ``--phase-s`` seconds (at least 8 intervals;
 host to device: the GPU receives, PCIe RX), then back (PCIe TX), while a ``GpmSource`` reads the GPU
 at that interval and integrates the PCIe rates with a unit of 1 B/s (the rate as NVML gives it).
@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-import rankmap.capture.sampler as S  # noqa: E402
+import rankmap.counters.sampler as S  # noqa: E402
 from rankmap.pipeline.monitor import parse_interval  # noqa: E402
 
 COUNTER_PERIOD = 0.02  # s: under the 32-bit counters' wrap time at full PCIe speed

@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from dataclasses import dataclass, field  # noqa: E402
 
-from rankmap.capture.devwatch import DeviceFileWatch, gpu_device_files  # noqa: E402
-from rankmap.capture.sampler import GpmSource, LinkSampler, SamplerCost  # noqa: E402
+from rankmap.counters.devwatch import DeviceFileWatch, gpu_device_files  # noqa: E402
+from rankmap.counters.sampler import GpmSource, LinkSampler, SamplerCost  # noqa: E402
 from rankmap.pipeline.monitor import parse_interval  # noqa: E402
 
 STALL_NS = 2_000_000

@@ -58,7 +58,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from rankmap.capture.sampler import FieldSource, GpmSource, LinkSampler, StoreWriter  # noqa: E402
+from rankmap.counters.sampler import FieldSource, GpmSource, LinkSampler, StoreWriter  # noqa: E402
 from rankmap.errors import RankmapError  # noqa: E402
 from rankmap.pipeline.monitor import parse_interval  # noqa: E402
 from rankmap.store import open_store  # noqa: E402

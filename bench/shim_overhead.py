@@ -46,7 +46,6 @@ a two-rank figure pays): their runs alternate with the shim's, rep by rep. --cal
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import re
@@ -60,6 +59,9 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchstats import median_ci  # noqa: E402
 
 from rankmap.formats import record as records  # noqa: E402
 from rankmap.capture.shim_build import build_shim  # noqa: E402
@@ -112,19 +114,6 @@ def ns_of(k: tuple[str, int], p0: float, s0: float) -> float:
     if k[0] in ("rate", "osu"):
         return (64 / s0 - 64 / p0) * 1e9 / 66
     return s0 - p0
-
-
-def median_ci(v: list[float]) -> tuple[float, float, float]:
-    """Median of v and its distribution-free 95 % confidence interval: the order statistics
-    1.96 standard deviations of a binomial(n, 1/2) either side of n/2 (the count of values below the
-    median; for n = 20 the exact interval's ranks 6 and 15).  The rounds of a shared machine have
-    outliers -- a rank descheduled in one block -- that a mean and its standard error would not
-    survive."""
-    v = sorted(v)
-    n = len(v)
-    h = 1.96 * math.sqrt(n) / 2
-    lo, hi = max(0, math.floor(n / 2 - h)), min(n - 1, math.ceil(n / 2 + h) - 1)
-    return statistics.median(v), v[lo], v[hi]
 
 
 def over_runs(runs: list[dict], k: tuple[str, int], f) -> tuple[float, float, float]:

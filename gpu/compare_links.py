@@ -6,7 +6,7 @@ that `rankmap profile` sampled during the same run. Prints PASS/FAIL lines; exit
 Rank r is taken to run on GPU r (the default placement of torchrun and mpirun on one node).
 On an NVSwitch node NVML counts bytes per GPU port, not per GPU pair, so the check is per GPU:
 TX of GPU g = bytes g sent to every peer, RX = bytes every peer sent to g. For NCCL jobs the
-bytes on the wire come from rankmap.capture.nccl_model (NCCL's rings from the INFO log that
+bytes on the wire come from rankmap.pairs.nccl_model (NCCL's rings from the INFO log that
 `rankmap profile` keeps in the run directory, or --nccl-log, protocol overhead included); for MPI jobs the device-resident bytes of the profile are
 what could cross NVLink, and the host-staged bytes cross PCIe instead.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rankmap.capture import nccl_model
+from rankmap.pairs import nccl_model
 from rankmap.store import open_store
 
 fails = 0

@@ -8,7 +8,7 @@
 #     just before and just after;
 #  3. checks the records: every rank's file complete, the explicit operations with exactly the
 #     expected bytes and calls, send/recv pair bytes exact, DDP's gradient all-reduce bytes exact,
-#     the ingested pair rows (rankmap.capture.nccl_model) the same seen from both ends, and the bytes the model puts
+#     the ingested pair rows (rankmap.pairs.nccl_model) the same seen from both ends, and the bytes the model puts
 #     on the GPU0<->GPU1 link (with protocol overhead) within 2 % of the NVML counter deltas;
 #  4. all-reduce 8 B .. 1 GiB without and with the plugin, two torchrun jobs each, alternating
 #     (BENCH_ROUNDS, BENCH_TRIALS, BENCH_MAX_BYTES change that; BENCH_ONLY=1 skips step 2);
@@ -58,7 +58,7 @@ EOF
 nvml_after.json nccl_log.  Prints PASS/FAIL lines; exit status = number of FAILs."""
 import json, sys
 import numpy as np
-from rankmap.capture import nccl_model
+from rankmap.pairs import nccl_model
 from rankmap.formats import record as records
 
 run_dir, expect_p, before_p, after_p, log_p = sys.argv[1:6]

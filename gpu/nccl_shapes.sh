@@ -144,7 +144,7 @@ if [ -n "$NT" ] && [ -x "$NT/all_reduce_perf" ]; then
   FAILS=$((FAILS + $?))
   "$PY" - "$WORK/bench/run-plugin-1" <<'EOF'
 import sys
-from rankmap.capture import nccl_model
+from rankmap.pairs import nccl_model
 p = nccl_model.load(sys.argv[1])
 calls = {w: sum(c for (f, _b), c in d.items() if f == "AllReduce") for w, d in nccl_model.op_summary(p).items()}
 ok = sorted(calls) == [0, 1] and len(set(calls.values())) == 1

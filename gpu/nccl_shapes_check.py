@@ -44,7 +44,7 @@ def nvml(out: str) -> None:
 # ---- the capture of one job ------------------------------------------------------------------------
 
 def capture(run_dir: str, before: str, after: str, kind: str, spec: str, replays: int = 0) -> None:
-    from rankmap.capture import nccl_model
+    from rankmap.pairs import nccl_model
     from rankmap.formats import record as records
     prof = nccl_model.load(run_dir)
     ing = nccl_model.ingest_records(prof)
@@ -112,7 +112,7 @@ def capture(run_dir: str, before: str, after: str, kind: str, spec: str, replays
 def captured_wire(prof):
     """Bytes on the wire of the calls captured into CUDA graphs (one replay's worth)."""
     import numpy as np
-    from rankmap.capture import nccl_model
+    from rankmap.pairs import nccl_model
     m = np.zeros((prof.world_size,) * 2)
     for c in prof.comms.values():
         for cr, rows in c.rows.items():

@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from rankmap.capture.sampler import FieldSource, LinkSampler
+from rankmap.counters.sampler import FieldSource, LinkSampler
 
 size = 1 << 30  # bytes per copy
 reps = 8

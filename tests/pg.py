@@ -24,7 +24,11 @@ from pathlib import Path
 
 import pytest
 
+import needs
 from rankmap.store import process_alive, process_id
+
+#: the two store backends, for a test or fixture parametrized over them: the PostgreSQL one is marked
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
 def _bindir() -> Path | None:
@@ -69,7 +73,15 @@ class PgCluster:
     def start(self) -> None:
         self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
                   "--no-sync", "-E", "UTF8")
-        self.resume()
+        for tries_left in (2, 1, 0):
+            try:
+                return self.resume()
+            except RuntimeError:
+                # the free port was taken before the server bound it (another test process asked too)
+                log = (self.tmp / "log").read_text(errors="replace") if (self.tmp / "log").exists() else ""
+                if not tries_left or "already in use" not in log:
+                    raise
+                self.port = _free_port()
 
     def pause(self) -> None:
         """Stop the server the way an outage would (clients cut off), keeping its data."""
@@ -97,6 +109,7 @@ class PgCluster:
     def new_database(self) -> str:
         """A fresh, empty database in the cluster; returns its URL."""
         import psycopg
+        needs.note("postgres")           # the session's cluster, started for an earlier test: this one uses it too
         name = "t_" + uuid.uuid4().hex[:12]
         with psycopg.connect(self.admin_conninfo(), autocommit=True) as c:
             c.execute(f'CREATE DATABASE "{name}"')

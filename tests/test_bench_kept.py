@@ -84,6 +84,7 @@ def test_a_locked_sqlite_store_keeps_the_results(nccl_env, tmp_path):
     assert out.exists() and len(open_store(url).bench_runs()) == 1
 
 
+@pytest.mark.postgres
 def test_postgresql_stopped_while_it_measures_keeps_the_results(nccl_env, own_pg_cluster, monkeypatch,  # noqa: F811
                                                                 capsys):
     """The server answers when the benchmark starts and is gone when it ends (stopped by the run):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import assert_one_line_error, rankmap
-from pg import pg_cluster  # noqa: F401  (session fixture)
+from pg import BACKENDS, pg_cluster  # noqa: F401  (session fixture)
 from rankmap.linkbench.measured import figures, measured_topology
 from rankmap.linkbench.rows import BenchRun, Row
 from rankmap.store import open_store
@@ -26,7 +26,7 @@ def p2p_run(pairs: dict[tuple[int, int], float], host: dict[int, float] | None =
                     host="testhost").to_json()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=BACKENDS)
 def store(request, tmp_path):
     if request.param == "sqlite":
         return open_store(f"sqlite:///{tmp_path / 'db' / 'rankmap.db'}")

@@ -14,6 +14,8 @@ from bench_fixtures import MPIRUN, NATIVE_TESTS, OMPI, bench_cache, bench_env, f
 from conftest import assert_one_line_error, rankmap
 from rankmap.linkbench.rows import BUFFERS
 
+pytestmark = pytest.mark.mpi
+
 
 def bench(env, *args, launcher=None):
     """One `rankmap bench mpi`; a launch the MPI itself botched (no word from the benchmark program: this
@@ -53,6 +55,7 @@ def test_host_buffers_under_open_mpi(bench_env):
     assert json.loads(s.stdout)["rows"] == rows
 
 
+@pytest.mark.timing
 def test_bandwidth_agrees_with_an_osu_style_reference(bench_env, tmp_path):
     """Our bw against tests/native/osu_style_bw.c with the same window and iterations, interleaved,
     five times each; the best of each agree within a factor of 1.6.
@@ -92,6 +95,11 @@ def test_bandwidth_agrees_with_an_osu_style_reference(bench_env, tmp_path):
     for run in [run_ours, run_ref, run_ref, run_ours] * 2 + [run_ours, run_ref]:
         run()
     assert len(ours) == len(ref) == 5
+    # a busy machine (the suite's other workers beside it) can disturb all five runs of one side: then
+    # more runs, up to 11 of each, find its undisturbed best too; a count that is wrong is off in every run
+    while not 1 / 1.6 <= max(ours) / max(ref) <= 1.6 and len(ours) < 11:
+        for run in (run_ref, run_ours, run_ours, run_ref):
+            run()
     assert 1 / 1.6 <= max(ours) / max(ref) <= 1.6, (ours, ref)
 
 

@@ -13,6 +13,8 @@ from bench_fixtures import OMPI, bench_cache, bench_env, fake_cudart, fake_nccl,
 from conftest import assert_one_line_error, rankmap
 from rankmap.linkbench.nccl import BUS_FACTOR, OPS
 
+pytestmark = pytest.mark.mpi
+
 
 def nccl_env(bench_env, fake_cudart, fake_nccl, gpus=2):
     return dict(bench_env, RANKMAP_CUDART=str(fake_cudart), RANKMAP_NCCL_LIB=str(fake_nccl), FAKE_CUDA_DEVICES=str(gpus))

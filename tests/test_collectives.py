@@ -1,40 +1,31 @@
 """Collective pair traffic against the messages the MPI library really sends.
 
-``tests/native/coll_probe.c`` runs collectives between barriers and counts, per call, what the
-library itself records (Open MPI's monitoring PML) or puts on the wire (MPICH's UCX tag sends);
-the mirrors in :mod:`rankmap.capture.collectives` must reproduce those pairs from the call's
-arguments and the library's parameters alone.
+The conformance probe (``native/probe/coll_probe.c``, driven by :mod:`rankmap.pairs.probe`) runs
+collectives between barriers and counts, per call, what the library itself records (Open MPI's
+monitoring PML) or puts on the wire (MPICH's UCX tag sends); the mirrors in :mod:`rankmap.pairs`
+must reproduce those pairs from the call's arguments and the library's parameters alone.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from rankmap.capture.collectives import model, mpich, ompi
-from rankmap.capture.collectives.call import Call, kind_of
+from rankmap.pairs import model, mpich, ompi, probe
+from rankmap.pairs.call import kind_of
+from rankmap.pairs.mirror import Mirror, Mirrored
 
 ROOT = Path(__file__).resolve().parents[1]
-PROBE = ROOT / "tests" / "native" / "coll_probe.c"
 SIZES = [8, 24, 1000, 4096, 65536, 100000, 1048576, 16777216]
 EIGHT = ["allreduce", "bcast", "reduce", "allgather", "alltoall", "gather", "scatter", "reduce_scatter_block"]
-ROOTED = ("bcast", "reduce", "gather", "scatter")
+ROOTED = probe.ROOTED
 OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
             "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
-
-
-def _build(tmp: Path, cc: str, *flags: str) -> Path:
-    out = tmp / f"coll_probe_{Path(cc).name}"
-    p = subprocess.run([cc, "-O2", "-rdynamic", *flags, str(PROBE), "-o", str(out), "-ldl"],
-                       capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    return out
 
 
 #: the Open MPIs tested: (compiler wrapper, launcher, ompi_info, the release the mirror follows)
@@ -63,7 +54,7 @@ def ompi_probe(request, tmp_path_factory) -> OmpiProbe:
         pytest.skip(f"{request.param} is not installed")
     if "pml: monitoring" not in subprocess.run([info], capture_output=True, text=True).stdout:
         pytest.skip("Open MPI built without its monitoring components")
-    return OmpiProbe(_build(tmp_path_factory.mktemp(request.param), cc), run, release)
+    return OmpiProbe(probe.build(cc, tmp_path_factory.mktemp(request.param)), run, release)
 
 
 @pytest.fixture(scope="module")
@@ -75,78 +66,34 @@ def mpich_probe(tmp_path_factory) -> Path:
     ver = subprocess.run(["mpichversion"], capture_output=True, text=True).stdout
     if "ch4:ucx" not in ver:
         pytest.skip("this MPICH does not send through UCX (device: ch4:ucx needed)")
-    return _build(tmp_path_factory.mktemp("mpich"), "mpicc.mpich", "-DPROBE_UCX")
+    return probe.build("mpicc.mpich", tmp_path_factory.mktemp("mpich"), ucx=True)
 
 
-Measured = dict[tuple[str, int, int], np.ndarray]
+Measured = probe.Measured
 
 
-def measure(cmd: list[str], p: int, env: dict[str, str] | None = None) -> Measured:
-    """{(collective, size, root): bytes[src][dst]} of one probe run; a peer the probe could not
-    name (UCX: the endpoint to itself) is the sender itself."""
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, **(env or {})))
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    out: Measured = defaultdict(lambda: np.zeros((p, p), dtype=np.int64))
-    for line in r.stdout.splitlines():
-        coll, size, root, src, dst, b, _m = line.split()
-        s, d = int(src), int(dst)
-        out[(coll, int(size), int(root))][s, d if d >= 0 else s] += int(b)
-    return out
-
-
-def ompi_run(probe: OmpiProbe, p: int, colls: list[str], sizes: list[int], mca: dict[str, str] | None = None
+def ompi_run(op: OmpiProbe, p: int, colls: list[str], sizes: list[int], mca: dict[str, str] | None = None
              ) -> Measured:
-    cmd = [probe.run, "--oversubscribe", "-np", str(p), "--mca", "pml_monitoring_enable", "1"]
-    for k, v in (mca or {}).items():
-        cmd += ["--mca", k, str(v)]
-    return measure(cmd + [str(probe.path), ",".join(colls)] + [str(s) for s in sizes], p, OMPI_ENV)
+    return probe.run(probe.ompi_command(op.run, op.path, p, colls, sizes, mca), p, OMPI_ENV)
 
 
-def mpich_run(probe: Path, p: int, colls: list[str], sizes: list[int], env: dict[str, str] | None = None) -> Measured:
-    return measure(["mpiexec.mpich", "-n", str(p), str(probe), ",".join(colls)] + [str(s) for s in sizes], p, env)
+def mpich_run(path: Path, p: int, colls: list[str], sizes: list[int], env: dict[str, str] | None = None) -> Measured:
+    return probe.run(probe.mpich_command("mpiexec.mpich", path, p, colls, sizes), p, env)
 
 
-def call(coll: str, p: int, r: int, size: int, root: int) -> Call:
-    """The probe's call on rank r, as the shim records it."""
-    if coll in ("allreduce", "reduce", "reduce_scatter_block", "reduce_scatter"):
-        n = size // 8
-        return Call(coll, "blocking", p, r, root, n, 8, n, 8, vec=tuple([n * 8] * p) if coll == "reduce_scatter" else ())
-    return Call(coll, "blocking", p, r, root, size, 1, size, 1)
-
-
-def mirrored(fn, coll: str, p: int, size: int, root: int) -> np.ndarray:
-    m = np.zeros((p, p), dtype=np.int64)
-    for r in range(p):
-        got = fn(call(coll, p, r, size, root))
-        assert got is not None, (coll, p, size, root)
-        for msg in got[0]:
-            m[r, msg.dst] += msg.nbytes
-    return m
-
-
-def l1(mirror: np.ndarray, measured: np.ndarray) -> float:
-    """Per-pair L1 distance as a fraction of the measured bytes."""
-    return float(np.abs(mirror - measured).sum()) / max(1, int(measured.sum()))
+call = probe.probe_call
 
 
 def check_all(measured: Measured, fn, limit: float = 0.0) -> dict[str, float]:
     """Every measured call against the mirror; returns the L1 per collective over all its calls."""
-    per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    bad = []
-    p = next(iter(measured.values())).shape[0]
-    for (coll, size, root), ref in sorted(measured.items()):
-        mir = mirrored(fn, coll, p, size, root)
-        d = l1(mir, ref)
-        per[coll][0] += int(np.abs(mir - ref).sum())
-        per[coll][1] += int(ref.sum())
-        if d > limit:
-            bad.append(f"{coll} p={p} {size} B root {root}: L1 {d:.2%}\nmirror\n{mir}\nlibrary\n{ref}")
-    assert not bad, "\n".join(bad[:3])
-    return {c: a / max(1, b) for c, (a, b) in per.items()}
+    got = probe.compare(measured, fn, limit)
+    assert not got.bad, "\n".join(got.bad[:3])
+    return got.per_collective
 
 
 # ---- Open MPI 4.1 and 5.0: coll/tuned -------------------------------------------------------------------
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("p", [3, 4, 5, 8])
 def test_ompi_fixed_rules_match_monitoring(ompi_probe, p):
     """Tuned's fixed decisions, 8 B to 16 MiB: per-pair L1 <= 2 % of each call's bytes (it is 0)."""
@@ -173,6 +120,7 @@ def forced_params(probe: OmpiProbe, alg: int, segsize: int = 0) -> tuple[dict[st
     return mca, prm
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("alg,segsize", [(1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0), (9, 0),
                                          (2, 1000), (3, 8192), (4, 1024), (5, 4096)])
 def test_ompi_forced_algorithms_match_monitoring(ompi_probe, alg, segsize):
@@ -183,6 +131,7 @@ def test_ompi_forced_algorithms_match_monitoring(ompi_probe, alg, segsize):
         check_all(got, lambda c: ompi.messages(c, prm))
 
 
+@pytest.mark.mpi
 def test_ompi_rules_file(ompi_probe, tmp_path):
     """A dynamic rules file: allreduce ring below 4 KiB and Rabenseifner above; bcast chain (fan-out
     2, 1000-byte segments) for communicators of 4 and more, linear below."""
@@ -234,6 +183,7 @@ def test_ompi_params_from_meta():
     assert "excluded" in ompi.params_from_meta({"cvar.coll": "^tuned"}).not_tuned
 
 
+@pytest.mark.mpi
 def test_ompi_rules_then_forced_or_forced_then_rules(ompi_probe, tmp_path):
     """Dynamic rules with both a rules file and a forced algorithm: 4.1 takes the file's choice,
     5.0 the forced one; the rules file starts ``rule-file-version-2`` and carries max requests,
@@ -273,7 +223,7 @@ def test_ompi5_han_only_across_nodes():
     """Open MPI 5's coll/han (priority 35 over tuned's 30) disqualifies itself on a communicator
     within one node, so tuned and the mirror apply there; across nodes it runs its collectives
     (the model), and tuned's compositions through the selected component with them."""
-    from rankmap.capture.collectives import Library
+    from rankmap.pairs import Library
     meta = {"mpi_library": "Open MPI v5.0.11, package: Open MPI", "cvar.coll_han_priority": "35",
             "cvar.coll_tuned_priority": "30"}
     lib = Library(meta)
@@ -283,7 +233,7 @@ def test_ompi5_han_only_across_nodes():
     for coll in ("bcast", "allreduce", "gather", "allgather"):
         c = call(coll, 4, 1, 4096, 0)
         assert ompi.messages(c, prm, one) is not None and ompi.messages(c, prm) is not None
-        assert ompi.messages(c, prm, two) is None and lib.mirror(c, two) is None
+        assert ompi.messages(c, prm, two) is None and lib.mirror.messages(c, two) is None
     assert ompi.messages(call("alltoall", 4, 1, 4096, 0), prm, two) is not None
     forced = ompi.params_from_meta(dict(meta, **{"cvar.coll_tuned_use_dynamic_rules": "1",
                                                  "cvar.coll_tuned_reduce_scatter_block_algorithm": "1"}), (5, 0))
@@ -296,6 +246,8 @@ def test_ompi5_han_only_across_nodes():
 MPICH_COLLS = EIGHT + ["reduce_scatter"]
 
 
+@pytest.mark.mpi
+@pytest.mark.slow
 @pytest.mark.parametrize("p", [3, 4, 5, 8])
 def test_mpich_default_choice_is_mpichs(mpich_probe, p):
     """No control variable set: the mirror's choice, call by call, is MPICH's own (its messages)."""
@@ -342,6 +294,7 @@ SHAPES = [
 ]
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("coll,alg,p,sizes,pairs", SHAPES, ids=[f"{s[0]}-{s[1]}" for s in SHAPES])
 def test_mpich_forced_algorithm_pair_shapes(mpich_probe, coll, alg, p, sizes, pairs):
     """An algorithm forced through MPIR_CVAR_<COLL>_INTRA_ALGORITHM: MPICH's pairs are the
@@ -412,3 +365,19 @@ def test_kind_of_forms():
     assert kind_of("MPI_Bcast_init") == ("bcast", "persistent")
     assert kind_of("MPI_Reduce_scatter_block") == ("reduce_scatter_block", "blocking")
     assert kind_of("MPI_Send")[0] is None
+
+
+def test_both_mirrors_answer_through_one_interface():
+    """Open MPI's and MPICH's mirrors are both a Mirror and answer a call with one type (the
+    messages, the algorithm, whether a part is modelled): the ingest reads nothing else. An 8-byte
+    allreduce of 4 ranks is a recursive doubling in both: rank 1 sends to 0 and 3."""
+    from rankmap.pairs import Library
+    for meta in ({"mpi_library": "Open MPI v4.1.6, package: Debian"}, {"mpi_library": "Open MPI v5.0.3, package: Open MPI"},
+                 {"mpi_library": "MPICH Version:\t4.0.2\nMPICH Device:\tch4:ucx"}):
+        m = Library(meta).mirror
+        assert isinstance(m, Mirror), meta
+        got = m.messages(call("allreduce", 4, 1, 8, 0))
+        assert isinstance(got, Mirrored) and got.modeled is False and got.algorithm, got
+        assert sorted(x.dst for x in got.msgs) == [0, 3] and {x.nbytes for x in got.msgs} == {8}
+        assert m.messages(replace(call("allreduce", 4, 1, 8, 0), form="nonblocking")) is None
+    assert Library({"mpi_library": "Intel(R) MPI Library 2021.6"}).mirror is None

@@ -14,6 +14,8 @@ from rankmap.formats import record as records
 from rankmap.store import open_store
 from rankmap.web.app import create_app
 
+pytestmark = [pytest.mark.mpi, pytest.mark.browser]
+
 
 def test_gpu_activity_card(parts, browser_page, tmp_path):  # noqa: F811
     run = tmp_path / "run"

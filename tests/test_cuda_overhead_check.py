@@ -13,10 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import DATA, ROOT, load_script
 
 CHECK = ROOT / "gpu" / "cuda_activity_check.py"
 MEASURED = json.loads((DATA / "cuda" / "overhead-h200x2.json").read_text())
+
+pytestmark = pytest.mark.gpu_dry
 
 
 def run_check(tmp_path: Path, bench: dict) -> subprocess.CompletedProcess:

@@ -64,6 +64,8 @@ def rows(report: dict, category: str) -> dict[str, dict]:
     return {r["operation"]: r for r in report["table"] if r["category"] == category}
 
 
+@pytest.mark.mpi
+@pytest.mark.slow
 def test_staged_exchange(bins, env):
     p, data = profile(env, *launch(bins, "staged"))
     rep = data["cuda_report"]
@@ -104,6 +106,7 @@ def test_staged_exchange(bins, env):
     assert json.loads(j.stdout) == rep
 
 
+@pytest.mark.mpi
 def test_default_is_off_and_names_the_switch(bins, env):
     """The default injects nothing into CUDA (its cost is none at all), and the summary's one CUDA
     line names --cuda-activity on and what it was measured to cost."""
@@ -119,6 +122,7 @@ def test_default_is_off_and_names_the_switch(bins, env):
     assert {o["operation"] for o in data["op_stats"]} >= {"MPI_Sendrecv"}   # the MPI capture ran as usual
 
 
+@pytest.mark.mpi
 def test_copies_only(bins, env):
     """--cuda-activity copies: the same copy rows as `on`, no kernels, and nothing concluded from the
     kernels' absence (no device POP, no copy-bound verdict); the staging verdict stands."""
@@ -135,6 +139,7 @@ def test_copies_only(bins, env):
     assert rep["state"] in p.stdout
 
 
+@pytest.mark.mpi
 def test_gpu_aware_exchange(bins, env):
     _, data = profile(env, *launch(bins, "aware"))
     rep = data["cuda_report"]
@@ -146,6 +151,7 @@ def test_gpu_aware_exchange(bins, env):
     assert {t["mem"] for t in data["traffic"]} == {"device"}
 
 
+@pytest.mark.mpi
 def test_job_without_cuda_is_unaffected(bins, env, tmp_path):
     """No CUDA in the job: the records and the summary are the same with and without CUDA capture,
     but for one line saying so."""
@@ -169,13 +175,16 @@ def test_job_without_cuda_is_unaffected(bins, env, tmp_path):
         assert "CUDA_INJECTION64_PATH" not in injected
 
 
+@pytest.mark.mpi
 def test_cuda_activity_on_without_cupti(bins, env, tmp_path):
     e = dict(env, RANKMAP_CUPTI=str(tmp_path / "nowhere" / "libcupti.so.13"))
     assert_one_line_error(rankmap("profile", "--cuda-activity", "on", "--", *launch(bins, "staged"), env=e),
                           "--cuda-activity on: no CUPTI library found")
-    assert_one_line_error(rankmap("show", "7", env=env), "unknown job")
+    # the refused profile stored nothing: not even an empty store was left behind
+    assert_one_line_error(rankmap("show", "7", env=env), "nothing was stored there")
 
 
+@pytest.mark.mpi
 def test_injection_already_set_elsewhere(bins, env):
     e = dict(env, CUDA_INJECTION64_PATH="/opt/other/tool.so")
     assert_one_line_error(rankmap("profile", "--cuda-activity", "on", "--", *launch(bins, "staged"), env=e),

@@ -41,7 +41,7 @@ def test_doctor_names_every_native_library(tmp_path, monkeypatch):
         assert "not built yet" in line_of(p.stdout, hook)
     if not shutil.which("cc"):
         return
-    from rankmap.capture import gpm_native
+    from rankmap.counters import gpm_native
     monkeypatch.setenv("RANKMAP_CACHE", str(cache))
     lib = gpm_native.build()
     p = rankmap("doctor", env={"RANKMAP_CACHE": str(cache)})

@@ -119,6 +119,7 @@ def test_launcher_files():
     assert launch.slurm_hostfile_text(m, ["a", "b"]) == "a\na\nb\nb\n"
 
 
+@pytest.mark.mpi
 @pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun.openmpi is not installed")
 def test_run_under_real_mpirun(tmp_path):
     from rankmap.store import command_key, open_store
@@ -167,6 +168,7 @@ def test_run_under_real_mpirun(tmp_path):
         assert d["membind"] is None
 
 
+@pytest.mark.mpi
 @pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun.openmpi is not installed")
 def test_dry_run_shows_wrapped_command(tmp_path):
     from rankmap.store import command_key, open_store
@@ -190,6 +192,7 @@ def _record(rank: int, n: int):
     return RankTotals(rank, [((rank + 1) % n, "p2p", "MPI_Send", "host", "send", 1_000_000, 1)], host="h", pid=1)
 
 
+@pytest.mark.mpi
 @pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun.openmpi is not installed")
 def test_tune_uses_stored_profile_and_checks_rank_count(tmp_path):
     from rankmap.store import command_key, open_store

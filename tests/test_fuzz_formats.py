@@ -239,7 +239,7 @@ NCCL_LOGS = sorted((DATA / "nccl").glob("*.log"))
 def test_nccl_graph_logs(tmp_path, sample, data):
     """NCCL's INIT/GRAPH lines as the ingest reads them from a run directory: graphs whose rank
     counts are those of the lines, never one inflated to a billion ranks by one number."""
-    from rankmap.capture import nccl_graph
+    from rankmap.pairs import nccl_graph
 
     text = sample.read_text() if data is None else data.draw(mangled_text(sample.read_text()))
     p = tmp_path / "nccl-debug.host.1.log"

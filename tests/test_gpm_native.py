@@ -16,9 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
-import rankmap.capture.sampler as sm
-from rankmap.capture import gpm_native
-from rankmap.capture.sampler import Counters, GpmSource, GpmReaderError, open_source
+import rankmap.counters.sampler as sm
+from rankmap.counters import gpm_native
+from rankmap.counters.sampler import Counters, GpmSource, GpmReaderError, open_source
 from rankmap.errors import RankmapError
 from test_sampler import GB, FakeNvml, fake_pynvml
 

@@ -80,6 +80,8 @@ NCCL_TESTS = """# nThread 1 nGpus 2 minBytes 1048576 maxBytes 134217728 step: 2(
 # Avg bus bandwidth    : 169.4
 """
 
+pytestmark = pytest.mark.gpu_dry
+
 
 def write(work: Path, ours_scale: float = 1.0) -> None:
     s = ours_scale

@@ -41,6 +41,8 @@ def expected(n: int, nbytes: int, rounds: int) -> list[list[int]]:
     return [[0 if i == j else nbytes * rounds for j in range(n)] for i in range(n)]
 
 
+@pytest.mark.mpi
+@pytest.mark.slow
 def test_ingest_of_a_run_directory_matches_the_streamed_job(pairs, tmp_path):
     """A streamed job and the same run directory ingested into a fresh store export the same
     matrix, exactly; ingesting again adds nothing; a wrong directory is one line."""
@@ -98,6 +100,7 @@ def stored_rows(url: str) -> dict[str, list[tuple]]:
         store.engine.dispose()
 
 
+@pytest.mark.mpi
 def test_a_streamed_job_stores_the_rows_of_a_one_shot_ingest(pairs, tmp_path):
     """Every row a job streamed while it ran (many small cycles, the timeline's older slots merged
     as it grew) is the row `rankmap ingest` stores from the same run directory in one go."""
@@ -142,6 +145,9 @@ def test_a_cycle_with_nothing_new_writes_only_the_heartbeat_when_due(tmp_path):
     store.engine.dispose()
 
 
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.postgres
 def test_postgresql_stopped_in_the_middle_of_a_job(pairs, own_pg_cluster, tmp_path):
     """The database goes away while a real MPI job runs: the job runs on and rankmap exits with its
     status, says once what happened and how to complete it, the job shows as incomplete, and
@@ -223,6 +229,7 @@ def test_ingest_refuses_a_job_that_is_still_streamed(tmp_path):
         ingest_run(rd.path, store)
 
 
+@pytest.mark.mpi
 def test_a_locked_sqlite_store_delays_the_ingest_and_loses_nothing(pairs, tmp_path, monkeypatch):
     """Another process holds the SQLite file locked during a real MPI job until rankmap has met the
     lock: the job runs on, rankmap says once (while the job still runs) that the store is locked,

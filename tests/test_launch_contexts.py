@@ -78,6 +78,7 @@ def _assert_placed(seen: dict[int, dict]) -> None:
             assert d["cpus"] == sorted(want), (r, d)
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("mpi", ["openmpi", "openmpi5", "mpich"])
 def test_run_places_every_app_context(mpi, tmp_path):
     """``a : b``: the ranks of the second app context go through the wrapper too (they used to
@@ -88,6 +89,7 @@ def test_run_places_every_app_context(mpi, tmp_path):
     _assert_placed(_run_and_read(tmp_path, cmd))
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("mpi,opts", [("openmpi", ["-N", "4"]), ("mpich", ["-genvall", "-n", "4"]),
                                       ("mpich", ["-pmi-port", "-n", "4"]),
                                       # options Open MPI 5 added, each with a value
@@ -101,6 +103,8 @@ def test_run_reads_the_launcher_options(mpi, opts, tmp_path):
     _assert_placed(_run_and_read(tmp_path, cmd))
 
 
+@pytest.mark.mpi
+@pytest.mark.slow
 @pytest.mark.parametrize("mpi", ["openmpi", "openmpi5", "mpich"])
 def test_profile_records_every_app_context(mpi, ring, tmp_path):
     """Open MPI's -x reaches only its own app context: the shim must be passed to every one."""
@@ -141,6 +145,7 @@ def _store_census(home: Path) -> str:
         store.engine.dispose()
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("mpi,bind", [("openmpi", ["--bind-to", "core"]), ("openmpi5", ["--bind-to", "core"]),
                                       ("mpich", ["-bind-to", "core"])])
 def test_run_says_when_the_launchers_binding_wins(mpi, bind, tmp_path):
@@ -187,6 +192,7 @@ def test_run_help_says_how_memory_is_bound():
 HWLOC_XML = ROOT / "tests" / "data" / "hwloc-2socket-ht.xml"
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("version", [4, 5])
 def test_two_node_placement_on_a_machine_with_hyperthreads(tmp_path, version):
     """A multi-node launch under Open MPI tells it each rank's host. The topology's CPU numbers are the

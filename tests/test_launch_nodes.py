@@ -202,6 +202,7 @@ def test_wrapper_warns_when_a_rank_lands_on_another_host(setup, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- hydra
+@pytest.mark.mpi
 @pytest.mark.skipif(MPIEXEC_MPICH is None, reason="MPICH's mpiexec.mpich is not installed")
 @pytest.mark.parametrize("pmi", [[], ["-pmi-port"]], ids=["pmi-fd", "pmi-port"])
 def test_hydra_two_nodes_machinefile(setup, pmi):
@@ -230,6 +231,7 @@ def test_hydra_two_nodes_machinefile(setup, pmi):
         check_binding(rec, d["mapping"][str(r)], device=0)
 
 
+@pytest.mark.mpi
 @pytest.mark.skipif(MPIEXEC_MPICH is None, reason="MPICH's mpiexec.mpich is not installed")
 def test_hydra_host_options_clash_with_a_multi_node_mapping(setup):
     tmp_path, worker, env = setup
@@ -240,6 +242,7 @@ def test_hydra_host_options_clash_with_a_multi_node_mapping(setup):
 
 
 # ----------------------------------------------------------------------------- Open MPI and the rest
+@pytest.mark.mpi
 def test_openmpi_two_nodes_rankfile_and_hosts(setup, tmp_path):
     tmp_path, worker, env = setup
     if not shutil.which("mpirun.openmpi"):
@@ -263,6 +266,7 @@ def _fake_openmpi(tmp_path: Path, version: str) -> str:
     return str(exe)
 
 
+@pytest.mark.mpi
 def test_openmpi5_two_nodes_sequential_hostfile(setup, tmp_path):
     """Open MPI 5 reads a rankfile's slots as logical cores and cannot be told otherwise: a multi-node
     launch gives it a hostfile of one line per rank with ``--map-by seq``, and the wrapper binds."""
@@ -286,6 +290,7 @@ def test_openmpi5_two_nodes_sequential_hostfile(setup, tmp_path):
     assert argv[argv.index("rmaps_rank_file_physical") + 1] == "1"
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("opts", [["--host", "x,y"], ["--map-by", "ppr:1:node"], ["-N", "2"]])
 def test_openmpi5_placement_options_clash_with_a_multi_node_mapping(setup, tmp_path, opts):
     tmp_path, worker, env = setup
@@ -364,6 +369,7 @@ def mf_csv(tmp_path: Path) -> Path:
     return f
 
 
+@pytest.mark.mpi
 def test_a_host_named_twice_is_one_line(setup):
     """`--hosts nodeA,nodeA` put `nodeA` in the launcher's host list twice (`--host nodeA:1,nodeA:2`),
     and both nodes' ranks on one machine's GPUs. Every node of a mapping is a host of its own."""

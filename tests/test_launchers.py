@@ -204,20 +204,38 @@ def test_prepare_sets_run_dir_and_buckets(fakebin, tmp_path):
     assert not any(k.startswith("NCCL") for k in L.prepare(lau, run_dir=tmp_path, base_env={}).injected)
 
 
-def test_prepare_turns_on_open_mpi_monitoring(fakebin, tmp_path):
-    """Open MPI jobs get its monitoring PML (the library source of collective pairs), unless the
-    user set it or asked for another source; other launchers do not."""
+def test_prepare_loads_open_mpi_monitoring_only_for_the_library_source(fakebin, tmp_path):
+    """The default source (the mirror) loads nothing into the job; ``library`` turns on Open MPI's
+    monitoring PML, unless the user set it; other launchers never get it; the source reaches the ranks."""
     ompi, hydra = rec(["mpirun", "-np", "2", "./a"], fakebin), rec(["mpiexec", "-n", "2", "./a"], fakebin)
     inj = L.prepare(ompi, run_dir=tmp_path, shim="/s.so", base_env={})
-    assert inj.injected["OMPI_MCA_pml_monitoring_enable"] == "2"
-    assert "OMPI_MCA_pml_monitoring_enable=2" in inj.argv
-    assert "OMPI_MCA_pml_monitoring_enable" not in L.prepare(hydra, run_dir=tmp_path, shim="/s.so", base_env={}).injected
-    mine = L.prepare(ompi, run_dir=tmp_path, shim="/s.so", base_env={"OMPI_MCA_pml_monitoring_enable": "1"})
+    assert "OMPI_MCA_pml_monitoring_enable" not in inj.injected
+    assert inj.injected["RANKMAP_COLLECTIVES"] == "auto" and "RANKMAP_COLLECTIVES=auto" in inj.argv
+    lib = L.prepare(ompi, run_dir=tmp_path, shim="/s.so", base_env={}, collectives="library")
+    assert lib.injected["OMPI_MCA_pml_monitoring_enable"] == "2"
+    assert "OMPI_MCA_pml_monitoring_enable=2" in lib.argv
+    assert lib.injected["RANKMAP_COLLECTIVES"] == "library"
+    env_lib = L.prepare(ompi, run_dir=tmp_path, shim="/s.so", base_env={"RANKMAP_COLLECTIVES": "library"})
+    assert env_lib.injected["OMPI_MCA_pml_monitoring_enable"] == "2"
+    assert "OMPI_MCA_pml_monitoring_enable" not in L.prepare(hydra, run_dir=tmp_path, shim="/s.so", base_env={},
+                                                             collectives="library").injected
+    mine = L.prepare(ompi, run_dir=tmp_path, shim="/s.so", base_env={"OMPI_MCA_pml_monitoring_enable": "1"},
+                     collectives="library")
     assert "OMPI_MCA_pml_monitoring_enable" not in mine.injected
-    mirror = L.prepare(ompi, run_dir=tmp_path, shim="/s.so", base_env={"RANKMAP_COLLECTIVES": "mirror"})
+    mirror = L.prepare(ompi, run_dir=tmp_path, shim="/s.so", base_env={"RANKMAP_COLLECTIVES": "library"},
+                       collectives="mirror")               # the option wins over the environment
     assert "OMPI_MCA_pml_monitoring_enable" not in mirror.injected
     assert mirror.injected["RANKMAP_COLLECTIVES"] == "mirror"          # reaches the ranks through -x
-    assert "OMPI_MCA_pml_monitoring_enable" not in L.prepare(ompi, run_dir=tmp_path, base_env={}).injected
+    assert "OMPI_MCA_pml_monitoring_enable" not in L.prepare(ompi, run_dir=tmp_path, base_env={},
+                                                             collectives="library").injected   # no shim
+    with pytest.raises(RankmapError, match="RANKMAP_COLLECTIVES 'x': choose one of auto, mirror, library, model"):
+        L.prepare(ompi, run_dir=tmp_path, shim="/s.so", base_env={"RANKMAP_COLLECTIVES": "x"})
+
+
+def test_programs_of_each_app_context(fakebin):
+    lau = rec(["mpirun", "-np", "2", "-x", "A=1", "./a", "1", ":", "--mca", "btl", "self", "-np", "1", "./b"], fakebin)
+    assert lau.programs() == [["./a", "1"], ["./b"]]
+    assert rec(["mpiexec", "-n", "2", "-genv", "K", "V", "./c", "x"], fakebin).programs() == [["./c", "x"]]
 
 
 def test_mpicc_choice(tmp_path):

@@ -100,6 +100,14 @@ def test_every_package_part_has_a_layer():
     assert listed - tops == set(), "listed in docs/architecture.md but not in src/rankmap"
 
 
+def test_what_comes_out_of_a_job_sits_above_what_goes_in():
+    """capture/ holds what goes into a job; pairs/ (rank pairs from its records) and counters/ (the
+    link counters sampled beside it) read what comes out. They sit beside store/, one layer above
+    capture/, so the import check above keeps capture/ from importing them, and them and store/
+    from importing each other."""
+    assert level("pairs") == level("counters") == level("store") == level("capture") + 1
+
+
 # ---------------------------------------------------------------------- one module per verb
 COMMANDS = "rankmap.commands."
 

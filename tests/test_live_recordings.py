@@ -50,12 +50,12 @@ def test_placement_on_the_live_nvswitch_node_is_proven_optimal_and_equals_defaul
     """On an NVSwitch node every GPU is equivalent: the solver must prove the default optimal."""
     import json
 
-    from conftest import rankmap
+    from conftest import cli
 
     csv = tmp_path / "ring.csv"
     csv.write_text("src,dst,class,operation,bytes,messages\n"
                    + "".join(f"{r},{(r + 1) % 4},p2p,MPI_Sendrecv,1342177280,20\n" for r in range(4)))
-    p = rankmap("map", "--traffic", str(csv), "--topology", str(LIVE / "h200x4-topo.json"), "--format", "json")
+    p = cli("map", "--traffic", str(csv), "--topology", str(LIVE / "h200x4-topo.json"), "--format", "json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["optimal"] is True

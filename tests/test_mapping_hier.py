@@ -183,9 +183,10 @@ def test_gain_on_choices_match_the_library():
 def test_command_budget_counts_start_up():
     import time
 
-    from rankmap.pipeline.map import OUTPUT_SECONDS_PER_RANK, command_started, solver_budget
+    from rankmap.cli import process_started
+    from rankmap.pipeline.map import OUTPUT_SECONDS_PER_RANK, solver_budget
 
-    started = command_started()
+    started = process_started()
     assert started <= time.perf_counter()
     assert solver_budget(10.0, None, 4096) == 10.0
     left = solver_budget(10.0, time.perf_counter() - 2.0, 4096)

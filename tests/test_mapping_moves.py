@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import assert_one_line_error, rankmap
+from conftest import assert_one_line_error, cli
 from rankmap.mapping import patterns, synth
 from rankmap.mapping.cost import as_traffic, default_mapping, evaluate
 from rankmap.mapping.objective import score_key
@@ -108,14 +108,14 @@ def test_map_cli_keeps_the_default_and_says_by_how_little(tmp_path):
     f = tmp_path / "a2a.csv"
     write_csv(f, near_uniform(8, seed=1))
     args = ("map", "--traffic", str(f), "--topology", "dgx1-v100")
-    p = rankmap(*args, "--format", "json")
+    p = cli(*args, "--format", "json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert [doc["mapping"][str(r)]["gpu"] for r in range(8)] == list(range(8))
     assert doc["default_kept"] and doc["moved_ranks"] == 0 and doc["min_gain"] == 0.01
     assert doc["optimal"] is False and doc["best"]["optimal"] is True and 0 < doc["gap"] < 0.01
     assert doc["max_congestion"] == doc["default"]["max_congestion"] and doc["improvement"]["max"] == 1.0
-    t = rankmap(*args)
+    t = cli(*args)
     assert t.returncode == 0, t.stderr
     note = next(l for l in t.stdout.splitlines() if l.startswith("note: the default placement is kept"))
     assert "of the optimum on maximum congestion, a gain under --min-gain 1 %" in note, note
@@ -123,7 +123,7 @@ def test_map_cli_keeps_the_default_and_says_by_how_little(tmp_path):
     solver = next(l for l in t.stdout.splitlines() if l.startswith("solver:"))
     assert "the default placement" in solver and "above the proven optimum" in solver, solver
     assert "proven optimal" not in solver
-    moved_all = json.loads(rankmap(*args, "--min-gain", "0", "--format", "json").stdout)
+    moved_all = json.loads(cli(*args, "--min-gain", "0", "--format", "json").stdout)
     assert moved_all["optimal"] and not moved_all["default_kept"] and moved_all["moved_ranks"] > 0
     assert 1 < moved_all["improvement"]["max"] < 1.01
 
@@ -135,7 +135,7 @@ def test_a_gain_on_the_tie_break_alone_is_weighed_too(tmp_path):
     T[0, 1] += 1000
     f = tmp_path / "t.csv"
     write_csv(f, T)
-    doc = json.loads(rankmap("map", "--traffic", str(f), "--topology", "dgx1-v100", "--format", "json").stdout)
+    doc = json.loads(cli("map", "--traffic", str(f), "--topology", "dgx1-v100", "--format", "json").stdout)
     assert doc["default_kept"] and doc["moved_ranks"] == 0 and doc["best"]["gain"] == 0
     assert 0 < doc["best"]["tie_break_gain"] < 0.01
     assert "as good as the optimum on maximum congestion and within" in doc["notes"][0]
@@ -145,7 +145,7 @@ def test_a_gain_on_the_tie_break_alone_is_weighed_too(tmp_path):
 def test_a_real_gain_still_moves_ranks(tmp_path):
     f = tmp_path / "ring.csv"
     write_csv(f, patterns.ring(8))
-    doc = json.loads(rankmap("map", "--traffic", str(f), "--topology", "dgx1-v100", "--format", "json").stdout)
+    doc = json.loads(cli("map", "--traffic", str(f), "--topology", "dgx1-v100", "--format", "json").stdout)
     assert doc["optimal"] and not doc["default_kept"] and doc["best"] is None
     assert doc["moved_ranks"] == sum(e["gpu"] != int(r) for r, e in doc["mapping"].items()) > 0
 
@@ -154,7 +154,7 @@ def test_bad_min_gain_is_one_line(tmp_path):
     f = tmp_path / "ring.csv"
     write_csv(f, patterns.ring(8))
     for bad in ("-1", "100"):
-        assert_one_line_error(rankmap("map", "--traffic", str(f), "--topology", "dgx1-v100", "--min-gain", bad),
+        assert_one_line_error(cli("map", "--traffic", str(f), "--topology", "dgx1-v100", "--min-gain", bad),
                               "--min-gain", bad)
 
 

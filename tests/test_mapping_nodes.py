@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import rankmap
+from conftest import cli
 from test_mapping_staged import split as host_split
 from rankmap.mapping import patterns, split
 from rankmap.mapping.bounds import lower_bound
@@ -180,22 +180,22 @@ def test_cut_short_search_returns_best_so_far_with_its_gap():
 def test_map_cli_objective_and_default_note(tmp_path):
     f = tmp_path / "rows.csv"
     write_csv(f, patterns.transpose([4, 4, 4]))
-    p = rankmap("map", "--traffic", str(f), "--topology", "dgx1-v100", "--nodes", "2", "--format", "json",
+    p = cli("map", "--traffic", str(f), "--topology", "dgx1-v100", "--nodes", "2", "--format", "json",
                 "--time-budget", "3")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["objective"] == "max" and doc["default_kept"] is True
     assert doc["notes"] and doc["bound"] <= doc["max_congestion"]
-    t = rankmap("map", "--traffic", str(f), "--topology", "dgx1-v100", "--nodes", "2", "--time-budget", "3")
+    t = cli("map", "--traffic", str(f), "--topology", "dgx1-v100", "--nodes", "2", "--time-budget", "3")
     assert "note: the default placement is kept" in t.stdout
     g = tmp_path / "tree.csv"
     write_csv(g, patterns.tree(8))
-    h = rankmap("map", "--traffic", str(g), "--topology", "dgx1-v100", "--objective", "hop-bytes", "--format", "json")
+    h = cli("map", "--traffic", str(g), "--topology", "dgx1-v100", "--objective", "hop-bytes", "--format", "json")
     assert h.returncode == 0, h.stderr
     hd = json.loads(h.stdout)
     assert hd["objective"] == "hop-bytes" and hd["optimal"] is True and hd["gap"] == 0
     assert hd["hop_bytes"] <= hd["default"]["hop_bytes"]
-    bad = rankmap("map", "--traffic", str(f), "--topology", "dgx1-v100", "--objective", "fastest")
+    bad = cli("map", "--traffic", str(f), "--topology", "dgx1-v100", "--objective", "fastest")
     assert bad.returncode != 0 and "invalid choice" in bad.stderr
 
 

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from conftest import assert_one_line_error, rankmap
+from conftest import assert_one_line_error, cli, rankmap
 from rankmap.mapping import patterns, simgrid
 from rankmap.mapping.cost import default_mapping
 from rankmap.mapping.platform import Platform, node_model
@@ -58,6 +58,7 @@ def test_simgrid_halo4d_two_nodes(tmp_path):
     assert t > 0
 
 
+@pytest.mark.mpi
 def test_demo(tmp_path):
     env = {"RANKMAP_HOME": str(tmp_path), "RANKMAP_DB": f"sqlite:///{tmp_path / 'd.db'}"}
     p = rankmap("demo", env=env, timeout=600)
@@ -137,6 +138,7 @@ def _simgrid(out: str, routes: str) -> float:
     return float(m[1])
 
 
+@pytest.mark.mpi
 def test_demo_shows_recorded_traffic_and_the_gpu_resident_what_if(tmp_path):
     """Both blocks, in order and labelled; the what-if's factor is what `rankmap map --as-gpu-resident`
     computes for the stored job; both mappings are stored with their basis, the recorded one newest."""
@@ -180,7 +182,7 @@ def test_demo_shows_recorded_traffic_and_the_gpu_resident_what_if(tmp_path):
 
 def test_demo_one_block(tmp_path):
     env = {"RANKMAP_HOME": str(tmp_path), "RANKMAP_DB": f"sqlite:///{tmp_path / 'd.db'}"}
-    assert_one_line_error(rankmap("demo", "--as-recorded", "--as-gpu-resident", env=env),
+    assert_one_line_error(cli("demo", "--as-recorded", "--as-gpu-resident", env=env),
                           "--as-recorded and --as-gpu-resident")
     p = rankmap("demo", "--synthetic", "--no-simulate", "--topology", "dgx1-v100", "--as-gpu-resident", env=env)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -192,9 +194,9 @@ def test_demo_bad_sizes(tmp_path):
     """A face or iteration count below 1 is one line before anything runs (a negative face made
     halo4d abort and the demo end in a traceback; 0 placed nothing and still printed a ratio)."""
     env = {"RANKMAP_HOME": str(tmp_path), "RANKMAP_DB": f"sqlite:///{tmp_path / 'd.db'}"}
-    assert_one_line_error(rankmap("demo", "--face", "-5", env=env), "--face must be at least 1, got -5")
-    assert_one_line_error(rankmap("demo", "--iters", "0", "--synthetic", env=env), "--iters must be at least 1")
-    assert_one_line_error(rankmap("demo", "--ranks", "1", env=env), "--ranks must be at least 2")
+    assert_one_line_error(cli("demo", "--face", "-5", env=env), "--face must be at least 1, got -5")
+    assert_one_line_error(cli("demo", "--iters", "0", "--synthetic", env=env), "--iters must be at least 1")
+    assert_one_line_error(cli("demo", "--ranks", "1", env=env), "--ranks must be at least 2")
     assert not (tmp_path / "d.db").exists()
 
 

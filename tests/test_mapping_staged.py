@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import assert_one_line_error, rankmap
+from conftest import assert_one_line_error, cli, rankmap
 from test_mapping import assert_same, brute_force
 from test_store import FakeRecord, Row
 from rankmap.mapping import patterns
@@ -318,10 +318,10 @@ def test_csv_mem_column(tmp_path):
     assert read_csv(g).host is None
     bad = tmp_path / "bad.csv"
     bad.write_text("src,dst,class,operation,bytes,messages,mem\n0,1,p2p,MPI_Send,10,1,gpu\n")
-    assert_one_line_error(rankmap("map", "--traffic", str(bad), "--topology", "dgx1-v100"), "bad.csv:2", "mem")
+    assert_one_line_error(cli("map", "--traffic", str(bad), "--topology", "dgx1-v100"), "bad.csv:2", "mem")
     short = tmp_path / "short.csv"
     short.write_text("src,dst,class,operation,bytes,messages,mem\n0,1,p2p,MPI_Send,10,1\n")
-    assert_one_line_error(rankmap("map", "--traffic", str(short), "--topology", "dgx1-v100"), "short.csv:2",
+    assert_one_line_error(cli("map", "--traffic", str(short), "--topology", "dgx1-v100"), "short.csv:2",
                           "7 fields")
 
 
@@ -339,7 +339,7 @@ def test_map_job_with_host_staged_rows(tmp_path):
     B = 1_000_000_000
     db = f"sqlite:///{tmp_path / 'rankmap.db'}"
     jid = _host_ring_job(db, B)
-    p = rankmap("map", "--job", str(jid), "--db", db, "--topology", "dgx1-v100", "--format", "json")
+    p = cli("map", "--job", str(jid), "--db", db, "--topology", "dgx1-v100", "--format", "json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["host_staged"]["host_staged_bytes"] == 8 * B
@@ -354,18 +354,18 @@ def test_map_job_with_host_staged_rows(tmp_path):
     assert sorted(l["after_bytes"] for l in after) == pytest.approx(sorted(want.values()))
     assert doc["optimal"] is True
     # the text report says it too
-    t = rankmap("map", "--job", str(jid), "--db", db, "--topology", "dgx1-v100")
+    t = cli("map", "--job", str(jid), "--db", db, "--topology", "dgx1-v100")
     assert t.returncode == 0, t.stderr
     assert "host-staged traffic: 8.000 GB of 8.000 GB (100 %)" in t.stdout
     # export --by-mem keeps the kinds, and map reads them back to the same answer
-    e = rankmap("export", str(jid), "--db", db, "--by-mem", "-o", str(tmp_path / "t.csv"))
+    e = cli("export", str(jid), "--db", db, "--by-mem", "-o", str(tmp_path / "t.csv"))
     assert e.returncode == 0, e.stderr
     assert (tmp_path / "t.csv").read_text().splitlines()[0] == "src,dst,class,operation,bytes,messages,mem"
-    c = rankmap("map", "--traffic", str(tmp_path / "t.csv"), "--topology", "dgx1-v100", "--format", "json")
+    c = cli("map", "--traffic", str(tmp_path / "t.csv"), "--topology", "dgx1-v100", "--format", "json")
     assert c.returncode == 0, c.stderr
     assert json.loads(c.stdout)["links"] == doc["links"]
     # the default export is unchanged: six columns, no host part, routed peer-to-peer
-    e6 = rankmap("export", str(jid), "--db", db)
+    e6 = cli("export", str(jid), "--db", db)
     assert e6.stdout.splitlines()[0] == "src,dst,class,operation,bytes,messages"
 
 
@@ -390,6 +390,7 @@ def test_multinode_placement_with_host_staged_traffic():
 
 
 # ----------------------------------------------------------------------------- the GPU-resident what-if
+@pytest.mark.mpi
 def test_map_as_gpu_resident_places_the_same_bytes_gpu_to_gpu(tmp_path):
     """``--as-gpu-resident`` places a host-staged job as if every byte went GPU to GPU: the same answer
     as the six-column export (which carries no memory kinds), labelled as a what-if in JSON and text,
@@ -398,10 +399,10 @@ def test_map_as_gpu_resident_places_the_same_bytes_gpu_to_gpu(tmp_path):
     db = f"sqlite:///{tmp_path / 'rankmap.db'}"
     jid = _host_ring_job(db, B)
     base = ["--db", db, "--topology", "dgx1-v100", "--format", "json"]
-    rec = json.loads(rankmap("map", "--job", str(jid), *base).stdout)
+    rec = json.loads(cli("map", "--job", str(jid), *base).stdout)
     assert rec["traffic_basis"] == "as-recorded" and rec["assumption"] is None
     assert rec["improvement"]["max"] == 1.0  # all host-staged: PCIe and QPI whatever the order
-    p = rankmap("map", "--job", str(jid), "--as-gpu-resident", *base)
+    p = cli("map", "--job", str(jid), "--as-gpu-resident", *base)
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["traffic_basis"] == "gpu-resident"
@@ -413,10 +414,10 @@ def test_map_as_gpu_resident_places_the_same_bytes_gpu_to_gpu(tmp_path):
     assert {l["kind"] for l in doc["links"] if l["before_bytes"]} > {"nvlink"}
     assert doc["improvement"]["max"] > 1.5
     six = tmp_path / "six.csv"
-    assert rankmap("export", str(jid), "--db", db, "-o", str(six)).returncode == 0
-    peer = json.loads(rankmap("map", "--traffic", str(six), "--topology", "dgx1-v100", "--format", "json").stdout)
+    assert cli("export", str(jid), "--db", db, "-o", str(six)).returncode == 0
+    peer = json.loads(cli("map", "--traffic", str(six), "--topology", "dgx1-v100", "--format", "json").stdout)
     assert peer["links"] == doc["links"] and peer["mapping"] == doc["mapping"]
-    t = rankmap("map", "--job", str(jid), "--db", db, "--topology", "dgx1-v100", "--as-gpu-resident", "--save")
+    t = cli("map", "--job", str(jid), "--db", db, "--topology", "dgx1-v100", "--as-gpu-resident", "--save")
     assert t.returncode == 0, t.stderr
     assert "what-if: the 8.000 GB recorded as host-staged are counted as GPU-resident" in t.stdout
     assert "(what-if: GPU-resident)" in t.stdout
@@ -428,6 +429,7 @@ def test_map_as_gpu_resident_places_the_same_bytes_gpu_to_gpu(tmp_path):
     assert f"mapping {row['id']} is a what-if:" in r.stderr and "gains nothing" in r.stderr
 
 
+@pytest.mark.mpi
 def test_unknown_basis_is_a_what_if_in_the_cli(tmp_path, capsys):
     """A stored mapping whose traffic basis this version does not know (made by a newer rankmap, say)
     is never presented as the recorded run: ``rankmap run`` names its basis in its note, and the text
@@ -440,7 +442,7 @@ def test_unknown_basis_is_a_what_if_in_the_cli(tmp_path, capsys):
     B = 1_000_000_000
     db = f"sqlite:///{tmp_path / 'rankmap.db'}"
     jid = _host_ring_job(db, B)
-    p = rankmap("map", "--job", str(jid), "--db", db, "--topology", "dgx1-v100", "--format", "json")
+    p = cli("map", "--job", str(jid), "--db", db, "--topology", "dgx1-v100", "--format", "json")
     doc = {**json.loads(p.stdout), "traffic_basis": "nic-offload", "assumption": None}
     assert basis.is_what_if(doc) and not basis.stated(doc)["known"]
     store = open_store(db)
@@ -462,11 +464,11 @@ def test_map_as_gpu_resident_without_host_staged_bytes_is_an_error(tmp_path):
     db = f"sqlite:///{tmp_path / 'rankmap.db'}"
     jid = _host_ring_job(db, B)
     six = tmp_path / "six.csv"
-    assert rankmap("export", str(jid), "--db", db, "-o", str(six)).returncode == 0
-    assert_one_line_error(rankmap("map", "--traffic", str(six), "--topology", "dgx1-v100", "--as-gpu-resident"),
+    assert cli("export", str(jid), "--db", db, "-o", str(six)).returncode == 0
+    assert_one_line_error(cli("map", "--traffic", str(six), "--topology", "dgx1-v100", "--as-gpu-resident"),
                           "six.csv", "--by-mem", "--as-gpu-resident would change nothing")
     T = patterns.ring(8, nbytes=1000)
     dev = tmp_path / "dev.csv"
     write_csv(dev, T, host=np.zeros_like(T))  # a mem column saying every byte was in device memory
-    assert_one_line_error(rankmap("map", "--traffic", str(dev), "--topology", "dgx1-v100", "--as-gpu-resident"),
+    assert_one_line_error(cli("map", "--traffic", str(dev), "--topology", "dgx1-v100", "--as-gpu-resident"),
                           "dev.csv (host-staged rows need the mem column", "has no host-staged bytes")

@@ -33,6 +33,7 @@ def _pairs(pairs: list[tuple[int, int]], n: int = 8) -> np.ndarray:
     return T
 
 
+@pytest.mark.mpi
 @needs_treematch
 def test_heavy_pairs_land_on_sibling_leaves(tmp_path: Path) -> None:
     """Pairs that the rank order scatters must end up under one switch each. The pairs are not
@@ -45,6 +46,7 @@ def test_heavy_pairs_land_on_sibling_leaves(tmp_path: Path) -> None:
     assert secs >= 0
 
 
+@pytest.mark.mpi
 @needs_treematch
 def test_socket_level_groups(tmp_path: Path) -> None:
     """Two heavy cliques of four, interleaved in rank order, must each fill one socket."""
@@ -60,6 +62,7 @@ def test_socket_level_groups(tmp_path: Path) -> None:
     assert len({int(gpu_of[r]) // 4 for r in (1, 3, 4, 6)}) == 1, gpu_of.tolist()
 
 
+@pytest.mark.mpi
 @needs_treematch
 def test_treematch_acts_and_basic_component_does_not(tmp_path: Path) -> None:
     """The benchmark's guard tells a working treematch from the silent fallback: with the

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -74,12 +75,19 @@ def test_a_monitor_session_may_last_longer_than_an_hour():
     assert r.returncode != 0 and "nosuchdb" in r.stderr and "--duration" not in r.stderr, r.stderr
 
 
+@pytest.mark.timing
 def test_session_is_a_job_with_samples_meta_and_a_data_check(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
-    nv = fake(nvlink_header=0.03)
-    started = []
-    res = run_monitor(store, interval_s=0.1, duration_s=1.6, nvml=nv,
-                      on_start=lambda j, k, n: started.append((j, k, n)))
+    for attempt in range(3):
+        store = open_store(f"sqlite:///{tmp_path / f'm{attempt}.db'}")
+        nv = fake(nvlink_header=0.03)
+        started = []
+        res = run_monitor(store, interval_s=0.1, duration_s=1.6, nvml=nv,
+                          on_start=lambda j, k, n: started.append((j, k, n)))
+        # the DATA counters are read just before the first GPM snapshot and just after the last: a
+        # machine busy with other work can hold the monitor between them for tens of ms (1 % of the
+        # span) once in a while; a wrong integral is off in every session
+        if all(abs(row[f"diff_data_{d}"]) < 0.01 for row in res.data_check for d in ("tx", "rx")):
+            break
     assert started == [(res.job_id, "gpm", 2)] and res.source == "gpm"
     job = store.job(res.job_id)
     assert job["launcher"] == "monitor" and job["exit_status"] == 0 and job["hosts"] == [res.host]
@@ -127,14 +135,20 @@ def test_fields_session_has_no_data_check(tmp_path):
     assert store.job(res.job_id)["meta"]["monitor"]["source"] == "fields"
 
 
+@pytest.mark.timing
 def test_stop_event_ends_the_session(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
     stop = threading.Event()
-    threading.Timer(0.2, stop.set).start()
-    res = run_monitor(store, interval_s=0.1, nvml=fake(), stop=stop)
-    assert 0.15 < res.elapsed_s < 2 and store.job(res.job_id)["exit_status"] == 0
+    started = []
+
+    def on_start(*_):   # the stop comes 0.2 s after sampling started (not after a start-up of unknown length)
+        started.append(time.monotonic())
+        threading.Timer(0.2, stop.set).start()
+    res = run_monitor(store, interval_s=0.1, nvml=fake(), stop=stop, on_start=on_start)
+    assert 0.15 < res.elapsed_s and time.monotonic() - started[0] < 2 and store.job(res.job_id)["exit_status"] == 0
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("reader", ["auto", "python"])
 def test_monitor_command_with_duration_prints_json(tmp_path, reader):
     db = f"sqlite:///{tmp_path / 'm.db'}"
@@ -200,7 +214,7 @@ def test_summary_says_what_the_open_hold_did():
 
     from rich.console import Console
 
-    from rankmap.capture.sampler import SamplerCost
+    from rankmap.counters.sampler import SamplerCost
     from rankmap.pipeline.monitor import MonitorResult
     from rankmap.report.monitor import print_monitor
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from rankmap.capture import nccl_graph, nccl_model
+from rankmap.pairs import nccl_graph, nccl_model
 from rankmap.formats import record as records
-from rankmap.capture.nccl_model import NcclComm, NcclProfile, OpRow
+from rankmap.pairs.nccl_model import NcclComm, NcclProfile, OpRow
 
 DATA = Path(__file__).resolve().parent / "data" / "nccl"
 

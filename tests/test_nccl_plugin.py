@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rankmap.capture import nccl_graph, nccl_model
+from rankmap.pairs import nccl_graph, nccl_model
 from rankmap.formats import record as records
 from rankmap.capture.nccl_build import build_plugin
 from rankmap.errors import RankmapError
@@ -64,7 +64,7 @@ def run_ranks(harness: Path, plugin: Path, abi: int, run_dir: Path, n: int = N, 
 
 
 # ---- what the scenario must produce (written out from harness.c's scenario, independently of
-#      rankmap.capture.nccl_model) ----
+#      rankmap.pairs.nccl_model) ----
 
 def expected_traffic(abi: int, w: int, n: int = N) -> dict[tuple[int, str, str], list[int]]:
     """{(world peer, operation, direction): [bytes, messages]} of world rank w after the ingest's model
@@ -512,6 +512,7 @@ def test_wire_factor() -> None:
 
 # ---- the GPU validation script's own logic, on harness records ------------------------------------
 
+@pytest.mark.gpu_dry
 def test_gpu_script_syntax_and_helpers(plugin: Path, harness: Path, tmp_path: Path) -> None:
     """gpu/nccl.sh parses, and its checker passes/fails the right things on known records."""
     import json
@@ -570,6 +571,7 @@ def test_gpu_script_syntax_and_helpers(plugin: Path, harness: Path, tmp_path: Pa
     assert "median added time below 1 MiB (us per operation, vs without): with 0.50, none 0.25" in table
 
 
+@pytest.mark.gpu_dry
 def test_gpu_shapes_script_checks(plugin: Path, harness: Path, fake_libcuda: Path, tmp_path: Path) -> None:
     """gpu/nccl_shapes.sh parses, and its checker passes and fails the right things on known records."""
     import json

@@ -91,6 +91,7 @@ def test_without_root_the_nodes_say_so_in_one_line(tmp_path, monkeypatch, capsys
 
 
 @pytest.mark.slow
+@pytest.mark.postgres
 @pytest.mark.parametrize("count", [2, 4])
 def test_profile_tune_run_across_nodes(emulated_nodes, where_app, tmp_path, count):
     c = emulated_nodes(count, gbit=1.0, slots=2)
@@ -167,6 +168,7 @@ def test_profile_tune_run_across_nodes(emulated_nodes, where_app, tmp_path, coun
 
 
 @pytest.mark.slow
+@pytest.mark.postgres
 def test_ingest_of_run_directories_gathered_from_node_local_disks(emulated_nodes, where_app, tmp_path):
     """Each node writes its ranks' record files to its own disk; the profile on node0 streams only
     node0's; the run directories copied together and ingested complete the job, exactly."""

@@ -25,6 +25,8 @@ print(c.tmp, c.port, flush=True)
 os._exit(0)          # no teardown: the server is left running, as after a killed test run
 """
 
+pytestmark = pytest.mark.postgres
+
 
 def _accepts(port: int) -> bool:
     with socket.socket() as s:
@@ -44,7 +46,8 @@ def test_a_dead_test_process_leaves_no_server_behind():
     tmp, port = Path(tmp), int(port)
     try:
         assert _accepts(port) and (tmp / "data" / "postmaster.pid").exists()
-        assert tmp in pg.sweep_orphans(bindir)
+        # swept here, or by a cluster another test process made meanwhile (the same sweep)
+        assert tmp in pg.sweep_orphans(bindir) or not tmp.exists()
         assert not tmp.exists() and not _accepts(port)
     finally:
         if tmp.exists():                      # the sweep failed: do not leak it ourselves

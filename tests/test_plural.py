@@ -94,6 +94,7 @@ def test_execwrap_counts_properly():
         execwrap.plan(one, {"RANKMAP_LAUNCHER": "torchrun", "GROUP_RANK": "0", "LOCAL_RANK": "1"})
 
 
+@pytest.mark.mpi
 def test_run_counts_properly(tmp_path):
     m = tmp_path / "one.json"
     m.write_text(json.dumps(fake_doc(1)))

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, assert_one_line_error, rankmap
-from pg import pg_cluster  # noqa: F401  (session fixture)
-from rankmap.capture import collectives
+from pg import BACKENDS, pg_cluster  # noqa: F401  (session fixture)
+from rankmap import pairs
 from rankmap.formats import record as records
 from rankmap.store import open_store
 
@@ -115,6 +115,7 @@ def csv_rows(text: str) -> list[dict]:
     return list(csv.DictReader(io.StringIO(text)))
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
 def test_ring_exact_matrix(mpi, examples, home, tmp_path):
     n, size, iters = 4, 1000, 5
@@ -160,6 +161,7 @@ def test_ring_exact_matrix(mpi, examples, home, tmp_path):
     assert sent == n * size * iters
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
 def test_jobs_that_send_no_bytes(mpi, ring_bins, home, tmp_path):
     """A job of MPI_Barrier alone (tests/native/first_call_app.c) printed "heaviest pairs" of 0 B at a
@@ -204,18 +206,22 @@ def test_jobs_that_send_no_bytes(mpi, ring_bins, home, tmp_path):
             assert row.split()[-1] == str(per_proc), row
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
 def test_store_agrees_with_the_records(mpi, examples, home, tmp_path):
     """One-sided (an MPI_Get counts from target to origin) and collective traffic through the store."""
     n = 4
-    for name, args in (("rma", ["100", "2"]), ("alltoall", ["64", "2"])):
-        run = tmp_path / name
-        p = rankmap("profile", "--no-summary", "--run-dir", str(run), "--",
+    runs = [("rma", ["100", "2"], []), ("alltoall", ["64", "2"], [])]
+    if mpi == "openmpi":            # the library source, asked for: Open MPI's monitoring PML
+        runs.append(("alltoall", ["64", "2"], ["--collectives", "library"]))
+    for name, args, opts in runs:
+        run = tmp_path / (name + ("-library" if opts else ""))
+        p = rankmap("profile", "--no-summary", *opts, "--run-dir", str(run), "--",
                     *example(mpi, examples, n, name, *args), env=home)
         assert p.returncode == 0, p.stderr
         store = open_store(home["RANKMAP_DB"])
         jid = store.resolve_job("latest")
-        recs = collectives.read_dir(run)
+        recs = pairs.read_dir(run)
         for klass in ("p2p", "collective", "rma"):
             want = records.traffic_matrix(recs, klass=klass, world_size=n)
             assert store.traffic_matrix(jid, classes=[klass]).tolist() == want.tolist(), (name, klass)
@@ -226,8 +232,8 @@ def test_store_agrees_with_the_records(mpi, examples, home, tmp_path):
                          for v, t, vals in r.pvar_samples)
         assert sorted((x["rank"], x["t_ns"], x["name"], x["values"]) for x in store.pvars(jid)) == want_pv
         assert want_pv or mpi == "mpich"          # Debian's MPICH offers none, Open MPI 4.1 some
-        # where the pairs come from, as the records say: the alltoall's from the monitoring PML under
-        # Open MPI (rankmap profile loads it), from the mirror of MPICH's choice under MPICH
+        # where the pairs come from, as the records say: the alltoall's from the mirror of the library's
+        # choice by default, from the monitoring PML when the library source is asked for
         want_ps: dict[tuple, int] = {}
         for r in recs:
             for t in r.traffic:
@@ -240,9 +246,9 @@ def test_store_agrees_with_the_records(mpi, examples, home, tmp_path):
                 got_ps[k] = got_ps.get(k, 0) + row["bytes"]
         assert got_ps == want_ps, (name, got_ps, want_ps)
         if name == "alltoall":
-            assert {ps for (op, ps) in got_ps if op == "MPI_Alltoall"} == {"library" if mpi == "openmpi" else "mirror"}
+            assert {ps for (op, ps) in got_ps if op == "MPI_Alltoall"} == {"library" if opts else "mirror"}
         # the run directory ingested afterwards into a fresh store: the same pairs, collectives too
-        fresh = f"sqlite:///{tmp_path / (name + '-fresh.db')}"
+        fresh = f"sqlite:///{tmp_path / (run.name + '-fresh.db')}"
         q = rankmap("ingest", str(run), "--db", fresh, env=home)
         assert q.returncode == 0, q.stderr
         again = open_store(fresh)
@@ -263,6 +269,7 @@ def test_store_agrees_with_the_records(mpi, examples, home, tmp_path):
             assert store.traffic_matrix(jid, classes=["collective"]).sum() > 0
 
 
+@pytest.mark.mpi
 def test_ctrl_c_terminates_the_job_and_keeps_its_records(examples, home, tmp_path):
     cmd = example("openmpi", examples, 2, "ring", "100", "3", "60")    # sleeps 60 s before finalising
     env = dict(os.environ, **home)
@@ -289,6 +296,8 @@ def test_ctrl_c_terminates_the_job_and_keeps_its_records(examples, home, tmp_pat
     assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 300], [300, 0]], err
 
 
+@pytest.mark.mpi
+@pytest.mark.postgres
 def test_profile_into_postgresql(pg_cluster, examples, tmp_path):
     url = pg_cluster.new_database().replace("postgresql+psycopg://", "postgresql://")   # as people type it
     env = {"RANKMAP_HOME": str(tmp_path / "home")}
@@ -302,6 +311,7 @@ def test_profile_into_postgresql(pg_cluster, examples, tmp_path):
          "messages": "2"} for s in range(3)]
 
 
+@pytest.mark.mpi
 def test_exit_status_is_propagated(ring_bins, home, tmp_path):
     p = rankmap("profile", "--no-summary", "--", *launch("openmpi", ring_bins, 2, "100", "3", "3"), env=home)
     assert p.returncode == 3, p.stderr
@@ -312,6 +322,7 @@ def test_exit_status_is_propagated(ring_bins, home, tmp_path):
     assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 300], [300, 0]]
 
 
+@pytest.mark.mpi
 def test_crashed_job_keeps_flushed_records(ring_bins, home, tmp_path):
     p = rankmap("profile", "--flush-ms", "200", "--no-summary", "--",
                 *launch("openmpi", ring_bins, 2, "100", "4", "-1"), env=home, timeout=120)
@@ -321,6 +332,58 @@ def test_crashed_job_keeps_flushed_records(ring_bins, home, tmp_path):
     store = open_store(home["RANKMAP_DB"])
     jid = store.resolve_job("latest")
     assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 400], [400, 0]]
+
+
+@pytest.mark.mpi
+def test_link_sampler_streams_beside_the_job(ring_bins, home, tmp_path):
+    """The link sampler starts beside the job's start (NVML faked: GPM, constant rates) and its samples,
+    source and cost reach the job; the traffic is the job's as without it."""
+    from test_monitor import fake_env
+    env = {**home, **fake_env(rates=[[10 * 10**9, 0, 10**8, 0]])}
+    p = rankmap("profile", "--no-summary", "--", *launch("openmpi", ring_bins, 2, "100", "3"), env=env)
+    assert p.returncode == 0, p.stderr
+    store = open_store(home["RANKMAP_DB"])
+    jid = store.resolve_job("latest")
+    ls = store.job(jid)["meta"]["link_sampler"]
+    assert ls["source"] == "gpm" and ls["cost"]["samples"] >= 2 and len(ls["gpus"]) == 1
+    assert store.link_samples(jid)
+    assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 300], [300, 0]]
+
+
+@pytest.mark.mpi
+def test_a_store_that_cannot_be_opened_once_the_job_runs_costs_it_nothing(ring_bins, home, tmp_path):
+    """The store is opened while the job runs: one that cannot be (here a file that is no database)
+    is an outage -- the job ends as it would, its records stay, and the command that stores them is
+    said -- and that command then stores the exact job."""
+    bad = tmp_path / "not-a-db.sqlite"
+    bad.write_text("this is not a database\n" * 100)
+    run = tmp_path / "run"
+    p = rankmap("profile", "--db", f"sqlite:///{bad}", "--no-summary", "--run-dir", str(run), "--",
+                *launch("openmpi", ring_bins, 2, "100", "3", "3"), env=home)
+    assert p.returncode == 3, p.stderr
+    assert "Traceback" not in p.stderr and "the job goes on and its records stay in" in p.stderr
+    hint = [l for l in p.stderr.splitlines() if "complete it with: rankmap ingest" in l]
+    assert len(hint) == 1, p.stderr
+    assert len(list(run.glob("rank-*.mpi.rmrec"))) == 2
+    good = f"sqlite:///{tmp_path / 'good.db'}"
+    q = rankmap("ingest", str(run), "--db", good, env=home)
+    assert q.returncode == 0, q.stderr
+    store = open_store(good)
+    jid = store.resolve_job("latest")
+    assert store.job(jid)["exit_status"] == 3
+    assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 300], [300, 0]]
+
+
+@pytest.mark.mpi
+def test_a_mistyped_store_is_refused_before_the_launch(ring_bins, home, tmp_path):
+    run = tmp_path / "run"
+    for url, said in (("mysql://host/db", "unsupported database mysql://host/db"),
+                      ("not a url", "not a database URL"),
+                      (f"sqlite:///{tmp_path / 'file' / 'sub' / 'r.db'}", "cannot create the database directory")):
+        (tmp_path / "file").write_text("")
+        p = rankmap("profile", "--db", url, "--run-dir", str(run), "--", *launch("openmpi", ring_bins, 2), env=home)
+        assert_one_line_error(p, said)
+        assert not run.exists() or not list(run.iterdir())          # nothing ran
 
 
 def test_single_mpi_process_is_a_plain_launch(ring_bins, home):
@@ -341,11 +404,13 @@ def test_unknown_launcher(home):
                           "launcher 'aprun' is not supported", "mpirun")
 
 
+@pytest.mark.mpi
 def test_missing_mpicc(ring_bins, home):
     p = rankmap("profile", "--mpicc", "/nonexistent", "--", *launch("openmpi", ring_bins, 2), env=home)
     assert_one_line_error(p, "/nonexistent")
 
 
+@pytest.mark.mpi
 def test_unwritable_run_dir(ring_bins, home, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -363,7 +428,8 @@ def test_export_unknown_job(home):
 
 WRITER = textwrap.dedent(r"""
     /* Stands in for a rank: writes one record file through rankmap's record writer, flushes,
-       sleeps, then adds as much again and closes. */
+       sleeps (argv[1] seconds, or until the file argv[2] exists, for at most 60 s), then adds as
+       much again and closes. */
     #include "rmrec.h"
     #include <stdlib.h>
     #include <unistd.h>
@@ -372,7 +438,10 @@ WRITER = textwrap.dedent(r"""
       int op = rmrec_op(c, "MPI_Send");
       rmrec_traffic(c, 1, 0, op, 1, 0, 1000, 2);
       rmrec_flush(c);
-      sleep(atoi(argv[1]));
+      if (argc > 2)
+        for (int i = 0; i < 1200 && access(argv[2], F_OK) != 0; i++) usleep(50000);
+      else
+        sleep(atoi(argv[1]));
       rmrec_traffic(c, 1, 0, op, 1, 0, 1000, 2);
       rmrec_close(c);
       return 0;
@@ -393,10 +462,26 @@ def writer(tmp_path_factory) -> Path:
     return exe
 
 
-def test_progress_line_when_asked(writer, home):
-    p = rankmap("profile", "--progress", "--no-summary", "--", str(writer), "2", env=home)
-    assert p.returncode == 0, p.stderr
-    assert "/1 rank reporting · " in p.stderr and "1 kB sent" in p.stderr
+def test_progress_line_when_asked(writer, home, tmp_path):
+    """The line shows what the rank flushed while it runs: the rank waits for the test to see its first
+    kB before it sends the second (a fixed sleep lost the race on a loaded machine)."""
+    go = tmp_path / "go"
+    p = subprocess.Popen([sys.executable, "-m", "rankmap", "profile", "--progress", "--no-summary", "--",
+                          str(writer), "0", str(go)], env={**os.environ, **home}, stderr=subprocess.PIPE)
+    seen = b""
+    try:
+        while b"1 kB sent" not in seen:
+            chunk = p.stderr.read1(4096)
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        go.touch()
+        seen += p.stderr.read()
+        p.wait(timeout=120)
+    err = seen.decode(errors="replace")
+    assert p.returncode == 0, err
+    assert "/1 rank reporting · " in err and "1 kB sent" in err
     p = rankmap("profile", "--no-summary", "--", str(writer), "0", env=home)
     assert "reporting · " not in p.stderr              # not a terminal: no progress line
 
@@ -421,13 +506,16 @@ def test_torchrun_gets_the_nccl_plugin_in_its_environment(home, tmp_path):
     assert job["launcher"] == "torchrun" and job["world_size"] == 2
 
 
+@pytest.mark.timing
 def test_records_stream_into_the_store_while_the_job_runs(writer, home, tmp_path):
     exe = writer
     env = dict(os.environ, **home)
     proc = subprocess.Popen([sys.executable, "-m", "rankmap", "profile", "--no-summary", "--", str(exe), "6"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen_live = None
-    deadline = time.monotonic() + 5
+    # until the job ends (its writer sleeps 6 s between its two writes): a deadline of 5 s from here
+    # ran out on a loaded machine before rankmap and the writer had started
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.25)
         try:
@@ -438,7 +526,7 @@ def test_records_stream_into_the_store_while_the_job_runs(writer, home, tmp_path
         if m.size and m.sum():
             seen_live = m.tolist()
             break
-    if proc.poll() is not None:
+    if seen_live is None:
         out, err = proc.communicate()
         raise AssertionError(f"the job ended (status {proc.returncode}) before its records were seen: {err}")
     out, err = proc.communicate(timeout=60)
@@ -450,7 +538,8 @@ def test_records_stream_into_the_store_while_the_job_runs(writer, home, tmp_path
     assert store.job(jid)["world_size"] == 2
 
 
-@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+@pytest.mark.mpi
+@pytest.mark.parametrize("db", BACKENDS)
 def test_a_launch_that_started_no_rank_is_failed(db, request, tmp_path):
     """mpirun that cannot start its program: the job exits non-zero with no rank's records. It was
     listed as "finished", as if it had run; it is "failed", with its exit status, in `rankmap jobs`,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import assert_one_line_error, rankmap
+from conftest import assert_one_line_error, cli
 
 READERS = [
     ("show", "1"), ("export", "1"), ("map", "--job", "1", "--topology", "dgx1-v100"),
@@ -25,22 +25,22 @@ def test_a_mistyped_store_is_said_and_not_made(verb, tmp_path):
     typo = tmp_path / "no" / "such" / "rankmap.db"
     home = {"RANKMAP_HOME": str(tmp_path / "home")}
     at = args.index("--") if "--" in args else len(args)        # before run's command
-    p = rankmap(*args[:at], "--db", f"sqlite:///{typo}", *args[at:], env=home)
+    p = cli(*args[:at], "--db", f"sqlite:///{typo}", *args[at:], env=home)
     assert_one_line_error(p, f"no rankmap store at {typo}")
     assert not (tmp_path / "no").exists()
-    p = rankmap(*args, env=dict(home, RANKMAP_DB=f"sqlite:///{typo}"))
+    p = cli(*args, env=dict(home, RANKMAP_DB=f"sqlite:///{typo}"))
     assert_one_line_error(p, f"no rankmap store at {typo}")
     assert not (tmp_path / "no").exists()
 
 
 def test_the_default_store_is_still_made_on_first_use(tmp_path):
-    p = rankmap("export", "latest", env={"RANKMAP_HOME": str(tmp_path / "home")})
+    p = cli("export", "latest", env={"RANKMAP_HOME": str(tmp_path / "home")})
     assert_one_line_error(p, "no jobs")
     assert (tmp_path / "home" / "rankmap.db").exists()
 
 
 def test_jobs_of_the_default_store_before_any_job(tmp_path):
     home = tmp_path / "home"
-    p = rankmap("jobs", env={"RANKMAP_HOME": str(home)})
+    p = cli("jobs", env={"RANKMAP_HOME": str(home)})
     assert (p.returncode, p.stdout, p.stderr) == (0, f"no jobs in sqlite:///{home / 'rankmap.db'} yet: run "
                                                      f"`rankmap profile -- <command>` first\n", "")

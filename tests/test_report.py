@@ -99,7 +99,7 @@ def test_counts_of_one_are_singular(tmp_path):
     the profile's progress line "1 ranks reporting"; the mapping report "1 rank(s) per GPU" (one of each, and two)."""
     from types import SimpleNamespace
 
-    from conftest import rankmap
+    from conftest import cli
     from rankmap.pipeline.profile import _ProgressLine
     from rankmap.errors import counted
 
@@ -111,11 +111,11 @@ def test_counts_of_one_are_singular(tmp_path):
                                       traffic=[Row((r + 1) % n, "p2p", "MPI_Send", "device", "send", 100, 1)])
                            for r in range(n)])
         store.finish_job(jid, exit_status=0, elapsed_ns=10**9)
-        p = rankmap("show", str(jid), "--db", url, env={"COLUMNS": "200"})
+        p = cli("show", str(jid), "--db", url, env={"COLUMNS": "200"})
         assert p.returncode == 0, p.stderr
         word = "rank" if n == 1 else "ranks"
         assert f"{n} of {n} {word} reported" in p.stdout and f"POP efficiency ({n} {word}, " in p.stdout, p.stdout
-    m = rankmap("map", "--job", str(jid), "--db", url, "--topology", "dgx1-v100", env={"COLUMNS": "200"})
+    m = cli("map", "--job", str(jid), "--db", url, "--topology", "dgx1-v100", env={"COLUMNS": "200"})
     assert m.returncode == 0, m.stderr   # (a one-rank job sends nothing to place)
     assert "placement of 2 ranks on 1 x dgx1-v100 (8 GPUs per node, 1 rank per GPU)" in m.stdout, m.stdout
     assert [counted(k, "rank") for k in (0, 1, 2, "?")] == ["0 ranks", "1 rank", "2 ranks", "? ranks"]
@@ -129,7 +129,7 @@ def test_show_gpu_of_a_job_without_cuda_activity(tmp_path):
     """``rankmap show JOB --gpu`` of a job whose profile recorded no CUDA activity said "over ? GPU
     rank(s)" above a table of MPI rows, and a verdict that "host copies moved 0 B" though no copy was
     recorded. It says plainly that there is none, and how to record it."""
-    from conftest import rankmap
+    from conftest import cli
 
     url = f"sqlite:///{tmp_path / 'db'}"
     store = open_store(url)
@@ -146,12 +146,12 @@ def test_show_gpu_of_a_job_without_cuda_activity(tmp_path):
                                       traffic=[Row(1 - r, "p2p", "MPI_Send", "device", "send", 100, 1)])
                            for r in range(2)])
         store.finish_job(jid, exit_status=0, elapsed_ns=10**9)
-        g = rankmap("show", str(jid), "--gpu", "--db", url, env={"COLUMNS": "200"})
+        g = cli("show", str(jid), "--gpu", "--db", url, env={"COLUMNS": "200"})
         assert g.returncode == 0, g.stderr
         lines = [l for l in g.stdout.splitlines() if l.strip()]
         assert lines[0] == f"rankmap job {jid}  mpirun -np 2 ./x" and len(lines) == 2, g.stdout
         assert lines[1].startswith(f"job {jid} has no CUDA activity recorded") and says in lines[1], lines[1]
-        s = rankmap("show", str(jid), "--db", url, env={"COLUMNS": "200"})
+        s = cli("show", str(jid), "--db", url, env={"COLUMNS": "200"})
         assert s.returncode == 0, s.stderr
         assert "?" not in s.stdout and "(s)" not in s.stdout and "host copies moved" not in s.stdout, s.stdout
         assert "MPI/NCCL operations per process (no CUDA activity recorded)" in s.stdout, s.stdout
@@ -159,7 +159,7 @@ def test_show_gpu_of_a_job_without_cuda_activity(tmp_path):
     # a monitor session runs no program: no profile option to suggest
     mon = store.create_job(["rankmap", "monitor"], launcher="monitor")
     store.finish_job(mon, exit_status=0, elapsed_ns=10**9)
-    g = rankmap("show", str(mon), "--gpu", "--db", url, env={"COLUMNS": "200"})
+    g = cli("show", str(mon), "--gpu", "--db", url, env={"COLUMNS": "200"})
     assert g.returncode == 0 and g.stdout.splitlines()[1:] == [
         f"job {mon} is a `rankmap monitor` session: it sampled the GPUs' links, and records no CUDA activity"], g.stdout
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rankmap.capture.devwatch import gpu_device_files
-from rankmap.capture.sampler import (PCIE_WRAP, Counters, FieldSource, GpmSource, LinkSampler, StoreWriter,
+from rankmap.counters.devwatch import gpu_device_files
+from rankmap.counters.sampler import (PCIE_WRAP, Counters, FieldSource, GpmSource, LinkSampler, StoreWriter,
                                      Unwrap, link_rows, open_source)
 from rankmap.errors import RankmapError
 
@@ -24,6 +24,14 @@ fake_pynvml = load_script(FAKE, "fake_pynvml")
 FakeNvml = fake_pynvml.FakeNvml
 
 GB = 10**9
+
+
+def _until(done, timeout_s: float = 60.0) -> None:
+    """Wait until ``done()``: a sampler thread on a loaded machine takes what time it takes."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 def fake(**cfg) -> FakeNvml:
@@ -40,6 +48,7 @@ def test_unwrap_narrow_counter_wraps_and_wide_counter_resets():
     assert [w(v) for v in (1000, 1500, 20, 70)] == [0, 500, 520, 570]
 
 
+@pytest.mark.timing
 def test_field_source_kib_and_pcie_wrap_exact():
     nv = fake(gpm=False, start=[[0, 0, PCIE_WRAP - 5 * GB // 100, 0], [0, 0, 0, 0]])
     src = open_source("auto", nvml=nv)
@@ -57,6 +66,7 @@ def test_field_source_kib_and_pcie_wrap_exact():
     src.close()
 
 
+@pytest.mark.timing
 def test_field_source_survives_a_counter_reset():
     nv = fake(gpm=False, reset_at_s=0.05)
     src = FieldSource(nv)
@@ -72,43 +82,54 @@ def test_field_source_survives_a_counter_reset():
     assert tx[-1] == want
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("jitter_ns,step", [(0, False), (50_000, True)])
 def test_gpm_integral_matches_the_true_bytes(jitter_ns, step):
-    nv = fake(jitter_ns=jitter_ns)
-    if step:  # the traffic stops half way: the integral must follow the change, not the average
-        base = nv.true_bytes
-        half = nv.t0 + 60_000_000
+    def once() -> list[tuple]:
+        """The (gpu, counter, got, want) that are off; the fake's clock and the host's agree but for
+        the microseconds around each call (and the jitter) -- unless the sampler is preempted between
+        the fake's stamp and its own, which a loaded machine does for milliseconds."""
+        nv = fake(jitter_ns=jitter_ns)
+        if step:  # the traffic stops half way: the integral must follow the change, not the average
+            base = nv.true_bytes
+            half = nv.t0 + 60_000_000
 
-        def stepped(gpu, t):
-            return base(gpu, min(t, half))
-        nv.true_bytes = stepped
-    src = open_source("auto", nvml=nv)
-    assert isinstance(src, GpmSource) and src.kind == "gpm"
-    s = LinkSampler(src, interval_s=0.005).start()
-    time.sleep(0.15)
-    s.stop()
-    for g in (0, 1):
-        tot = s.totals()[g]
-        # the sampler's zero point is its first read after the snapshot taken when the source opened
-        first, last = nv.history[g][1], nv.history[g][-1]
-        for k, got in enumerate((tot.nvlink_tx, tot.nvlink_rx, tot.pcie_tx, tot.pcie_rx)):
-            want = last[k] - first[k]
-            if want == 0:
-                assert got == 0
-                continue
-            # host and GPU clocks agree but for the microseconds around each call (and the jitter)
-            assert abs(got - want) / want < (0.01 if jitter_ns else 0.002), (g, k, got, want)
-    assert nv.calls.get("fields", 0) == 0  # GPM alone: no field-value reads while sampling
-    src.close()
+            def stepped(gpu, t):
+                return base(gpu, min(t, half))
+            nv.true_bytes = stepped
+        src = open_source("auto", nvml=nv)
+        assert isinstance(src, GpmSource) and src.kind == "gpm"
+        s = LinkSampler(src, interval_s=0.005).start()
+        time.sleep(0.15)
+        s.stop()
+        off = []
+        for g in (0, 1):
+            tot = s.totals()[g]
+            # the sampler's zero point is its first read after the snapshot taken when the source opened
+            first, last = nv.history[g][1], nv.history[g][-1]
+            for k, got in enumerate((tot.nvlink_tx, tot.nvlink_rx, tot.pcie_tx, tot.pcie_rx)):
+                want = last[k] - first[k]
+                if want == 0:
+                    assert got == 0
+                elif abs(got - want) / want >= (0.01 if jitter_ns else 0.002):
+                    off.append((g, k, got, want))
+        assert nv.calls.get("fields", 0) == 0  # GPM alone: no field-value reads while sampling
+        src.close()
+        return off
+
+    # a preempted sampler is off once in a while; an integral that is wrong is off in every try
+    tries = [once() for _ in range(3)]
+    assert [] in tries, tries
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("guarded,reader", [(True, "python"), (True, "native"), (False, "native")])
 def test_gpm_stalled_snapshot_is_not_an_end_point(monkeypatch, guarded, reader):
     """A read that stalls in the driver took its snapshot at some unknown instant of a long call. The
     traffic starts exactly there: taking the call's midpoint as the snapshot's instant loses the
     bytes of half the call; skipping the snapshot and integrating from the last good one to the next
     keeps every byte. Unguarded (the old rule), the same scenario is far off: the check can fail."""
-    import rankmap.capture.sampler as sm
+    import rankmap.counters.sampler as sm
     if not guarded:
         monkeypatch.setattr(sm, "SNAP_MAX_NS", 10**12)
     rate = 100 * GB
@@ -134,6 +155,7 @@ def test_gpm_stalled_snapshot_is_not_an_end_point(monkeypatch, guarded, reader):
     src.close()
 
 
+@pytest.mark.timing
 def test_sampler_holds_after_a_stalled_read_and_resumes():
     """A read that burns more than stall_ms of CPU ends that tick (the other GPU is not read) and
     keeps the sampler off the GPUs for hold_s, again after each stall; then sampling goes on.
@@ -157,13 +179,15 @@ def test_sampler_holds_after_a_stalled_read_and_resumes():
             return Counters(len(self.reads), 0, None, None)
 
     src = Stalling()
-    s = LinkSampler(src, interval_s=0.005, stall_ms=2.0, hold_s=0.04, keep=True).start()
-    time.sleep(0.35)
+    # holds of 0.2 s, in ticks of 5 ms: a loaded machine that wakes the sampler tens of ms late still
+    # gives each hold a dozen ticks (holds of 40 ms gave some 6 in all there)
+    s = LinkSampler(src, interval_s=0.005, stall_ms=2.0, hold_s=0.2, keep=True).start()
+    _until(lambda: len(src.reads) >= 20)
     s.stop()
     assert s.cost.stalls == 2 and s.cost.held >= 12
     (t1, g1), (t2, g2), (t3, g3) = src.reads[6:9]
     assert g1 == g2 == g3 == 0                     # GPU 1 was left alone in each stalled tick ...
-    assert t2 - t1 >= 0.04 and t3 - t2 >= 0.04    # ... and every GPU for hold_s, after each stall
+    assert t2 - t1 >= 0.2 and t3 - t2 >= 0.2      # ... and every GPU for hold_s, after each stall
     assert len(src.reads) >= 20                    # then sampling went on
     assert {x.gpu for x in s.samples[-2:]} == {0, 1}  # the last sample reads every GPU
 
@@ -172,35 +196,41 @@ def test_sampler_holds_after_a_stalled_read_and_resumes():
         if off == "gap_safe":
             src.gap_safe = False
         s = LinkSampler(src, interval_s=0.005, stall_ms=None if off == "stall_ms" else 2.0, keep=False).start()
-        time.sleep(0.06)
+        _until(lambda: len(src.reads) >= 12)
         s.stop()
         assert s.cost.stalls == 0 and s.cost.held == 0 and src.reads[7][1] == 1
     assert not FieldSource.gap_safe and GpmSource.gap_safe
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("reader", ["python", "native"])
 def test_gpm_rate_units_nvlink_1024000_pcie_mb(monkeypatch, reader):
     """The driver's NVLink GPM rate is bytes / 1024 / 1000 per second (measured on an H200 against the
     DATA counters, see GPM_NVLINK_UNIT), the PCIe one about MB/s of payload, not the documented MiB/s
     (measured against known copies, see GPM_PCIE_UNIT): one second of a known answer integrates to
     exactly that many bytes on each side, whichever reader reads."""
-    import rankmap.capture.sampler as sm
-    from rankmap.capture import gpm_native
+    import rankmap.counters.sampler as sm
+    from rankmap.counters import gpm_native
     nv = fake()
     if reader == "native":
         gpm_native.library()  # built or found in the cache before the clock matters (a first call takes ms)
-    # the source's first snapshots are stamped one second early
-    monkeypatch.setattr(sm, "time", types.SimpleNamespace(monotonic_ns=lambda: time.monotonic_ns() - 10**9))
-    t0 = time.monotonic_ns()
-    src = GpmSource(nv, reader=reader)
-    monkeypatch.undo()
-    assert src.reader == reader
-    nv.nvmlGpmMetricsGet = lambda g: [setattr(m, "nvmlReturn", 0) or setattr(m, "value", 1000.0)
-                                      for m in g.metrics[: g.numMetrics]] and g
-    c = src.read(0)
-    # the span integrated is 1 s plus the host time from the first snapshot to the read, which this
-    # test measured around both; the units' alternatives (MiB/s, 10^6 vs 1.024*10^6) differ by 2.4 %
-    span = 1 + (time.monotonic_ns() - t0) / 1e9
+    for _try in range(20):      # a loaded machine may stall a try past the 10 ms it may take: try again
+        # the source's first snapshots are stamped one second early
+        monkeypatch.setattr(sm, "time", types.SimpleNamespace(monotonic_ns=lambda: time.monotonic_ns() - 10**9))
+        t0 = time.monotonic_ns()
+        src = GpmSource(nv, reader=reader)
+        monkeypatch.undo()
+        assert src.reader == reader
+        nv.nvmlGpmMetricsGet = lambda g: [setattr(m, "nvmlReturn", 0) or setattr(m, "value", 1000.0)
+                                          for m in g.metrics[: g.numMetrics]] and g
+        c = src.read(0)
+        # the span integrated is 1 s plus the host time from the first snapshot to the read, which this
+        # test measured around both; the units' alternatives (MiB/s, 10^6 vs 1.024*10^6) differ by 2.4 %
+        span = 1 + (time.monotonic_ns() - t0) / 1e9
+        if span < 1.01:
+            break
+        src.close()
+        nv = fake()
     assert span < 1.01, "the machine was too slow for the units to be told apart"
     for got, unit in ((c.nvlink_tx, 1_024_000), (c.pcie_tx, 1_000_000)):
         assert 1000 * unit * (1 - 1e-4) <= got <= 1000 * unit * span * (1 + 1e-4)
@@ -208,6 +238,7 @@ def test_gpm_rate_units_nvlink_1024000_pcie_mb(monkeypatch, reader):
     src.close()
 
 
+@pytest.mark.timing
 def test_gpm_without_pcie_metrics_gives_none_for_pcie():
     nv = fake(gpm_pcie=False)
     src = GpmSource(nv)
@@ -237,6 +268,7 @@ def test_source_choice_and_one_line_errors():
     assert nv.inits == 0  # every nvmlInit has its nvmlShutdown
 
 
+@pytest.mark.timing
 def test_sampler_thread_streams_and_counts_its_cost():
     class Counting:
         kind = "test"
@@ -265,6 +297,7 @@ def test_sampler_thread_streams_and_counts_its_cost():
     assert s.t0_unix_ns > 0
 
 
+@pytest.mark.timing
 def test_cost_tells_waiting_reads_from_busy_ones_and_store_writes():
     """A read that waits (a driver lock, a preempted thread) costs wall time, not CPU time: the
     cost keeps both apart, and the callback's CPU time (store writes) apart from the reads'."""
@@ -307,7 +340,7 @@ def test_store_writer_keeps_rows_through_an_outage():
 
     st = FlakyStore()
     w = StoreWriter(st, 7, every_s=0)
-    from rankmap.capture.sampler import LinkSample
+    from rankmap.counters.sampler import LinkSample
     w([LinkSample(0, 0, 1, 2, 3, 4)])            # refused: kept
     assert st.rows == [] and len(w.pending) == 2
     assert w.warnings == ["storing link samples failed (kept, retrying): could not connect to server"]
@@ -360,6 +393,7 @@ def test_gpu_device_files_are_the_gpus_own_not_the_control_file(tmp_path):
     assert gpu_device_files(tmp_path / "none") == []
 
 
+@pytest.mark.timing
 def test_sampler_holds_after_another_process_opens_a_gpu_file(tmp_path):
     """Opens of /dev/nvidiactl-like files (every NVML poller's) hold nothing; another process opening a
     GPU's own file holds every GPU for about open_hold_s, then sampling goes on."""
@@ -390,21 +424,26 @@ def test_sampler_holds_after_another_process_opens_a_gpu_file(tmp_path):
 
 
 _HOLDER = ("import sys, time\n"
-           "f = open(sys.argv[1])\n"
+           "f, g = open(sys.argv[1]), open(sys.argv[1])\n"
            "print('open', flush=True)\n"
            "sys.stdin.readline()\n"           # closed when the test says so, not after a fixed sleep
            "f.close()\n"
+           "time.sleep(0.05)\n"
+           "g.close()\n"
            "print('closed', flush=True)\n"
            "time.sleep(0.2)\n")
 
 
+@pytest.mark.timing
 def test_sampler_holds_after_another_process_closes_a_gpu_file(tmp_path):
     """A job's teardown closes the GPU's file (opened long before, when the watch was not there yet):
     the close alone holds every GPU for about open_hold_s; the open, made before the sampler started,
     holds nothing."""
     dev = _dev(tmp_path)
     # the holder closes the file when told: after a fixed sleep, a sampler slow to start on a loaded
-    # machine set its watch up after the close and saw nothing (once in CI)
+    # machine set its watch up after the close and saw nothing (once in CI). It closes two descriptors,
+    # 50 ms apart: a close that lands inside the sampler's own reads is taken for its own (as in the
+    # test above); with one close, a sampler thread preempted there saw nothing (a loaded machine)
     p = subprocess.Popen([sys.executable, "-c", _HOLDER, str(dev / "nvidia0")], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline() == "open\n"
@@ -421,7 +460,7 @@ def test_sampler_holds_after_another_process_closes_a_gpu_file(tmp_path):
     time.sleep(0.5)
     s.stop()
     assert s.cost.held_open >= 10 and s.cost.held == 0 and s.cost.open_capped == 0
-    assert dict(s.open_watch.seen) == {str(dev / "nvidia0"): 1}
+    assert set(s.open_watch.seen) == {str(dev / "nvidia0")} and s.open_watch.seen[str(dev / "nvidia0")] <= 2
     times = [t for t, g in src.reads if g == 0]
     gap, at = max((b - a, a) for a, b in zip(times, times[1:]))
     assert 0.25 <= gap < 0.35 + 0.5 and at <= t_closed + 0.05, (gap, at, t_closed)
@@ -430,7 +469,7 @@ def test_sampler_holds_after_another_process_closes_a_gpu_file(tmp_path):
 def test_device_file_watch_tells_opens_from_closes(tmp_path):
     """The watch's events name their kind and file (what bench/gpm_stall_signal.py times); the
     control file, not watched here, gives none."""
-    from rankmap.capture.devwatch import DeviceFileWatch
+    from rankmap.counters.devwatch import DeviceFileWatch
 
     dev = _dev(tmp_path)
     w = DeviceFileWatch(gpu_device_files(dev))
@@ -442,6 +481,7 @@ def test_device_file_watch_tells_opens_from_closes(tmp_path):
         w.close()
 
 
+@pytest.mark.timing
 def test_sampler_own_opens_never_hold(tmp_path):
     """NVML's calls in the sampler's own reads open device files too: drained after the reads, never a hold."""
     dev = _dev(tmp_path)
@@ -454,6 +494,7 @@ def test_sampler_own_opens_never_hold(tmp_path):
     assert len(src.reads) == 2 * s.cost.samples
 
 
+@pytest.mark.timing
 def test_sampler_open_hold_is_capped(tmp_path):
     """A process that keeps opening a GPU's file holds the sampler at most open_cap_s at a time: then
     one tick reads all the same (GPM rates are exact across such gaps) and the hold goes on."""
@@ -472,6 +513,7 @@ def test_sampler_open_hold_is_capped(tmp_path):
     assert len(capped) >= 2
 
 
+@pytest.mark.timing
 def test_no_open_hold_without_the_stall_guard(tmp_path):
     """No watch for a source whose counters must be read every tick (field values), nor when the guard
     or the open hold is switched off; a watch that cannot be set up is off, and sampling goes on."""

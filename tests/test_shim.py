@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from rankmap.formats import record as records
-from rankmap.capture import collectives
+from rankmap import pairs
 from rankmap.formats.record import received_matrix, traffic_matrix
 from rankmap.capture.shim_build import build_shim
 from rankmap.errors import RankmapError
@@ -30,6 +30,8 @@ MPIS = {
     "openmpi5": dict(cc=str(ROOT / ".venv/openmpi5/bin/mpicc"), fc="mpif90.none",
                      run=str(ROOT / ".venv/openmpi5/bin/mpirun"), info=str(ROOT / ".venv/openmpi5/bin/ompi_info")),
 }
+
+pytestmark = pytest.mark.mpi
 
 
 def _monitoring_skip(mpi) -> None:
@@ -72,11 +74,11 @@ class Mpi:
             return []
         recs = records.read_dir(rundir)
         assert [r.world_rank for r in recs] == list(range(np_))
-        node_of = collectives.node_index({r.world_rank: r.host for r in recs})
+        node_of = pairs.node_index({r.world_rank: r.host for r in recs})
         for r in recs:
             assert r.problems == [], r.problems
             assert r.finalized and r.world_size == np_
-            collectives.apply(r, node_of)      # collective pairs from the recorded facts
+            pairs.apply(r, node_of)      # collective pairs from the recorded facts
         return recs
 
 
@@ -313,7 +315,7 @@ def test_collective_payloads_and_facts(mpi, tmp_path, p):
     eight = ("Bcast", "Reduce", "Allreduce", "Gather", "Scatter", "Allgather", "Alltoall", "Reduce_scatter_block")
     assert {(f"MPI_{c}", "mirror") for c in eight} <= labels
     assert ("MPI_Ibcast", "model") in labels and {lab for _, lab in labels} == {"mirror", "model"}
-    assert collectives.Library(recs[0].meta).mirror is not None
+    assert pairs.Library(recs[0].meta).mirror is not None
 
     def total(op: str) -> int:      # between ranks (MPICH's scattered alltoall also sends to itself)
         m = traffic_matrix(recs, klass="collective", operation=op)
@@ -543,9 +545,9 @@ def test_openmpi_collective_pairs_match_monitoring(mpi, tmp_path, p):
     recs = records.read_dir(run)
     assert {t.label for r in recs for t in r.traffic} == {"library"}
     assert _l1(traffic_matrix(recs), want) <= 0.02
-    node_of = collectives.node_index({r.world_rank: r.host for r in recs})
+    node_of = pairs.node_index({r.world_rank: r.host for r in recs})
     for r in recs:          # the same run, the pairs from the facts: the mirror of coll/tuned
-        assert collectives.apply(r, node_of, source="mirror") == {"library": 0, "mirror": 8 * len(COLL_MIX_SIZES),
+        assert pairs.apply(r, node_of, source="mirror") == {"library": 0, "mirror": 8 * len(COLL_MIX_SIZES),
                                                                   "model": 0}
     assert {t.label for r in recs for t in r.traffic} == {"mirror"}
     assert _l1(traffic_matrix(recs), want) <= 0.02
@@ -555,7 +557,7 @@ def test_openmpi_mirror_requested(mpi, tmp_path):
     """RANKMAP_COLLECTIVES=mirror: the shim leaves the monitoring's counts alone and records facts."""
     _monitoring_skip(mpi)
     m, run = _monitored(mpi, 4, tmp_path, {"RANKMAP_COLLECTIVES": "mirror"})
-    recs = collectives.read_dir(run)
+    recs = pairs.read_dir(run)
     assert recs[0].meta["collectives.requested"] == "mirror" and recs[0].meta["collective_pairs"].startswith("facts")
     assert {t.label for r in recs for t in r.traffic} == {"mirror"}
     assert _l1(traffic_matrix(recs), m["E"] + m["I"]) <= 0.02
@@ -578,8 +580,8 @@ MPICH_FORCED = [
 ]
 
 
-@pytest.mark.parametrize("coll,alg,p,pairs", MPICH_FORCED, ids=[f"{c}-{a}" for c, a, _p, _s in MPICH_FORCED])
-def test_mpich_forced_algorithm_through_the_shim(mpi, tmp_path, coll, alg, p, pairs):
+@pytest.mark.parametrize("coll,alg,p,shape", MPICH_FORCED, ids=[f"{c}-{a}" for c, a, _p, _s in MPICH_FORCED])
+def test_mpich_forced_algorithm_through_the_shim(mpi, tmp_path, coll, alg, p, shape):
     """MPIR_CVAR_<COLL>_INTRA_ALGORITHM in the job's environment: the shim reads it through MPI_T
     and the pairs of that collective follow the forced algorithm."""
     if mpi.name != "mpich":
@@ -587,9 +589,9 @@ def test_mpich_forced_algorithm_through_the_shim(mpi, tmp_path, coll, alg, p, pa
     cvar = f"MPIR_CVAR_{coll.upper()}_INTRA_ALGORITHM"
     recs = mpi.run(p, "coll_mix", 98760, rundir=tmp_path, env={"COLL_MIX_OPS": coll, cvar: alg})
     assert f"cvar.{cvar}" in recs[0].meta              # MPICH's value is the enum's number
-    assert collectives.mpich.params_from_meta(recs[0].meta).forced[coll] == alg
+    assert pairs.mpich.params_from_meta(recs[0].meta).forced[coll] == alg
     m = traffic_matrix(recs, klass="collective", operation=f"MPI_{coll.capitalize()}")
-    assert {(int(a), int(b)) for a, b in zip(*np.nonzero(m))} == pairs
+    assert {(int(a), int(b)) for a, b in zip(*np.nonzero(m))} == shape
     assert {t.label for r in recs for t in r.traffic if t.operation == f"MPI_{coll.capitalize()}"} == {"mirror"}
 
 
@@ -989,7 +991,7 @@ def test_newer_routines_exact(mpi, tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     mpi4, part = "mpi4" in out.stdout.split(), "partitioned" in out.stdout.split()
     assert mpi4 == (mpi.name == "mpich")          # MPICH 4.0 here, Open MPI 4.1 and 5.0 (MPI 3.1)
-    recs = collectives.read_dir(tmp_path / "run")      # collective pairs applied
+    recs = pairs.read_dir(tmp_path / "run")      # collective pairs applied
     sends = []
     for r in range(p):
         right, left = (r + 1) % p, (r - 1) % p

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from pg import pg_cluster  # noqa: F401  (session fixture)
+from pg import BACKENDS, pg_cluster  # noqa: F401  (session fixture)
 from rankmap.errors import RankmapError
 from rankmap.formats.record import PvarDef, TrafficRow
 from rankmap.store import Batch, RankTotals, command_key, open_store
@@ -44,7 +44,7 @@ def ring(rank: int, n: int = 4, nbytes: int = 1000, msgs: int = 10, scale: int =
     )
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=BACKENDS)
 def store(request, tmp_path):
     if request.param == "sqlite":
         return open_store(f"sqlite:///{tmp_path / 'db' / 'rankmap.db'}")

@@ -12,6 +12,7 @@ from rankmap.web.app import create_app  # noqa: E402
 from test_web_api import local_client  # noqa: E402
 
 
+@pytest.mark.postgres
 def test_serve_answers_503_while_postgresql_is_down(own_pg_cluster):
     pg = own_pg_cluster
     url = pg.new_database()
@@ -30,6 +31,7 @@ def test_serve_answers_503_while_postgresql_is_down(own_pg_cluster):
     assert client.get("/api/jobs").json()["jobs"][0]["id"] == jid
 
 
+@pytest.mark.postgres
 def test_serve_starts_on_a_database_that_is_not_up_yet(own_pg_cluster, tmp_path):
     """Started while the server is down, the dashboard says so; once it is up, the jobs appear."""
     pg = own_pg_cluster
@@ -45,6 +47,7 @@ def test_serve_starts_on_a_database_that_is_not_up_yet(own_pg_cluster, tmp_path)
     assert r.status_code == 200 and r.json()["jobs"] == [] and store.ready
 
 
+@pytest.mark.browser
 def test_page_says_the_database_is_down(tmp_path):
     """In a real Chromium: the page of a server whose store cannot be reached shows the banner."""
     import test_web_browser as B

@@ -48,6 +48,7 @@ def test_every_public_method_is_guarded():
     assert set(calls(1)) == guarded_methods()
 
 
+@pytest.mark.postgres
 def test_postgresql_stopped_every_method_says_so(own_pg_cluster):  # noqa: F811
     pg = own_pg_cluster
     url = pg.new_database()

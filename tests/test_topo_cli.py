@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_line_error, rankmap
+from conftest import assert_one_line_error, cli, rankmap
 from rankmap.formats import topology_json
 from rankmap.topology import fixtures
 
@@ -28,7 +28,7 @@ def cells(text: str) -> dict[tuple[str, str], str]:
 
 
 def test_nvsmi_format_dgx1():
-    p = rankmap("topo", "--fixture", "dgx1-v100", "--format", "nvsmi")
+    p = cli("topo", "--fixture", "dgx1-v100", "--format", "nvsmi")
     assert p.returncode == 0, p.stderr
     c = cells(p.stdout)
     assert c[("GPU0", "GPU3")] == "NV2"
@@ -38,7 +38,7 @@ def test_nvsmi_format_dgx1():
 
 
 def test_table_h200():
-    p = rankmap("topo", "--fixture", "h200x2-nvswitch")
+    p = cli("topo", "--fixture", "h200x2-nvswitch")
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert "NV18 478.1" in out
@@ -50,7 +50,7 @@ def test_table_h200():
 
 
 def test_table_dgx1_rows():
-    p = rankmap("topo", "--fixture", "dgx1-v100")
+    p = cli("topo", "--fixture", "dgx1-v100")
     assert p.returncode == 0, p.stderr
     row0 = next(l for l in p.stdout.splitlines() if l.strip("│ ").startswith("GPU0 "))
     assert [c.strip() for c in row0.split("│")[1:-1]] == [
@@ -66,7 +66,7 @@ def test_table_in_a_narrow_terminal():
     import re
 
     def rows(width: int) -> dict[str, list[str]]:
-        p = rankmap("topo", "--fixture", "dgx1-v100", env={"FORCE_COLOR": "1", "COLUMNS": str(width)})
+        p = cli("topo", "--fixture", "dgx1-v100", env={"FORCE_COLOR": "1", "COLUMNS": str(width)})
         assert p.returncode == 0, p.stderr
         text = re.sub(r"\x1b\[[0-9;]*m", "", p.stdout)
         lines = text[:text.index("NVLink bundles")].splitlines()
@@ -85,19 +85,19 @@ def test_table_in_a_narrow_terminal():
 
 
 def test_json_format_round_trips(tmp_path):
-    p = rankmap("topo", "--fixture", "summit", "--format", "json")
+    p = cli("topo", "--fixture", "summit", "--format", "json")
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
     assert data["format"] == "rankmap-topology" and data["version"] == 1 and data["name"] == "summit"
     f = tmp_path / "summit.json"
     f.write_text(p.stdout)
-    q = rankmap("topo", "--from", str(f), "--format", "nvsmi")
+    q = cli("topo", "--from", str(f), "--format", "nvsmi")
     assert q.returncode == 0, q.stderr
     assert cells(q.stdout)[("GPU0", "GPU3")] == "SYS" and cells(q.stdout)[("GPU0", "GPU2")] == "NV2"
 
 
 def test_list():
-    p = rankmap("topo", "--list")
+    p = cli("topo", "--list")
     assert p.returncode == 0
     names = [l.split()[0] for l in p.stdout.splitlines()]
     assert names == list(fixtures.NAMES)
@@ -105,27 +105,27 @@ def test_list():
 
 
 def test_from_nvsmi_text(recordings):
-    p = rankmap("topo", "--from", str(recordings / "h200x2-nvidia-smi-topo-m.txt"))
+    p = cli("topo", "--from", str(recordings / "h200x2-nvidia-smi-topo-m.txt"))
     assert p.returncode == 0, p.stderr
     assert "NV18 450.0" in p.stdout  # nominal 25 GB/s per link: the text does not name the GPU
     assert "does not name the GPU" in p.stdout
-    q = rankmap("topo", "--from", str(DATA / "dgx-a100-nps4.txt"), "--format", "nvsmi")
+    q = cli("topo", "--from", str(DATA / "dgx-a100-nps4.txt"), "--format", "nvsmi")
     assert cells(q.stdout)[("GPU6", "NIC7")] == "PXB"
 
 
 # ------------------------------------------------------------------ bad input: one line, non-zero, no traceback
 def test_unknown_fixture():
-    assert_one_line_error(rankmap("topo", "--fixture", "dgx-9000"), "unknown fixture 'dgx-9000'", "dgx1-v100", "summit")
+    assert_one_line_error(cli("topo", "--fixture", "dgx-9000"), "unknown fixture 'dgx-9000'", "dgx1-v100", "summit")
 
 
 def test_missing_file(tmp_path):
-    assert_one_line_error(rankmap("topo", "--from", str(tmp_path / "nope.json")), "nope.json: no such file")
+    assert_one_line_error(cli("topo", "--from", str(tmp_path / "nope.json")), "nope.json: no such file")
 
 
 def test_malformed_json(tmp_path):
     f = tmp_path / "topo.json"
     f.write_text('{"format": "rankmap-topology", "version": 1,\n "devices": [}')
-    assert_one_line_error(rankmap("topo", "--from", str(f)), "topo.json: not valid JSON: line 2 column")
+    assert_one_line_error(cli("topo", "--from", str(f)), "topo.json: not valid JSON: line 2 column")
 
 
 def _broken(tmp_path, mutate) -> Path:
@@ -152,15 +152,15 @@ def _broken(tmp_path, mutate) -> Path:
     (lambda d: d.update(notes="text"), "notes: expected a list of strings"),
 ])
 def test_wrong_field(tmp_path, mutate, needle):
-    assert_one_line_error(rankmap("topo", "--from", str(_broken(tmp_path, mutate))), needle)
+    assert_one_line_error(cli("topo", "--from", str(_broken(tmp_path, mutate))), needle)
 
 
 def test_bad_nvsmi_text(tmp_path):
     f = tmp_path / "topo.txt"
     f.write_text("\tGPU0\tGPU1\nGPU0\t X \tNV4\nGPU1\tNVX\t X \n")
-    assert_one_line_error(rankmap("topo", "--from", str(f)), "topo.txt: line 3: row GPU1, column GPU0: 'NVX'")
+    assert_one_line_error(cli("topo", "--from", str(f)), "topo.txt: line 3: row GPU1, column GPU0: 'NVX'")
     f.write_text("this is not a topology\n")
-    assert_one_line_error(rankmap("topo", "--from", str(f)), "no 'nvidia-smi topo -m' matrix found")
+    assert_one_line_error(cli("topo", "--from", str(f)), "no 'nvidia-smi topo -m' matrix found")
 
 
 def test_missing_nvml():
@@ -177,5 +177,5 @@ def test_live_without_gpu_here():
 
 
 def test_conflicting_sources():
-    p = rankmap("topo", "--fixture", "summit", "--from", "x.json")
+    p = cli("topo", "--fixture", "summit", "--from", "x.json")
     assert p.returncode == 2 and "not allowed with argument" in p.stderr and "Traceback" not in p.stderr

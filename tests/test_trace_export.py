@@ -42,6 +42,7 @@ def export(env: dict, *args: str) -> chrome_trace.Trace:
     return chrome_trace.loads(p.stdout, "export")
 
 
+@pytest.mark.mpi
 def test_trace_says_what_the_store_holds(profiled) -> None:
     url, env = profiled
     store = open_store(url)
@@ -68,6 +69,7 @@ def test_trace_says_what_the_store_holds(profiled) -> None:
     assert rates == [{"tx": 1e10, "rx": 2e10}] * 3
 
 
+@pytest.mark.mpi
 def test_trace_to_a_file_and_an_unwritable_one(profiled, tmp_path) -> None:
     _url, env = profiled
     out = tmp_path / "job.json"
@@ -88,6 +90,8 @@ def test_reader_names_the_bad_event(tmp_path) -> None:
 CHROMIUM = Path("/usr/bin/chromium")
 
 
+@pytest.mark.mpi
+@pytest.mark.browser
 def test_trace_opens_in_chromiums_trace_viewer(profiled, tmp_path) -> None:
     why = trace_viewer.missing() or (None if CHROMIUM.exists() else f"{CHROMIUM} is absent")
     if why:

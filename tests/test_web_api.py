@@ -20,7 +20,7 @@ pytest.importorskip("fastapi", reason="the dashboard needs the web extra (fastap
 from fastapi.testclient import TestClient  # noqa: E402
 
 from conftest import assert_one_line_error, rankmap  # noqa: E402
-from pg import pg_cluster  # noqa: E402,F401  (session fixture)
+from pg import BACKENDS, pg_cluster  # noqa: E402,F401  (session fixture)
 
 from rankmap.errors import RankmapError  # noqa: E402
 from rankmap.mapping import basis as B  # noqa: E402
@@ -383,7 +383,7 @@ def test_mapping_states_its_basis_and_is_drawn_on_it(web, tmp_path):
     assert jobs["what-if"][1]["max_congestion"] != pytest.approx(jobs["recorded"][1]["max_congestion"])
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_every_mapping_of_a_job_is_listed_and_each_can_be_chosen(backend, request, tmp_path):
     """The id asked for reaches SQL as a bound parameter, so both back ends are asked, huge ids too."""
     url = (f"sqlite:///{tmp_path / 'maps.db'}" if backend == "sqlite"
@@ -501,7 +501,7 @@ def test_mapping_by_id_reads_the_panel_once(tmp_path):
     assert chosen["mapping"]["id"] == wid and chosen["mappings"] == newest["mappings"]
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_more_mappings_than_listed_are_counted_and_reachable(backend, request, tmp_path):
     """A job with more mappings than the panel lists: the API says how many there are and that the
     list is cut; one older than those listed is still shown when chosen by id (the list stays the
@@ -552,7 +552,7 @@ def test_stated_basis_of_stored_documents(doc, want):
     assert (s["traffic_basis"], s["assumption"], s["label"], s["what_if"], s["known"]) == want
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_job_ids_out_of_range_are_unknown_jobs(backend, request, tmp_path):
     """A job id past the schema's 32-bit ids (PostgreSQL refuses to compare with it) or below 1 is an
     unknown job, a 404 with the message, not a server error."""

@@ -30,7 +30,7 @@ playwright_sync = pytest.importorskip("playwright.sync_api", reason="playwright 
 uvicorn = pytest.importorskip("uvicorn", reason="the dashboard needs the web extra (uvicorn)")
 
 from conftest import ROOT  # noqa: E402
-from pg import pg_cluster  # noqa: E402,F401  (session fixture)
+from pg import BACKENDS, pg_cluster  # noqa: E402,F401  (session fixture)
 from rankmap.store import open_store  # noqa: E402
 from rankmap.store import schema as S  # noqa: E402
 from rankmap.web.app import create_app  # noqa: E402
@@ -44,6 +44,8 @@ from test_web_live import H200, USE, sampled_job  # noqa: E402
 IDLE_LINK = "#c3cbd5"
 HOTTEST = "#b91c1c"
 BAND_COLOURS = ["#c3cbd5", "#86efac", "#16a34a", "#f97316", "#dc2626"]
+
+pytestmark = pytest.mark.browser
 
 
 def _free_port() -> int:
@@ -86,7 +88,7 @@ class _Server:
             return json.load(r)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=BACKENDS)
 def store_url(request, tmp_path) -> str:
     """A fresh, empty store of each back end."""
     if request.param == "sqlite":
@@ -279,6 +281,7 @@ def test_link_colours_bands_slider_and_series_against_known_data(store_url, brow
         page.screenshot(path=str(tmp_path / "bands.png"), full_page=True)
 
 
+@pytest.mark.mpi
 def test_live_job_updates_without_false_banners(store_url, browser_page, tmp_path):
     """A real `rankmap profile` of an MPI ring that sleeps 6 s before finalising, with NVML faked: the
     page follows it live (ranks, link frames) with no problem banner, and ends on exit 0."""

@@ -29,7 +29,7 @@ from rankmap.topology import load  # noqa: E402
 from rankmap.web.app import create_app  # noqa: E402
 from rankmap.web.security import access_for  # noqa: E402
 from rankmap.web.utilisation import bands_of, measured_links, parse_thresholds  # noqa: E402
-from pg import pg_cluster  # noqa: E402,F401  (session fixture)
+from pg import BACKENDS, pg_cluster  # noqa: E402,F401  (session fixture)
 from test_web_api import WebRecord, local_client  # noqa: E402
 
 H200 = "h200x2-nvswitch"
@@ -77,7 +77,7 @@ def store(tmp_path):
     return open_store(f"sqlite:///{tmp_path / 'live.db'}")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=BACKENDS)
 def both_stores(request, tmp_path):
     """A fresh store of each back end, for what depends on the database's own queries."""
     if request.param == "sqlite":

@@ -58,6 +58,7 @@ def test_machine_api(tmp_path):
     assert empty.json() == {"hosts": [], "host": None, "runs": {"p2p": None, "mpi": None, "nccl": None}, "history": []}
 
 
+@pytest.mark.gpu_dry
 @pytest.mark.parametrize("clients", ["httpx2", "httpx only", "neither"])
 def test_gpu_scripts_machine_page_check_on_either_http_client(tmp_path, clients):
     """gpu/machine_page_check.py (gpu/bench.sh's dashboard step) run as the GPU machine runs it: with

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from test_web_browser import _Server, browser_page  # noqa: F401  (skips this module without Chromium)
 from test_web_machine import fill
 
 from rankmap.store import open_store
 from rankmap.web.app import create_app
+
+pytestmark = pytest.mark.browser
 
 
 def test_machine_page_in_a_browser(tmp_path, browser_page):

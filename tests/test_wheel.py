@@ -15,7 +15,10 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.mpi
 
+
+@pytest.mark.slow
 def test_wheel_in_a_fresh_venv_profiles_a_real_mpi_job(tmp_path):
     """The wheel carries the C sources: installed into a fresh venv and run from a directory that is
     not the checkout, it builds the MPI shim on first use (saying so) and records a real job exactly."""
@@ -70,7 +73,7 @@ def test_wheel_in_a_fresh_venv_profiles_a_real_mpi_job(tmp_path):
     assert again.returncode == 0 and "building" not in again.stderr, again.stderr    # cached now
     assert Path(where[1], "common", "rmrec_layout.h").is_file()
     # the native GPM reader's source ships too, and builds from the wheel into the user's cache
-    gpm = subprocess.run([str(py), "-c", "from rankmap.capture import gpm_native as g; print(g.build()); "
+    gpm = subprocess.run([str(py), "-c", "from rankmap.counters import gpm_native as g; print(g.build()); "
                           "print(g.layout()['metric_size'])"], capture_output=True, text=True, cwd=away, env=env)
     assert gpm.returncode == 0, gpm.stderr
     lib, size = gpm.stdout.split()

@@ -1,3 +1,3 @@
-from rankmap.cli import main
+from rankmap.cli import entry
 
-raise SystemExit(main())
+entry()

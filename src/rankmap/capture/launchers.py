@@ -104,6 +104,23 @@ class Launcher:
         """MPI launchers get the PMPI shim preloaded into their ranks."""
         return self.kind in ("openmpi", "hydra", "srun")
 
+    def programs(self) -> list[list[str]]:
+        """The command line of each program the launch starts (one per app context of ``a : b``)."""
+        tail = self.argv[self.prefix_len:]
+        if self.kind in ("openmpi", "hydra"):
+            value, two = ((OMPI_VALUE_OPTS, _OMPI_TWO_VALUE_OPTS) if self.kind == "openmpi"
+                          else (HYDRA_VALUE_OPTS, HYDRA_TWO_VALUE_OPTS))
+            out = []
+            for ctx in split_contexts(tail):
+                i = program_index(ctx, value, two)
+                if i < len(ctx):
+                    out.append(ctx[i:])
+            return out
+        if self.kind == "srun":
+            i = program_index(tail, SRUN_VALUE_OPTS, set())
+            return [tail[i:]] if i < len(tail) else []
+        return [list(self.argv)]
+
     def inject(self, env: dict[str, str], base_env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
         """The argv and environment that launch the same job with ``env`` set in every rank.
 
@@ -387,7 +404,7 @@ def nccl_debug_env(run_dir: str | os.PathLike, base_env: dict[str, str] | os._En
     """NCCL's INIT and GRAPH output, into ``<run dir>/nccl-debug.<host>.<pid>.log``, never the job's output.
 
     That is where NCCL prints the rings and trees it built, which the ingest follows
-    (:mod:`rankmap.capture.nccl_graph`). A user who set ``NCCL_DEBUG`` keeps exactly what they asked
+    (:mod:`rankmap.pairs.nccl_graph`). A user who set ``NCCL_DEBUG`` keeps exactly what they asked
     for (the ingest then falls back to rank order unless the graph is in a file it is given).
     """
     if base_env.get("NCCL_DEBUG"):
@@ -396,18 +413,36 @@ def nccl_debug_env(run_dir: str | os.PathLike, base_env: dict[str, str] | os._En
             "NCCL_DEBUG_FILE": str(Path(run_dir).resolve() / "nccl-debug.%h.%p.log")}
 
 
-def collectives_env(launcher: Launcher, base_env: dict[str, str] | os._Environ) -> dict[str, str]:
-    """The library source of collective pair traffic (docs/collective-models.md).
+#: where collective pair traffic comes from (docs/collective-models.md); ``auto`` is the default
+COLLECTIVE_SOURCES = ("auto", "mirror", "library", "model")
 
-    Open MPI jobs get its monitoring PML (``pml_monitoring_enable``), whose per-message accounting
-    the shim takes collective pairs from, unless the user set that parameter themselves or
-    ``RANKMAP_COLLECTIVES`` asks for the mirror or the model; ``RANKMAP_COLLECTIVES`` itself is
-    passed to the ranks (Open MPI's mpirun forwards only what it is told to).
+
+def collective_source(asked: str | None, base_env: dict[str, str] | os._Environ) -> str:
+    """The source a profile asks for: ``asked`` (``--collectives``), else ``$RANKMAP_COLLECTIVES``,
+    else ``auto``; an unknown name is an error naming it."""
+    want = (asked or base_env.get("RANKMAP_COLLECTIVES") or "auto").strip().lower()
+    if want not in COLLECTIVE_SOURCES:
+        where = "--collectives" if asked else "RANKMAP_COLLECTIVES"
+        raise RankmapError(f"{where} {want!r}: choose one of {', '.join(COLLECTIVE_SOURCES)}")
+    return want
+
+
+def collectives_env(launcher: Launcher, base_env: dict[str, str] | os._Environ,
+                    source: str | None = None) -> dict[str, str]:
+    """What the ranks need for the collective pair source ``source`` (see :func:`collective_source`).
+
+    ``auto`` (the default) and ``mirror`` load nothing into the job: the shim records each call's
+    facts and the ingest re-runs the library's algorithm choice (the mirror, where the library's
+    release is covered; else the model). Only ``library`` turns on Open MPI's monitoring PML
+    (``pml_monitoring_enable``), whose per-message accounting the shim then takes collective pairs
+    from: it costs every message of the job (docs/benchmarks.md, "What `rankmap profile` costs"), and
+    it brings Open MPI's coll/monitoring, which kills jobs that use neighbourhood collectives (see
+    :mod:`rankmap.capture.program_scan`). A job that sets ``pml_monitoring_enable`` itself keeps its
+    setting. The source is passed to the ranks (Open MPI's mpirun forwards only what it is told to).
     """
-    want = base_env.get("RANKMAP_COLLECTIVES", "")
-    env = {"RANKMAP_COLLECTIVES": want} if want else {}
-    if launcher.kind == "openmpi" and want in ("", "auto", "library") \
-            and "OMPI_MCA_pml_monitoring_enable" not in base_env:
+    want = collective_source(source, base_env)
+    env = {"RANKMAP_COLLECTIVES": want}
+    if launcher.kind == "openmpi" and want == "library" and "OMPI_MCA_pml_monitoring_enable" not in base_env:
         env["OMPI_MCA_pml_monitoring_enable"] = "2"
     return env
 
@@ -425,19 +460,20 @@ class Injection:
 def prepare(launcher: Launcher, *, run_dir: str | os.PathLike, shim: str | os.PathLike | None = None,
             nccl_plugin: str | os.PathLike | None = None, cuda_lib: str | os.PathLike | None = None,
             cupti: str | None = None, cuda_kinds: str = "all", bucket_ms: int = 100, flush_ms: int = 1000,
-            base_env: dict[str, str] | None = None) -> Injection:
+            base_env: dict[str, str] | None = None, collectives: str | None = None) -> Injection:
     """The launch command with capture injected the way ``launcher`` forwards environment.
 
     ``cuda_lib`` (the CUDA activity library) is loaded by the CUDA driver of every rank that
     initialises CUDA (``CUDA_INJECTION64_PATH``); where the launcher process itself gets the
     environment (torchrun), ``RANKMAP_CUDA_NEED_RANK`` keeps it out of a process with no rank;
-    ``cuda_kinds`` (``all`` or ``copies``) is what it records.
+    ``cuda_kinds`` (``all`` or ``copies``) is what it records. ``collectives`` is the source of
+    collective pairs (:func:`collectives_env`; None: ``$RANKMAP_COLLECTIVES`` or ``auto``).
     """
     env: dict[str, str] = {"RANKMAP_RUN_DIR": str(Path(run_dir).resolve()),
                            "RANKMAP_BUCKET_MS": str(int(bucket_ms)), "RANKMAP_FLUSH_MS": str(int(flush_ms))}
     if shim is not None:
         env.update(preload_env(shim, os.environ if base_env is None else base_env))
-        env.update(collectives_env(launcher, os.environ if base_env is None else base_env))
+        env.update(collectives_env(launcher, os.environ if base_env is None else base_env, collectives))
     if nccl_plugin is not None:
         env["NCCL_PROFILER_PLUGIN"] = str(nccl_plugin)
         env.update(nccl_debug_env(run_dir, os.environ if base_env is None else base_env))

@@ -11,6 +11,7 @@ first error line.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +26,56 @@ def cache_root() -> Path:
     """``$RANKMAP_CACHE`` or ``~/.cache/rankmap``."""
     env = os.environ.get("RANKMAP_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "rankmap"
+
+
+def _stamp(path: str | Path) -> list[int] | None:
+    """What tells a file changed: its inode, size and modification time (None: it is gone)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def memo_get(kind: str, key: str) -> dict | None:
+    """What :func:`memo_put` kept under ``key``, while every file it names is unchanged; else None.
+
+    A memo spares a profile the subprocesses that identify a compiler or an MPI (``cc --version``,
+    ``mpicc -E``, ``-showme``: a tenth of a second or more before every job) when nothing they
+    read has changed since the last run: the files behind the answer are stamped (inode, size,
+    mtime) and a change to any of them -- an upgraded compiler, an MPI installed over the old one --
+    sends the caller the long way again."""
+    f = cache_root() / "memo" / kind / f"{key}.json"
+    try:
+        got = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    files = got.get("files") if isinstance(got, dict) else None
+    if not isinstance(files, dict) or any(_stamp(p) != v for p, v in files.items()):
+        return None
+    return got.get("value")
+
+
+def memo_put(kind: str, key: str, value: dict, files: Sequence[str | Path]) -> None:
+    """Keep ``value`` under ``key`` for :func:`memo_get`, valid while ``files`` are unchanged."""
+    d = cache_root() / "memo" / kind
+    stamps = {str(p): _stamp(p) for p in files}
+    if any(v is None for v in stamps.values()):
+        return
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".memo-", dir=d)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"value": value, "files": stamps}, f)
+        os.replace(tmp, d / f"{key}.json")
+    except OSError:
+        pass                                   # a memo is only a shortcut
+
+
+def env_key(*parts: str, prefixes: Sequence[str] = ()) -> str:
+    """A memo key: ``parts`` and the environment variables that start with ``prefixes`` (and PATH)."""
+    env = sorted((k, v) for k, v in os.environ.items() if k == "PATH" or k.startswith(tuple(prefixes)))
+    return hashlib.sha256(json.dumps([list(parts), env]).encode()).hexdigest()[:24]
 
 
 def first_error(text: str) -> str:
@@ -89,10 +140,21 @@ C_HOOK_LIBS = ["-lpthread", "-ldl"]
 
 
 def compiler_identity(cc: str, what: str) -> tuple[str, str]:
-    """The compiler's resolved path and the first line of its ``--version`` (part of a cache key)."""
+    """The compiler's resolved path and the first line of its ``--version`` (part of a cache key;
+    remembered while the compiler's file is unchanged: :func:`memo_get`)."""
     path = shutil.which(cc)
     if path is None:
         raise RankmapError(f"cannot build the {what}: compiler {cc!r} not found on PATH")
+    key = env_key(path)
+    got = memo_get("compiler", key)
+    if got and isinstance(got.get("version"), str):
+        return path, got["version"]
+    path, first = _compiler_version(path, cc, what)
+    memo_put("compiler", key, {"version": first}, [path, os.path.realpath(path)])
+    return path, first
+
+
+def _compiler_version(path: str, cc: str, what: str) -> tuple[str, str]:
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
         first = (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else ""

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from rankmap.capture import shim_gen
-from rankmap.capture.native_build import cache_root, compile_cached
+from rankmap.capture.native_build import cache_root, compile_cached, env_key, memo_get, memo_put
 from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
 
@@ -64,9 +64,11 @@ def _resolve_wrapper(mpicc: str) -> Path:
 
 @dataclass
 class MpiHeader:
-    """What one preprocessor run of ``mpi.h`` tells: version macros, declared ``PMPI_`` routines."""
+    """What one preprocessor run of ``mpi.h`` tells: version macros, declared ``PMPI_`` routines,
+    and the file ``mpi.h`` was found in."""
     version_macros: list[str]
     declared: set[str]
+    path: str | None = None
 
 
 def probe_header(mpicc: str = "mpicc") -> MpiHeader:
@@ -86,7 +88,8 @@ def probe_header(mpicc: str = "mpicc") -> MpiHeader:
                      and l.split()[1].endswith("VERSION") and "CONVERSION" not in l.split()[1]
                      and any(k in l for k in ("MPI", "OMPI", "MPICH", "MVAPICH", "I_MPI"))})
     code = "\n".join(l for l in p.stdout.splitlines() if not l.startswith("#"))
-    return MpiHeader(macros, set(re.findall(r"\b(PMPI_[A-Za-z0-9_]+)\s*\(", code)))
+    found = re.search(r'^# \d+ "([^"]*/mpi\.h)"', p.stdout, re.M)
+    return MpiHeader(macros, set(re.findall(r"\b(PMPI_[A-Za-z0-9_]+)\s*\(", code)), found.group(1) if found else None)
 
 
 def mpi_identity(mpicc: str = "mpicc", header: MpiHeader | None = None) -> str:
@@ -145,10 +148,14 @@ def build_shim(mpicc: str = "mpicc", force: bool = False, progress: Callable[[st
     Raises :class:`RankmapError` when the wrapper is missing or the build fails (naming the
     wrapper and the first compiler error line).
     """
-    header = probe_header(mpicc)
-    identity = mpi_identity(mpicc, header)
     wrapper = _resolve_wrapper(mpicc)
     srcs = shim_sources()
+    memo = _memo_key(wrapper, srcs)
+    got = None if force else memo_get("shim", memo)
+    if got and Path(str(got.get("lib"))).is_file():
+        return Path(got["lib"])
+    header = probe_header(mpicc)
+    identity = mpi_identity(mpicc, header)
     generated = shim_gen.generate(shim_gen.load(), header.declared or None)
     flags = " ".join(_FLAGS + _OPT_FLAGS + _LIBS)     # a changed flag builds anew, as a changed source does
     key = hashlib.sha256((identity + "\n" + flags + "\n" + _sources_hash(srcs, generated)).encode()).hexdigest()[:20]
@@ -164,5 +171,24 @@ def build_shim(mpicc: str = "mpicc", force: bool = False, progress: Callable[[st
         tail += ["-o", tmp, *_LIBS]
         return [base + _OPT_FLAGS + tail, base + tail]   # the second in case an optional flag was the problem
 
-    return compile_cached(out_dir, LIB_NAME, commands, f"MPI shim with {wrapper}",
-                          force=force, notes={"identity.txt": identity + "\n"}, progress=progress)
+    lib = compile_cached(out_dir, LIB_NAME, commands, f"MPI shim with {wrapper}",
+                         force=force, notes={"identity.txt": identity + "\n"}, progress=progress)
+    # what the identity was read from: while none of it changes, the next profile skips the probes
+    show = re.search(r"^show: (\S+)", identity, re.M)
+    compiler = shutil.which(show.group(1)) if show else None
+    if header.path and compiler:
+        memo_put("shim", memo, {"lib": str(lib)}, [wrapper.resolve(), header.path, os.path.realpath(compiler), lib])
+    return lib
+
+
+def _memo_key(wrapper: Path, srcs: list[Path]) -> str:
+    """What the shim's memo is kept under: the wrapper, the environment that steers MPI compiler
+    wrappers and compilers, the flags, and every source the generated entry points come from."""
+    h = hashlib.sha256()
+    nd = native_dir()
+    for f in srcs + sorted((nd / "mpi").glob("*.h")) + sorted((nd / "common").glob("*.h")) + \
+            [nd / "mpi" / "calls.spec", Path(shim_gen.__file__)]:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return env_key(str(wrapper), str(wrapper.resolve()), " ".join(_FLAGS + _OPT_FLAGS + _LIBS), h.hexdigest(),
+                   prefixes=("OMPI_", "OPAL_", "MPICH", "MPICC", "I_MPI", "CC", "CFLAGS", "CPPFLAGS", "LDFLAGS",
+                             "CPATH", "C_INCLUDE_PATH", "LIBRARY_PATH"))

@@ -92,7 +92,7 @@ def check_nvml() -> list[Check]:
 
 def check_open_watch(dev: str = "/dev") -> Check:
     """Whether the link sampler can see other processes open and close the GPUs' device files (its early hold)."""
-    from rankmap.capture.devwatch import DeviceFileWatch, gpu_device_files
+    from rankmap.counters.devwatch import DeviceFileWatch, gpu_device_files
 
     w = DeviceFileWatch(gpu_device_files(dev))
     ok = w.ok

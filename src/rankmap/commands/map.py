@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from rankmap.commands._args import add_solver_args, solver_options
 from rankmap.errors import RankmapError
+from rankmap.formats import mapping_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,23 +31,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankmap.pipeline.map import command_started, map_traffic
+    from rankmap.pipeline.map import map_traffic
 
-    started = command_started()     # --time-budget covers the whole command, start-up included
     log = sys.stderr if args.format == "json" else sys.stdout
     res = map_traffic(job=args.job, traffic_csv=args.traffic, save=args.save, as_gpu_resident=args.as_gpu_resident,
-                      log=lambda line: print(line, file=log), started=started,
+                      log=lambda line: print(line, file=log), started=args.started,     # --time-budget covers the whole command
                       **solver_options(args))
     doc, job = res.doc, res.job
+    text = mapping_json.dumps(doc) if args.output or args.format == "json" else ""
     if args.output:
         try:
             with open(args.output, "w") as f:
-                json.dump(doc, f, indent=1)
+                f.write(text)
         except OSError as e:
             raise RankmapError(f"cannot write {args.output}: {e.strerror}") from None
     if args.format == "json":
-        json.dump(doc, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        sys.stdout.write(text)
     else:
         from rankmap.mapping.report import print_text
 

@@ -28,6 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="record the GPUs' copies and kernels through CUPTI: on (copies and kernels), copies "
                         "(copies only), auto (on where this machine has a CUDA driver and a CUPTI, else off); "
                         "default off: on costs launch-bound loops 17-29 %% (docs/cuda-activity.md)")
+    p.add_argument("--collectives", choices=("auto", "mirror", "library", "model"), default=None,
+                   help="where collective pair traffic comes from: auto (default; $RANKMAP_COLLECTIVES if set): "
+                        "the mirror of the MPI library's own algorithm choice where rankmap covers the library, "
+                        "else the model; library: Open MPI's monitoring PML, counted per message (it costs every "
+                        "message, and is refused for programs with neighbourhood collectives); mirror; model "
+                        "(docs/collective-models.md)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--progress", action="store_true", help="show the progress line even when stderr is not a terminal")
     g.add_argument("--no-progress", action="store_true", help="never show the progress line")
@@ -40,18 +46,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rankmap.pipeline.profile import profile_command
-    from rankmap.store import open_store
 
     cmd = list(args.command)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         raise RankmapError("no command to profile: rankmap profile [options] -- <launch command>")
-    store = open_store(args.db)
-    res = profile_command(cmd, store=store, bucket_ms=args.bucket_ms, flush_ms=args.flush_ms, mpicc=args.mpicc,
+    res = profile_command(cmd, store=args.db, bucket_ms=args.bucket_ms, flush_ms=args.flush_ms, mpicc=args.mpicc,
                           progress=not args.no_progress, force_progress=args.progress, run_dir=args.run_dir,
-                          nccl=args.nccl, link_sampler=not args.no_link_sampler, cuda=args.cuda_activity)
+                          nccl=args.nccl, link_sampler=not args.no_link_sampler, cuda=args.cuda_activity,
+                          collectives=args.collectives)
     if not args.no_summary and res.stored:
         from rankmap.report.summary import print_summary
-        print_summary(store, res.job_id)
+        print_summary(res.store, res.job_id)
     return res.exit_status

@@ -260,4 +260,7 @@ def check_node(m: Mapping, gpus: int, name: str) -> None:
 
 
 def dumps(doc: dict) -> str:
-    return json.dumps(doc, indent=1) + "\n"
+    """The mapping file's text: one rank and one link per line (formats.jsontext)."""
+    from rankmap.formats.jsontext import dumps as text
+
+    return text(doc)

@@ -46,10 +46,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-try:  # the assignment-problem bounds need SciPy; without it the search is still exact, only slower
-    from scipy.optimize import linear_sum_assignment
-except ImportError:  # pragma: no cover
-    linear_sum_assignment = None
+
+def linear_sum_assignment(cost: np.ndarray):
+    """SciPy's assignment solver, imported at its first use: importing scipy.optimize takes ~0.7 s,
+    more than a whole 8-GPU solve, and most placements finish without an assignment bound."""
+    from scipy.optimize import linear_sum_assignment as lsa
+
+    return lsa(cost)
+
+
+def _have_scipy() -> bool:
+    """The assignment-problem bounds need SciPy; without it the search is still exact, only slower."""
+    import importlib.util
+
+    return importlib.util.find_spec("scipy") is not None
 
 from rankmap.mapping.automorph import Symmetry
 from rankmap.mapping.cost import REL_EPS
@@ -124,7 +134,7 @@ def solve_exact(p: NodeProblem, *, time_budget: float = 10.0, upper: tuple[np.nd
     if done is not None:
         return done
     search = _Search(p, upper, sym if use_sym else None, deadline=t0 + time_budget, sym_depth=sym_depth,
-                     lsa_links=lsa_links if linear_sum_assignment is not None else 0, dynamic=dynamic,
+                     lsa_links=lsa_links if _have_scipy() else 0, dynamic=dynamic,
                      tail=tail, tail_rows=tail_rows)
     search.run()
     return search.result(sym, time.perf_counter() - t0)

@@ -10,7 +10,7 @@ later ``rankmap ingest`` (after a store outage, or with the run directories of o
 in) goes on exactly from there: running it twice adds nothing.
 
 Two sources are exceptions. NCCL's pair traffic is derived from all its files at once
-(:mod:`rankmap.capture.nccl_model`), so their totals (operation tables, small) are kept in memory
+(:mod:`rankmap.pairs.nccl_model`), so their totals (operation tables, small) are kept in memory
 and their derived rows replaced at each write; their timeline is appended like MPI's. CUDA
 activity files (copies, kernels, their own timeline) are kept as totals too and replaced
 (``Store.ingest``); their per-bucket activity grows with the job, the one part of a poll that does.
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rankmap.capture import collectives
 from rankmap.capture.rundir import RunDir
 from rankmap.errors import RankmapError, counted
 from rankmap.formats import record as R
+from rankmap.pipeline.pacing import CPU_BUDGET, MAX_GAP_S, next_wait  # noqa: F401  (their home)
 from rankmap.store import Batch, Store
 from rankmap.store import schema as S
 
@@ -66,23 +66,6 @@ def merge_totals(total: R.RankRecord | None, delta: R.RankRecord) -> R.RankRecor
     total.blocks += delta.blocks
     total.problems = list(delta.problems)
     return total
-
-
-#: the share of one core a streaming ingest allows itself (see :func:`next_wait`)
-CPU_BUDGET = 0.01
-#: never longer between two writes: also the heartbeat that tells the store the profiler lives
-MAX_GAP_S = 30.0
-
-
-def next_wait(spent_cpu_s: float, interval_s: float, budget: float = CPU_BUDGET) -> float:
-    """Seconds until the next poll+write, after one that cost ``spent_cpu_s`` of CPU.
-
-    At least ``interval_s`` (the profile's pace, from the flush interval); longer when a cycle is
-    expensive, so that cycles take about ``budget`` of a core: a large job is stored in larger,
-    rarer batches instead of slowing down. The cost of a cycle is what the ranks flushed since
-    the last one, so a longer wait does not make the next cycle costlier per second of the job.
-    """
-    return min(MAX_GAP_S, max(interval_s, spent_cpu_s / budget))
 
 
 def _add_rows(a: list[tuple], b: list[tuple], nkeys: int) -> list[tuple]:
@@ -135,9 +118,10 @@ class RunIngest:
         self.job_size = job_size(self.run_dir)             # the job's world, as its job.json says
 
     def warm_up(self) -> None:
-        """Before the job starts: what a streaming write would otherwise do on its first call
-        (:meth:`Store.warm_up`), so that the first cycles cost what the later ones do. A store
-        that is away now is met by the cycles as usual."""
+        """Before the first cycle: what a streaming write would otherwise do on its first call
+        (:meth:`Store.warm_up`) and the import of the collectives' mirrors, so that the first cycles
+        cost what the later ones do. A store that is away now is met by the cycles as usual."""
+        from rankmap import pairs  # noqa: F401  (imported here, not in a cycle)
         from rankmap.store import StoreUnavailable
 
         try:
@@ -217,7 +201,7 @@ class RunIngest:
         return None
 
     def _collectives(self, path: Path, delta: R.RankRecord) -> None:
-        """The collective pair rows of the calls ``delta`` recorded (capture.collectives), derived
+        """The collective pair rows of the calls ``delta`` recorded (rankmap.pairs), derived
         with the file's communicators and META so far; a file resumed from a stored position has its
         context read once from the whole file (the recovery path only)."""
         ctx = self.coll_ctx.get(path.name)
@@ -234,11 +218,12 @@ class RunIngest:
         meta.update(delta.meta)
         if not delta.coll_calls:
             return
+        from rankmap import pairs   # the mirrors' tables: imported by the first job that needs them
         if self.node_of is None or len(self.world_ranks) > self.hosts_seen:
-            self.node_of = collectives.node_index(collectives.run_hosts(self.run_dir.path))
+            self.node_of = pairs.node_index(pairs.run_hosts(self.run_dir.path))
             self.hosts_seen = len(self.world_ranks)
         view = replace(delta, communicators=list(comms.values()), meta=dict(meta))
-        collectives.apply(view, self.node_of)
+        pairs.apply(view, self.node_of)
         delta.traffic, delta.timeline, delta.coll_calls = view.traffic, view.timeline, []
 
     def _totals(self, path: Path, final: bool, total: R.RankRecord | None) -> R.RankRecord | None:
@@ -257,7 +242,7 @@ class RunIngest:
         if total is None:
             return
         self.nccl_totals[path.name] = total
-        from rankmap.capture import nccl_graph, nccl_model
+        from rankmap.pairs import nccl_graph, nccl_model
 
         logs = sorted(self.run_dir.path.glob(nccl_model.DEBUG_LOG_GLOB))
         prof = nccl_model.from_records(list(self.nccl_totals.values()), self.run_dir.path,

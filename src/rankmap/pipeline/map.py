@@ -7,7 +7,6 @@ module only parses options and prints.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -17,20 +16,6 @@ from rankmap.errors import RankmapError
 #: seconds per rank that writing the mapping (the JSON document, its text, the report) costs on a
 #: loaded 2-core machine, kept out of the solvers' share of the budget (with room to spare)
 OUTPUT_SECONDS_PER_RANK = 2.5e-4
-
-
-def command_started() -> float:
-    """When this process started, on the ``time.perf_counter()`` clock (Linux: from ``/proc``), so that
-    a command's ``--time-budget`` covers the interpreter's start-up and its imports too; elsewhere, now."""
-    try:
-        with open("/proc/self/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        ticks = int(fields[19])     # field 22, starttime, in clock ticks since boot
-        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
-        age = since_boot - ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return time.perf_counter()
-    return time.perf_counter() - max(0.0, min(age, 60.0))
 
 
 def solver_budget(time_budget: float, started: float | None, n: int) -> float:

@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from rankmap.capture.sampler import (FieldSource, LinkSample, LinkSampler, StoreWriter, check_interval, hostname,
+from rankmap.counters.sampler import (FieldSource, LinkSample, LinkSampler, StoreWriter, check_interval, hostname,
                                      open_source)
 from rankmap.errors import RankmapError
 

@@ -13,6 +13,7 @@ job nothing: see :func:`profile_command`.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,12 +21,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from rankmap.capture import launchers as L
-from rankmap.capture.rundir import make_run_dir, utc_now
+from rankmap.capture.rundir import RunDir, make_run_dir, utc_now
 from rankmap.errors import RankmapError
-from rankmap.pipeline.ingest import MAX_GAP_S, RunIngest, next_wait
+from rankmap.pipeline.pacing import MAX_GAP_S, next_wait
+
+if TYPE_CHECKING:   # the store and the ingest are imported once the job runs (their imports take a while)
+    from rankmap.pipeline.ingest import RunIngest
 
 
 @dataclass
@@ -42,6 +46,7 @@ class ProfileResult:
     stored: bool = True                 # everything reached the store (else see ingest_command)
     cpu_s: float = 0.0                  # CPU time of rankmap's own process while the job ran
     ingest_command: str | None = None   # what completes the job when the store was away
+    store: Any = None                   # the store the job went into (None: it could not be opened)
 
 
 def _warn(msg: str) -> None:
@@ -100,17 +105,17 @@ class _Streamer(threading.Thread):
 
     Each cycle parses only what the record files gained (:class:`RunIngest`) and appends it. The
     cycle's own CPU time sets the wait before the next one, so rankmap's share of a core stays near
-    :data:`~rankmap.pipeline.ingest.CPU_BUDGET` however many ranks flush how often
-    (:func:`~rankmap.pipeline.ingest.next_wait`): a small job is stored about every ``interval``
+    :data:`~rankmap.pipeline.pacing.CPU_BUDGET` however many ranks flush how often
+    (:func:`~rankmap.pipeline.pacing.next_wait`): a small job is stored about every ``interval``
     seconds, a large one in larger, rarer batches (never rarer than every
-    :data:`~rankmap.pipeline.ingest.MAX_GAP_S`, which is also the heartbeat that tells the store
+    :data:`~rankmap.pipeline.pacing.MAX_GAP_S`, which is also the heartbeat that tells the store
     this profiler is alive).
 
     A store that cannot be reached (or stays locked) does not stop the job: the batch is kept, the
     writes are retried with backoff, and :meth:`outage` says so once.
     """
 
-    def __init__(self, ingest: RunIngest, interval: float, on_outage: Callable[[str], None] | None = None):
+    def __init__(self, ingest: "RunIngest", interval: float, on_outage: Callable[[str], None] | None = None):
         super().__init__(name="rankmap-ingest", daemon=True)
         self.ingest, self.interval = ingest, interval
         self.on_outage = on_outage
@@ -125,14 +130,19 @@ class _Streamer(threading.Thread):
         self.written = time.monotonic()        # the last write (the job's creation was the first heartbeat)
 
     def run(self) -> None:
-        wait = self.interval
+        with self.lock:
+            self.ingest.warm_up()     # off the main thread, which goes on to wait for the job
+        wait, first = 0.0, True          # the first cycle at once: what the job flushed while the store opened
         while not self.stop_event.wait(wait):
             t0 = time.thread_time()
             try:
                 self.cycle(final=False)
             except Exception as e:  # the job must go on; the final cycle reports for real
                 self.error = e
-            wait = next_wait(time.thread_time() - t0, self.interval)
+            # the first cycle catches up with what the job wrote while the store was being opened, and
+            # pays one-off costs (first readers): it does not set the pace
+            wait = self.interval if first else next_wait(time.thread_time() - t0, self.interval)
+            first = False
             if self.down:
                 self.backoff = min(MAX_GAP_S, max(1.0, 2 * self.backoff))
                 wait = max(wait, self.backoff)
@@ -281,6 +291,28 @@ def stopped_status(status: int, received: int | None, ran_to_the_end: bool) -> i
     return 128 + received
 
 
+def _collective_source(launcher: L.Launcher, asked: str | None) -> str:
+    """The source of collective pairs for this launch; ``library`` only where it can be had safely.
+
+    The library source is Open MPI's monitoring PML, so it needs an Open MPI launch; and the
+    monitoring brings coll/monitoring, which kills a job that calls a neighbourhood collective
+    (:mod:`rankmap.capture.program_scan`): such a program is refused before it starts, in one line."""
+    source = L.collective_source(asked, os.environ)
+    if source != "library" or not launcher.is_mpi:
+        return source
+    if launcher.kind != "openmpi":
+        raise RankmapError(f"--collectives library: only Open MPI's monitoring PML counts a library's own "
+                           f"messages, and {launcher.argv[0]} is not Open MPI's launcher; use --collectives auto "
+                           f"(the mirror of the library's algorithms)")
+    from rankmap.capture.program_scan import neighbourhood_user
+    culprit = neighbourhood_user(launcher.programs())
+    if culprit is not None:
+        raise RankmapError(f"--collectives library: {culprit} calls neighbourhood collectives (MPI_Neighbor_*), "
+                           f"which Open MPI's coll/monitoring, loaded with the library source, kills with SIGFPE "
+                           f"or SIGSEGV; profile it with --collectives auto (the default records them exactly)")
+    return source
+
+
 def _capture_libraries(launcher: L.Launcher, argv: list[str], mpicc: str | None,
                        nccl: str) -> tuple[Path | None, str | None, Path | None]:
     """The MPI shim (and the mpicc it was built with) and the NCCL plugin this launch needs."""
@@ -355,21 +387,57 @@ def _cuda_library(mode: str | None) -> tuple[Path | None, str | None, str, str]:
         return None, None, "", f"off: building the CUDA activity library failed: {e}"
 
 
-def _start_link_sampler(interval_s: float, store: Any, job_id: int) -> Any:
-    """NVLink/PCIe counters of the node's GPUs, streamed into the store while the job runs (GPM
-    where the GPUs have it, else NVML field values); None where there is no NVML or no GPU."""
-    try:
-        from dataclasses import asdict
+class _SamplerStart(threading.Thread):
+    """The link sampler, started beside the job's own start: NVML's initialisation (pynvml's import,
+    ``nvmlInit``, GPM's set-up) runs while the main thread opens the store, and the sampling begins
+    once the job is in the store (:meth:`attach`). :meth:`result` is the sampler, or None where there
+    is no NVML or no GPU, or the job never reached the store."""
 
-        from rankmap.capture.sampler import GPM_MIN_INTERVAL_S, LinkSampler, StoreWriter, hostname, open_source
-        source = open_source("auto")
+    def __init__(self, interval_s: float) -> None:
+        super().__init__(name="rankmap-link-sampler-start", daemon=True)
+        self.interval_s = interval_s
+        self.sampler: Any = None
+        self._go = threading.Event()
+        self._target: tuple[Any, int] | None = None
+
+    def run(self) -> None:
+        try:
+            from rankmap.counters.sampler import open_source
+            source = open_source("auto")
+        except Exception:  # no driver, no GPU, no pynvml: profiling goes on without link counters
+            return
         if source.gpu_count() == 0:
             source.close()
-            return None
+            return
+        self._go.wait()
+        if self._target is None:
+            source.close()
+            return
+        self.sampler = _start_sampling(source, self.interval_s, *self._target)
+
+    def attach(self, store: Any, job_id: int) -> None:
+        """Sample into job ``job_id`` of ``store`` (as soon as the source is open)."""
+        self._target = (store, job_id)
+        self._go.set()
+
+    def result(self) -> Any:
+        self._go.set()
+        self.join()
+        return self.sampler
+
+
+def _start_sampling(source: Any, interval_s: float, store: Any, job_id: int) -> Any:
+    """NVLink/PCIe counters of the node's GPUs (GPM where the GPUs have it, else NVML field values)
+    streamed into job ``job_id``; None (the source closed) where sampling cannot start."""
+    from dataclasses import asdict
+
+    from rankmap.counters.sampler import GPM_MIN_INTERVAL_S, LinkSampler, StoreWriter, hostname
+    try:
         if source.kind == "gpm":   # a finer timeline than GPM can follow: the link samples keep their own pace
             interval_s = max(interval_s, GPM_MIN_INTERVAL_S)
         sampler = LinkSampler(source, interval_s=interval_s, on_sample=StoreWriter(store, job_id), keep=False).start()
-    except Exception:  # no driver, no GPU, no pynvml: profiling goes on without link counters
+    except Exception:  # a first read that fails: profiling goes on without link counters
+        source.close()
         return None
     # where and when it samples: the dashboard lines the samples up with the ranks, /metrics labels them
     from rankmap.store import StoreUnavailable
@@ -393,125 +461,229 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
                     mpicc: str | None = None, progress: bool = True, force_progress: bool = False,
                     run_dir: str | os.PathLike | None = None, nccl: str = "auto", link_sampler: bool = True,
                     cuda: str | None = None, warn: Callable[[str], None] = _warn,
-                    store_wait_s: float | None = None) -> ProfileResult:
+                    store_wait_s: float | None = None, collectives: str | None = None) -> ProfileResult:
     """Run ``argv`` with capture injected, stream its records into ``store``; returns the job's result.
 
     ``store`` is a :class:`rankmap.store.Store`, a database URL, or None for the default store.
     ``nccl`` is ``'auto'`` (the NCCL plugin for torchrun always, for other launchers when it can be
     built), ``'on'`` (required) or ``'off'``; ``cuda`` is the CUDA activity capture: None (the default:
     off, with the switch and its measured cost in the summary), ``'off'``, ``'copies'``, ``'on'`` or ``'auto'``
-    (see :func:`_cuda_library`). With ``link_sampler``, the GPUs' NVLink and PCIe byte
+    (see :func:`_cuda_library`); ``collectives`` the source of collective pairs (``auto``, the
+    default: the mirror where it covers the library, no monitoring loaded into the job; ``library``,
+    ``mirror``, ``model``: :func:`_collective_source`). With ``link_sampler``, the GPUs' NVLink and PCIe byte
     counters are sampled once per timeline bucket while the job runs (where NVML is available). The progress line shows when stderr is a terminal and
     ``progress`` is set, or always with ``force_progress``.
 
-    A store that becomes unreachable while the job runs does not stop it: the records stay in the
-    run directory, writes are retried, and if the store is still away ``store_wait_s`` seconds
+    The job starts as soon as its capture is ready (:func:`_prepare`): the store is opened, the job
+    created in it and the streaming started while it runs (:func:`_attach`), so the store's imports
+    and set-up are not added to the job's wall time. A store that becomes unreachable while the job
+    runs -- or that cannot be opened once it started -- does not stop it: the records stay in the run
+    directory, writes are retried, and if the store is still away ``store_wait_s`` seconds
     (``$RANKMAP_STORE_WAIT``, default 20) after the job ended, the result says so
     (``stored=False``) with the ``rankmap ingest`` command that completes the job.
     """
-    from rankmap.pipeline.ingest import RunIngest, ingest_command, new_run_uid
-    from rankmap.store import Store, StoreUnavailable, command_key, open_store, process_id
+    if store_wait_s is None:
+        store_wait_s = float(os.environ.get("RANKMAP_STORE_WAIT") or 20)
+    plan = _prepare(list(argv), store=store, bucket_ms=bucket_ms, flush_ms=flush_ms, mpicc=mpicc,
+                    run_dir=run_dir, nccl=nccl, cuda=cuda, collectives=collectives)
+    show = force_progress or (progress and sys.stderr.isatty())
+    with _Signals() as sigs:
+        t0 = time.monotonic_ns()
+        try:
+            child = subprocess.Popen(plan.inj.argv, env=plan.inj.env)
+        except OSError as e:
+            plan.rd.remove_if_empty()
+            raise RankmapError(f"cannot start {plan.argv[0]}: {e.strerror or e}") from None
+        sigs.attach(child)
+        cpu0 = time.process_time()
+        live = _attach(plan, child, warn, link_sampler)
+        if show and live.streamer is not None:
+            with _ProgressLine(live.job_id, live.streamer, plan.launcher.world_size, force_progress):
+                rc = _wait(child)
+        else:
+            rc = _wait(child)
+        elapsed = time.monotonic_ns() - t0
+        cpu_s = time.process_time() - cpu0        # rankmap's own process while the job ran (not the job)
+    return _finish(plan, live, rc if rc >= 0 else 128 - rc, elapsed, cpu_s, sigs.received, warn, store_wait_s)
 
+
+@dataclass
+class _Plan:
+    """What :func:`_prepare` decided before the launch."""
+
+    argv: list[str]
+    launcher: L.Launcher
+    rd: RunDir
+    inj: L.Injection
+    store: Any                  # a Store, or the URL to open once the job runs
+    mpicc: str | None
+    meta: dict[str, Any]
+    started: str = ""
+
+
+def _prepare(argv: list[str], *, store: Any, bucket_ms: int, flush_ms: int, mpicc: str | None,
+             run_dir: Any, nccl: str, cuda: str | None, collectives: str | None) -> _Plan:
+    """Everything that must hold before the job starts: the options, the launcher, the run directory,
+    the hooks (built or found in the cache) and the environment that carries them; a bad store URL
+    is refused here too (:func:`rankmap.home.check_url`), without the store's imports."""
     if bucket_ms <= 0 or flush_ms <= 0:
         raise RankmapError("--bucket-ms and --flush-ms must be positive")
     if nccl not in ("auto", "on", "off"):
         raise RankmapError(f"--nccl must be auto, on or off, not {nccl!r}")
     if cuda is not None and cuda not in CUDA_MODES:
         raise RankmapError(f"--cuda-activity must be {', '.join(CUDA_MODES)}, not {cuda!r}")
-    if store_wait_s is None:
-        store_wait_s = float(os.environ.get("RANKMAP_STORE_WAIT") or 20)
-    argv = list(argv)
     launcher = L.recognise(argv)
     rd = make_run_dir(run_dir)        # before the slow part: an unwritable place fails at once
     try:
+        if store is None or isinstance(store, str):
+            from rankmap.home import check_url
+            check_url(store)
+        source = _collective_source(launcher, collectives)
         shim, mpicc_used, plugin = _capture_libraries(launcher, argv, mpicc, nccl)
         cuda_lib, cupti, cuda_kinds, cuda_state = _cuda_library(cuda)
-        if not isinstance(store, Store):
-            store = open_store(store)
     except BaseException:
         rd.remove_if_empty()
         raise
-
     inj = L.prepare(launcher, run_dir=rd.path, shim=shim, nccl_plugin=plugin, cuda_lib=cuda_lib, cupti=cupti,
-                    cuda_kinds=cuda_kinds, bucket_ms=bucket_ms, flush_ms=flush_ms)
-    key = command_key(argv)
-    uid = new_run_uid()
-    job_id = store.create_job(argv, launcher=launcher.kind, world_size=launcher.world_size, run_dir=rd.path,
-                              key=key, run_uid=uid, profiler=process_id(),
-                              meta={"injected": inj.injected, "mpicc": mpicc_used,
-                                    "bucket_ms": bucket_ms, "flush_ms": flush_ms, "cuda_activity": cuda_state,
-                                    **slurm_ids(os.environ)})
-    rd.write_job({"job_id": job_id, "run_uid": uid, "store": store.url, "command": argv, "launched": inj.argv,
-                  "launcher": launcher.kind, "world_size": launcher.world_size, "start": utc_now(),
-                  "env": inj.injected, "mpicc": mpicc_used, "bucket_ms": bucket_ms, "flush_ms": flush_ms})
+                    cuda_kinds=cuda_kinds, bucket_ms=bucket_ms, flush_ms=flush_ms, collectives=source)
+    meta = {"injected": inj.injected, "mpicc": mpicc_used, "bucket_ms": bucket_ms, "flush_ms": flush_ms,
+            "cuda_activity": cuda_state, "collectives": source, **slurm_ids(os.environ)}
+    return _Plan(argv, launcher, rd, inj, store, mpicc_used, meta, started=utc_now())
 
-    completes = ingest_command(rd.path, store)
+
+@dataclass
+class _Live:
+    """The running job's ties to the store (all None when the store could not be opened)."""
+
+    store: Any = None
+    job_id: int = 0
+    streamer: _Streamer | None = None
+    sampler_start: _SamplerStart | None = None
+    sampler: Any = None
+    completes: str = ""
+    why_not: str | None = None       # why the store could not be opened
+
+
+def _attach(plan: _Plan, child: subprocess.Popen, warn: Callable[[str], None], link_sampler: bool) -> _Live:
+    """Once the job runs: the store opened, the job created in it and in ``job.json``, the streaming
+    ingest and the link sampler started. A store that cannot be opened now is an outage, not an
+    error: the job goes on and its records wait in the run directory."""
+    from rankmap.pipeline.ingest import RunIngest, ingest_command, new_run_uid
+    from rankmap.store import Store, command_key, open_store, process_id
+
+    live = _Live()
+    store, rd, launcher = plan.store, plan.rd, plan.launcher
+    if link_sampler:    # one link sample per timeline bucket, so link counters and rank traffic line up in time
+        live.sampler_start = _SamplerStart(plan.meta["bucket_ms"] / 1000)
+        live.sampler_start.start()
+    uid = new_run_uid()
+    rd.write_job({"run_uid": uid, "command": plan.argv, "launched": plan.inj.argv, "launcher": launcher.kind,
+                  "world_size": launcher.world_size, "start": plan.started, "env": plan.inj.injected,
+                  "mpicc": plan.mpicc, "bucket_ms": plan.meta["bucket_ms"], "flush_ms": plan.meta["flush_ms"]})
+    try:
+        if not isinstance(store, Store):
+            store = open_store(store)
+        live.job_id = store.create_job(plan.argv, launcher=launcher.kind, world_size=launcher.world_size,
+                                       run_dir=rd.path, key=command_key(plan.argv), run_uid=uid,
+                                       profiler=process_id(), meta=plan.meta)
+    except Exception as e:  # noqa: BLE001 - whatever stops the store, the job that already runs goes on
+        live.why_not = str(e).splitlines()[0] if str(e) else type(e).__name__
+        from rankmap.home import shown
+        url = store.url if isinstance(store, Store) else store
+        live.completes = f"rankmap ingest {shlex.quote(str(rd.path))} --db {shlex.quote(shown(url))}"
+        warn(f"{live.why_not}; the job goes on and its records stay in {rd.path}")
+        return live
+    live.store = store
+    rd.write_job({"job_id": live.job_id, "store": store.url})
+    live.completes = ingest_command(rd.path, store)
 
     def outage(why: str) -> None:
-        warn(f"{why}; job {job_id} goes on and its records stay in {rd.path}; retrying")
+        warn(f"{why}; job {live.job_id} goes on and its records stay in {rd.path}; retrying")
 
-    ingest = RunIngest(store, job_id, rd.path, resume=False)
-    ingest.warm_up()
-    streamer = _Streamer(ingest, interval=min(1.0, max(0.2, flush_ms / 1000)), on_outage=outage)
-    show = force_progress or (progress and sys.stderr.isatty())
-    t0 = time.monotonic_ns()
-    cpu0 = time.process_time()
-    with _Signals() as sigs:
-        try:
-            child = subprocess.Popen(inj.argv, env=inj.env)
-        except OSError as e:
-            store.finish_job(job_id, exit_status=127, elapsed_ns=0)
-            raise RankmapError(f"cannot start {argv[0]}: {e.strerror or e}") from None
-        sigs.attach(child)
-        streamer.start()
-        # One link sample per timeline bucket, so link counters and rank traffic line up in time.
-        sampler = _start_link_sampler(bucket_ms / 1000, store, job_id) if link_sampler else None
-        if show:
-            with _ProgressLine(job_id, streamer, launcher.world_size, force_progress):
-                rc = _wait(child)
-        else:
-            rc = _wait(child)
-    elapsed = time.monotonic_ns() - t0
-    cpu_s = time.process_time() - cpu0        # rankmap's own process while the job ran (not the job)
-    stored = streamer.finish(store_wait_s)
-    status = stopped_status(rc if rc >= 0 else 128 - rc, sigs.received, streamer.ingest.ran_to_the_end())
-    ing = streamer.ingest
-    problems = ing.problems()
-    if streamer.error is not None and stored:
+    ingest = RunIngest(store, live.job_id, rd.path, resume=False)
+    flush_ms = plan.meta["flush_ms"]
+    live.streamer = _Streamer(ingest, interval=min(1.0, max(0.2, flush_ms / 1000)), on_outage=outage)
+    live.streamer.start()
+    if live.sampler_start is not None:
+        live.sampler_start.attach(store, live.job_id)
+    return live
+
+
+def _finish(plan: _Plan, live: _Live, status: int, elapsed: int, cpu_s: float, received: int | None,
+            warn: Callable[[str], None], store_wait_s: float) -> ProfileResult:
+    """After the job: the last ingest cycle, the link sampler's last sample, the job finished in the
+    store, and what the user must know (problems, ranks that never wrote, an incomplete store)."""
+    rd, launcher = plan.rd, plan.launcher
+    streamer = live.streamer
+    stored = streamer.finish(store_wait_s) if streamer else False
+    status = stopped_status(status, received, streamer.ingest.ran_to_the_end() if streamer else False)
+    problems = streamer.ingest.problems() if streamer else []
+    if streamer and streamer.error is not None and stored:
         problems.append(f"a write to the store failed while the job ran ({streamer.error}); "
                         f"the final one stored everything")
-    sampled: dict = {}
-    if sampler is not None:
-        sampler.stop()
-        try:
-            if not sampler.on_sample.flush():
-                problems.append(f"{len(sampler.on_sample.pending)} link samples could not be stored")
-        finally:
-            sampler.source.close()
-        problems += sampler.warnings + sampler.on_sample.warnings
-        try:
-            info = (store.job(job_id).get("meta") or {}).get("link_sampler") or {}
-        except StoreUnavailable:
-            info = {}
-        sampled = {"link_sampler": {**info, "cost": sampler.cost.as_dict()}}
+    live.sampler = live.sampler_start.result() if live.sampler_start is not None else None
+    sampled = _stop_link_sampler(live, problems)
     for p in problems:
         warn(p)
-    sizes = ing.world_ranks
-    ws = ing.world_size or launcher.world_size
+    sizes = streamer.ingest.world_ranks if streamer else _ranks_of_files(rd)
+    ws = (streamer.ingest.world_size if streamer else None) or launcher.world_size
     _write_end(rd, {"end": utc_now(), "exit_status": status, "elapsed_ns": elapsed, "ranks_reporting": len(sizes),
                     "world_size": ws, "rankmap_cpu_s": round(cpu_s, 3)}, warn)
-    meta = {"problems": len(problems), "signal": signal.Signals(sigs.received).name if sigs.received else None,
-            "rankmap_cpu_s": round(cpu_s, 3), "ingest_cycles": streamer.cycles,
-            "ingest_cpu_s": round(streamer.cpu_s, 3), "store_outages": streamer.outages, **sampled}
-    if stored:
-        try:
-            store.finish_job(job_id, exit_status=status, elapsed_ns=elapsed, world_size=ws, meta=meta)
-        except StoreUnavailable as e:
-            stored = False
-            if streamer.outages == 0:
-                outage(str(e))
+    if streamer is not None:
+        from rankmap.store import StoreUnavailable
+        meta = {"problems": len(problems), "signal": signal.Signals(received).name if received else None,
+                "rankmap_cpu_s": round(cpu_s, 3), "ingest_cycles": streamer.cycles,
+                "ingest_cpu_s": round(streamer.cpu_s, 3), "store_outages": streamer.outages, **sampled}
+        if stored:
+            try:
+                live.store.finish_job(live.job_id, exit_status=status, elapsed_ns=elapsed, world_size=ws, meta=meta)
+            except StoreUnavailable as e:
+                stored = False
+                if streamer.outages == 0:
+                    warn(f"{e}; job {live.job_id} goes on and its records stay in {rd.path}; retrying")
     if not stored:
-        warn(f"job {job_id} is incomplete in the store {store.url}; complete it with: {completes}")
+        what = f"job {live.job_id} is incomplete in the store {live.store.url}" if live.store is not None else \
+            "the job is not in the store"
+        warn(f"{what}; complete it with: {live.completes}")
+    _say_what_was_captured(live.job_id, status, sizes, ws, rd, warn)
+    return ProfileResult(job_id=live.job_id, exit_status=status, run_dir=rd.path, launcher=launcher.kind,
+                         world_size=ws, elapsed_ns=elapsed, ranks_reporting=len(sizes),
+                         bytes_sent=streamer.bytes_sent if streamer else 0, problems=problems, stored=stored,
+                         cpu_s=cpu_s, ingest_command=None if stored else live.completes, store=live.store)
+
+
+def _stop_link_sampler(live: _Live, problems: list[str]) -> dict:
+    """The sampler's last sample and its cost, for the job's meta; its problems added to ``problems``."""
+    sampler = live.sampler
+    if sampler is None:
+        return {}
+    from rankmap.store import StoreUnavailable
+    sampler.stop()
+    try:
+        if not sampler.on_sample.flush():
+            problems.append(f"{len(sampler.on_sample.pending)} link samples could not be stored")
+    finally:
+        sampler.source.close()
+    problems += sampler.warnings + sampler.on_sample.warnings
+    try:
+        info = (live.store.job(live.job_id).get("meta") or {}).get("link_sampler") or {}
+    except StoreUnavailable:
+        info = {}
+    return {"link_sampler": {**info, "cost": sampler.cost.as_dict()}}
+
+
+def _ranks_of_files(rd: RunDir) -> set[int]:
+    """World ranks that wrote a record file (``rank-<world>.<source>.rmrec``), when no ingest read them."""
+    out = set()
+    for f in rd.record_files():
+        stem = f.name.split(".")[0]
+        if stem[5:].isdigit():
+            out.add(int(stem[5:]))
+    return out
+
+
+def _say_what_was_captured(job_id: int, status: int, sizes: set[int], ws: int | None, rd: RunDir,
+                           warn: Callable[[str], None]) -> None:
     if status != 0 and not sizes:
         # nothing to keep: the launcher failed before any rank started (a missing program, a bad option)
         warn(f"job {job_id} failed (exit status {status}) before any rank wrote a record file in {rd.path}: "
@@ -526,10 +698,6 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
         warn(f"only {len(sizes)} of {ws} ranks wrote records (missing: {shown}); ranks on other nodes write to "
              f"their node's own {rd.path} unless it is shared: copy their record files here, then "
              f"rankmap ingest {rd.path}")
-    return ProfileResult(job_id=job_id, exit_status=status, run_dir=rd.path, launcher=launcher.kind,
-                         world_size=ws, elapsed_ns=elapsed, ranks_reporting=len(sizes),
-                         bytes_sent=streamer.bytes_sent, problems=problems, stored=stored, cpu_s=cpu_s,
-                         ingest_command=None if stored else completes)
 
 
 def _wait(child: subprocess.Popen) -> int:

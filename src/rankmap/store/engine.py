@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
 from rankmap.errors import RankmapError
+from rankmap.home import default_url, normalise_url, rankmap_home  # noqa: F401  (re-exported)
 from rankmap.store import migrate
 from rankmap.store import schema as S
 
@@ -45,23 +46,6 @@ class StoreUnavailable(RankmapError):
 def _first_line(e: BaseException) -> str:
     msg = str(getattr(e, "orig", None) or e).strip().splitlines()
     return msg[0] if msg else type(e).__name__
-
-
-def rankmap_home() -> Path:
-    """Where rankmap keeps its database and run directories unless told otherwise."""
-    return Path(os.environ.get("RANKMAP_HOME") or Path.home() / ".rankmap")
-
-
-def default_url() -> str:
-    return os.environ.get("RANKMAP_DB") or f"sqlite:///{rankmap_home() / 'rankmap.db'}"
-
-
-def normalise_url(url: str) -> str:
-    """Accept the spellings people type for PostgreSQL and use the driver rankmap ships (psycopg 3)."""
-    for prefix in ("postgres://", "postgresql://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
-    return url
 
 
 def shown_url(url: str | None = None) -> str:

@@ -103,7 +103,7 @@ def forget_ranks(db: Database, job_id: int, source: str, ranks: Sequence[int]) -
 
 
 def add_link_samples(db: Database, job_id: int, samples: Iterable[LinkCounts]) -> None:
-    """Link counter samples of the link sampler (``capture/sampler.py``), appended as they are."""
+    """Link counter samples of the link sampler (``counters/sampler.py``), appended as they are."""
     rows = [dict(job=job_id, t_ns=int(s["t_ns"]), device=int(s["device"]), link=str(s["link"]),
                  tx_bytes=s.get("tx_bytes"), rx_bytes=s.get("rx_bytes")) for s in samples]
     if rows:

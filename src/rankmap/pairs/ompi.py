@@ -18,12 +18,15 @@ rules file may start with ``rule-file-version-2`` and then carry a fifth number 
 alltoall builds its datatype differently, the same blocks; alltoallv's pairwise exchange skips
 empty blocks, which the direct exchange here never counted).
 
-Each algorithm below follows ``ompi/mca/coll/base/coll_base_<coll>.c`` of v4.1.x and v5.0.x
-message for message: the function gives the messages one rank sends (destination and bytes, one entry per PML
-send, counted as the monitoring PML counts them), so the per-pair bytes equal what Open MPI's
-own monitoring reports (checked in ``tests/test_collectives.py``). Sends a rank makes to
-itself go through the PML there too and are kept. Where an algorithm's messages depend on what a
-rank received (bcast scatter_allgather), all ranks are simulated together.
+Each algorithm follows ``ompi/mca/coll/base/coll_base_<coll>.c`` of v4.1.x and v5.0.x message
+for message: the function gives the messages one rank sends (destination and bytes, one entry per
+PML send, counted as the monitoring PML counts them), so the per-pair bytes equal what Open MPI's
+own monitoring reports (checked by the conformance probes, :mod:`.probe`,
+``tests/test_collectives.py``). Sends a rank makes to itself go through the PML there too and are
+kept. The patterns MPICH shares (binomial trees, recursive doubling and halving, ring, Bruck,
+pairwise, linear, scatter-allgather) come from :mod:`rankmap.pairs.algorithms`, its trees from
+:mod:`rankmap.pairs.algorithms.trees`; what Open MPI alone does (segmented pipelines, the split
+binary tree, Rabenseifner, the butterfly, sparbit) is here.
 
 Parameters come from the META the shim wrote: ``cvar.<name>`` (MPI_T control variables) and
 ``file.coll_tuned_dynamic_rules_filename`` (the rules file's text).
@@ -34,12 +37,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-
-from rankmap.capture.collectives.call import Call, Msg, Out
-from rankmap.capture.collectives.ompi_rules import RULES
-
-MAXTREEFANOUT = 32
+from rankmap.pairs.algorithms import binomial, bruck, doubling, linear, pairwise, ring, scatter_allgather
+from rankmap.pairs.algorithms.trees import bmtree, chain, in_order_bintree, kmtree, tree
+from rankmap.pairs.call import Call, Emitter
+from rankmap.pairs.mirror import Mirrored
+from rankmap.pairs.ompi_rules import RULES
 
 #: the Open MPI releases mirrored (major, minor)
 RELEASES = ((4, 1), (5, 0))
@@ -350,187 +352,6 @@ def _through_selected(kind: str, prm: Params) -> None:
         raise KeyError(kind)
 
 
-# ---------------------------------------------------------------------------------------------
-# topologies (coll_base_topo.c), for one rank: (parent or -1, children)
-
-def _pown(fanout: int, num: int) -> int:
-    if num < 0:
-        return 0
-    return fanout ** num
-
-
-def _level(fanout: int, rank: int) -> int:
-    level, num = 0, 0
-    while num <= rank:
-        num += _pown(fanout, level)
-        level += 1
-    return level - 1
-
-
-@lru_cache(maxsize=65536)
-def tree(fanout: int, p: int, root: int, rank: int) -> tuple[int, tuple[int, ...]]:
-    """ompi_coll_base_topo_build_tree: the n-ary tree (fanout 2: tuned's binary tree)."""
-    if p < 2:
-        return -1, ()
-    s = (rank - root) % p
-    level = _level(fanout, s)
-    delta = _pown(fanout, level)
-    kids = []
-    for i in range(fanout):
-        child = s + delta * (i + 1)
-        if child >= p:
-            break
-        kids.append((child + root) % p)
-    slimit = (_pown(fanout, level) - 1) // (fanout - 1) if fanout > 1 else level
-    sparent = s
-    if sparent < fanout:
-        sparent = 0
-    else:
-        while sparent >= slimit:
-            sparent -= delta // fanout
-    parent = -1 if s == 0 else (sparent + root) % p
-    return parent, tuple(kids)
-
-
-def _next_pow2(v: int) -> int:
-    """opal_next_poweroftwo: the smallest power of two strictly greater than v (1 for 0)."""
-    n = 1
-    while n <= v:
-        n <<= 1
-    return n
-
-
-@lru_cache(maxsize=65536)
-def bmtree(p: int, root: int, rank: int) -> tuple[int, tuple[int, ...]]:
-    """ompi_coll_base_topo_build_bmtree."""
-    index = (rank - root) % p
-    mask = _next_pow2(index)
-    parent = -1
-    if rank != root:
-        remote = (index ^ (mask >> 1)) + root
-        parent = remote - p if remote >= p else remote
-    kids = []
-    while mask < p:
-        remote = index ^ mask
-        if remote >= p:
-            break
-        remote += root
-        kids.append(remote - p if remote >= p else remote)
-        mask <<= 1
-    return parent, tuple(kids)
-
-
-@lru_cache(maxsize=65536)
-def in_order_bmtree(p: int, root: int, rank: int) -> tuple[int, tuple[int, ...]]:
-    """ompi_coll_base_topo_build_in_order_bmtree."""
-    vrank = (rank - root) % p
-    parent, kids, mask = -1, [], 1
-    while mask < p:
-        remote = vrank ^ mask
-        if remote < vrank:
-            parent = (remote + root) % p
-            break
-        if remote < p:
-            kids.append((remote + root) % p)
-        mask <<= 1
-    return parent, tuple(kids)
-
-
-@lru_cache(maxsize=65536)
-def kmtree(p: int, root: int, radix: int, rank: int) -> tuple[int, tuple[int, ...]]:
-    """ompi_coll_base_topo_build_kmtree."""
-    vrank = (rank - root) % p
-    parent, mask = -1, 1
-    while mask < p:
-        if vrank % (radix * mask):
-            parent = (vrank // (radix * mask) * (radix * mask) + root) % p
-            break
-        mask *= radix
-    mask //= radix
-    kids = []
-    while mask > 0:
-        for r in range(1, radix):
-            child = vrank + mask * r
-            if child < p:
-                kids.append((child + root) % p)
-        mask //= radix
-    return parent, tuple(kids)
-
-
-@lru_cache(maxsize=65536)
-def chain(fanout: int, p: int, root: int, rank: int) -> tuple[int, tuple[int, ...]]:
-    """ompi_coll_base_topo_build_chain."""
-    fanout = min(max(fanout, 1), MAXTREEFANOUT)
-    if p - 1 < fanout:
-        fanout = p - 1
-    s = (rank - root) % p
-    if fanout == 1:
-        parent = -1 if s == 0 else (s - 1 + root) % p
-        kids = () if s + 1 >= p else ((s + 1 + root) % p,)
-        return parent, kids
-    if p == 1:
-        return -1, ()
-    maxchainlen = (p - 1) // fanout
-    if (p - 1) % fanout:
-        maxchainlen += 1
-        mark = (p - 1) % fanout
-    else:
-        mark = fanout + 1
-    if s != 0:
-        if s - 1 < mark * maxchainlen:
-            column = (s - 1) // maxchainlen
-            head = 1 + column * maxchainlen
-            length = maxchainlen
-        else:
-            column = mark + (s - 1 - mark * maxchainlen) // (maxchainlen - 1)
-            head = mark * maxchainlen + 1 + (column - mark) * (maxchainlen - 1)
-            length = maxchainlen - 1
-        parent = 0 if s == head else s - 1
-        if s == head + length - 1 or s + 1 >= p:
-            kids: tuple[int, ...] = ()
-        else:
-            kids = ((s + 1 + root) % p,)
-        return (parent + root) % p, kids
-    kids_l = [(root + 1) % p]
-    for i in range(1, fanout):
-        nxt = kids_l[i - 1] + maxchainlen
-        if i > mark:
-            nxt -= 1
-        kids_l.append(nxt % p)
-    return -1, tuple(kids_l)
-
-
-@lru_cache(maxsize=65536)
-def in_order_bintree(p: int, rank: int) -> tuple[int, tuple[int, ...]]:
-    """ompi_coll_base_topo_build_in_order_bintree (rooted at p - 1)."""
-    size, myrank, parent_of_me, delta = p, rank, -1, 0
-    parent = size - 1
-    kids: tuple[int, ...] = ()
-    while True:
-        rightsize = size >> 1
-        lchild = rchild = -1
-        if size - 1 > 0:
-            lchild = parent - 1
-            if lchild > 0:
-                rchild = rightsize - 1
-        if myrank == parent:
-            kids = tuple(c + delta for c in (lchild, rchild) if c >= 0)
-            break
-        if myrank > rchild:
-            if myrank == lchild:
-                parent_of_me = parent + delta
-            size = size - rightsize - 1
-            delta += rightsize
-            myrank -= rightsize
-            parent = size - 1
-        else:
-            if myrank == rchild:
-                parent_of_me = parent + delta
-            size = rightsize
-            parent = rchild
-    return parent_of_me, kids
-
-
 def segcount(segsize: int, tsize: int, count: int) -> int:
     """COLL_BASE_COMPUTED_SEGCOUNT: elements per segment for a segment size in bytes."""
     if tsize and segsize >= tsize and segsize < tsize * count:
@@ -554,10 +375,6 @@ def _hibit(v: int) -> int:
     return v.bit_length() - 1
 
 
-def _rounddown(v: int, m: int) -> int:
-    return v // m * m
-
-
 def _mirror_perm(x: int, nbits: int) -> int:
     out = 0
     for _ in range(nbits):
@@ -577,7 +394,7 @@ def _range_sum(a: int, b: int, r: int) -> int:
 # ---------------------------------------------------------------------------------------------
 # bcast
 
-def _bcast_generic(out: Out, rank: int, count: int, ts: int, seg: int, topo: tuple[int, tuple[int, ...]]) -> None:
+def _bcast_generic(out: Emitter, rank: int, count: int, ts: int, seg: int, topo: tuple[int, tuple[int, ...]]) -> None:
     """ompi_coll_base_bcast_intra_generic: every segment to every child."""
     parent, kids = topo
     nseg = (count + seg - 1) // seg if seg else 0
@@ -587,7 +404,7 @@ def _bcast_generic(out: Out, rank: int, count: int, ts: int, seg: int, topo: tup
             out.send(k, n, ts)
 
 
-def bcast(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params, count: int | None = None,
+def bcast(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params, count: int | None = None,
           root: int | None = None, ts: int | None = None) -> None:
     count = c.scount if count is None else count
     root = c.root if root is None else root
@@ -596,11 +413,7 @@ def bcast(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params, coun
     if p < 2 or count == 0:
         return
     if alg == 1:                                  # basic linear
-        if r == root:
-            for i in range(p):
-                if i != r:
-                    out.send(i, count, ts)
-        return
+        return linear.fan_out(out, p, r, root, count, ts)
     seg = segcount(segsize, ts, count)
     if alg == 2:
         return _bcast_generic(out, r, count, ts, seg, chain(fan, p, root, r))
@@ -620,13 +433,11 @@ def bcast(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params, coun
     if alg in (8, 9):
         if count < p:
             return bcast(out, c, 1, 0, 0, prm, count, root, ts)
-        for m in _bcast_scatter_allgather(p, root, count, ring=alg == 9)[r]:
-            out.send(m[0], m[1], ts)
-        return
+        return scatter_allgather.bcast(out, p, r, root, count, ts, ring=alg == 9)
     raise KeyError(alg)
 
 
-def _bcast_split_bintree(out: Out, c: Call, count: int, ts: int, segsize: int, root: int, prm: Params) -> None:
+def _bcast_split_bintree(out: Emitter, c: Call, count: int, ts: int, segsize: int, root: int, prm: Params) -> None:
     p, r = c.p, c.rank
     counts = [(count + 1) // 2, 0]
     counts[1] = count - counts[0]
@@ -667,93 +478,10 @@ def _bcast_split_bintree(out: Out, c: Call, count: int, ts: int, segsize: int, r
             out.send(pair, counts[lr], ts)
 
 
-@lru_cache(maxsize=4096)
-def _bcast_scatter_allgather(p: int, root: int, count: int, ring: bool) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """All ranks' (dst, elements) of the scatter_allgather(_ring) bcasts, simulated together: a
-    rank's sends depend on the counts it received."""
-    sc = (count + p - 1) // p
-    sends: list[list[tuple[int, int]]] = [[] for _ in range(p)]
-    curr = [0] * p
-    got_from_parent = [None] * p                  # count received in the scatter phase
-    # scatter phase (binomial), processed from the root down
-    order = sorted(range(p), key=lambda r: bin((r - root) % p).count("1"))
-    for r in order:
-        vr = (r - root) % p
-        if r == root:
-            curr[r] = count
-        mask = 1
-        while mask < p:
-            if vr & mask:
-                break
-            mask <<= 1
-        if r != root:
-            recv_count = count - vr * sc
-            curr[r] = 0 if recv_count <= 0 else (got_from_parent[r] or 0)
-        mask >>= 1
-        while mask > 0:
-            if vr + mask < p:
-                send_count = curr[r] - sc * mask
-                if send_count > 0:
-                    child = (r + mask) % p
-                    sends[r].append((child, send_count))
-                    got_from_parent[child] = send_count
-                    curr[r] -= send_count
-            mask >>= 1
-    if ring:
-        for r in range(p):
-            vr = (r - root) % p
-            right = (r + 1) % p
-            send_block = vr
-            recv_block = (vr - 1) % p
-            for _ in range(1, p):
-                send_count = max(0, min(sc, count - send_block * sc))
-                sends[r].append((right, send_count))
-                send_block = recv_block
-                recv_block = (recv_block - 1) % p
-        return tuple(tuple(s) for s in sends)
-    # allgather phase: recursive doubling with a fix-up for non-power-of-two sizes, in lockstep
-    curr = [max(0, min(sc, count - ((r - root) % p) * sc)) for r in range(p)]
-    last_recv = [0] * p
-    mask = 1
-    while mask < p:
-        before = curr[:]
-        for r in range(p):
-            vr = (r - root) % p
-            vremote = vr ^ mask
-            if vremote < p:
-                sends[r].append(((vremote + root) % p, before[r]))
-                last_recv[r] = before[(vremote + root) % p]
-                curr[r] += last_recv[r]
-        # fix-up for subtrees cut short by a non-power-of-two size: level by level (a rank may
-        # receive at one level and pass that count on at a lower one)
-        nall_of = {}
-        for r in range(p):
-            vr = (r - root) % p
-            vremote_tree_root = _rounddown(vr ^ mask, mask)
-            if vremote_tree_root + mask > p:
-                nall_of[r] = p - _rounddown(vr, mask) - mask
-        rh = mask >> 1
-        while rh > 0:
-            fix = []
-            for r, nall in nall_of.items():
-                vr = (r - root) % p
-                vrem = vr ^ rh
-                tree_root = _rounddown(vr, rh << 1)
-                if vrem > vr and vr < tree_root + nall and vrem >= tree_root + nall:
-                    fix.append((r, (vrem + root) % p, last_recv[r]))
-            for src, dst, n in fix:
-                sends[src].append((dst, n))
-                last_recv[dst] = n
-                curr[dst] += n
-            rh >>= 1
-        mask <<= 1
-    return tuple(tuple(s) for s in sends)
-
-
 # ---------------------------------------------------------------------------------------------
 # reduce
 
-def _reduce_generic(out: Out, rank: int, count: int, ts: int, seg: int, root: int,
+def _reduce_generic(out: Emitter, rank: int, count: int, ts: int, seg: int, root: int,
                     topo: tuple[int, tuple[int, ...]]) -> None:
     """ompi_coll_base_reduce_generic: each non-root sends its (partial) vector to its parent."""
     parent, kids = topo
@@ -764,7 +492,7 @@ def _reduce_generic(out: Out, rank: int, count: int, ts: int, seg: int, root: in
         out.send(parent, seg if s < nseg - 1 else count - s * seg, ts)
 
 
-def reduce(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params, count: int | None = None,
+def reduce(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params, count: int | None = None,
            root: int | None = None) -> None:
     count = c.scount if count is None else count
     root = c.root if root is None else root
@@ -773,9 +501,7 @@ def reduce(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params, cou
         return
     seg = segcount(segsize, ts, count)
     if alg == 1:
-        if r != root:
-            out.send(root, count, ts)
-        return
+        return linear.fan_in(out, p, r, root, count, ts)
     if alg == 2:
         return _reduce_generic(out, r, count, ts, seg, root, chain(fan, p, root, r))
     if alg == 3:
@@ -783,7 +509,9 @@ def reduce(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params, cou
     if alg == 4:
         return _reduce_generic(out, r, count, ts, seg, root, tree(2, p, root, r))
     if alg == 5:
-        return _reduce_generic(out, r, count, ts, seg, root, in_order_bmtree(p, root, r))
+        v = (r - root) % p                        # the in-order binomial tree
+        parent = (binomial.parent(v) + root) % p if v else -1
+        return _reduce_generic(out, r, count, ts, seg, root, (parent, ()))
     if alg == 6:
         io_root = p - 1
         _reduce_generic(out, r, count, ts, seg, io_root, in_order_bintree(p, r))
@@ -827,7 +555,7 @@ def _halving_steps(vrank: int, rank: int, count: int, pof2: int, rem: int):
     return sends, rindex, sindex, rcount, scount
 
 
-def _fold_extra_ranks(out: Out, r: int, count: int, rem: int, ts: int) -> int:
+def _fold_extra_ranks(out: Emitter, r: int, count: int, rem: int, ts: int) -> int:
     """The first step of Rabenseifner's reduce and allreduce (both in Open MPI's ``tuned``): the first
     2 x ``rem`` ranks pair up, odd sends both halves to even, even sends the upper half to odd;
     returns the rank's place among the power-of-two survivors, -1 for a rank that drops out."""
@@ -843,7 +571,7 @@ def _fold_extra_ranks(out: Out, r: int, count: int, rem: int, ts: int) -> int:
     return r // 2
 
 
-def _reduce_redscat_gather(out: Out, c: Call, count: int, ts: int, root: int) -> None:
+def _reduce_redscat_gather(out: Emitter, c: Call, count: int, ts: int, root: int) -> None:
     p, r = c.p, c.rank
     nsteps = _hibit(p)
     pof2 = 1 << nsteps
@@ -896,7 +624,7 @@ def _reduce_redscat_gather(out: Out, c: Call, count: int, ts: int, root: int) ->
 # ---------------------------------------------------------------------------------------------
 # allreduce
 
-def allreduce(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+def allreduce(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
     count, ts, p, r = c.scount, c.ssize, c.p, c.rank
     if p < 2 or count == 0:
         return
@@ -913,16 +641,16 @@ def allreduce(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) 
         a, f, s, _ = choose(subb, prm)
         return bcast(out, subb, a, f, s, prm)
     if alg == 3:
-        return _allreduce_recdbl(out, r, p, count, ts)
+        return doubling.allreduce(out, p, r, count, ts)
     if alg == 4:
         if count < p:
-            return _allreduce_recdbl(out, r, p, count, ts)
+            return doubling.allreduce(out, p, r, count, ts)
         return _allreduce_ring(out, r, p, count, ts)
     if alg == 5:
         seg = segcount(segsize, ts, count)
         if count < p * seg:
             if count < p:
-                return _allreduce_recdbl(out, r, p, count, ts)
+                return doubling.allreduce(out, p, r, count, ts)
             return _allreduce_ring(out, r, p, count, ts)
         return _allreduce_ring_segmented(out, r, p, count, ts, seg)
     if alg == 6:
@@ -950,28 +678,7 @@ def allreduce(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) 
     raise KeyError(alg)
 
 
-def _allreduce_recdbl(out: Out, r: int, p: int, count: int, ts: int) -> None:
-    adj = _next_pow2(p) >> 1
-    extra = p - adj
-    if r < 2 * extra:
-        if r % 2 == 0:
-            out.send(r + 1, count, ts)
-            newrank = -1
-        else:
-            newrank = r >> 1
-    else:
-        newrank = r - extra
-    d = 1
-    while d < adj and newrank >= 0:
-        nr = newrank ^ d
-        remote = nr * 2 + 1 if nr < extra else nr + extra
-        out.send(remote, count, ts)
-        d <<= 1
-    if r < 2 * extra and r % 2:
-        out.send(r - 1, count, ts)
-
-
-def _allreduce_ring(out: Out, r: int, p: int, count: int, ts: int) -> None:
+def _allreduce_ring(out: Emitter, r: int, p: int, count: int, ts: int) -> None:
     split, early, late = blockcount(count, p)
     to = (r + 1) % p
 
@@ -985,7 +692,7 @@ def _allreduce_ring(out: Out, r: int, p: int, count: int, ts: int) -> None:
         out.send(to, bc((r + 1 + p - k) % p), ts)
 
 
-def _allreduce_ring_segmented(out: Out, r: int, p: int, count: int, ts: int, seg: int) -> None:
+def _allreduce_ring_segmented(out: Emitter, r: int, p: int, count: int, ts: int, seg: int) -> None:
     phases = count // (p * seg)
     if count % (p * seg) >= p and count % (p * seg) > (p * seg) // 2:
         phases += 1
@@ -1009,7 +716,7 @@ def _allreduce_ring_segmented(out: Out, r: int, p: int, count: int, ts: int, seg
 # ---------------------------------------------------------------------------------------------
 # allgather
 
-def allgather(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+def allgather(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
     p, r = c.p, c.rank
     rcount, rs = c.rcount, c.rsize
     if p < 2 or rcount * rs == 0:
@@ -1024,27 +731,16 @@ def allgather(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) 
         b = Call("bcast", c.form, p, r, 0, rcount * p, rs, rcount * p, rs)
         a, f, s, _ = choose(b, prm)
         return bcast(out, b, a, f, s, prm)
-    if alg == 3 and (_next_pow2(p) >> 1) != p:
+    if alg == 3 and p & (p - 1):
         alg = 2                                   # recursive doubling needs a power of two
     if alg == 5 and p % 2:
         alg = 4                                   # neighbour exchange needs an even size
     if alg == 2:
-        d = 1
-        while d < p:
-            n = d if d <= (p >> 1) else p - d
-            out.send((r - d) % p, n * rcount, rs)
-            d <<= 1
-        return
+        return bruck.allgather(out, p, r, (rcount,) * p, rs)
     if alg == 3:
-        d = 1
-        while d < p:
-            out.send(r ^ d, d * rcount, rs)
-            d <<= 1
-        return
+        return doubling.allgather(out, p, r, (rcount,) * p, rs)
     if alg == 4:
-        for _ in range(p - 1):
-            out.send((r + 1) % p, rcount, rs)
-        return
+        return ring.allgather(out, p, r, (rcount,) * p, rs)
     if alg == 5:
         even = r % 2 == 0
         nb = [(r + 1) % p, (r - 1) % p] if even else [(r - 1) % p, (r + 1) % p]
@@ -1063,7 +759,7 @@ def allgather(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) 
     raise KeyError(alg)
 
 
-def _allgather_sparbit(out: Out, c: Call) -> None:
+def _allgather_sparbit(out: Emitter, c: Call) -> None:
     """ompi_coll_base_allgather_intra_sparbit (5.0): ceil(log2 p) steps at halving distances, one
     message per block held; a step skips the block of the previous step where p's bits say so. It
     sends ``scount`` elements of the receive type (``rcount`` in place, where scount means nothing)."""
@@ -1085,7 +781,7 @@ def _allgather_sparbit(out: Out, c: Call) -> None:
 # ---------------------------------------------------------------------------------------------
 # alltoall
 
-def alltoall(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+def alltoall(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
     p, r = c.p, c.rank
     if p < 2:
         return
@@ -1105,18 +801,9 @@ def alltoall(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -
             out.send(i, sc, ss)
         return
     if alg == 2:
-        for step in range(1, p + 1):
-            to = (r + step) % p
-            if to != r:
-                out.send(to, sc, ss)
-        return
+        return pairwise.exchange(out, p, r, (sc,) * p, ss)
     if alg == 3:
-        d = 1
-        while d < p:
-            k = sum(1 for i in range(1, p) if i & d)
-            out.send((r + d) % p, k * sc, ss)
-            d <<= 1
-        return
+        return bruck.alltoall(out, p, r, sc, ss)
     if alg == 5:
         if p == 2:
             out.send(r ^ 1, sc, ss)
@@ -1127,66 +814,39 @@ def alltoall(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -
 # ---------------------------------------------------------------------------------------------
 # gather / scatter
 
-def gather(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+def gather(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
     p, r, root = c.p, c.rank, c.root
     if p < 2:
         return
     if alg == 1:
-        if r != root:
-            out.send(root, c.scount, c.ssize)
-        return
+        return linear.fan_in(out, p, r, root, c.scount, c.ssize)
     if alg == 2:
-        parent, kids = in_order_bmtree(p, root, r)
-        vr = (r - root) % p
-        if r == root:
-            return
-        total = c.scount
-        if vr % 2 == 0:
-            for k in kids:
-                vk = (k - root) % p
-                total += min(vk - vr, p - vk) * c.scount
-        out.send(parent, total, c.ssize)
-        return
-    if alg == 3:
+        return binomial.gather(out, p, r, root, c.scount, c.ssize)
+    if alg == 3:                                  # linear_sync: the root sends each rank an empty go-ahead
         if r != root:
             first = segcount(segsize, c.ssize, c.scount)
             out.send(root, first, c.ssize)
             out.send(root, c.scount - first, c.ssize)
-        else:
-            for i in range(p):
-                if i != r:
-                    out.send(i, 0)
-        return
+        return linear.fan_out(out, p, r, root, 0)
     raise KeyError(alg)
 
 
-def scatter(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+def scatter(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
     p, r, root = c.p, c.rank, c.root
     if p < 2:
         return
     if alg in (1, 3):
-        if r == root:
-            for i in range(p):
-                if i != r:
-                    out.send(i, c.scount, c.ssize)
-        return
+        return linear.fan_out(out, p, r, root, c.scount, c.ssize)
     if alg == 2:
-        parent, kids = in_order_bmtree(p, root, r)
-        vr = (r - root) % p
-        if vr % 2:
-            return
         block = c.scount * c.ssize if r == root else c.rcount * c.rsize
-        for k in reversed(kids):
-            vk = (k - root) % p
-            out.send(k, min(vk - vr, p - vk) * block)
-        return
+        return binomial.scatter(out, p, r, root, block)
     raise KeyError(alg)
 
 
 # ---------------------------------------------------------------------------------------------
 # reduce_scatter_block
 
-def reduce_scatter_block(out: Out, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+def reduce_scatter_block(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
     p, r, rc, ts = c.p, c.rank, c.rcount, c.rsize
     if p < 2 or rc == 0:
         return
@@ -1203,58 +863,11 @@ def reduce_scatter_block(out: Out, c: Call, alg: int, fan: int, segsize: int, pr
     if alg == 3 and not c.is_commutative:
         return reduce_scatter_block(out, c, 1, fan, segsize, prm)
     if alg == 2:
-        mask = 1
-        while mask < p:
-            remote = r ^ mask
-            ctr = _rounddown(r, mask)
-            rtr = _rounddown(remote, mask)
-            send_n = rc * ctr + (rc * (p - ctr - mask) if p >= ctr + mask else 0)
-            recv_n = rc * rtr + (rc * (p - rtr - mask) if p >= rtr + mask else 0)
-            if remote < p:
-                out.send(remote, send_n, ts)
-            if rtr + mask > p:
-                nall = p - ctr - mask
-                rh = mask >> 1
-                while rh > 0:
-                    rem2 = r ^ rh
-                    troot = _rounddown(r, rh << 1)
-                    if rem2 > r and r < troot + nall and rem2 >= troot + nall:
-                        out.send(rem2, recv_n, ts)
-                    rh >>= 1
-            mask <<= 1
-        return
-    pof2 = _next_pow2(p) >> 1
-    rem = p - pof2
+        return doubling.reduce_scatter(out, p, r, (rc,) * p, ts)
     if alg == 3:
-        if r < 2 * rem:
-            if r % 2 == 0:
-                out.send(r + 1, total, ts)
-                vrank = -1
-            else:
-                vrank = r // 2
-        else:
-            vrank = r - rem
-        if vrank != -1:
-            send_index = recv_index = 0
-            last_index = pof2
-            mask = pof2 >> 1
-            while mask > 0:
-                vpeer = vrank ^ mask
-                peer = vpeer * 2 + 1 if vpeer < rem else vpeer + rem
-                if vrank < vpeer:
-                    send_index = recv_index + mask
-                    sn = rc * _range_sum(send_index, last_index - 1, rem - 1)
-                else:
-                    recv_index = send_index + mask
-                    sn = rc * _range_sum(send_index, recv_index - 1, rem - 1)
-                if sn > 0:
-                    out.send(peer, sn, ts)
-                send_index = recv_index
-                last_index = recv_index + mask
-                mask >>= 1
-        if r < 2 * rem and r % 2:
-            out.send(r - 1, rc, ts)
-        return
+        return doubling.reduce_scatter_halving(out, p, r, (rc,) * p, ts)
+    pof2 = 1 << (p.bit_length() - 1)
+    rem = p - pof2
     if alg == 4:
         if p & (p - 1) == 0:
             nblocks = total
@@ -1265,18 +878,14 @@ def reduce_scatter_block(out: Out, c: Call, alg: int, fan: int, segsize: int, pr
                 mask <<= 1
             return
         log2 = _hibit(pof2)
-        if r < 2 * rem:
-            if r % 2 == 0:
-                out.send(r + 1, total, ts)
-                return
-            vrank = r // 2
-        else:
-            vrank = r - rem
+        vrank = doubling.fold(out, p, r, total, ts)
+        if vrank == -1:
+            return
         nblocks, send_index, recv_index = pof2, 0, 0
         mask = 1
         while mask < pof2:
             vpeer = vrank ^ mask
-            peer = vpeer * 2 + 1 if vpeer < rem else vpeer + rem
+            peer = doubling.survivor(p, vpeer)
             nblocks //= 2
             if vrank & mask == 0:
                 send_index += nblocks
@@ -1286,7 +895,7 @@ def reduce_scatter_block(out: Out, c: Call, alg: int, fan: int, segsize: int, pr
             send_index = recv_index
             mask <<= 1
         vpeer = _mirror_perm(vrank, log2)
-        peer = vpeer * 2 + 1 if vpeer < rem else vpeer + rem
+        peer = doubling.survivor(p, vpeer)
         if vpeer < rem:
             out.send(peer - 1, rc, ts)
         if vpeer != vrank:
@@ -1298,20 +907,12 @@ def reduce_scatter_block(out: Out, c: Call, alg: int, fan: int, segsize: int, pr
 # ---------------------------------------------------------------------------------------------
 # the v/w collectives: every algorithm exchanges each block directly
 
-def direct(out: Out, c: Call) -> None:
+def direct(out: Emitter, c: Call) -> None:
     p, r = c.p, c.rank
-    if c.kind in ("alltoallv", "alltoallw"):
-        for i, b in enumerate(c.vec[:p]):
-            if i != r and b:
-                out.send(i, b)
-    elif c.kind == "gatherv":
-        if r != c.root and c.scount * c.ssize:
-            out.send(c.root, c.scount, c.ssize)
-    elif c.kind == "scatterv":
-        if r == c.root:
-            for i, b in enumerate(c.vec[:p]):
-                if i != r and b:
-                    out.send(i, b)
+    if c.kind in ("alltoallv", "alltoallw") or (c.kind == "scatterv" and r == c.root):
+        linear.direct(out, p, r, c.vec)
+    elif c.kind == "gatherv" and c.scount * c.ssize:
+        linear.fan_in(out, p, r, c.root, c.scount, c.ssize)
 
 
 IMPLEMENTED = {"bcast": bcast, "reduce": reduce, "allreduce": allreduce, "allgather": allgather,
@@ -1319,7 +920,7 @@ IMPLEMENTED = {"bcast": bcast, "reduce": reduce, "allreduce": allreduce, "allgat
                "reduce_scatter_block": reduce_scatter_block}
 
 
-def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> tuple[list[Msg], str] | None:
+def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> Mirrored | None:
     """The messages rank ``c.rank`` sends for ``c`` under Open MPI 4.1 or 5.0 (``prm.release``),
     and the algorithm's name; None where the mirror does not cover the call (then the model
     applies). ``nodes``: the node of each rank of the communicator (None: one node), for coll/han,
@@ -1330,10 +931,10 @@ def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> tupl
         if c.kind in HAN:
             return None
         prm = replace(prm, taken=frozenset(HAN))
-    out = Out()
+    out = Emitter()
     if c.kind in ("alltoallv", "alltoallw", "gatherv", "scatterv"):
         direct(out, c)
-        return list(out), "linear"
+        return Mirrored(list(out.msgs), "linear")
     fn = IMPLEMENTED.get(c.kind)
     if fn is None:
         return None
@@ -1343,4 +944,28 @@ def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> tupl
     except KeyError:
         return None
     names = ALG_NAMES.get(c.kind, ())
-    return list(out), f"{names[alg] if alg < len(names) else alg} ({how})"
+    return Mirrored(list(out.msgs), f"{names[alg] if alg < len(names) else alg} ({how})")
+
+
+class OpenMpiMirror:
+    """Open MPI's coll/tuned with one job's parameters: the :class:`~rankmap.pairs.mirror.Mirror`
+    of Open MPI 4.1 and 5.0."""
+
+    def __init__(self, prm: Params) -> None:
+        self.prm = prm
+        self.note = f"Open MPI {prm.release[0]}.{prm.release[1]} coll/tuned mirrored"
+        if prm.han_over_tuned:
+            self.note += f" (coll/han's {', '.join(HAN)} across nodes: the model)"
+
+    def messages(self, c: Call, nodes: tuple[int, ...] | None = None) -> Mirrored | None:
+        return messages(c, self.prm, nodes)
+
+
+def mirror_from_meta(meta: dict[str, str], release: tuple[int, int]) -> tuple[OpenMpiMirror | None, str]:
+    """The mirror of a job's META, or None and why not (another coll component runs the job's
+    collectives); with the note the profile shows."""
+    prm = params_from_meta(meta, release)
+    if prm.not_tuned:
+        return None, f"Open MPI: {prm.not_tuned}; the model applies"
+    m = OpenMpiMirror(prm)
+    return m, m.note

@@ -9,69 +9,30 @@ lists them.
 
 from __future__ import annotations
 
-from rankmap.capture.collectives.call import Call, Msg, Out
+from rankmap.pairs.algorithms import binomial, doubling, linear
+from rankmap.pairs.call import Call, Emitter, Msg
 
 SMALL_BYTES = 65536
 
 
-def _lowbit(v: int) -> int:
-    return v & -v
-
-
-def _binomial(out: Out, c: Call, n: int, toward_root: bool, subtree: bool) -> None:
-    """Binomial tree rooted at c.root: parent sends n (or, for gather/scatter, n per rank of the
-    child's subtree) to each child; toward_root reverses the edges."""
-    p, vr = c.p, (c.rank - c.root) % c.p
-    if toward_root:
-        if vr:
-            low = _lowbit(vr)
-            out.send((vr - low + c.root) % p, n * (min(low, p - vr) if subtree else 1))
-        return
-    mask = 1
-    while mask < p and not vr & mask:
-        mask <<= 1
-    mask >>= 1
-    while mask > 0:
-        child = vr + mask
-        if child < p:
-            out.send((child + c.root) % p, n * (min(mask, p - child) if subtree else 1))
-        mask >>= 1
-
-
-def _recursive_doubling(out: Out, c: Call, n: int) -> None:
-    p, me = c.p, c.rank
-    p2 = 1 << (p.bit_length() - 1)
-    if me >= p2:
-        out.send(me - p2, n)
-        return
-    if me + p2 < p:
-        out.send(me + p2, n)
-    mask = 1
-    while mask < p2:
-        out.send(me ^ mask, n)
-        mask <<= 1
-
-
 def messages(c: Call) -> list[Msg]:
     """The messages rank ``c.rank`` sends for ``c`` under the model (docs/collective-models.md)."""
-    out = Out()
+    out = Emitter()
     p, me, k = c.p, c.rank, c.kind
     if p < 2:
         return []
     if k == "bcast":
-        _binomial(out, c, c.scount * c.ssize, False, False)
+        binomial.bcast(out, p, me, c.root, c.scount * c.ssize)
     elif k == "reduce":
-        _binomial(out, c, c.scount * c.ssize, True, False)
+        binomial.reduce(out, p, me, c.root, c.scount * c.ssize)
     elif k == "gather":
-        n = c.rcount * c.rsize if me == c.root else c.scount * c.ssize
-        _binomial(out, c, n, True, True)
+        binomial.gather(out, p, me, c.root, c.rcount * c.rsize if me == c.root else c.scount * c.ssize)
     elif k == "scatter":
-        n = c.scount * c.ssize if me == c.root else c.rcount * c.rsize
-        _binomial(out, c, n, False, True)
+        binomial.scatter(out, p, me, c.root, c.scount * c.ssize if me == c.root else c.rcount * c.rsize)
     elif k == "allreduce":
         n = c.scount * c.ssize
         if n < SMALL_BYTES or c.scount < p:
-            _recursive_doubling(out, c, n)
+            doubling.allreduce(out, p, me, n, extra="upper")
         else:
             chunk = [c.scount // p + (1 if i < c.scount % p else 0) for i in range(p)]
             sent = 2 * c.scount - chunk[(me + 1) % p] - chunk[(me + 2) % p]
@@ -79,10 +40,7 @@ def messages(c: Call) -> list[Msg]:
     elif k == "allgather":
         n = c.rcount * c.rsize
         if p & (p - 1) == 0 and n * p < SMALL_BYTES:
-            mask = 1
-            while mask < p:
-                out.send(me ^ mask, n * mask)
-                mask <<= 1
+            doubling.allgather(out, p, me, (n,) * p)
         else:
             out.send((me + 1) % p, n * (p - 1))
     elif k == "allgatherv":
@@ -95,12 +53,9 @@ def messages(c: Call) -> list[Msg]:
                 out.send(i, n)
     elif k in ("alltoallv", "alltoallw", "scatterv"):
         if k != "scatterv" or me == c.root:
-            for i, b in enumerate(c.vec[:p]):
-                if i != me and b:
-                    out.send(i, b)
+            linear.direct(out, p, me, c.vec)
     elif k == "gatherv":
-        if me != c.root:
-            out.send(c.root, c.scount * c.ssize)
+        linear.fan_in(out, p, me, c.root, c.scount * c.ssize)
     elif k == "reduce_scatter_block":
         out.send((me + 1) % p, c.rcount * c.rsize * (p - 1))
     elif k == "reduce_scatter":
@@ -113,8 +68,5 @@ def messages(c: Call) -> list[Msg]:
                 out.send(me ^ mask, c.scount * c.ssize)
             mask <<= 1
     elif k == "barrier":
-        mask = 1
-        while mask < p:
-            out.send((me + mask) % p, 0)
-            mask <<= 1
-    return [m for m in out if m.nbytes or k == "barrier"]
+        doubling.dissemination(out, p, me)
+    return [m for m in out.msgs if m.nbytes or k == "barrier"]

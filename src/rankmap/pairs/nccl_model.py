@@ -14,7 +14,7 @@ traffic, at ingest:
    dropped for want of members at run time; bytes a file sent towards a comm rank that no file
    recorded are reported (``unattributed``), not silently lost.
 3. **The model** (:func:`sends`), per operation-table row, with NCCL's rings and trees when its
-   INFO log was captured (:mod:`rankmap.capture.nccl_graph`), split evenly over the channels the
+   INFO log was captured (:mod:`rankmap.pairs.nccl_graph`), split evenly over the channels the
    operation ran on. Every pair row says where it comes from (``label``):
 
    * ``library`` -- exact from NCCL's own task facts: Send/Recv (peer and bytes), AlltoAll (count
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rankmap.capture import nccl_graph
+from rankmap.pairs import nccl_graph
 from rankmap.formats import record as rec_mod
 from rankmap.formats.record import TrafficRow
 from rankmap.errors import RankmapError, counted

@@ -3,11 +3,13 @@
 The shim writes each distinct collective signature once (COLLFACTS blocks, docs/record-format.md)
 with the number of calls per timeline bucket. A :class:`Call` is that signature in the units the
 libraries decide with: element counts and type sizes, ranks within the communicator. The mirrors
-and the model turn it into :class:`Msg` lists: what this rank sends to whom, one entry per message.
+and the model turn it into :class:`Msg` lists through an :class:`Emitter`: what this rank sends to
+whom, one entry per message.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 #: operation name (without ``MPI_``, the ``I`` of nonblocking and ``_init`` of persistent forms)
@@ -68,8 +70,44 @@ class Msg:
     nbytes: int
 
 
-class Out(list):
-    """The messages of one rank, in the order the algorithm posts them."""
+class Emitter:
+    """The messages one rank sends for a call, in the order the algorithm posts them: the one
+    sink every algorithm of :mod:`rankmap.pairs.algorithms`, both mirrors and the model write to.
+
+    An algorithm sends in the ranks of the communicator it runs on. A library that splits a
+    collective over sub-communicators (MPICH's node-aware compositions) runs each part on
+    ``on(members)``: a view that writes to the same messages, its ranks mapped to the caller's
+    communicator through ``members``. ``names`` collects the algorithms that ran; ``modeled`` is
+    set when a part moves data other than by messages and had to be modelled.
+    """
+
+    __slots__ = ("msgs", "names", "_members", "_flags")
+
+    def __init__(self) -> None:
+        self.msgs: list[Msg] = []
+        self.names: list[str] = []
+        self._members: tuple[int, ...] | None = None
+        self._flags = {"modeled": False}        # shared with the views
 
     def send(self, dst: int, count: int, tsize: int = 1) -> None:
-        self.append(Msg(int(dst), int(count) * int(tsize)))
+        """``count`` elements of ``tsize`` bytes to ``dst`` (a rank of this emitter's communicator)."""
+        if self._members is not None:
+            dst = self._members[dst]
+        self.msgs.append(Msg(int(dst), int(count) * int(tsize)))
+
+    def on(self, members: Sequence[int]) -> "Emitter":
+        """A view whose rank i is rank ``members[i]`` of this one: a sub-communicator's ranks, or
+        ranks relative to a root."""
+        view = Emitter.__new__(Emitter)
+        view.msgs, view.names, view._flags = self.msgs, self.names, self._flags
+        mine = self._members
+        view._members = tuple(members) if mine is None else tuple(mine[m] for m in members)
+        return view
+
+    @property
+    def modeled(self) -> bool:
+        return self._flags["modeled"]
+
+    @modeled.setter
+    def modeled(self, value: bool) -> None:
+        self._flags["modeled"] = bool(value)

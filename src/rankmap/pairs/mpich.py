@@ -12,22 +12,22 @@ automatic choice walks :data:`.mpich_rules.MPIR_TREE`. Builds with the UCX netwo
 ``--with-ch4-shmmods`` have no POSIX module (MPICH's configure then defines
 ``MPIDI_CH4_DIRECT_NETMOD``): everything, node-local traffic included, is UCX messages.
 
-The algorithms below follow ``src/mpi/coll/<coll>/<coll>_intra_<algorithm>.c`` of v4.0.x message
-for message, in the ranks of the communicator they run on (sub-communicator ranks are mapped back
-to the caller's communicator). Checked against the UCX messages MPICH sends in
-``tests/test_collectives.py``. The POSIX release/gather algorithms move data through a
-shared buffer, not messages; their pair rows (root to each rank, each rank to its parent) are a
-model and make the call's rows ``model``.
+The algorithms follow ``src/mpi/coll/<coll>/<coll>_intra_<algorithm>.c`` of v4.0.x message for
+message, in the ranks of the communicator they run on (an :class:`~rankmap.pairs.call.Emitter`
+view maps sub-communicator ranks back to the caller's communicator): the patterns Open MPI shares
+come from :mod:`rankmap.pairs.algorithms`, those MPICH alone uses are here. Checked against the
+UCX messages MPICH sends by the conformance probes (:mod:`.probe`, ``tests/test_collectives.py``).
+The POSIX release/gather algorithms move data through a shared buffer, not messages; their pair
+rows (root to each rank, each rank to its parent) are a model and make the call's rows ``model``.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from functools import lru_cache
-
-from rankmap.capture.collectives.call import Call, Msg, Out
-from rankmap.capture.collectives.mpich_rules import CH4_TREE, CVAR_ALGORITHMS, MPIR_TREE, POSIX_TREE
+from rankmap.pairs.algorithms import binomial, bruck, doubling, linear, pairwise, ring, scatter_allgather
+from rankmap.pairs.call import Call, Emitter
+from rankmap.pairs.mirror import Mirrored
+from rankmap.pairs.mpich_rules import CH4_TREE, CVAR_ALGORITHMS, MPIR_TREE, POSIX_TREE, tree_from_json
 
 
 # ---------------------------------------------------------------------------------------------
@@ -66,19 +66,6 @@ def _cvar_name(coll: str, v: str | None) -> str:
     return s if s in names else "auto"
 
 
-def _tree_from_json(text: str | None, default: list) -> list:
-    if not text:
-        return default
-    try:
-        d = json.loads(text)
-    except ValueError:
-        return default
-
-    def compact(n: dict) -> list:
-        return [k if k.startswith(("algorithm=", "composition=")) else (k, compact(v)) for k, v in n.items()]
-    return compact(d) if isinstance(d, dict) else default
-
-
 def params_from_meta(meta: dict[str, str]) -> Params:
     cv = {k[len("cvar.MPIR_CVAR_"):]: v for k, v in meta.items() if k.startswith("cvar.MPIR_CVAR_")}
     p = Params()
@@ -115,9 +102,9 @@ def params_from_meta(meta: dict[str, str]) -> Params:
     else:
         p.direct_netmod = shm in ("none", "no")
     p.threaded = meta.get("shim.counters", "").startswith("atomic")
-    p.mpir_tree = _tree_from_json(meta.get("file.MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"), MPIR_TREE)
-    p.ch4_tree = _tree_from_json(meta.get("file.MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE"), CH4_TREE)
-    p.posix_tree = _tree_from_json(meta.get("file.MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE"), POSIX_TREE)
+    p.mpir_tree = tree_from_json(meta.get("file.MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"), MPIR_TREE)
+    p.ch4_tree = tree_from_json(meta.get("file.MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE"), CH4_TREE)
+    p.posix_tree = tree_from_json(meta.get("file.MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE"), POSIX_TREE)
     return p
 
 
@@ -189,19 +176,6 @@ class Comm:
                 seen.add(n)
                 last = n
         return True
-
-
-class Emit:
-    """Messages in the caller's communicator ranks; ``modeled`` is set when a shared-memory
-    algorithm had to be represented by a model."""
-
-    def __init__(self) -> None:
-        self.out = Out()
-        self.modeled = False
-        self.names: list[str] = []
-
-    def send(self, comm: Comm, dst: int, nbytes: int) -> None:
-        self.out.append(Msg(comm.members[dst], int(nbytes)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,7 +317,7 @@ def _sig(a: Args, comm: Comm, prm: Params) -> Sig:
 # ---------------------------------------------------------------------------------------------
 # entry points: MPIR_<Coll> (device or not), MPID_<Coll> (CH4), MPIR_<Coll>_impl
 
-def mpir_entry(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def mpir_entry(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     """MPIR_<Coll>: the device's collective when device collectives are on for it."""
     dev = prm.device == "ch4" and (prm.device_collectives == "all" or (
         prm.device_collectives == "percoll" and prm.per_coll_device.get(a.coll, True)))
@@ -352,12 +326,12 @@ def mpir_entry(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
     return mpir_impl(e, comm, a, prm)
 
 
-def nm(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def nm(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     """MPIDI_NM_mpi_<coll> (UCX and OFI without hcoll): MPIR_<Coll>_impl."""
     mpir_impl(e, comm, a, prm)
 
 
-def shm(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def shm(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     """MPIDI_SHM_mpi_<coll>: the network module in direct-netmod builds, else the POSIX module."""
     if prm.direct_netmod:
         return nm(e, comm, a, prm)
@@ -371,21 +345,19 @@ def shm(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
     mpir_impl(e, comm, a, prm)
 
 
-def _release_gather(e: Emit, comm: Comm, a: Args) -> None:
+def _release_gather(e: Emitter, comm: Comm, a: Args) -> None:
     """POSIX release/gather: data through a shared buffer; modelled as root -> every rank
     (bcast) and every rank -> root (reduce), both for allreduce (root 0)."""
     e.modeled = True
     e.names.append("posix release_gather")
-    n, r = a.nbytes, comm.rank
-    if a.coll in ("reduce", "allreduce") and r != a.root:
-        e.send(comm, a.root, n)
-    if a.coll in ("bcast", "allreduce") and r == a.root:
-        for i in range(comm.size):
-            if i != r:
-                e.send(comm, i, n)
+    out = e.on(comm.members)
+    if a.coll in ("reduce", "allreduce"):
+        linear.fan_in(out, comm.size, comm.rank, a.root, a.nbytes)
+    if a.coll in ("bcast", "allreduce"):
+        linear.fan_out(out, comm.size, comm.rank, a.root, a.nbytes)
 
 
-def mpid(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def mpid(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     """MPID_<Coll> of CH4: a composition from the CH4 tree; no choice -> MPIR_<Coll>_impl."""
     comp = select(prm.ch4_tree, _sig(a, comm, prm))
     if comp is None:
@@ -398,10 +370,10 @@ def mpid(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
     fn(e, comm, a, prm)
 
 
-def _bcast_alpha(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _bcast_alpha(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     nc, nr = comm.node_comm, comm.node_roots_comm
     if nr is None and comm.rank == a.root and nc is not None:
-        e.send(comm, _member(comm, nc, 0), a.nbytes)
+        e.on(comm.members).send(_member(comm, nc, 0), a.nbytes)
     if nr is not None:
         nm(e, nr, Args("bcast", a.count, a.tsize, comm.internode_rank(a.root)), prm)
     if nc is not None:
@@ -413,7 +385,7 @@ def _member(comm: Comm, sub: Comm, r: int) -> int:
     return comm.members.index(sub.members[r])
 
 
-def _bcast_beta(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _bcast_beta(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     nc, nr = comm.node_comm, comm.node_roots_comm
     lr = comm.intranode_rank(a.root)
     if nc is not None and lr > 0:
@@ -424,47 +396,35 @@ def _bcast_beta(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
         shm(e, nc, Args("bcast", a.count, a.tsize, 0), prm)
 
 
-def _flat_nm(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _flat_nm(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     nm(e, comm, a, prm)
 
 
-def _flat_shm(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _flat_shm(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     shm(e, comm, a, prm)
 
 
-def _allreduce_alpha(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    nc, nr = comm.node_comm, comm.node_roots_comm
-    if nc is not None:
-        shm(e, nc, Args("reduce", a.count, a.tsize, 0, commutative=a.commutative), prm)
-    if nr is not None:
-        nm(e, nr, Args("allreduce", a.count, a.tsize, 0, inplace=True, commutative=a.commutative), prm)
-    if nc is not None:
-        shm(e, nc, Args("bcast", a.count, a.tsize, 0), prm)
+def _allreduce_alpha(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    _allreduce_smp(e, comm, a, prm, shm, nm)
 
 
-def _reduce_alpha(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _reduce_alpha(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     nc, nr = comm.node_comm, comm.node_roots_comm
     if nc is not None:
         shm(e, nc, Args("reduce", a.count, a.tsize, 0, commutative=a.commutative), prm)
     if nr is not None:
         nm(e, nr, Args("reduce", a.count, a.tsize, 0, inplace=nr.rank == 0, commutative=a.commutative), prm)
     if a.root != 0 and comm.rank == 0:
-        e.send(comm, a.root, a.nbytes)
+        e.on(comm.members).send(a.root, a.nbytes)
 
 
-def _reduce_beta(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _reduce_beta(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     """Also MPIR_Reduce_intra_smp (with MPIR_Reduce on the sub-communicators)."""
     _reduce_smp(e, comm, a, prm, shm, nm)
 
 
-def _barrier_alpha(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    nc, nr = comm.node_comm, comm.node_roots_comm
-    if nc is not None:
-        shm(e, nc, Args("barrier"), prm)
-    if nr is not None:
-        nm(e, nr, Args("barrier"), prm)
-    if nc is not None:
-        shm(e, nc, Args("bcast", 1, 1, 0), prm)
+def _barrier_alpha(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    _barrier_smp(e, comm, a, prm, shm, nm)
 
 
 COMPOSITIONS = {
@@ -504,7 +464,7 @@ def _applies(alg: str, comm: Comm, a: Args) -> bool:
     return True
 
 
-def mpir_impl(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def mpir_impl(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     """MPIR_<Coll>_impl: the forced algorithm if it applies, else the automatic choice."""
     alg = prm.forced.get(a.coll, "auto")
     if alg not in ("auto", "nb") and not _applies(alg, comm, a):
@@ -536,87 +496,22 @@ def _alg_of(leaf: str, coll: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # MPIR algorithms
 
-def _bcast_binomial(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    n, p, r = a.nbytes, comm.size, comm.rank
-    if n == 0:
-        return
-    rr = (r - a.root) % p
-    mask = 1
-    while mask < p:
-        if rr & mask:
-            break
-        mask <<= 1
-    mask >>= 1
-    while mask > 0:
-        if rr + mask < p:
-            e.send(comm, (r + mask) % p, n)
-        mask >>= 1
+def _bcast_binomial(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    if a.nbytes:
+        binomial.bcast(e.on(comm.members), comm.size, comm.rank, a.root, a.nbytes)
 
 
-@lru_cache(maxsize=4096)
-def _scatter_for_bcast(p: int, root: int, nbytes: int) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
-    """MPII_Scatter_for_bcast for all ranks: (sends per rank, bytes each rank holds after it)."""
-    sc = (nbytes + p - 1) // p
-    sends: list[list[tuple[int, int]]] = [[] for _ in range(p)]
-    curr = [0] * p
-    got = [0] * p
-    for r in sorted(range(p), key=lambda x: bin((x - root) % p).count("1")):
-        rr = (r - root) % p
-        if r == root:
-            curr[r] = nbytes
-        else:
-            curr[r] = 0 if nbytes - rr * sc <= 0 else got[r]
-        mask = 1
-        while mask < p and not rr & mask:
-            mask <<= 1
-        mask >>= 1
-        while mask > 0:
-            if rr + mask < p:
-                s = curr[r] - sc * mask
-                if s > 0:
-                    dst = (r + mask) % p
-                    sends[r].append((dst, s))
-                    got[dst] = s
-                    curr[r] -= s
-            mask >>= 1
-    return tuple(tuple(s) for s in sends), tuple(curr)
+def _bcast_scatter_rd(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    if a.nbytes:
+        scatter_allgather.bcast(e.on(comm.members), comm.size, comm.rank, a.root, a.nbytes)
 
 
-@lru_cache(maxsize=4096)
-def _bcast_scatter_allgather(p: int, root: int, nbytes: int, ring: bool) -> tuple[tuple[tuple[int, int], ...], ...]:
-    sends0, _ = _scatter_for_bcast(p, root, nbytes)
-    sends = [list(s) for s in sends0]
-    sc = (nbytes + p - 1) // p
-    if ring:
-        for r in range(p):
-            j = r
-            for _ in range(1, p):
-                rel_j = (j - root) % p
-                sends[r].append(((r + 1) % p, max(0, min(sc, nbytes - rel_j * sc))))
-                j = (j - 1) % p
-        return tuple(tuple(s) for s in sends)
-    # the recursive-doubling allgather of the scattered chunks, in ranks relative to the root
-    rel = _rd_allgather(p, tuple(max(0, min(sc, nbytes - q * sc)) for q in range(p)))
-    for r in range(p):
-        sends[r].extend(((d + root) % p, n) for d, n in rel[(r - root) % p])
-    return tuple(tuple(s) for s in sends)
+def _bcast_scatter_ring(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    if a.nbytes:
+        scatter_allgather.bcast(e.on(comm.members), comm.size, comm.rank, a.root, a.nbytes, ring=True)
 
 
-def _bcast_scatter_rd(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    if a.nbytes == 0:
-        return
-    for dst, nb in _bcast_scatter_allgather(comm.size, a.root, a.nbytes, False)[comm.rank]:
-        e.send(comm, dst, nb)
-
-
-def _bcast_scatter_ring(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    if a.nbytes == 0:
-        return
-    for dst, nb in _bcast_scatter_allgather(comm.size, a.root, a.nbytes, True)[comm.rank]:
-        e.send(comm, dst, nb)
-
-
-def _bcast_smp(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _bcast_smp(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     n = a.nbytes
     if n == 0:
         return
@@ -625,7 +520,7 @@ def _bcast_smp(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
     if n < prm.bcast_short or comm.size < prm.bcast_min_procs:
         if nc is not None and lr > 0:
             if comm.rank == a.root:
-                e.send(comm, _member(comm, nc, 0), n)
+                e.on(comm.members).send(_member(comm, nc, 0), n)
         if nr is not None:
             mpir_entry(e, nr, Args("bcast", a.count, a.tsize, comm.internode_rank(a.root)), prm)
         if nc is not None:
@@ -641,25 +536,8 @@ def _bcast_smp(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
         _bcast_scatter_ring(e, comm, a, prm)
 
 
-def _allreduce_rd(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    n, p, r = a.nbytes, comm.size, comm.rank
-    pof2, rem = comm.pof2, comm.size - comm.pof2
-    if r < 2 * rem:
-        if r % 2 == 0:
-            e.send(comm, r + 1, n)
-            newrank = -1
-        else:
-            newrank = r // 2
-    else:
-        newrank = r - rem
-    if newrank != -1:
-        mask = 1
-        while mask < pof2:
-            nd = newrank ^ mask
-            e.send(comm, nd * 2 + 1 if nd < rem else nd + rem, n)
-            mask <<= 1
-    if r < 2 * rem and r % 2:
-        e.send(comm, r - 1, n)
+def _allreduce_rd(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    doubling.allreduce(e.on(comm.members), comm.size, comm.rank, a.nbytes)
 
 
 def _cnts(count: int, pof2: int) -> list[int]:
@@ -669,30 +547,24 @@ def _cnts(count: int, pof2: int) -> list[int]:
     return c
 
 
-def _allreduce_rsa(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _allreduce_rsa(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     ts, p, r = a.tsize, comm.size, comm.rank
-    pof2, rem = comm.pof2, comm.size - comm.pof2
-    if r < 2 * rem:
-        if r % 2 == 0:
-            e.send(comm, r + 1, a.nbytes)
-            newrank = -1
-        else:
-            newrank = r // 2
-    else:
-        newrank = r - rem
+    pof2 = comm.pof2
+    out = e.on(comm.members)
+    newrank = doubling.fold(out, p, r, a.nbytes)
     if newrank != -1:
         cnts = _cnts(a.count, pof2)
         mask, send_idx, recv_idx, last_idx = 1, 0, 0, pof2
         while mask < pof2:
             nd = newrank ^ mask
-            dst = nd * 2 + 1 if nd < rem else nd + rem
+            dst = doubling.survivor(p, nd)
             if newrank < nd:
                 send_idx = recv_idx + pof2 // (mask * 2)
                 sc = sum(cnts[send_idx:last_idx])
             else:
                 recv_idx = send_idx + pof2 // (mask * 2)
                 sc = sum(cnts[send_idx:recv_idx])
-            e.send(comm, dst, sc * ts)
+            out.send(dst, sc * ts)
             send_idx = recv_idx
             mask <<= 1
             if mask < pof2:
@@ -700,7 +572,7 @@ def _allreduce_rsa(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
         mask >>= 1
         while mask > 0:
             nd = newrank ^ mask
-            dst = nd * 2 + 1 if nd < rem else nd + rem
+            dst = doubling.survivor(p, nd)
             if newrank < nd:
                 if mask != pof2 // 2:
                     last_idx = last_idx + pof2 // (mask * 2)
@@ -709,44 +581,42 @@ def _allreduce_rsa(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
             else:
                 recv_idx = send_idx - pof2 // (mask * 2)
                 sc = sum(cnts[send_idx:last_idx])
-            e.send(comm, dst, sc * ts)
+            out.send(dst, sc * ts)
             if newrank > nd:
                 send_idx = recv_idx
             mask >>= 1
-    if r < 2 * rem and r % 2:
-        e.send(comm, r - 1, a.nbytes)
+    doubling.unfold(out, p, r, a.nbytes)
 
 
-def _allreduce_smp(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _allreduce_smp(e: Emitter, comm: Comm, a: Args, prm: Params, local=None, remote=None) -> None:
+    """MPIR_Allreduce_intra_smp: reduce on the node, allreduce over the node roots, bcast on the
+    node; the CH4 alpha composition is the same with SHM/NM for the parts."""
+    local = local or mpir_entry
+    remote = remote or mpir_entry
     nc, nr = comm.node_comm, comm.node_roots_comm
     if nc is not None:
-        mpir_entry(e, nc, Args("reduce", a.count, a.tsize, 0, commutative=a.commutative), prm)
+        local(e, nc, Args("reduce", a.count, a.tsize, 0, commutative=a.commutative), prm)
     if nr is not None:
-        mpir_entry(e, nr, Args("allreduce", a.count, a.tsize, 0, inplace=True, commutative=a.commutative), prm)
+        remote(e, nr, Args("allreduce", a.count, a.tsize, 0, inplace=True, commutative=a.commutative), prm)
     if nc is not None:
-        mpir_entry(e, nc, Args("bcast", a.count, a.tsize, 0), prm)
+        local(e, nc, Args("bcast", a.count, a.tsize, 0), prm)
 
 
-def _reduce_binomial(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    n, p, r = a.nbytes, comm.size, comm.rank
-    lroot = a.root if a.commutative else 0
-    rel = (r - lroot) % p
-    mask = 1
-    while mask < p:
-        if mask & rel:
-            e.send(comm, ((rel & ~mask) + lroot) % p, n)
-            break
-        mask <<= 1
-    if not a.commutative and a.root != 0 and r == 0:
-        e.send(comm, a.root, n)
+def _reduce_binomial(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    """A non-commutative operator is reduced in rank order, towards rank 0, which passes the
+    result on to the root."""
+    out = e.on(comm.members)
+    binomial.reduce(out, comm.size, comm.rank, a.root if a.commutative else 0, a.nbytes)
+    if not a.commutative and a.root != 0 and comm.rank == 0:
+        out.send(a.root, a.nbytes)
 
 
-def _reduce_rsg(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _reduce_rsg(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     ts, p, r, root = a.tsize, comm.size, comm.rank, a.root
     pof2, rem = comm.pof2, comm.size - comm.pof2
     if r < 2 * rem:
         if r % 2:
-            e.send(comm, r - 1, a.nbytes)
+            e.on(comm.members).send(r - 1, a.nbytes)
             newrank = -1
         else:
             newrank = r // 2
@@ -766,7 +636,7 @@ def _reduce_rsg(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
             else:
                 recv_idx = send_idx + pof2 // (mask * 2)
                 sc = sum(cnts[send_idx:recv_idx])
-            e.send(comm, dst, sc * ts)
+            e.on(comm.members).send(dst, sc * ts)
             send_idx = recv_idx
             mask <<= 1
             if mask < pof2:
@@ -776,7 +646,7 @@ def _reduce_rsg(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
             if r == root:
                 newrank, send_idx, last_idx = 0, 0, 2
             elif newrank == 0:
-                e.send(comm, root, cnts[0] * ts)
+                e.on(comm.members).send(root, cnts[0] * ts)
                 newrank = -1
             newroot = 0
         else:
@@ -804,7 +674,7 @@ def _reduce_rsg(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
                 recv_idx = send_idx - pof2 // (mask * 2)
                 sc = sum(cnts[send_idx:last_idx])
             if (nd >> j) << j == (newroot >> j) << j:
-                e.send(comm, dst, sc * ts)
+                e.on(comm.members).send(dst, sc * ts)
                 break
             if newrank > nd:
                 send_idx = recv_idx
@@ -812,7 +682,7 @@ def _reduce_rsg(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
             j -= 1
 
 
-def _reduce_smp(e: Emit, comm: Comm, a: Args, prm: Params, local=None, remote=None) -> None:
+def _reduce_smp(e: Emitter, comm: Comm, a: Args, prm: Params, local=None, remote=None) -> None:
     """MPIR_Reduce_intra_smp; the CH4 beta composition is the same with SHM/NM for the parts."""
     local = local or mpir_entry
     remote = remote or mpir_entry
@@ -827,121 +697,46 @@ def _reduce_smp(e: Emit, comm: Comm, a: Args, prm: Params, local=None, remote=No
         local(e, nc, red(lr), prm)
 
 
-def _allgather_brucks(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    rb, p, r = a.rcount * a.rsize, comm.size, comm.rank
-    curr, pof2 = a.rcount, 1
-    while pof2 <= p // 2:
-        e.send(comm, (r - pof2) % p, curr * a.rsize)
-        curr *= 2
-        pof2 *= 2
-    rem = p - pof2
-    if rem:
-        e.send(comm, (r - pof2) % p, rem * rb)
+def _allgather_brucks(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    bruck.allgather(e.on(comm.members), comm.size, comm.rank, (a.rcount,) * comm.size, a.rsize)
 
 
-def _allgather_rd(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    for dst, n in _rd_allgather(comm.size, tuple([a.rcount * a.rsize] * comm.size))[comm.rank]:
-        e.send(comm, dst, n)
+def _allgather_rd(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    doubling.allgather(e.on(comm.members), comm.size, comm.rank, (a.rcount * a.rsize,) * comm.size)
 
 
-@lru_cache(maxsize=4096)
-def _rd_allgather(p: int, blocks: tuple[int, ...]) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """Recursive-doubling allgather(v) of MPICH for all ranks (bytes), with the fix-up sends of
-    non-power-of-two sizes."""
-    sends: list[list[tuple[int, int]]] = [[] for _ in range(p)]
-    curr = list(blocks)
-    last = [0] * p
-    mask, i = 1, 0
-    while mask < p:
-        before = curr[:]
-        for r in range(p):
-            dst = r ^ mask
-            if dst < p:
-                sends[r].append((dst, before[r]))
-                last[r] = before[dst]
-                curr[r] += last[r]
-        fix = {}
-        for r in range(p):
-            dst = r ^ mask
-            dtr = (dst >> i) << i
-            mtr = (r >> i) << i
-            if dtr + mask > p:
-                fix[r] = p - mtr - mask
-        k = i
-        tmp = mask >> 1
-        while tmp:
-            now = []
-            for r, done in fix.items():
-                dst = r ^ tmp
-                troot = (r >> k) << k
-                if dst > r and r < troot + done and dst >= troot + done:
-                    now.append((r, dst, last[r]))
-            for src, dst, n in now:
-                sends[src].append((dst, n))
-                last[dst] = n
-                curr[dst] += n
-            tmp >>= 1
-            k -= 1
-        mask <<= 1
-        i += 1
-    return tuple(tuple(s) for s in sends)
+def _allgather_ring(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    ring.allgather(e.on(comm.members), comm.size, comm.rank, (a.rcount,) * comm.size, a.rsize)
 
 
-def _allgather_ring(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    for _ in range(1, comm.size):
-        e.send(comm, (comm.rank + 1) % comm.size, a.rcount * a.rsize)
+def _allgatherv_ring(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    ring.allgather(e.on(comm.members), comm.size, comm.rank, a.counts)
 
 
-def _allgatherv_ring(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    p, r = comm.size, comm.rank
-    j = r
-    for _ in range(1, p):
-        e.send(comm, (r + 1) % p, a.counts[j])
-        j = (j - 1) % p
+def _allgatherv_brucks(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    bruck.allgather(e.on(comm.members), comm.size, comm.rank, a.counts)
 
 
-def _allgatherv_brucks(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    p, r = comm.size, comm.rank
-    b = a.counts
-    pof2, curr = 1, b[r]
-    while pof2 <= p // 2:
-        e.send(comm, (r - pof2) % p, curr)
-        curr += sum(b[(r + pof2 + i) % p] for i in range(pof2))
-        pof2 *= 2
-    rem = p - pof2
-    if rem:
-        e.send(comm, (r - pof2) % p, sum(b[(r + i) % p] for i in range(rem)))
+def _allgatherv_rd(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    doubling.allgather(e.on(comm.members), comm.size, comm.rank, a.counts)
 
 
-def _allgatherv_rd(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    for dst, n in _rd_allgather(comm.size, tuple(a.counts))[comm.rank]:
-        e.send(comm, dst, n)
+def _alltoall_brucks(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    bruck.alltoall(e.on(comm.members), comm.size, comm.rank, a.rcount, a.rsize)
 
 
-def _alltoall_brucks(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    p, r, b = comm.size, comm.rank, a.rcount * a.rsize
-    pof2 = 1
-    while pof2 < p:
-        k = sum(1 for blk in range(1, p) if blk & pof2)
-        e.send(comm, (r + pof2) % p, k * b)
-        pof2 *= 2
+def _alltoall_pairwise(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    pairwise.exchange(e.on(comm.members), comm.size, comm.rank, (a.nbytes,) * comm.size, xor=True)
 
 
-def _alltoall_pairwise(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    p, r = comm.size, comm.rank
-    ispof2 = p & (p - 1) == 0
-    for i in range(1, p):
-        e.send(comm, r ^ i if ispof2 else (r + i) % p, a.count * a.tsize)
-
-
-def _alltoall_sendrecv_replace(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _alltoall_sendrecv_replace(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     p, r = comm.size, comm.rank
     for i in range(p):
         for j in range(i, p):
             if r == i and j != i:
-                e.send(comm, j, _block_to(a, j))
+                e.on(comm.members).send(j, _block_to(a, j))
             elif r == j and i != j:
-                e.send(comm, i, _block_to(a, i))
+                e.on(comm.members).send(i, _block_to(a, i))
 
 
 def _block_to(a: Args, j: int) -> int:
@@ -951,7 +746,7 @@ def _block_to(a: Args, j: int) -> int:
     return a.rcount * a.rsize if a.inplace else a.count * a.tsize
 
 
-def _alltoall_scattered(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _alltoall_scattered(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     p, r = comm.size, comm.rank
     bblock = prm.alltoall_throttle or p
     ii = 0
@@ -961,11 +756,11 @@ def _alltoall_scattered(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
             dst = (r - i - ii) % p
             n = _block_to(a, dst)
             if a.coll == "alltoall" or n:
-                e.send(comm, dst, n)
+                e.on(comm.members).send(dst, n)
         ii += bblock
 
 
-def _alltoallv_scattered(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _alltoallv_scattered(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     p, r = comm.size, comm.rank
     bblock = prm.alltoall_throttle or p
     for ii in range(0, p, bblock):
@@ -973,150 +768,70 @@ def _alltoallv_scattered(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
         for i in range(ss):
             dst = (r + i + ii) % p
             if a.counts[dst]:
-                e.send(comm, dst, a.counts[dst])
+                e.on(comm.members).send(dst, a.counts[dst])
 
 
-def _gather_binomial(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    p, r = comm.size, comm.rank
-    rr = (r - a.root) % p
-    if rr == 0:
-        return
-    low = rr & -rr
-    nb = a.count * a.tsize            # this rank's block (send side)
-    e.send(comm, ((rr ^ low) + a.root) % p, nb * min(low, p - rr))
+def _gather_binomial(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    binomial.gather(e.on(comm.members), comm.size, comm.rank, a.root, a.nbytes)   # this rank's block
 
 
-def _scatter_binomial(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    p, r = comm.size, comm.rank
-    rr = (r - a.root) % p
-    nb = a.count * a.tsize if r == a.root else a.rcount * a.rsize
-    mask = 1
-    while mask < p and not rr & mask:
-        mask <<= 1
-    mask >>= 1
-    while mask > 0:
-        child = rr + mask
-        if child < p:
-            e.send(comm, (r + mask) % p, nb * min(mask, p - child))
-        mask >>= 1
+def _scatter_binomial(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    block = a.nbytes if comm.rank == a.root else a.rcount * a.rsize
+    binomial.scatter(e.on(comm.members), comm.size, comm.rank, a.root, block)
 
 
-def _linear_v(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    r = comm.rank
+def _linear_v(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    out = e.on(comm.members)
     if a.coll == "gatherv":
-        if r != a.root and a.count * a.tsize:
-            e.send(comm, a.root, a.count * a.tsize)
-    elif r == a.root:
-        for i, n in enumerate(a.counts):
-            if i != r and n:
-                e.send(comm, i, n)
+        if a.nbytes:
+            linear.fan_in(out, comm.size, comm.rank, a.root, a.nbytes)
+    elif comm.rank == a.root:
+        linear.direct(out, comm.size, comm.rank, a.counts)
 
 
 def _rs_counts(a: Args, p: int) -> list[int]:
     return list(a.counts) if a.counts else [a.rcount] * p
 
 
-def _rs_noncommutative(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _rs_noncommutative(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
     p, r = comm.size, comm.rank
     cnt = _rs_counts(a, p)
     size = cnt[0] * p
     log2 = (p - 1).bit_length()
     for k in range(log2):
         size //= 2
-        e.send(comm, r ^ (1 << k), size * a.tsize)
+        e.on(comm.members).send(r ^ (1 << k), size * a.tsize)
 
 
-def _rs_pairwise(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    p, r = comm.size, comm.rank
-    cnt = _rs_counts(a, p)
-    for i in range(1, p):
-        dst = (r + i) % p
-        e.send(comm, dst, cnt[dst] * a.tsize)
+def _rs_pairwise(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    pairwise.exchange(e.on(comm.members), comm.size, comm.rank, tuple(_rs_counts(a, comm.size)), a.tsize)
 
 
-def _rs_halving(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    p, r, ts = comm.size, comm.rank, a.tsize
-    cnt = _rs_counts(a, p)
-    total = sum(cnt)
-    pof2, rem = comm.pof2, p - comm.pof2
-    if r < 2 * rem:
-        if r % 2 == 0:
-            e.send(comm, r + 1, total * ts)
-            newrank = -1
-        else:
-            newrank = r // 2
-    else:
-        newrank = r - rem
-    if newrank != -1:
-        newcnts = []
-        for i in range(pof2):
-            old = i * 2 + 1 if i < rem else i + rem
-            newcnts.append(cnt[old] + cnt[old - 1] if old < 2 * rem else cnt[old])
-        mask = pof2 >> 1
-        send_idx = recv_idx = 0
-        last_idx = pof2
-        while mask > 0:
-            nd = newrank ^ mask
-            dst = nd * 2 + 1 if nd < rem else nd + rem
-            if newrank < nd:
-                send_idx = recv_idx + mask
-                sc = sum(newcnts[send_idx:last_idx])
-            else:
-                recv_idx = send_idx + mask
-                sc = sum(newcnts[send_idx:recv_idx])
-            if sc:
-                e.send(comm, dst, sc * ts)
-            send_idx = recv_idx
-            last_idx = recv_idx + mask
-            mask >>= 1
-    if r < 2 * rem and r % 2:
-        e.send(comm, r - 1, cnt[r - 1] * ts)
+def _rs_halving(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    doubling.reduce_scatter_halving(e.on(comm.members), comm.size, comm.rank, tuple(_rs_counts(a, comm.size)),
+                                    a.tsize)
 
 
-def _rs_doubling(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    p, r, ts = comm.size, comm.rank, a.tsize
-    cnt = _rs_counts(a, p)
-
-    def outside(tree_root: int, mask: int) -> int:
-        return sum(cnt[:min(tree_root, p)]) + sum(cnt[tree_root + mask:])
-
-    mask, i = 1, 0
-    while mask < p:
-        dst = r ^ mask
-        dtr = (dst >> i) << i
-        mtr = (r >> i) << i
-        if dst < p:
-            e.send(comm, dst, outside(mtr, mask) * ts)
-        if dtr + mask > p:
-            done = p - mtr - mask
-            k = i
-            tmp = mask >> 1
-            while tmp:
-                d2 = r ^ tmp
-                troot = (r >> k) << k
-                if d2 > r and r < troot + done and d2 >= troot + done:
-                    e.send(comm, d2, outside(dtr, mask) * ts)
-                tmp >>= 1
-                k -= 1
-        mask <<= 1
-        i += 1
+def _rs_doubling(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    doubling.reduce_scatter(e.on(comm.members), comm.size, comm.rank, tuple(_rs_counts(a, comm.size)), a.tsize)
 
 
-def _barrier_dissemination(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
-    mask = 1
-    while mask < comm.size:
-        e.send(comm, (comm.rank + mask) % comm.size, 0)
-        mask <<= 1
+def _barrier_dissemination(e: Emitter, comm: Comm, a: Args, prm: Params) -> None:
+    doubling.dissemination(e.on(comm.members), comm.size, comm.rank)
 
 
-def _barrier_smp(e: Emit, comm: Comm, a: Args, prm: Params) -> None:
+def _barrier_smp(e: Emitter, comm: Comm, a: Args, prm: Params, local=None, remote=None) -> None:
+    """MPIR_Barrier_intra_smp: barrier on the node, over the node roots, then a one-byte bcast on
+    the node; the CH4 alpha composition is the same with SHM/NM for the parts."""
+    local = local or mpir_entry
+    remote = remote or mpir_entry
     nc, nr = comm.node_comm, comm.node_roots_comm
     if nc is not None:
-        mpir_entry(e, nc, Args("barrier"), prm)
+        local(e, nc, Args("barrier"), prm)
     if nr is not None:
-        mpir_entry(e, nr, Args("barrier"), prm)
+        remote(e, nr, Args("barrier"), prm)
     if nc is not None:
-        mpir_entry(e, nc, Args("bcast", 1, 1, 0), prm)
+        local(e, nc, Args("bcast", 1, 1, 0), prm)
 
 
 ALGORITHMS = {
@@ -1182,16 +897,39 @@ def _args(c: Call) -> Args:
     return a
 
 
-def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> tuple[list[Msg], str, bool] | None:
+def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> Mirrored | None:
     """The messages rank ``c.rank`` sends for ``c`` under MPICH 4.0, a description of the
     algorithms, and whether a part had to be modelled; None where the mirror does not cover the
     call (nonblocking and persistent forms, scan/exscan, the ``nb`` algorithms)."""
     if c.form != "blocking" or c.kind in ("scan", "exscan"):
         return None
     comm = Comm.top(c.p, c.rank, nodes)
-    e = Emit()
+    e = Emitter()
     try:
         mpir_entry(e, comm, _args(c), prm)
     except NotMirrored:
         return None
-    return list(e.out), ", ".join(dict.fromkeys(e.names)), e.modeled
+    return Mirrored(list(e.msgs), ", ".join(dict.fromkeys(e.names)), e.modeled)
+
+
+#: the MPICH releases mirrored (major, minor)
+RELEASES = ((4, 0),)
+
+
+class MpichMirror:
+    """MPICH's selection with one job's parameters: the :class:`~rankmap.pairs.mirror.Mirror` of
+    MPICH 4.0."""
+
+    note = "MPICH 4.0 selection mirrored"
+
+    def __init__(self, prm: Params) -> None:
+        self.prm = prm
+
+    def messages(self, c: Call, nodes: tuple[int, ...] | None = None) -> Mirrored | None:
+        return messages(c, self.prm, nodes)
+
+
+def mirror_from_meta(meta: dict[str, str], release: tuple[int, int]) -> tuple[MpichMirror, str]:
+    """The mirror of a job's META, with the note the profile shows."""
+    m = MpichMirror(params_from_meta(meta))
+    return m, m.note

@@ -1,7 +1,7 @@
 """Another process opening or closing a GPU's device file: the warning that comes before a stalled NVML read.
 
 While a process creates a CUDA context, and while it tears one down, single NVML reads of the GPUs
-can spin milliseconds of CPU in the driver (``capture/sampler.py``, "Driver stalls"). The context's
+can spin milliseconds of CPU in the driver (``counters/sampler.py``, "Driver stalls"). The context's
 set-up opens the GPU's own device file, ``/dev/nvidia<N>`` (N = the GPU's minor number), before that,
 and its teardown closes it (the kernel reports a close before it runs the driver's release of the
 file). An inotify watch on those files sees both at no driver cost (``bench/gpm_stall_signal.py``:

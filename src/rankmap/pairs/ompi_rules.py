@@ -5,7 +5,7 @@ rules from 4.1.0 to 4.1.8; v5.0.0 to v5.0.x have the same file, byte for byte): 
 picks. A rule is an algorithm number, ``{"commute": rule, "noncommute": rule}`` (the operator's
 commutativity decides), or ``(var, [(bound, rule), ...])``: the first entry whose ``bound`` is
 None or greater than the value of ``var`` applies (``p``: communicator size; ``n``: the message
-size in bytes each decision function computes, see :mod:`rankmap.capture.collectives.ompi`), and
+size in bytes each decision function computes, see :mod:`rankmap.pairs.ompi`), and
 ``("p==", [(k, rule), (None, rule)])`` tests equality. Algorithm numbers are tuned's own (the
 ``coll_tuned_<coll>_algorithm`` MCA values).
 """

@@ -1,32 +1,22 @@
-"""Collective pair traffic from the facts the MPI shim records: which source applies, and the rows.
-
-Three sources, best first (docs/collective-models.md):
-
-* ``library`` -- rows the shim took from the MPI library's own per-message accounting (Open MPI's
-  monitoring PML); they are already in the record, and facts flagged as measured get no rows here;
-* ``mirror`` -- the library's algorithm selection followed (:mod:`.ompi` for Open MPI 4.1's and
-  5.0's coll/tuned, :mod:`.mpich` for MPICH 4.0), from the facts and the control variables the shim
-  read through MPI_T;
-* ``model`` -- a fixed algorithm per collective (:mod:`.model`) where neither applies.
+"""Collective pair rows from the facts the MPI shim records: which source applies, and the rows.
 
 :func:`derive` turns one rank's facts into send rows (the traffic matrix uses the sender's view)
-and timeline rows; ``RANKMAP_COLLECTIVES=model`` or ``mirror`` in the job's environment (recorded
-in META) narrows the choice.
+and timeline rows; :func:`apply` adds them to a record; :func:`read_dir` reads a run directory
+with them applied.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from rankmap.capture.collectives import model, mpich, ompi
-from rankmap.capture.collectives.call import (FLAG_COMMUTE, FLAG_COMMUTE_KNOWN, FLAG_INPLACE,
-                                              FLAG_LIBRARY, Call, Msg, kind_of)
 from rankmap.errors import RankmapError
 from rankmap.formats import record as records
 from rankmap.formats.record import CollFact, RankRecord, TrafficRow
+from rankmap.pairs import model
+from rankmap.pairs.call import FLAG_COMMUTE, FLAG_COMMUTE_KNOWN, FLAG_INPLACE, FLAG_LIBRARY, Call, kind_of
+from rankmap.pairs.library import Library
 
 LABELS = ("library", "mirror", "model")
 
@@ -51,43 +41,6 @@ class DerivedRow:
     bytes: int
     messages: int
     label: str
-
-
-class Library:
-    """Which mirror applies to a record, from its META (library version, control variables)."""
-
-    def __init__(self, meta: dict[str, str], source: str | None = None):
-        lib = meta.get("mpi_library", "")
-        self.name = lib
-        want = source or meta.get("collectives.requested", "auto")
-        self.mirror: Callable[[Call, tuple[int, ...] | None], tuple[list[Msg], str, bool] | None] | None = None
-        self.note = ""
-        if want == "model":
-            self.note = "model requested (RANKMAP_COLLECTIVES=model)"
-            return
-        m = re.search(r"Open MPI v(\d+)\.(\d+)", lib)
-        release = (int(m.group(1)), int(m.group(2))) if m else None
-        if release in ompi.RELEASES:
-            prm = ompi.params_from_meta(meta, release)
-            if prm.not_tuned:
-                self.note = f"Open MPI: {prm.not_tuned}; the model applies"
-                return
-
-            def run_ompi(c: Call, nodes: tuple[int, ...] | None):
-                r = ompi.messages(c, prm, nodes)
-                return None if r is None else (r[0], r[1], False)
-            self.mirror = run_ompi
-            self.note = f"Open MPI {release[0]}.{release[1]} coll/tuned mirrored"
-            if prm.han_over_tuned:
-                self.note += f" (coll/han's {', '.join(ompi.HAN)} across nodes: the model)"
-            return
-        m = re.search(r"MPICH Version:\s*(\d+)\.(\d+)", lib)
-        if m and (int(m.group(1)), int(m.group(2))) == (4, 0):
-            prm_m = mpich.params_from_meta(meta)
-            self.mirror = lambda c, nodes: mpich.messages(c, prm_m, nodes)
-            self.note = "MPICH 4.0 selection mirrored"
-            return
-        self.note = f"no mirror for {lib.split(',')[0] or 'this MPI'}; the model applies"
 
 
 def derive(facts: list[CollFact], calls: list[tuple[int, int, int]], meta: dict[str, str],
@@ -140,10 +93,9 @@ def _rows_of(f: CollFact, lib: Library, members: dict[int, list[int]], node_of: 
     if c is None or c.p < 2 or world is None or len(world) != c.p:
         return None
     nodes = tuple(node_of(w) for w in world) if node_of else None
-    got = lib.mirror(c, nodes) if lib.mirror else None
+    got = lib.mirror.messages(c, nodes) if lib.mirror else None
     if got is not None:
-        msgs, _name, modeled = got
-        label = "model" if modeled else "mirror"
+        msgs, label = got.msgs, "model" if got.modeled else "mirror"
     else:
         msgs, label = model.messages(c), "model"
     return [(world[m.dst], m.nbytes) for m in msgs if 0 <= m.dst < len(world)], label

@@ -22,7 +22,7 @@ behind the job's own driver work; at 10 Hz a handful of those outweigh every oth
 life. Two rules keep that cheap and exact: :class:`LinkSampler` leaves every GPU alone for
 ``hold_s`` (1 s) after a read that burnt more than ``stall_ms`` (2 ms) of CPU, so a burst of stalls
 costs one slow read instead of ten; it also holds them for ``open_hold_s`` (0.5 s) after another
-process opened or closed a GPU's device file (:mod:`rankmap.capture.devwatch`), which comes before
+process opened or closed a GPU's device file (:mod:`rankmap.counters.devwatch`), which comes before
 the first stalled read of a burst, up to ``open_cap_s`` (2 s) of continuous hold; and :class:`GpmSource`
 does not use a snapshot whose call took longer than ``SNAP_MAX_NS`` as an end point of the integral
 (the snapshot lies somewhere in a call of milliseconds, so its instant is unknown), the next good
@@ -46,9 +46,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from rankmap.capture import gpm_native
-from rankmap.capture.devwatch import DeviceFileWatch, gpu_device_files
-from rankmap.capture.gpm_native import NativeReader
+from rankmap.counters import gpm_native
+from rankmap.counters.devwatch import DeviceFileWatch, gpu_device_files
+from rankmap.counters.gpm_native import NativeReader
 from rankmap.errors import RankmapError
 
 ALL_LINKS = 0xFFFFFFFF
@@ -266,7 +266,7 @@ class GpmSource(_Nvml):
     older one and asks ``nvmlGpmMetricsGet`` for the four rates between the two snapshots.
 
     ``reader`` (else ``$RANKMAP_GPM_READER``, else ``auto``) picks who does that: ``native``, one C
-    call per read (:mod:`rankmap.capture.gpm_native`: the Python around the driver calls is the
+    call per read (:mod:`rankmap.counters.gpm_native`: the Python around the driver calls is the
     part of a read that a 10 Hz sampler pays cold), ``python`` (:meth:`read_python`, the reference),
     or ``auto``: native where it builds and NVML's entry points resolve, else Python.
     ``reader`` says which one reads, ``reader_why`` why.
@@ -533,7 +533,7 @@ class LinkSampler:
     ``stall_ms=None`` reads every tick whatever the source.
 
     With that guard on, the sampler also watches ``open_paths`` (default: the GPUs' own device files,
-    ``/dev/nvidia<N>``, never ``/dev/nvidiactl``; see :mod:`rankmap.capture.devwatch`) and takes no
+    ``/dev/nvidia<N>``, never ``/dev/nvidiactl``; see :mod:`rankmap.counters.devwatch`) and takes no
     sample for ``open_hold_s`` after another process opened or closed one, which it does while
     creating a CUDA context and while tearing one down, before the driver stalls. A hold that has
     lasted ``open_cap_s`` lets one tick read all the same, so a job that keeps opening the files

@@ -1,4 +1,4 @@
-"""The native GPM reader: :meth:`GpmSource.read <rankmap.capture.sampler.GpmSource>` as one C call.
+"""The native GPM reader: :meth:`GpmSource.read <rankmap.counters.sampler.GpmSource>` as one C call.
 
 At 10 Hz the sampler thread sleeps between reads and every Python step after the sleep is cold:
 on an H200 VM the Python around the two driver calls cost 0.07-0.08 ms CPU per GPU per read
