@@ -45,16 +45,16 @@ def one_line(e: BaseException, *needles: str) -> str:
 
 
 @contextmanager
-def bounded_memory(input_size: int) -> Iterator[None]:
+def bounded_memory(input_size: int, allowance: int = MEMORY_ALLOWANCE) -> Iterator[None]:
     """Fail when the block allocated more than the input's size allows (Python and NumPy memory,
-    as :mod:`tracemalloc` sees it)."""
+    as :mod:`tracemalloc` sees it) beyond a fixed ``allowance`` (what a well-formed answer needs)."""
     tracemalloc.start()
     try:
         yield
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    limit = MEMORY_ALLOWANCE + MEMORY_PER_INPUT_BYTE * input_size
+    limit = allowance + MEMORY_PER_INPUT_BYTE * input_size
     assert peak <= limit, f"peak {peak} bytes for an input of {input_size} bytes (limit {limit})"
 
 
