@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from rankmap.commands._args import add_solver_args, launch_command, solver_options
 
@@ -40,5 +41,5 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print_text(doc)
-        print(f"stored as mapping {res.mapping_id}; launch with: rankmap run -- {' '.join(cmd)}")
+        print(f"stored as mapping {res.mapping_id}; launch with: rankmap run -- {shlex.join(cmd)}")
     return 0

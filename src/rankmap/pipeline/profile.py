@@ -697,7 +697,7 @@ def _say_what_was_captured(job_id: int, status: int, sizes: set[int], ws: int | 
         shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
         warn(f"only {len(sizes)} of {ws} ranks wrote records (missing: {shown}); ranks on other nodes write to "
              f"their node's own {rd.path} unless it is shared: copy their record files here, then "
-             f"rankmap ingest {rd.path}")
+             f"rankmap ingest {shlex.quote(str(rd.path))}")
 
 
 def _wait(child: subprocess.Popen) -> int:
