@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -267,6 +268,9 @@ void rmrec_pre_flush(rmrec_t *c, void (*fn)(void *), void *arg) {
   pthread_mutex_unlock(&c->flock);
 }
 
+static void stop_signals_give_back(void);
+static volatile sig_atomic_t sig_noted;
+
 /* The child of a fork must never write the parent's file, and has no flush thread. */
 static void atfork_child(void) {
   for (int i = 0; i < MAX_OPEN; i++) {
@@ -284,6 +288,8 @@ static void atfork_child(void) {
     open_list[i] = NULL;
   }
   pthread_mutex_init(&open_lock, NULL);
+  stop_signals_give_back();    /* the child has no flush thread to act on a noted signal */
+  sig_noted = 0;
 }
 static void atfork_prepare(void) { pthread_mutex_lock(&open_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&open_lock); }
@@ -293,6 +299,71 @@ static void at_exit(void) {   /* exit() without close: keep what was counted */
 static void fork_init(void) {
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   atexit(at_exit);
+}
+
+/* ---- a stop signal keeps what was counted ---------------------------------------------
+ * SIGINT, SIGTERM and SIGHUP (Ctrl-C, mpirun or srun stopping the job) would end the process
+ * between two flushes and lose what it counted since the last one. Where the application left
+ * such a signal at its default, the handler only notes it and puts the default back (a second
+ * signal ends the process at once); a flush thread sees the note at its next wake-up (at most one
+ * timeline bucket later), flushes every open record of the process and raises the signal again,
+ * so the process ends by it as it would have. An application's own handler is never replaced. */
+static const int stop_sigs[] = { SIGINT, SIGTERM, SIGHUP };
+#define NSTOP ((int)(sizeof stop_sigs / sizeof *stop_sigs))
+static volatile sig_atomic_t sig_noted;
+static int sig_ours[NSTOP];
+static void on_stop(int sig) {
+  struct sigaction d;
+  memset(&d, 0, sizeof d);
+  d.sa_handler = SIG_DFL;
+  sigaction(sig, &d, NULL);
+  sig_noted = sig;
+}
+static void stop_signals_take(void) __attribute__((unused));   /* unused on a virtual clock */
+static void stop_signals_take(void) {
+  for (int i = 0; i < NSTOP; i++) {
+    struct sigaction old, a;
+    if (sigaction(stop_sigs[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO)) continue;
+    memset(&a, 0, sizeof a);
+    a.sa_handler = on_stop;
+    sigemptyset(&a.sa_mask);
+    sig_ours[i] = sigaction(stop_sigs[i], &a, NULL) == 0;
+  }
+}
+/* Put the defaults back where the handler is still ours (the last record closed, or a forked child). */
+static void stop_signals_give_back(void) {
+  for (int i = 0; i < NSTOP; i++) {
+    struct sigaction old, d;
+    if (!sig_ours[i]) continue;
+    sig_ours[i] = 0;
+    if (sigaction(stop_sigs[i], NULL, &old) != 0 || old.sa_handler != on_stop) continue;
+    memset(&d, 0, sizeof d);
+    d.sa_handler = SIG_DFL;
+    sigaction(stop_sigs[i], &d, NULL);
+  }
+}
+static pthread_once_t sig_once = PTHREAD_ONCE_INIT;
+static atomic_int sig_acting;
+static void flush_impl(rmrec_t *c, int final);
+
+/* Called by the flush thread of c (c->flock held) once a stop signal was noted: every open record
+ * of the process flushed, then the signal raised again (its default now: the process ends by it).
+ * One thread acts; the others go back to their wait, which lets it take their locks. */
+static void act_on_signal(rmrec_t *c) {
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&sig_acting, &expect, 1)) return;
+  int sig = sig_noted;
+  flush_impl(c, 0);
+  pthread_mutex_lock(&open_lock);
+  for (int i = 0; i < MAX_OPEN; i++) {
+    rmrec_t *o = open_list[i];
+    if (!o || o == c || o->pid != getpid()) continue;
+    pthread_mutex_lock(&o->flock);
+    if (!o->closed) flush_impl(o, 0);
+    pthread_mutex_unlock(&o->flock);
+  }
+  pthread_mutex_unlock(&open_lock);
+  raise(sig);
 }
 
 /* ---- output buffer with block framing ------------------------------------------------ */
@@ -459,8 +530,10 @@ static rmrec_t *open_impl(const char *dir, const char *source, int world_rank, i
 
   atomic_store(&c->enabled, 1);
 #ifndef RMREC_VIRTUAL_CLOCK   /* on a virtual clock the caller flushes, at its own instants */
-  if (pthread_create(&c->thread, NULL, flush_thread, c) == 0) c->thread_started = 1;
-  else rmrec_meta(c, "flush_thread", "not started: flushes only at close");
+  if (pthread_create(&c->thread, NULL, flush_thread, c) == 0) {
+    c->thread_started = 1;
+    if (!getenv("RANKMAP_KEEP_SIGNALS")) pthread_once(&sig_once, stop_signals_take);
+  } else rmrec_meta(c, "flush_thread", "not started: flushes only at close");
 #endif
   return c;
 }
@@ -915,6 +988,7 @@ static void *flush_thread(void *arg) {
     ts.tv_nsec = (long)(t % 1000000000ull);
     if (wait) pthread_cond_timedwait(&c->fcond, &c->flock, &ts);
     if (c->stop || c->closed) break;
+    if (sig_noted) act_on_signal(c);
     c->wakeups++;
     __atomic_fetch_add(&rmrec_epoch, 1, __ATOMIC_RELAXED);
     if (rmrec_now_ns() < next_flush) continue;
@@ -952,7 +1026,13 @@ void rmrec_close(rmrec_t *c) {
   c->fd = -1;
   pthread_mutex_unlock(&c->flock);
   pthread_mutex_lock(&open_lock);
-  for (int i = 0; i < MAX_OPEN; i++) if (open_list[i] == c) open_list[i] = NULL;
+  int left = 0;
+  for (int i = 0; i < MAX_OPEN; i++) {
+    if (open_list[i] == c) open_list[i] = NULL;
+    else if (open_list[i] && open_list[i]->pid == getpid()) left++;
+  }
   pthread_mutex_unlock(&open_lock);
+  if (!left) stop_signals_give_back();
+  if (sig_noted && !atomic_load(&sig_acting)) raise(sig_noted);   /* noted after the flush thread stopped */
   /* c is intentionally not freed: other threads may still call the hot path (now a no-op) */
 }

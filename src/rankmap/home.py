@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 from rankmap.errors import RankmapError
 
@@ -23,7 +24,17 @@ def rankmap_home() -> Path:
 
 
 def default_url() -> str:
-    return os.environ.get("RANKMAP_DB") or f"sqlite:///{rankmap_home() / 'rankmap.db'}"
+    """``$RANKMAP_DB``, else the SQLite file in :func:`rankmap_home`.
+
+    The file's path is quoted as a URL's database (as SQLAlchemy writes one: ``%``, ``?``, ``#`` and
+    non-ASCII letters as ``%XX``), since the URL's reader unquotes it: a home such as
+    ``/home/x/p%41c`` written raw put the store in ``/home/x/pAc``, away from its run directories."""
+    return os.environ.get("RANKMAP_DB") or sqlite_url(rankmap_home() / "rankmap.db")
+
+
+def sqlite_url(path: str | os.PathLike) -> str:
+    """The URL of the SQLite file ``path``, whatever its name holds."""
+    return "sqlite:///" + quote(str(path), safe=" +/")
 
 
 def normalise_url(url: str) -> str:
@@ -52,7 +63,7 @@ def check_url(url: str | None) -> None:
         raise RankmapError(f"unsupported database {shown(u)}: rankmap stores into SQLite or PostgreSQL")
     if backend == "sqlite":
         rest = m.group(2)
-        path = rest[1:].split("?", 1)[0] if rest.startswith("/") else ""
+        path = unquote(rest[1:].split("?", 1)[0]) if rest.startswith("/") else ""     # as the store reads it
         if path and path != ":memory:":
             db = Path(path).expanduser()
             try:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from rankmap.capture.preload import preload_env
 from rankmap.errors import RankmapError
 
 SUPPORTED = ("mpirun/mpiexec/orterun/prterun (Open MPI)", "mpiexec/mpiexec.hydra/mpirun (MPICH, MVAPICH hydra)",
@@ -331,6 +332,26 @@ def mpi_flavour(exe: str) -> str | None:
     return None
 
 
+def check_openmpi_home(env: dict[str, str] | os._Environ) -> None:
+    """Refuse, before anything is built or launched, a HOME that no Open MPI program can start under.
+
+    Open MPI reads its MCA parameter files from a comma-separated list that starts with
+    ``$HOME/.openmpi/mca-params.conf``, so a comma in HOME splits that path in two: the part before
+    the comma is read as a parameter file, and where it is a folder (``HOME=/home/x,y`` beside a
+    ``/home/x``), mpirun, mpicc and the ranks of Open MPI 4 and 5 all stop at "input in flex scanner
+    failed". A part that is no file is skipped, so such a HOME works otherwise. A user who set
+    ``OMPI_MCA_mca_base_param_files`` chose the list themselves; that is left to Open MPI."""
+    home = env.get("HOME", "")
+    if "," not in home or env.get("OMPI_MCA_mca_base_param_files"):
+        return
+    for part in f"{home}/.openmpi/mca-params.conf".split(",")[:-1]:
+        if part and os.path.isdir(part):
+            raise RankmapError(f"HOME ({home}) has a comma, and Open MPI reads its parameter files from a "
+                               f"comma-separated list that starts in HOME: it would read the folder {part} as "
+                               f"one and cannot start (\"input in flex scanner failed\"); run with a HOME "
+                               f"without commas")
+
+
 def _which(name: str, env_path: str | None = None) -> str | None:
     if os.sep in name:
         return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
@@ -358,8 +379,14 @@ def recognise(argv: Sequence[str], env_path: str | None = None) -> Launcher:
     if base in MPI_GENERIC or name in OPENMPI_NAMES or name in HYDRA_NAMES:
         kind = mpi_flavour(exe)
         if kind is None:
+            said = next((ln.strip() for ln in _version_text(exe).splitlines() if ln.strip()), "nothing")
+            if "flex scanner" in said:      # Open MPI's parameter-file reader, stopped before it says more
+                check_openmpi_home(os.environ)
             raise RankmapError(f"cannot tell which MPI {argv[0]} ({os.path.realpath(exe)}) belongs to: "
-                               f"`{argv[0]} --version` names neither Open MPI nor MPICH/MVAPICH hydra")
+                               f"`{argv[0]} --version` names neither Open MPI nor MPICH/MVAPICH hydra "
+                               f"(it said: {said[:200]})")
+        if kind == "openmpi":
+            check_openmpi_home(os.environ)
         return Launcher(kind, argv, exe, _mpi_world_size(argv[1:], kind))
     return Launcher("plain", argv, exe, 1)
 
@@ -405,11 +432,14 @@ def nccl_debug_env(run_dir: str | os.PathLike, base_env: dict[str, str] | os._En
     That is where NCCL prints the rings and trees it built, which the ingest follows
     (:mod:`rankmap.pairs.nccl_graph`). A user who set ``NCCL_DEBUG`` keeps exactly what they asked
     for (the ingest then falls back to rank order unless the graph is in a file it is given).
+    NCCL expands ``%h``, ``%p`` and ``%%`` anywhere in ``NCCL_DEBUG_FILE``, so each ``%`` of the run
+    directory's own path is written doubled: a run directory named ``100%p`` stays itself.
     """
     if base_env.get("NCCL_DEBUG"):
         return {}
+    folder = str(Path(run_dir).resolve()).replace("%", "%%")
     return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH",
-            "NCCL_DEBUG_FILE": str(Path(run_dir).resolve() / "nccl-debug.%h.%p.log")}
+            "NCCL_DEBUG_FILE": f"{folder}/nccl-debug.%h.%p.log"}
 
 
 #: where collective pair traffic comes from (docs/collective-models.md); ``auto`` is the default
@@ -471,7 +501,7 @@ def prepare(launcher: Launcher, *, run_dir: str | os.PathLike, shim: str | os.Pa
     env: dict[str, str] = {"RANKMAP_RUN_DIR": str(Path(run_dir).resolve()),
                            "RANKMAP_BUCKET_MS": str(int(bucket_ms)), "RANKMAP_FLUSH_MS": str(int(flush_ms))}
     if shim is not None:
-        env["LD_PRELOAD"] = str(shim)
+        env.update(preload_env(shim, os.environ if base_env is None else base_env))
         env.update(collectives_env(launcher, os.environ if base_env is None else base_env, collectives))
     if nccl_plugin is not None:
         env["NCCL_PROFILER_PLUGIN"] = str(nccl_plugin)

@@ -23,9 +23,15 @@ from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
 
 def cache_root() -> Path:
-    """``$RANKMAP_CACHE`` or ``~/.cache/rankmap``."""
+    """``$RANKMAP_CACHE``, else ``$XDG_CACHE_HOME/rankmap``, else ``~/.cache/rankmap``.
+
+    ``XDG_CACHE_HOME`` counts only when absolute, as the XDG Base Directory specification says (a
+    relative one would put the cache wherever the command happens to run)."""
     env = os.environ.get("RANKMAP_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "rankmap"
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "rankmap" if xdg and os.path.isabs(xdg) else Path.home() / ".cache" / "rankmap"
 
 
 def _stamp(path: str | Path) -> list[int] | None:

@@ -2,7 +2,7 @@
 
 The plugin is plain C with no build dependency on NCCL or CUDA: ``native/nccl/*.c`` plus the shared
 record writer ``native/common/rmrec.c``, compiled with ``cc`` into one shared library, cached under
-``${RANKMAP_CACHE:-~/.cache/rankmap}/nccl/<hash>/`` (:func:`rankmap.capture.native_build.build_c_hook`).
+``${RANKMAP_CACHE:-${XDG_CACHE_HOME:-~/.cache}/rankmap}/nccl/<hash>/`` (:func:`rankmap.capture.native_build.build_c_hook`).
 
 Use: ``NCCL_PROFILER_PLUGIN=<build_plugin()> RANKMAP_RUN_DIR=<dir> torchrun ...``.
 """

@@ -43,21 +43,33 @@ class RunDir:
         return sorted(self.path.glob("rank-*.rmrec"), key=rank_of)
 
     def write_job(self, info: dict[str, Any]) -> None:
-        """(Re)write ``job.json`` atomically, merged with what it already holds."""
+        """(Re)write ``job.json`` atomically, merged with what it already holds.
+
+        The file keeps :data:`JOB_RESERVE` bytes of trailing blanks, so that when the disk fills up
+        while the job runs, the end of the job (its exit status, its duration) still fits: the
+        rename that needs a new block fails, and the text is written over the old one in place,
+        within the blocks it already has (:func:`_write_in_place`)."""
         data: dict[str, Any] = {}
         if self.job_file.exists():
             try:
-                data = json.loads(self.job_file.read_text())
+                old = json.loads(self.job_file.read_text())
+                data = old if isinstance(old, dict) else {}
             except (OSError, ValueError):
                 data = {}
         data.update(info)
         data.setdefault("version", 1)
+        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
         tmp = self.job_file.with_suffix(".json.tmp")
         try:
-            tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            tmp.write_text(text + " " * JOB_RESERVE + "\n")
             os.replace(tmp, self.job_file)
         except OSError as e:
-            raise RankmapError(f"cannot write {self.job_file}: {e.strerror}") from None
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            if not _write_in_place(self.job_file, text):
+                raise RankmapError(f"cannot write {self.job_file}: {e.strerror}") from None
 
     def remove_if_empty(self) -> None:
         """Undo :func:`make_run_dir` when the launch is abandoned before anything was written."""
@@ -67,12 +79,81 @@ class RunDir:
             pass
 
     def read_job(self) -> dict[str, Any]:
+        """``job.json`` checked field by field (:func:`check_job`); ``{}`` where there is none."""
         try:
-            return json.loads(self.job_file.read_text())
+            raw = self.job_file.read_bytes()
         except FileNotFoundError:
             return {}
+        except OSError as e:
+            raise RankmapError(f"cannot read {self.job_file}: {e.strerror or e}") from None
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise RankmapError(f"{self.job_file}: not UTF-8 text (byte {e.start})") from None
         except ValueError as e:
             raise RankmapError(f"{self.job_file}: not valid JSON ({e})") from None
+        except RecursionError:
+            raise RankmapError(f"{self.job_file}: not valid JSON (nested too deep)") from None
+        return check_job(doc, str(self.job_file))
+
+
+#: blank bytes kept at the end of ``job.json``: room for what the job's end adds, written in place
+#: when the disk is full (:meth:`RunDir.write_job`)
+JOB_RESERVE = 1024
+
+#: the fields of ``job.json`` rankmap reads, and what each must be (anything else is kept as it is)
+_JOB_TYPES: dict[str, tuple[type, ...]] = {
+    "version": (int,), "job_id": (int,), "run_uid": (str,), "store": (str,), "launcher": (str,),
+    "start": (str,), "end": (str,), "exit_status": (int, type(None)), "elapsed_ns": (int, type(None)),
+    "world_size": (int, type(None)), "ranks_reporting": (int,), "mpicc": (str, type(None)), "env": (dict,),
+    "bucket_ms": (int,), "flush_ms": (int,), "command": (list,), "launched": (list,)}
+
+
+def check_job(doc: Any, source: str) -> dict[str, Any]:
+    """``job.json`` as read: an object whose known fields have their types, ``command`` a non-empty
+    list of strings, ``world_size`` within what a record file may name; every fault names the field."""
+    from rankmap.errors import shown
+    from rankmap.formats.record import MAX_WORLD_SIZE
+
+    if not isinstance(doc, dict):
+        raise RankmapError(f"{source}: expected a JSON object (what rankmap profile writes), got {shown(doc)}")
+    for k, types in _JOB_TYPES.items():
+        if k not in doc:
+            continue
+        v = doc[k]
+        if (isinstance(v, bool) and bool not in types) or not isinstance(v, types):
+            want = " or ".join("null" if t is type(None) else {int: "an integer", str: "a string", dict: "an object",
+                                                                 list: "a list"}[t] for t in types)
+            raise RankmapError(f"{source}: {k}: expected {want}, got {shown(v)}")
+    for k in ("command", "launched"):
+        if k in doc and (not doc[k] or not all(isinstance(a, str) for a in doc[k])):
+            raise RankmapError(f"{source}: {k}: expected a non-empty list of strings, got {shown(doc[k])}")
+    ws = doc.get("world_size")
+    if ws is not None and not 1 <= ws <= MAX_WORLD_SIZE:
+        raise RankmapError(f"{source}: world_size: expected 1 to {MAX_WORLD_SIZE}, got {ws}")
+    for k in ("exit_status", "elapsed_ns"):
+        v = doc.get(k)
+        if v is not None and not -2**63 <= v < 2**63:
+            raise RankmapError(f"{source}: {k}: out of range, got {v}")
+    return doc
+
+
+def _write_in_place(path: Path, text: str) -> bool:
+    """``text`` written over ``path``'s own bytes, padded with blanks to its size (JSON ignores them):
+    no new block is needed, so it works on a full disk. False when the text does not fit or the file
+    cannot be written."""
+    data = text.encode()
+    try:
+        size = path.stat().st_size
+        if len(data) + 1 > size:
+            return False
+        with open(path, "r+b") as f:
+            f.write(data + b" " * (size - len(data) - 1) + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+    except OSError:
+        return False
 
 
 def utc_now() -> str:

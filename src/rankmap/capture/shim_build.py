@@ -9,7 +9,7 @@ the version macros of its ``mpi.h``, the underlying compiler's version), the com
 hand-written sources and the generated ones, so switching MPI with ``module load`` or editing the
 spec, the sources or the flags gives a fresh build while repeated runs reuse one.
 
-Cache layout: ``${RANKMAP_CACHE:-~/.cache/rankmap}/shim/<key>/librankmap_mpi.so`` plus
+Cache layout: ``${RANKMAP_CACHE:-${XDG_CACHE_HOME:-~/.cache}/rankmap}/shim/<key>/librankmap_mpi.so`` plus
 ``identity.txt`` (what went into the key) and ``src/`` (the generated sources it was built from).
 """
 

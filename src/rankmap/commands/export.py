@@ -31,6 +31,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _say_what_it_holds(store, job_id: int, asked: str, empty: bool) -> None:
+    """A CSV of a job that did not finish says so on stderr; one that holds no row at all is an
+    error for such a job (a header alone would pass for "no traffic"), a note for a finished one."""
+    from rankmap.store import schema as S
+
+    job = store.job(job_id)
+    state = S.state_words(job["state"], job["exit_status"])
+    which = f"job {job_id}" + (f" (the {asked} one)" if asked == "latest" else "")
+    if job["state"] in ("failed", "incomplete"):
+        if empty:
+            raise RankmapError(f"{which} is {state} and recorded no traffic: nothing to export "
+                               f"(`rankmap jobs` lists the others)")
+        print(f"rankmap: {which} is {state}: its traffic up to the ranks' last flush", file=sys.stderr)
+    elif empty:
+        print(f"rankmap: {which} recorded no traffic: the CSV has its header alone", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     from rankmap.report.export import to_csv, to_json
     from rankmap.store import open_store
@@ -42,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         text = to_trace(store, job_id)
     elif args.format == "csv":
         text = to_csv(store, job_id, by_mem=args.by_mem, pair_source=args.pair_source)
+        _say_what_it_holds(store, job_id, args.job, empty=text.count("\n") <= 1)
     else:
         text = to_json(store, job_id)
     if args.output:

@@ -60,5 +60,8 @@ def run(args: argparse.Namespace) -> int:
     # rows are rewritten with the same values on a repeat (a rank's totals): say what was new instead
     what = "nothing new" if res.new_bytes == 0 and not res.created else \
         f"{res.new_bytes} bytes of records stored in {res.rows} rows"
-    print(f"job {res.job_id} {how} from {counted(res.files, 'record file')}: {what}, state {res.state}")
+    unknown = "" if res.ended_known else (" (every rank finalised; exit status unknown: the profiler ended before "
+                                          "the job)" if res.state == "finished" else
+                                          " (the profiler ended before the job, and not every rank finalised)")
+    print(f"job {res.job_id} {how} from {counted(res.files, 'record file')}: {what}, state {res.state}{unknown}")
     return 0

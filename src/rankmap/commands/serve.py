@@ -89,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     # a token given by hand is checked first: one that is too short stops serve before anything starts
     token = (check_token(args.token, "--token") if args.token else
              check_token(os.environ["RANKMAP_TOKEN"], "$RANKMAP_TOKEN") if os.environ.get("RANKMAP_TOKEN") else None)
-    store = open_store(args.db, lazy=True)      # a database that is down gets a page that says so
+    store = open_store(args.db, lazy=True, existing=True)   # a database that is down gets a page that says so;
+    # a mistyped --db path is an error, not a new empty store
     if args.topology and args.topology != "live":
         from rankmap.topology import load
 

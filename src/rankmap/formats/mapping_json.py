@@ -21,6 +21,7 @@ Standard library only, and no dataclasses: the exec wrapper imports this module 
 from __future__ import annotations
 
 import json
+import re
 
 from rankmap.errors import RankmapError
 from rankmap.errors import counted
@@ -29,6 +30,12 @@ from rankmap.errors import shown as _show
 FORMAT = "rankmap-mapping"
 VERSION = 1
 _ENTRY_KEYS = ("node", "gpu", "uuid", "cpus", "numa", "nic", "netdev")
+#: what one node can have: a placement past these is damage, not a machine (the exec wrapper expands
+#: a CPU list into a set and a NUMA node into a mask: they must stay small)
+MAX_CPUS = 1 << 16
+MAX_GPUS = 1 << 10
+MAX_NUMA = 1 << 10
+_CPU_LIST = re.compile(r"[0-9]{1,9}(-[0-9]{1,9})?(,[0-9]{1,9}(-[0-9]{1,9})?)*")
 
 
 class RankPlacement:
@@ -91,14 +98,35 @@ def _str(v: object, source: str, where: str) -> str | None:
     return str(v)
 
 
+def _cpus(v: object, source: str, where: str) -> str | None:
+    """A CPU list (``0-19,40-59``) whose CPUs are numbers a machine can have (below :data:`MAX_CPUS`),
+    ranges in order: what the exec wrapper expands into a set."""
+    s = _str(v, source, where)
+    if s is None:
+        return None
+    if not _CPU_LIST.fullmatch(s):
+        raise _fail(source, where, f"expected a CPU list such as \"0-19,40-59\", got {_show(v)}")
+    for part in s.split(","):
+        a, _, b = part.partition("-")
+        lo, hi = int(a), int(b or a)
+        if hi >= MAX_CPUS or lo > hi:
+            raise _fail(source, where, f"CPUs {part} {'are not in order' if lo > hi else f'past the {MAX_CPUS} a machine can have'}")
+    return s
+
+
 def _entry(rank: int, e: object, source: str, where: str) -> RankPlacement:
     if not isinstance(e, dict):
         raise _fail(source, where, f"expected an object with node and gpu, got {_show(e)}")
-    return RankPlacement(rank, _int(e.get("node", 0), source, f"{where}.node"),
-                         _int(e.get("gpu"), source, f"{where}.gpu"),
-                         _str(e.get("uuid"), source, f"{where}.uuid"), _str(e.get("cpus"), source, f"{where}.cpus"),
-                         _int(e.get("numa"), source, f"{where}.numa", optional=True),
-                         _str(e.get("nic"), source, f"{where}.nic"), _str(e.get("netdev"), source, f"{where}.netdev"))
+    placed = RankPlacement(rank, _int(e.get("node", 0), source, f"{where}.node"),
+                           _int(e.get("gpu"), source, f"{where}.gpu"),
+                           _str(e.get("uuid"), source, f"{where}.uuid"), _cpus(e.get("cpus"), source, f"{where}.cpus"),
+                           _int(e.get("numa"), source, f"{where}.numa", optional=True),
+                           _str(e.get("nic"), source, f"{where}.nic"), _str(e.get("netdev"), source, f"{where}.netdev"))
+    for k, top in (("gpu", MAX_GPUS), ("numa", MAX_NUMA)):
+        v = getattr(placed, k)
+        if v is not None and v >= top:
+            raise _fail(source, f"{where}.{k}", f"{k} {v} is past the {top} a node can have")
+    return placed
 
 
 def from_dict(doc: object, source: str = "mapping") -> Mapping:
@@ -117,16 +145,18 @@ def from_dict(doc: object, source: str = "mapping") -> Mapping:
         raise _fail(source, "mapping", f"expected an object of rank -> placement, got {_show(entries)}")
     placed: dict[int, RankPlacement] = {}
     for k, e in entries.items():
-        if not (isinstance(k, str) and k.isdigit()):
+        if not (isinstance(k, str) and k.isascii() and k.isdigit()):
             raise _fail(source, f"mapping[{k!r}]", "expected a world rank (a non-negative integer)")
         placed[int(k)] = _entry(int(k), e, source, f"mapping[{k!r}]")
     n = len(placed)
     ws = _int(doc.get("world_size", n), source, "world_size", 1)
-    missing = [r for r in range(ws) if r not in placed]
-    if missing or n != ws:
-        first = missing[0] if missing else max(placed)
+    # the first rank left out is among the first n + 1 (n ranks are placed): never walk a world_size
+    # of 10**18 to find it
+    missing = next((r for r in range(min(ws, n + 1)) if r not in placed), None)
+    if missing is not None or n != ws:
+        first = missing if missing is not None else max(placed)
         raise _fail(source, "mapping", f"places {n} ranks but world_size is {ws} (rank {first} "
-                                       f"{'missing' if missing else 'is extra'})")
+                                       f"{'missing' if missing is not None else 'is extra'})")
     nodes = _int(doc.get("nodes", 1), source, "nodes", 1)
     for p in placed.values():
         if p.node >= nodes:
@@ -201,17 +231,32 @@ def loads(text: str, source: str = "mapping") -> Mapping:
         doc = json.loads(text)
     except ValueError as e:
         raise _fail(source, "", f"not valid JSON ({e})") from None
+    except RecursionError:
+        raise _fail(source, "", "not valid JSON (nested too deep)") from None
     return from_dict(doc, source)
 
 
 def load(path: str) -> Mapping:
     """Read a mapping JSON file (the file names every error)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            raw = f.read()
     except OSError as e:
         raise RankmapError(f"cannot read mapping {path}: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _fail(str(path), "", f"not a mapping JSON: not UTF-8 text (byte {e.start})") from None
     return loads(text, str(path))
+
+
+def check_node(m: Mapping, gpus: int, name: str) -> None:
+    """Every rank's GPU is one of the ``gpus`` of the node it runs on: a mapping made for another
+    node (or edited by hand) must not launch with ``CUDA_VISIBLE_DEVICES=99``."""
+    for p in m.ranks:
+        if p.gpu >= gpus:
+            raise RankmapError(f"{name}: mapping['{p.rank}'].gpu: GPU {p.gpu} but this node has "
+                               f"{counted(gpus, 'GPU')} (0 to {gpus - 1})")
 
 
 def dumps(doc: dict) -> str:

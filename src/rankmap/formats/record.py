@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
 
-from rankmap.errors import RankmapError
+from rankmap.errors import RankmapError, counted
 from rankmap.native_sources import native_dir
 
 # ------------------------------------------------------------------ the layout, from the C header
@@ -137,6 +137,10 @@ _PVAR_SAMPLE = _L.rows["PVAR_SAMPLE"]
 ROW_TYPES: dict[int, np.dtype] = {v: _L.rows[n] for n, v in BLOCK_TYPES.items()
                                   if n in _L.rows and n != "FLUSH"}
 _CRC_AT = _HEADER.fields["crc"][1]
+#: the largest world a header may name: a larger one is damage (or a hostile file), not a job
+MAX_WORLD_SIZE = 1 << 24
+#: counters are int64 where they are stored and summed: a row or a sum past this is out of range
+INT64_MAX = 2**63 - 1
 
 
 # ------------------------------------------------------------------------------ what a file holds
@@ -300,6 +304,13 @@ def _parse_header(path: Path, data: bytes) -> Header:
     src = int(h["source"])
     if src >= len(SOURCES) or "#" in SOURCES[src]:
         raise RankmapError(f"{path}: unknown source kind {src} at offset {_HEADER.fields['source'][1]}")
+    rank, size = int(h["world_rank"]), int(h["world_size"])
+    if not 1 <= size <= MAX_WORLD_SIZE:
+        raise RankmapError(f"{path}: world size {size} at offset {_HEADER.fields['world_size'][1]} is out of range "
+                           f"(1 to {MAX_WORLD_SIZE})")
+    if not 0 <= rank < size:
+        raise RankmapError(f"{path}: world rank {rank} at offset {_HEADER.fields['world_rank'][1]} is outside "
+                           f"its world of {size}")
     host = bytes(h["host"]).split(b"\0", 1)[0].decode("utf-8", "replace")
     return Header(VERSION, SOURCES[src], int(h["world_rank"]), int(h["world_size"]), int(h["pid"]),
                   int(h["start_ns"]), int(h["bucket_ns"]), host)
@@ -375,6 +386,24 @@ def _entries(payload: memoryview, dt: np.dtype, tail: Callable[[dict], int]) -> 
         p += n
 
 
+#: roots of a collective that are no rank: MPI_ROOT and MPI_PROC_NULL of intercommunicators (either MPI)
+_SPECIAL_ROOTS = range(-4, 0)
+
+
+def _fact_in_range(e: dict[str, int], vec: tuple[int, ...], world: int) -> bool:
+    """Whether a collective signature can be a real call of a rank of a world of ``world`` ranks: a
+    communicator no larger than the world, a rank and root inside it, counts whose bytes fit int64
+    (the pairs derived from them are bytes: a hostile count must not make them pass it, or make the
+    derivation walk 2**31 ranks)."""
+    size, rank, root = e["size"], e["rank"], e["root"]
+    if not (1 <= size <= world and 0 <= rank < size and (root < size and (root >= 0 or root in _SPECIAL_ROOTS))):
+        return False
+    for count, width in ((e["scount"], e["ssize"]), (e["rcount"], e["rsize"])):
+        if count < 0 or width < 0 or count * width * size > INT64_MAX:
+            return False
+    return len(vec) <= size and all(0 <= v <= INT64_MAX // max(size, 1) for v in vec)
+
+
 def _text(b: memoryview) -> str:
     return bytes(b).decode("utf-8", "replace")
 
@@ -404,13 +433,16 @@ def _codes_of(names: tuple[str, ...], values: np.ndarray, what: str) -> list[str
     return out.tolist()
 
 
-def _sum_rows(t: np.ndarray, keys: list[str], values: list[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _sum_rows(t: np.ndarray, keys: list[str], values: list[str],
+              over: list[int] | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Group the rows of ``t`` by its ``keys`` columns and sum its ``values`` columns.
 
     Sort and reduce in uint64 (exact: float weights would round byte counts above 2**53). A few rows,
-    what a streaming poll mostly has, are summed in Python: numpy's set-up per call costs more."""
+    what a streaming poll mostly has, are summed in Python: numpy's set-up per call costs more.
+    A group whose sum passes int64 (only a hostile or damaged file gets there) is left out and
+    counted in ``over``."""
     if len(t) <= 64:
-        return _sum_few_rows(t, keys, values)
+        return _sum_few_rows(t, keys, values, over)
     order = np.lexsort([t[c] for c in reversed(keys)])
     s = t[order]
     change = np.zeros(len(s), dtype=bool)
@@ -418,11 +450,28 @@ def _sum_rows(t: np.ndarray, keys: list[str], values: list[str]) -> tuple[list[n
     for c in keys:
         change[1:] |= s[c][1:] != s[c][:-1]
     starts = np.flatnonzero(change)
-    return ([s[c][starts].astype(np.int64) for c in keys],
-            [np.add.reduceat(s[v].astype(np.uint64), starts) for v in values])
+    keys_out = [s[c][starts].astype(np.int64) for c in keys]
+    sums = []
+    near = np.zeros(len(starts), dtype=bool)
+    for v in values:
+        col = s[v].astype(np.uint64)
+        sums.append(np.add.reduceat(col, starts))
+        # uint64 wraps past 2**64: a float sum says which groups come near int64's end, and those are
+        # summed exactly (rows are each below 2**63, so only such groups can wrap)
+        near |= np.add.reduceat(col.astype(np.float64), starts) >= 2.0**62
+    if near.any():
+        ends = list(starts[1:]) + [len(s)]
+        exact = [[int(sum(s[v][a:b].tolist())) for v in values] for a, b in zip(starts, ends)]
+        keep = np.array([max(e) <= INT64_MAX for e in exact])
+        if over is not None and not keep.all():
+            over.append(int((~keep).sum()))
+        keys_out = [k[keep] for k in keys_out]
+        sums = [np.array([e[j] for e, k in zip(exact, keep) if k], dtype=np.uint64) for j in range(len(values))]
+    return keys_out, sums
 
 
-def _sum_few_rows(t: np.ndarray, keys: list[str], values: list[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _sum_few_rows(t: np.ndarray, keys: list[str], values: list[str],
+                  over: list[int] | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """:func:`_sum_rows` of a small table, the same result (sorted by the keys' values as stored,
     keys as int64, sums in uint64)."""
     names = t.dtype.names
@@ -436,9 +485,11 @@ def _sum_few_rows(t: np.ndarray, keys: list[str], values: list[str]) -> tuple[li
         else:
             for j, i in enumerate(vi):
                 a[j] += row[i]
-    ks = sorted(acc)
+    ks = sorted(k for k, v in acc.items() if max(v, default=0) <= INT64_MAX)   # a sum past int64: dropped
+    if over is not None and len(ks) < len(acc):
+        over.append(len(acc) - len(ks))
     return ([np.array([k[j] for k in ks], dtype=t.dtype[c]).astype(np.int64) for j, c in enumerate(keys)],
-            [np.array([acc[k][j] % (1 << 64) for k in ks], dtype=np.uint64) for j in range(len(values))])
+            [np.array([acc[k][j] for k in ks], dtype=np.uint64) for j in range(len(values))])
 
 
 # ------------------------------------------------------------------------------ the reader
@@ -582,7 +633,7 @@ class RecordReader:
                 rec.problems.append(f"{self.path.name}: block at offset {at} has {length} bytes, "
                                     f"not a multiple of {dt.itemsize}; ignored")
             else:
-                parts.setdefault(btype, []).append(np.frombuffer(payload, dtype=dt))
+                parts.setdefault(btype, []).append(self._in_range(rec, np.frombuffer(payload, dtype=dt), at))
         elif btype == BT_STRINGS:
             for e, tail in _entries(payload, _STRING, lambda e: int(e["length"])):
                 self.strings[int(e["id"])] = _text(tail)
@@ -594,6 +645,10 @@ class RecordReader:
         elif btype == BT_COMM:
             for e, tail in _entries(payload, _COMM, lambda e: int(e["name_length"]) + 4 * int(e["size"])):
                 nl = int(e["name_length"])
+                if len(tail) < nl + 4 * int(e["size"]):
+                    rec.problems.append(f"{self.path.name}: communicator entry in the block at offset {at} runs "
+                                        f"past the block; the rest of the block ignored")
+                    break
                 name = _text(tail[:nl])
                 members = np.frombuffer(tail, dtype="<i4", count=int(e["size"]), offset=nl).tolist()
                 comms[(int(e["id"]), name)] = Communicator(int(e["id"]), name, members)
@@ -617,9 +672,31 @@ class RecordReader:
             self.finalized = self.finalized or bool(f["final"])
         # unknown block types are skipped (forward compatible within a version)
 
+    def _in_range(self, rec: RankRecord, rows: np.ndarray, at: int) -> np.ndarray:
+        """The rows of one block whose counters fit int64 and whose peer is a rank of the file's world;
+        the others are damage (a valid checksum does not make a peer of rank 930 million, or
+        2**64 - 1 bytes, true), named once per block."""
+        names = rows.dtype.names
+        ok = None
+        for n in names:
+            ft = rows.dtype.fields[n][0]
+            if ft.kind == "u" and ft.itemsize == 8:
+                bad = rows[n] > INT64_MAX
+            elif n == "peer":
+                bad = (rows[n] < 0) | (rows[n] >= self.header.world_size)
+            else:
+                continue
+            ok = ~bad if ok is None else ok & ~bad
+        if ok is None or ok.all():
+            return rows
+        dropped = int((~ok).sum())
+        rec.problems.append(f"{self.path.name}: block at offset {at}: {counted(dropped, 'row')} with a peer outside "
+                            f"the world of {self.header.world_size} or a count out of range (past 2**63-1) ignored")
+        return rows[ok]
+
     def _collfacts(self, rec: RankRecord, payload: memoryview, at: int) -> None:
         """Signatures (kind 1, then nvec x i64) and calls per bucket (kind 2), in any order."""
-        p, calls = 0, {}
+        p, calls, refused = 0, {}, 0
         while p < len(payload):
             kind = payload[p]
             if kind == 1 and p + _FACT_SIG.itemsize <= len(payload):
@@ -630,6 +707,9 @@ class RecordReader:
                     break
                 vec = tuple(np.frombuffer(payload, dtype="<i8", count=nvec, offset=p).tolist())
                 p += 8 * nvec
+                if not _fact_in_range(e, vec, self.header.world_size):
+                    refused += 1
+                    continue
                 self._names = None
                 self.facts[int(e["sig"])] = CollFact(
                     int(e["sig"]), self._opname(int(e["op"])), int(e["comm"]), int(e["size"]), int(e["rank"]),
@@ -638,13 +718,20 @@ class RecordReader:
             elif kind == 2 and p + _FACT_CALLS.itemsize <= len(payload):
                 e = _head(_FACT_CALLS, payload, p)
                 key = (int(e["sig"]), int(e["bucket"]))
-                calls[key] = calls.get(key, 0) + int(e["calls"])
                 p += _FACT_CALLS.itemsize
+                if calls.get(key, 0) + int(e["calls"]) > INT64_MAX:
+                    refused += 1
+                    continue
+                calls[key] = calls.get(key, 0) + int(e["calls"])
             else:
                 break
         if p < len(payload):
             rec.problems.append(f"{self.path.name}: collective facts block at offset {at} ends in a broken "
                                 f"entry at byte {p}; the entries before it used")
+        if refused:
+            rec.problems.append(f"{self.path.name}: collective facts block at offset {at}: {counted(refused, 'entry')} "
+                                f"out of range (a communicator larger than the world of {self.header.world_size}, "
+                                f"a rank outside it, or counts past 2**63-1) ignored")
         rec.coll_calls += [(s, b, n) for (s, b), n in calls.items()]
 
     def _pvars(self, rec: RankRecord, payload: memoryview, at: int) -> None:
@@ -682,11 +769,12 @@ class RecordReader:
 
     def _sum(self, rec: RankRecord, parts: dict[int, list[np.ndarray]]) -> None:
         kernels = parts.pop(BT_CUDA_KERNEL, [])
+        over: list[int] = []
         tables = {t: np.concatenate(p) for t, p in parts.items()}
         t = tables.pop(BT_TRAFFIC, None)
         if t is not None and len(t):
             (peer, op, kl, mem, d, og), (by, ms) = _sum_rows(t, ["peer", "op", "klass", "mem", "dir", "origin"],
-                                                             ["bytes", "msgs"])
+                                                             ["bytes", "msgs"], over)
             ops = {o: self._opname(o) for o in set(op.tolist())}
             labels = [_label(k, g) for k, g in zip(kl.tolist(), og.tolist())]
             rec.traffic = sorted(
@@ -695,42 +783,46 @@ class RecordReader:
                                                 _codes_of(DIRECTIONS, d, "dir"), by.tolist(), ms.tolist(), labels))
         t = tables.pop(BT_OPTIME, None)
         if t is not None and len(t):
-            (op,), (calls, ns, by) = _sum_rows(t, ["op"], ["calls", "ns", "bytes"])
+            (op,), (calls, ns, by) = _sum_rows(t, ["op"], ["calls", "ns", "bytes"], over)
             for o, c, n, b in zip(op.tolist(), calls.tolist(), ns.tolist(), by.tolist()):
                 rec.op_time[self._opname(o)] = (c, n)
                 rec.payload[self._opname(o)] = b
         t = tables.pop(BT_HIST, None)
         if t is not None and len(t):
-            (op, b), (n,) = _sum_rows(t, ["op", "bin"], ["count"])
+            (op, b), (n,) = _sum_rows(t, ["op", "bin"], ["count"], over)
             for o, k, c in zip(op.tolist(), b.tolist(), n.tolist()):
                 if k < HIST_BINS:
                     rec.histogram.setdefault(self._opname(o), [0] * HIST_BINS)[k] += c
         t = tables.pop(BT_TIMELINE, None)
         if t is not None and len(t):
             if self.peer_timeline:
-                (b, peer, kl), (by,) = _sum_rows(t, ["bucket", "peer", "klass"], ["bytes"])
+                (b, peer, kl), (by,) = _sum_rows(t, ["bucket", "peer", "klass"], ["bytes"], over)
                 peers = peer.tolist()
             else:
-                (b, kl), (by,) = _sum_rows(t, ["bucket", "klass"], ["bytes"])
+                (b, kl), (by,) = _sum_rows(t, ["bucket", "klass"], ["bytes"], over)
                 peers = [-1] * len(b)
             rec.timeline = list(zip(b.tolist(), peers, _codes_of(CLASSES, kl, "class"), by.tolist()))
-        _sum_cuda(rec, tables.pop(BT_CUDA_COPY, None), kernels)
+        _sum_cuda(rec, tables.pop(BT_CUDA_COPY, None), kernels, over)
         rec.rows = tables
+        if over:
+            rec.problems.append(f"{self.path.name}: {counted(sum(over), 'sum')} of the blocks up to offset "
+                                f"{self.offset} out of range (past 2**63-1) left out")
 
 
-def _sum_cuda(rec: RankRecord, copies: np.ndarray | None, kernels: list[tuple[int, int, str, int, int]]) -> None:
+def _sum_cuda(rec: RankRecord, copies: np.ndarray | None, kernels: list[tuple[int, int, str, int, int]],
+              over: list[int] | None = None) -> None:
     """CUDA copies summed over time per kind and ends, kernels per device and name, and both per bucket."""
     tl: dict[tuple[int, str], list[int]] = {}
     if copies is not None and len(copies):
         (k, sm, dm, sd, dd), (c, by, ns) = _sum_rows(copies, ["kind", "src_mem", "dst_mem", "src_dev", "dst_dev"],
-                                                     ["count", "bytes", "ns"])
+                                                     ["count", "bytes", "ns"], over)
         rec.cuda_copies = sorted(
             (_code(COPY_KINDS, a, "kind"), _code(CUDA_MEMS, b, "mem"), _code(CUDA_MEMS, m, "mem"), x, y, n, v, t)
             for a, b, m, x, y, n, v, t in zip(k.tolist(), sm.tolist(), dm.tolist(), sd.tolist(), dd.tolist(),
                                               c.tolist(), by.tolist(), ns.tolist()))
         timed = copies[copies["bucket"] >= 0]
         if len(timed):
-            (b, k), (c, by, ns) = _sum_rows(timed, ["bucket", "kind"], ["count", "bytes", "ns"])
+            (b, k), (c, by, ns) = _sum_rows(timed, ["bucket", "kind"], ["count", "bytes", "ns"], over)
             for x, a, n, v, t in zip(b.tolist(), k.tolist(), c.tolist(), by.tolist(), ns.tolist()):
                 tl[(x, _code(COPY_KINDS, a, "kind"))] = [n, v, t]
     per_name: dict[tuple[int, str], list[int]] = {}

@@ -33,6 +33,9 @@ HEADER = ["src", "dst", "class", "operation", "bytes", "messages"]
 HEADER_MEM = HEADER + ["mem"]
 MEM_KINDS = ("device", "host", "managed", "unknown")
 PAIR_SOURCES = ("call", "library", "mirror", "model", "")
+#: counts are int64 everywhere they are kept; ranks as many as a record file may name (formats.record)
+INT64_MAX = 2**63 - 1
+MAX_RANKS = 1 << 24
 #: every header the reader takes: the six columns, then optionally mem, then optionally pair_source
 HEADERS = (HEADER, HEADER_MEM, HEADER + ["pair_source"], HEADER_MEM + ["pair_source"])
 
@@ -97,6 +100,12 @@ def read(path: str | Path) -> TrafficTable:
                                        f"got {','.join(row)!r}") from None
                 if s < 0 or d < 0 or b < 0 or m < 0:
                     raise RankmapError(f"{p}:{line}: negative value in {','.join(row)!r}")
+                if max(s, d) >= MAX_RANKS:
+                    raise RankmapError(f"{p}:{line}: rank {max(s, d)} is beyond the largest world rankmap reads "
+                                       f"({MAX_RANKS} ranks)")
+                if max(b, m) > INT64_MAX:
+                    raise RankmapError(f"{p}:{line}: {'bytes' if b > INT64_MAX else 'messages'} {max(b, m)} is past "
+                                       f"2**63-1, the most rankmap counts")
                 mem = row[6].strip() if with_mem else "unknown"
                 if mem not in MEM_KINDS:
                     raise RankmapError(f"{p}:{line}: mem must be one of {', '.join(MEM_KINDS)}, got {row[6]!r}")

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rankmap.errors import RankmapError, counted, verb
+from rankmap.errors import RankmapError, counted, dense_limit, verb
 from rankmap.mapping import split
 from rankmap.mapping.bounds import lower_bound
 from rankmap.mapping.cluster import Cluster
@@ -128,15 +128,33 @@ class Placement:
                 "cpus": gpu_cpus(m.topo, gpu), "numa": gpu_numa(m.topo, gpu), "nic": nic, "netdev": netdev}
 
 
+#: dense rank x rank matrices a node's problem holds at once (its traffic, the host part, the search's)
+NODE_MATRICES = 4
+
+
 def check_fit(n: int, platform: Platform, ranks_per_gpu: int) -> None:
     cap = platform.nodes * platform.G * ranks_per_gpu
     if ranks_per_gpu < 1:
         raise RankmapError(f"--ranks-per-gpu must be at least 1, got {ranks_per_gpu}")
+    # a node's placement works on the dense matrix of the ranks it holds (T and its host part): a
+    # count of ranks per node beyond what that fits in is refused, and never suggested
+    per_node = dense_limit(copies=NODE_MATRICES)
     if n > cap:
         need = -(-n // (platform.nodes * platform.G))
+        fix = f"pass --ranks-per-gpu {need} or more nodes (--nodes)"
+        if need * platform.G > per_node:
+            k = max(ranks_per_gpu, per_node // platform.G, 1)
+            fix = (f"pass --nodes {-(-n // (platform.G * k))} --ranks-per-gpu {k} or more nodes (this machine's "
+                   f"memory holds the placement of at most {counted(per_node, 'rank')} on one node)")
         raise RankmapError(
             f"{counted(n, 'rank')} {verb(n, 'does', 'do')} not fit on {counted(platform.nodes, 'node')} x "
-            f"{counted(platform.G, 'GPU')} with {counted(ranks_per_gpu, 'rank')} per GPU: pass --ranks-per-gpu {need} or more nodes (--nodes)")
+            f"{counted(platform.G, 'GPU')} with {counted(ranks_per_gpu, 'rank')} per GPU: {fix}")
+    on_one = -(-n // platform.nodes)
+    if min(on_one, platform.G * ranks_per_gpu) > per_node:
+        raise RankmapError(f"{counted(n, 'rank')} on {counted(platform.nodes, 'node')} put up to "
+                           f"{min(on_one, platform.G * ranks_per_gpu)} on one node, and this machine's memory holds "
+                           f"the placement of at most {counted(per_node, 'rank')} on one node: pass "
+                           f"--nodes {-(-n // per_node)} or more")
 
 
 def place(platform: Platform, traffic, *, ranks_per_gpu: int = 1, seed: int = 0, time_budget: float = 10.0,

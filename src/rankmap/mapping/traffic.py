@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rankmap.errors import RankmapError
+from rankmap.errors import RankmapError, check_dense
 from rankmap.formats import traffic_csv
 from rankmap.mapping.basis import host_staged
 from rankmap.mapping.cost import Traffic
@@ -45,6 +45,7 @@ def job_matrices(store, jid: int, classes=None) -> tuple[np.ndarray, np.ndarray 
     host memory are the host part (:func:`rankmap.mapping.basis.host_staged`: device, managed and
     unknown buffers are routed peer-to-peer). ``classes`` keeps only those traffic classes."""
     n = store.world_size(jid)
+    check_dense(n, f"job {jid}", copies=2)
     T = np.zeros((n, n))
     H = np.zeros((n, n))
     for r in store.traffic(jid, classes or None, by_mem=True):

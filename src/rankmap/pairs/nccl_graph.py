@@ -76,6 +76,18 @@ def nccl_bus_id(value: str) -> str:
     return f"{v >> 20:04x}:{(v >> 12) & 0xFF:02x}:{(v >> 4) & 0xFF:02x}.{v & 0xF:x}"
 
 
+#: the most ranks a communicator may have: a line naming a rank or a count past it is damage (an
+#: edited or corrupt log), skipped, so that one number cannot make a graph of a billion ranks
+MAX_RANKS = 1 << 24
+_NUMBER = re.compile(r"(?<![0-9A-Fa-fx])[0-9]{8,}(?![0-9A-Fa-f])")
+
+
+def _too_large(line: str) -> bool:
+    """Whether a line names a decimal number past :data:`MAX_RANKS` outside its hex fields (pointers,
+    bus and comm ids are hex, and so are left alone)."""
+    return any(int(m.group(0)) >= MAX_RANKS for m in _NUMBER.finditer(line.split("NCCL INFO", 1)[1]))
+
+
 def parse(text: str, source: str = "") -> dict[int, CommGraph]:
     """Every communicator graph in one NCCL INFO text (see the module docstring)."""
     current: dict[str, tuple[str, int]] = {}          # thread -> (comm pointer, its comm rank)
@@ -91,7 +103,7 @@ def parse(text: str, source: str = "") -> dict[int, CommGraph]:
         return (g, cur[1]) if g is not None else (orphan, -1)
 
     for line in text.splitlines():
-        if "NCCL INFO" not in line:
+        if "NCCL INFO" not in line or _too_large(line):
             continue
         m = _COMMLINE.search(line)
         if m:

@@ -8,6 +8,7 @@ match what the example sends; every output then carries the word *synthetic*.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def profile_real(args, store, cache: Path, con, extra: list[str] | None = None) 
     if (os.cpu_count() or 1) < args.ranks:
         cmd.append("--oversubscribe")
     cmd += ["-np", str(args.ranks), str(exe), dims, str(args.face), str(args.iters), *(extra or [])]
-    con.print(f"profiling: {' '.join(cmd)}")
+    con.print(f"profiling: {shlex.join(cmd)}")
     res = profile_command(cmd, store=store, progress=False)
     if res.exit_status != 0:
         raise RankmapError(f"the halo4d run failed (exit status {res.exit_status})")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rankmap.capture.rundir import RunDir
-from rankmap.errors import RankmapError
+from rankmap.errors import RankmapError, counted
 from rankmap.formats import record as R
 from rankmap.pipeline.pacing import CPU_BUDGET, MAX_GAP_S, next_wait  # noqa: F401  (their home)
 from rankmap.store import Batch, Store
@@ -115,6 +115,7 @@ class RunIngest:
         self.coll_ctx: dict[str, tuple[dict, dict]] = {}
         self.node_of = None                                # world rank -> node, from the ranks' hosts
         self.hosts_seen = 0
+        self.job_size = job_size(self.run_dir)             # the job's world, as its job.json says
 
     def warm_up(self) -> None:
         """Before the first cycle: what a streaming write would otherwise do on its first call
@@ -157,6 +158,10 @@ class RunIngest:
                 continue
             if delta is None or (reader.offset == start and not final and name in self.stored):
                 continue
+            outside = self._outside(name, delta)
+            if outside:
+                self.header_problems[name] = outside
+                continue
             delta.problems = reader.problems(live=not final) + delta.problems
             if delta.source == "cuda":
                 self.cuda_totals[name] = self._totals(path, final, self.cuda_totals.get(name))
@@ -168,6 +173,7 @@ class RunIngest:
                 self.batch.ranks.pop((rank, "nccl"), None)     # its rank row comes from the pair model
             else:
                 self._collectives(path, delta)
+                _in_range(name, delta)
                 self.batch.add(delta)
                 self.sent[name] = self.sent.get(name, 0) + delta.bytes_sent
             self.batch.file(name, before, reader.offset, reader.state())
@@ -175,7 +181,24 @@ class RunIngest:
             self.ranks.add(name.split(".")[0])
             self.world_ranks.add(self.nccl_rank_of.get(name, delta.world_rank) if delta.source == "nccl"
                                  else delta.world_rank)
-            self.world_size = max(self.world_size or 0, delta.world_size) or None
+            self.world_size = self.job_size or max(self.world_size or 0, delta.world_size) or None
+
+    def _outside(self, name: str, delta: R.RankRecord) -> str | None:
+        """Why a file's records are not the job's: a world rank outside the job's world (the file
+        is then left out whole); rows with a peer outside it are dropped, and said."""
+        n = self.job_size
+        if n is None or delta.source == "nccl":         # NCCL's files are re-ranked by the pair model
+            return None
+        if not 0 <= delta.world_rank < n:
+            return (f"{name}: world rank {delta.world_rank} is outside the job's {counted(n, 'rank')} "
+                    f"(job.json: world_size {n}); the file is not stored")
+        kept = [r for r in delta.traffic if 0 <= r[0] < n]
+        if len(kept) < len(delta.traffic):
+            delta.problems.append(f"{name}: {counted(len(delta.traffic) - len(kept), 'traffic row')} with a peer "
+                                  f"outside the job's {counted(n, 'rank')} left out")
+            delta.traffic = kept
+            delta.timeline = [t for t in delta.timeline if t[1] < n]
+        return None
 
     def _collectives(self, path: Path, delta: R.RankRecord) -> None:
         """The collective pair rows of the calls ``delta`` recorded (rankmap.pairs), derived
@@ -229,7 +252,7 @@ class RunIngest:
         self.nccl_problems = [p for rec in self.nccl_out for p in rec.problems]
         for rec in self.nccl_out:
             self.sent[rec.path.name] = sum(t.bytes for t in rec.traffic if t.direction == "send")
-            self.world_size = max(self.world_size or 0, int(rec.world_size)) or None
+            self.world_size = self.job_size or max(self.world_size or 0, int(rec.world_size)) or None
 
     # ------------------------------------------------------------------ writing
     def pending(self) -> bool:
@@ -256,6 +279,15 @@ class RunIngest:
         return rows
 
     # ------------------------------------------------------------------ reporting
+    def ran_to_the_end(self) -> bool:
+        """Every rank of the job's world wrote an MPI record file, and every such file its finalize
+        marker (what a job that ended normally leaves, whatever became of its profiler)."""
+        mpi = [r for r in self.readers.values() if r.header is not None and r.header.source == "mpi"]
+        n = self.job_size or self.world_size
+        ranks = {r.header.world_rank for r in mpi}
+        return bool(mpi) and n is not None and ranks == set(range(n)) and all(r.finalized for r in mpi) \
+            and not self.header_problems
+
     @property
     def bytes_sent(self) -> int:
         return sum(self.sent.values())
@@ -280,6 +312,28 @@ class IngestResult:
     problems: list[str] = field(default_factory=list)
     #: bytes of record files read past what the store held: 0 when an ingest found nothing new
     new_bytes: int = 0
+    #: job.json says how the job ended (its exit status); False when its profiler ended first
+    ended_known: bool = True
+
+
+def _in_range(name: str, delta: R.RankRecord) -> None:
+    """Leave out (and say so) traffic rows whose bytes or messages pass int64: the reader bounds what
+    a file says, but pairs derived from a collective's calls multiply its counts by its calls."""
+    kept = [r for r in delta.traffic if 0 <= r[5] <= R.INT64_MAX and 0 <= r[6] <= R.INT64_MAX]
+    if len(kept) < len(delta.traffic):
+        delta.problems.append(f"{name}: {counted(len(delta.traffic) - len(kept), 'derived traffic row')} past "
+                              f"2**63-1 bytes or messages left out")
+        delta.traffic = kept
+        delta.timeline = [t for t in delta.timeline if 0 <= t[3] <= R.INT64_MAX]
+
+
+def job_size(rd: RunDir) -> int | None:
+    """The world size the run directory's ``job.json`` gives (the launcher's ``-np``), None where it
+    says none or cannot be read (the reader's own checks then apply alone)."""
+    try:
+        return rd.read_job().get("world_size")
+    except RankmapError:
+        return None
 
 
 def new_run_uid() -> str:
@@ -319,11 +373,19 @@ def ingest_run(run_dir: str | Path, store: Store) -> IngestResult:
     new_bytes = sum(done - before.get(n, 0) for n, (done, _) in store.file_states(jid).items())
     problems = ing.problems()
     done = "exit_status" in info
-    state = S.ended_state(info.get("exit_status")) if done else "incomplete"
+    meta = {"ingested_from": str(rd.path), "problems": len(problems)}
+    if done:
+        state = S.ended_state(info.get("exit_status"))
+    elif ing.ran_to_the_end():
+        # the profiler ended before the job (killed, or its disk full) and its job.json has no end,
+        # but every rank of the job finalised: the job ran to its end; its exit status is unknown
+        state, meta["exit_status"] = "finished", "unknown: the profiler ended before the job"
+    else:
+        state = "incomplete"
     store.finish_job(jid, exit_status=info.get("exit_status"), elapsed_ns=info.get("elapsed_ns"),
                      world_size=info.get("world_size") or ing.world_size, state=state, ended=_when(info.get("end")),
-                     meta={"ingested_from": str(rd.path), "problems": len(problems)})
-    return IngestResult(jid, created, rows, state, len(files), problems, new_bytes)
+                     meta=meta)
+    return IngestResult(jid, created, rows, state, len(files), problems, new_bytes, ended_known=done)
 
 
 def _when(stamp: str | None) -> datetime | None:
@@ -343,7 +405,7 @@ def _create_from(store: Store, rd: RunDir, info: dict[str, Any]) -> int:
             rd.write_job({"run_uid": uid})
     meta = {k: info[k] for k in ("env", "mpicc", "bucket_ms", "flush_ms") if k in info}
     return store.create_job(command, launcher=info.get("launcher") or "plain", world_size=info.get("world_size"),
-                            run_dir=rd.path, run_uid=uid, meta=meta)
+                            run_dir=rd.path, run_uid=uid, meta=meta, created=_when(info.get("start")))
 
 
 def ingest_command(run_dir: Path, store: Store) -> str:

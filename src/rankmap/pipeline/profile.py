@@ -272,6 +272,25 @@ class _Signals:
 
 
 
+def _write_end(rd: Any, info: dict, warn: Callable[[str], None]) -> None:
+    """How the job ended, into its ``job.json``; a run directory that cannot take it (its disk full)
+    is a warning: the job ran, its exit status is still rankmap's, and the store has the end."""
+    try:
+        rd.write_job(info)
+    except RankmapError as e:
+        warn(f"{e}; the job's end is in the store only")
+
+
+def stopped_status(status: int, received: int | None, ran_to_the_end: bool) -> int:
+    """The exit status of a job rankmap stopped on a signal it received (Ctrl-C, a SIGTERM): 128 plus
+    that signal, as a shell reports a command the signal ended (130 for Ctrl-C), not whatever the
+    launcher said after it was told to stop (Open MPI's mpirun: 1; MPICH's mpiexec: 0). A job whose
+    ranks all finalised before it stopped ran to its end and keeps its own status."""
+    if not received or (status == 0 and ran_to_the_end):
+        return status
+    return 128 + received
+
+
 def _collective_source(launcher: L.Launcher, asked: str | None) -> str:
     """The source of collective pairs for this launch; ``library`` only where it can be had safely.
 
@@ -610,6 +629,7 @@ def _finish(plan: _Plan, live: _Live, status: int, elapsed: int, cpu_s: float, r
     stopper = threading.Thread(target=stop_sampler, name="rankmap-link-sampler-stop", daemon=True)
     stopper.start()
     stored = streamer.finish(store_wait_s) if streamer else False
+    status = stopped_status(status, received, streamer.ingest.ran_to_the_end() if streamer else False)
     problems = streamer.ingest.problems() if streamer else []
     if streamer and streamer.error is not None and stored:
         problems.append(f"a write to the store failed while the job ran ({streamer.error}); "
@@ -621,8 +641,8 @@ def _finish(plan: _Plan, live: _Live, status: int, elapsed: int, cpu_s: float, r
         warn(p)
     sizes = streamer.ingest.world_ranks if streamer else _ranks_of_files(rd)
     ws = (streamer.ingest.world_size if streamer else None) or launcher.world_size
-    rd.write_job({"end": utc_now(), "exit_status": status, "elapsed_ns": elapsed, "ranks_reporting": len(sizes),
-                  "world_size": ws, "rankmap_cpu_s": round(cpu_s, 3)})
+    _write_end(rd, {"end": utc_now(), "exit_status": status, "elapsed_ns": elapsed, "ranks_reporting": len(sizes),
+                    "world_size": ws, "rankmap_cpu_s": round(cpu_s, 3)}, warn)
     if streamer is not None:
         from rankmap.store import StoreUnavailable
         meta = {"problems": len(problems), "signal": signal.Signals(received).name if received else None,
@@ -691,7 +711,7 @@ def _say_what_was_captured(job_id: int, status: int, sizes: set[int], ws: int | 
         shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
         warn(f"only {len(sizes)} of {ws} ranks wrote records (missing: {shown}); ranks on other nodes write to "
              f"their node's own {rd.path} unless it is shared: copy their record files here, then "
-             f"rankmap ingest {rd.path}")
+             f"rankmap ingest {shlex.quote(str(rd.path))}")
 
 
 def _wait(child: subprocess.Popen) -> int:

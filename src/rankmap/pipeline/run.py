@@ -98,6 +98,7 @@ def prepare(cmd: Sequence[str], *, mapping_file: str | None = None, topology: st
     if topo.name != m.topology or len(topo.gpus) != m.gpus_per_node:
         raise RankmapError(f"{name} was made for {m.topology} ({m.gpus_per_node} GPUs) "
                            f"but this node is {topo.name} ({len(topo.gpus)} GPUs): tune again here")
+    mapping_json.check_node(m, len(topo.gpus), name)
     if bind and m.nodes == 1:
         why = _cpus_not_here(m, name)
         if why:

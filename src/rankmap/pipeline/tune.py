@@ -7,6 +7,7 @@ options and prints.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -19,7 +20,7 @@ def world_size_of(cmd: Sequence[str]) -> int:
 
     ws = recognise(list(cmd)).world_size
     if ws is None:
-        raise RankmapError(f"cannot tell how many ranks `{' '.join(cmd)}` starts: give the launcher -np/-n N")
+        raise RankmapError(f"cannot tell how many ranks `{shlex.join(cmd)}` starts: give the launcher -np/-n N")
     return ws
 
 

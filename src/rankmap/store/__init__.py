@@ -44,10 +44,12 @@ def _guarded(fn: Callable[Concatenate[Database, P], R]) -> Callable[Concatenate[
 
     @functools.wraps(fn)
     def method(self: Store, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        with self.guard():
-            if not self.ready:
-                _engine.ensure_schema(self)
-            return fn(self, *args, **kwargs)
+        def call() -> R:
+            with self.guard():
+                if not self.ready:
+                    _engine.ensure_schema(self)
+                return fn(self, *args, **kwargs)
+        return self._retry_locked(call)
 
     method.guarded = True  # type: ignore[attr-defined]
     return method

@@ -30,6 +30,8 @@ from rankmap.store import schema as S
 #: unavailable (a profile then keeps the batch and retries; see pipeline/profile.py). A URL's own
 #: ``?timeout=SECONDS`` takes its place.
 SQLITE_BUSY_S = 30.0
+#: a wait on such a lock longer than this is said, once per process (:meth:`Database._retry_locked`)
+SQLITE_NOTE_S = 1.0
 
 #: Any fixed 64-bit number: the advisory lock that serialises schema creation on PostgreSQL.
 _SCHEMA_LOCK_KEY = 0x72616E6B6D6170  # "rankmap"
@@ -67,10 +69,15 @@ def now() -> datetime:
 class Database:
     """One store's engine, its URL as shown (no password), and the guard its every use runs in."""
 
-    def __init__(self, engine: Engine, ready: bool = True):
+    def __init__(self, engine: Engine, ready: bool = True, read_only: bool = False):
         self.engine = engine
         self.url = engine.url.render_as_string(hide_password=True)
         self.ready = ready          # the schema was checked (see connect(lazy=True))
+        self.read_only = read_only  # a SQLite file in a folder that cannot be written (see connect)
+        # SQLite waits SQLITE_NOTE_S on a lock per try, and the guarded methods try again up to this
+        # long in all (a URL's own ?timeout= is the whole wait, with no note)
+        self.busy_s = SQLITE_BUSY_S if engine.dialect.name == "sqlite" and "timeout" not in engine.url.query else 0.0
+        self.on_lock: Callable[[str], None] = _say_lock
         self._stmts: dict[tuple, Any] = {}   # statements built once (see statement)
 
     @contextmanager
@@ -86,6 +93,26 @@ class Database:
                 raise StoreUnavailable(f"the store {self.url} is unreachable: {_first_line(e)}") from None
             raise
 
+    def _retry_locked(self, call: Callable[[], Any]) -> Any:
+        """``call()`` (one guarded store method: one transaction, so trying again repeats nothing),
+        tried again while a SQLite file stays locked by another process, up to :attr:`busy_s` in all.
+        Past :data:`SQLITE_NOTE_S` of waiting, :attr:`on_lock` hears it once per process: a verb
+        that waits 30 s on a lock must not look hung."""
+        waited = 0.0
+        while True:
+            t0 = time.monotonic()
+            try:
+                return call()
+            except StoreUnavailable as e:
+                waited += time.monotonic() - t0
+                if not self.busy_s or "locked" not in str(e) or waited >= self.busy_s:
+                    raise
+                global _LOCK_SAID
+                if not _LOCK_SAID:
+                    _LOCK_SAID = True
+                    self.on_lock(f"the store {self.url} is locked by another process; waiting up to "
+                                 f"{self.busy_s:.0f} s for it")
+
     def statement(self, key: tuple, build: Callable[[], Any]) -> Any:
         """The statement ``key`` names, built by ``build`` the first time only.
 
@@ -96,6 +123,15 @@ class Database:
         if st is None:
             st = self._stmts[key] = build()
         return st
+
+
+_LOCK_SAID = False
+
+
+def _say_lock(line: str) -> None:
+    import sys
+
+    print(f"rankmap: {line}", file=sys.stderr, flush=True)
 
 
 def ensure_schema(db: Database) -> None:
@@ -111,7 +147,8 @@ def _check_version(version: int, shown: str) -> None:
                            f"rankmap's ({S.SCHEMA_VERSION}): upgrade rankmap")
 
 
-def connect(url: str | None = None, *, lazy: bool = False, existing: bool = False) -> tuple[Engine, bool]:
+def connect(url: str | None = None, *, lazy: bool = False,
+            existing: bool = False) -> tuple[Engine, bool] | tuple[Engine, bool, bool]:
     """The engine of the store at ``url``, ``$RANKMAP_DB`` or the default SQLite file (made on
     first use), its schema checked; and whether it was (False only with ``lazy``: a store that
     cannot be reached now, for a dashboard that must say the database is down).
@@ -119,6 +156,8 @@ def connect(url: str | None = None, *, lazy: bool = False, existing: bool = Fals
     ``existing``: for the verbs that only read: a SQLite file that ``url`` or ``$RANKMAP_DB`` names
     and that is not there is an error, not a new empty store (a mistyped path listed no jobs, and
     left an empty database, and its folders, behind); the default store is still made on first use.
+    Such a verb reads a SQLite file in a folder it cannot write (a read-only mount, another user's
+    store) read-only (:func:`_read_only_sqlite`), and a third value, True, says so.
     """
     named = bool(url or os.environ.get("RANKMAP_DB"))
     url = normalise_url(url or default_url())
@@ -132,6 +171,11 @@ def connect(url: str | None = None, *, lazy: bool = False, existing: bool = Fals
         db = Path(u.database).expanduser()
         if existing and named and not db.exists():
             raise RankmapError(f"no rankmap store at {db}: nothing was stored there (check --db or RANKMAP_DB)")
+        if db.exists() and not _writable(db):
+            if not existing:
+                raise RankmapError(f"the store {shown} is read-only (its file or folder cannot be written): "
+                                   f"this verb stores; give it a store it can write with --db")
+            return _read_only_sqlite(u, db, shown)
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -142,13 +186,13 @@ def connect(url: str | None = None, *, lazy: bool = False, existing: bool = Fals
         kw: dict[str, Any] = {}
         if backend == "sqlite":
             if "timeout" not in u.query:        # connect_args would override the URL's own
-                kw["connect_args"] = {"timeout": SQLITE_BUSY_S}
+                kw["connect_args"] = {"timeout": SQLITE_NOTE_S}     # then tried again: _retry_locked
         else:                       # a server restarted under a long job: reconnect, do not fail
             kw["pool_pre_ping"] = True
         engine = sa.create_engine(u, **kw)
         if backend == "sqlite":
             sa.event.listen(engine, "connect", _sqlite_pragmas)
-        _check_version(_create_schema(engine), shown)
+        _check_version(_schema_when_unlocked(engine, shown, backend == "sqlite" and "timeout" not in u.query), shown)
     except ImportError as e:
         raise RankmapError(f"the driver for {shown} is not installed ({e.name}): pip install 'rankmap[postgres]'") from None
     except (sa.exc.OperationalError, sa.exc.InterfaceError) as e:
@@ -158,6 +202,56 @@ def connect(url: str | None = None, *, lazy: bool = False, existing: bool = Fals
     except sa.exc.SQLAlchemyError as e:
         raise RankmapError(f"cannot open the store {shown}: {_first_line(e)}") from None
     return engine, True
+
+
+def _schema_when_unlocked(engine: Engine, shown: str, retry: bool) -> int:
+    """:func:`_create_schema`, tried again while the SQLite file is locked (as the guarded methods
+    are: :meth:`Database._retry_locked`), with the same one note."""
+    db = Database.__new__(Database)
+    db.url, db.busy_s, db.on_lock = shown, SQLITE_BUSY_S if retry else 0.0, _say_lock
+
+    def call() -> int:
+        try:
+            return _create_schema(engine)
+        except sa.exc.OperationalError as e:
+            if "locked" in str(e):
+                raise StoreUnavailable(f"the store {shown} is unreachable: {_first_line(e)}") from e
+            raise
+    try:
+        return db._retry_locked(call)
+    except StoreUnavailable as e:
+        if isinstance(e.__cause__, sa.exc.OperationalError):
+            raise e.__cause__ from None
+        raise
+
+
+def _writable(db: Path) -> bool:
+    """SQLite writes the file and, beside it, its journal (``-wal``, ``-shm``): both must be writable."""
+    return os.access(db, os.W_OK) and os.access(db.parent, os.W_OK)
+
+
+def _read_only_sqlite(u: Any, db: Path, shown: str) -> tuple[Engine, bool, bool]:
+    """A SQLite store opened for reading where nothing may be written beside it. With no ``-wal``
+    file left beside it (a store every writer closed), the file alone holds everything, so it is
+    opened ``immutable`` (SQLite then needs no ``-shm`` to create); otherwise ``mode=ro``, which
+    reads the journal the writers left."""
+    import sqlite3
+    from urllib.parse import quote
+
+    wal = db.with_name(db.name + "-wal")
+    mode = "mode=ro" if wal.exists() and wal.stat().st_size else "immutable=1"
+    uri = f"file:{quote(str(db.resolve()))}?{mode}"
+    engine = sa.create_engine(u, creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False))
+    try:
+        with engine.connect() as c:
+            version = c.execute(sa.select(sa.func.max(S.meta_info.c.version))).scalar() or 0
+    except sa.exc.SQLAlchemyError as e:
+        raise RankmapError(f"cannot read the store {shown} (read-only): {_first_line(e)}") from None
+    _check_version(version, shown)
+    if version < S.SCHEMA_VERSION:
+        raise RankmapError(f"the store {shown} is read-only and of an older schema ({version}, this rankmap's is "
+                           f"{S.SCHEMA_VERSION}): open it once where it can be written, to upgrade it")
+    return engine, True, True
 
 
 def _create_schema(engine: Engine, attempts: int = 5) -> int:

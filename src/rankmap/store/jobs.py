@@ -74,6 +74,31 @@ def command_key(argv: Sequence[str]) -> str:
     return shlex.join(out)
 
 
+def text(s: str) -> str:
+    """A string as the store can keep it: the bytes of a name that is not UTF-8 (a program, a path;
+    Python carries them as lone surrogates) shown as ``\\xff``, which both back ends take."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        pass
+    try:
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:      # a surrogate that stands for no byte (JSON's "\ud800")
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def texts(v: Any) -> Any:
+    """:func:`text` through a job's meta (its strings, keys and lists)."""
+    if isinstance(v, str):
+        return text(v)
+    if isinstance(v, dict):
+        return {texts(k): texts(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [texts(x) for x in v]
+    return v
+
+
 def job_state(row: Mapping[str, Any]) -> str:
     """The job's state as stored, except that a job whose profiler is gone is no longer running."""
     if row["state"] != "running" or not row["profiler"]:
@@ -98,17 +123,19 @@ def no_jobs_text(url: str) -> str:
 def create_job(db: Database, command: Sequence[str] | str, *, launcher: str = "plain",
                world_size: int | None = None, run_dir: str | os.PathLike | None = None,
                key: str | None = None, hosts: Sequence[str] | None = None,
-               meta: dict | None = None, run_uid: str | None = None, profiler: str | None = None) -> int:
+               meta: dict | None = None, run_uid: str | None = None, profiler: str | None = None,
+               created: datetime | None = None) -> int:
     """Record a job about to be launched (state ``running``); returns its id.
 
     ``profiler`` (:func:`process_id`) names the process that will stream the job's records: once
-    it is gone the job no longer counts as running, whatever was stored."""
+    it is gone the job no longer counts as running, whatever was stored. ``created``: when the job
+    started, where that was earlier than now (a run directory ingested after the fact)."""
     argv = shlex.split(command) if isinstance(command, str) else list(command)
     with db.engine.begin() as c:
         r = c.execute(S.jobs.insert().values(
-            created=now(), command=shlex.join(argv), command_key=key or command_key(argv),
-            launcher=launcher, world_size=world_size, hosts=list(hosts) if hosts else None,
-            run_dir=str(run_dir) if run_dir is not None else None, meta=meta or {}, state="running",
+            created=created or now(), command=text(shlex.join(argv)), command_key=text(key or command_key(argv)),
+            launcher=launcher, world_size=world_size, hosts=[text(h) for h in hosts] if hosts else None,
+            run_dir=text(str(run_dir)) if run_dir is not None else None, meta=texts(meta or {}), state="running",
             run_uid=run_uid, profiler=profiler, heartbeat=now() if profiler else None))
         return int(r.inserted_primary_key[0])
 
@@ -124,7 +151,7 @@ def finish_job(db: Database, job_id: int, *, exit_status: int | None, elapsed_ns
     with db.engine.begin() as c:
         old = c.execute(sa.select(S.jobs.c.meta).where(S.jobs.c.id == job_id)).scalar_one_or_none()
         merged = dict(old or {})
-        merged.update(meta or {})
+        merged.update(texts(meta or {}))
         hosts = _hosts(c, job_id)
         values: dict[str, Any] = dict(ended=ended or now(), exit_status=exit_status, elapsed_ns=elapsed_ns,
                                       meta=merged, state=state, profiler=None)
@@ -139,11 +166,14 @@ def update_job_meta(db: Database, job_id: int, meta: dict) -> None:
     """Merge ``meta`` into a job's meta while it runs (what a running job learns about itself)."""
     with db.engine.begin() as c:
         old = c.execute(sa.select(S.jobs.c.meta).where(S.jobs.c.id == job_id)).scalar_one_or_none()
-        c.execute(S.jobs.update().where(S.jobs.c.id == job_id).values(meta={**(old or {}), **meta}))
+        c.execute(S.jobs.update().where(S.jobs.c.id == job_id).values(meta={**(old or {}), **texts(meta)}))
 
 
 def settle_jobs(db: Database) -> list[int]:
-    """Store ``incomplete`` for every job still marked running whose profiler is gone; their ids."""
+    """Store ``incomplete`` for every job still marked running whose profiler is gone; their ids.
+    A read-only store is left as it is (every read says ``incomplete`` all the same: :func:`job_state`)."""
+    if getattr(db, "read_only", False):
+        return []
     with db.engine.begin() as c:
         rows = c.execute(sa.select(S.jobs.c.id, S.jobs.c.state, S.jobs.c.profiler, S.jobs.c.heartbeat)
                          .where(S.jobs.c.state == "running")).mappings().all()

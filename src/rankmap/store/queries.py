@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 import sqlalchemy as sa
 
+from rankmap.errors import check_dense
 from rankmap.store import jobs
 from rankmap.store import schema as S
 from rankmap.store.engine import Database
@@ -79,6 +80,7 @@ def traffic_matrix(db: Database, job_id: int, classes: Sequence[str] | None = No
     if what not in ("bytes", "messages"):
         raise ValueError(what)
     n = world_size(db, job_id)
+    check_dense(n, f"job {job_id}")
     m = np.zeros((n, n), dtype=np.int64)
     for r in traffic(db, job_id, classes):
         m[r["src"], r["dst"]] += r[what]
