@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 
 from rankmap.commands._args import add_solver_args, launch_command, run_hint, solver_options
 
