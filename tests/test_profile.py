@@ -590,3 +590,39 @@ def test_rankmap_loads_numpy_with_one_blas_thread_and_the_job_inherits_nothing(t
     p = rankmap("profile", "--no-summary", "--no-progress", "--", "env",
                 env=dict(env, RANKMAP_HOME=str(tmp_path / "home"), RANKMAP_DB=f"sqlite:///{tmp_path / 'r.db'}"))
     assert "PATH=" in p.stdout and "OPENBLAS_NUM_THREADS" not in p.stdout
+
+
+def test_a_job_that_ends_before_nvml_is_ready_waits_for_no_sampler(monkeypatch):
+    """NVML's start takes 0.2-0.4 s on a GPU node: a job that is over by then gets no sampler, and its
+    end does not wait for one to start and be stopped; the source opened late is closed."""
+    import threading
+
+    from rankmap.counters import sampler as S
+    from rankmap.pipeline import profile as P
+
+    opened, closed = threading.Event(), threading.Event()
+
+    class Slow:
+        kind = "gpm"
+
+        def gpu_count(self) -> int:
+            return 1
+
+        def close(self) -> None:
+            closed.set()
+
+    def slow_open(_kind):
+        opened.wait(5)          # NVML still starting until the test lets it go
+        return Slow()
+
+    monkeypatch.setattr(S, "open_source", slow_open)
+    start = P._SamplerStart(0.1)
+    start.start()
+    start.attach(object(), 1)
+    t0 = time.perf_counter()
+    assert start.result() is None and start.abandoned
+    assert time.perf_counter() - t0 < 1.0
+    opened.set()
+    assert closed.wait(5)          # the source opened after the job's end is closed, never sampled
+    start.join(5)
+    assert start.sampler is None

@@ -397,8 +397,10 @@ class _SamplerStart(threading.Thread):
         super().__init__(name="rankmap-link-sampler-start", daemon=True)
         self.interval_s = interval_s
         self.sampler: Any = None
+        self.abandoned = False      # the job ended before NVML was ready: no sampling began
         self._go = threading.Event()
         self._target: tuple[Any, int] | None = None
+        self._lock = threading.Lock()
 
     def run(self) -> None:
         try:
@@ -410,10 +412,11 @@ class _SamplerStart(threading.Thread):
             source.close()
             return
         self._go.wait()
-        if self._target is None:
-            source.close()
-            return
-        self.sampler = _start_sampling(source, self.interval_s, *self._target)
+        with self._lock:
+            if self._target is None or self.abandoned:
+                source.close()
+                return
+            self.sampler = _start_sampling(source, self.interval_s, *self._target)
 
     def attach(self, store: Any, job_id: int) -> None:
         """Sample into job ``job_id`` of ``store`` (as soon as the source is open)."""
@@ -421,7 +424,14 @@ class _SamplerStart(threading.Thread):
         self._go.set()
 
     def result(self) -> Any:
+        """The sampler, once the start is done; None at once where the job has ended while NVML was
+        still starting (``nvmlInit`` and GPM's set-up take 0.2-0.4 s on a GPU node: a short job would
+        wait that long after its end for a sampler that would only be stopped)."""
         self._go.set()
+        with self._lock:
+            if self.sampler is None and self.is_alive():
+                self.abandoned = True      # the thread closes its source when it gets there
+                return None
         self.join()
         return self.sampler
 
@@ -670,6 +680,8 @@ def _stop_link_sampler(live: _Live, problems: list[str]) -> dict:
     """The sampler's last sample and its cost, for the job's meta; its problems added to ``problems``."""
     sampler = live.sampler
     if sampler is None:
+        if live.sampler_start is not None and live.sampler_start.abandoned:
+            return {"link_sampler": {"state": "none: the job ended before NVML was ready"}}
         return {}
     from rankmap.store import StoreUnavailable
     sampler.stop()
