@@ -175,6 +175,7 @@ TOPO = topology_json.to_dict(fixtures.get("dgx1-v100"))
 
 @given(doc=mutated(TOPO))
 @example(doc={**TOPO, "devices": TOPO["devices"] + [{"id": "gpu99", "kind": "gpu", "index": 10**30}]})
+@example(doc={**TOPO, "\n": 1})                 # a key that is a line break: the error stays one line
 def test_topology_json(tmp_path, doc):
     """A topology file as `--topology FILE` reads it, then walked as every consumer walks it: the
     routes between all GPU pairs."""

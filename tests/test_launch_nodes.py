@@ -418,3 +418,9 @@ def test_tune_keeps_the_default_and_run_launches_it_bound(setup, monkeypatch):
         e = stored["mapping"][str(r)]
         assert e["gpu"] == r and e["cpus"] and e["netdev"]
         check_binding(rec, e, device=r)
+    if not execwrap.parse_cpus("20-39,60-79") & os.sched_getaffinity(0):
+        # CPU 1's GPUs name CPUs this machine lacks: said once before the launch, not once per rank,
+        # and the ranks whose CPUs are here are still bound (check_binding above)
+        notes = [l for l in p.stderr.splitlines() if "which this machine does not offer" in l]
+        assert len(notes) == 1 and "4 ranks of 8 run unbound, the others are bound" in notes[0], p.stderr
+        assert "execwrap: warning" not in p.stderr, p.stderr

@@ -668,6 +668,7 @@ def test_page_and_plotly_are_served_locally(web):
 
 
 def test_serve_rejects_a_busy_port_in_one_line(tmp_path):
+    open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")    # a store that exists: the port is what is wrong
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -691,6 +692,7 @@ def test_serve_names_a_missing_dependency_of_a_web_package_in_one_line(tmp_path)
 
 
 def test_serve_rejects_an_unknown_topology_in_one_line(tmp_path):
+    open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")    # a store that exists: the topology is what is wrong
     p = rankmap("serve", "--db", f"sqlite:///{tmp_path / 'db.sqlite'}", "--topology", "no-such-box", timeout=60)
     assert_one_line_error(p, "no-such-box")
 

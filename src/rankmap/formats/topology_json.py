@@ -82,6 +82,7 @@ class _Reader:
             raise self.fail(where, f"expected an object, got {_show(v)}")
         for k in v:
             if k not in allowed:
+                k = k if k.isprintable() and k.strip() == k and k else repr(k)   # a key of blanks or controls, quoted
                 raise self.fail(f"{where}.{k}" if where else k,
                                 f"unexpected field (allowed: {', '.join(sorted(allowed))})")
         for k in sorted(required):

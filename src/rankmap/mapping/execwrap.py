@@ -245,14 +245,17 @@ def main(argv: list[str] | None = None) -> None:
                     os.environ["RANKMAP_CPUS"] = ",".join(str(c) for c in sorted(use))
                 else:
                     os.environ["RANKMAP_CPUS"] = "unbound: none of " + cpus + " is allowed here"
+                    why = None
                     if len(allowed) >= (os.cpu_count() or 0):   # nothing bound it: the CPUs are not here
-                        why = (f"its GPU's CPUs {cpus} are not on this machine (CPUs {cpu_list(allowed)}): the "
-                               f"mapping was made for another node; it runs unbound")
+                        if os.environ.get("RANKMAP_CPUS_NOTED") != "1":     # rankmap run said so once already
+                            why = (f"its GPU's CPUs {cpus} are not on this machine (CPUs {cpu_list(allowed)}): "
+                                   f"the mapping was made for another node; it runs unbound")
                     else:
                         why = (f"the launcher bound it to CPUs {cpu_list(allowed)}, none of its GPU's CPUs {cpus}: "
                                f"it runs where the launcher put it (leave the binding to rankmap run: drop the "
                                f"launcher's binding option, e.g. --bind-to, -bind-to, --cpu-bind)")
-                    sys.stderr.write(f"rankmap execwrap: warning: rank {entry.rank}: {why}\n")
+                    if why:
+                        sys.stderr.write(f"rankmap execwrap: warning: rank {entry.rank}: {why}\n")
             except (ValueError, OSError) as e:
                 os.environ["RANKMAP_CPUS"] = f"unbound: {e}"
         numa = entry.numa

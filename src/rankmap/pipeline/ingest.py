@@ -329,11 +329,13 @@ def _in_range(name: str, delta: R.RankRecord) -> None:
 
 def job_size(rd: RunDir) -> int | None:
     """The world size the run directory's ``job.json`` gives (the launcher's ``-np``), None where it
-    says none or cannot be read (the reader's own checks then apply alone)."""
+    says none or cannot be read (the reader's own checks then apply alone). A plain launch's "1" is
+    one process, not a world: the program may be a rank of a world its own files name."""
     try:
-        return rd.read_job().get("world_size")
+        job = rd.read_job()
     except RankmapError:
         return None
+    return None if job.get("launcher") == "plain" else job.get("world_size")
 
 
 def new_run_uid() -> str:

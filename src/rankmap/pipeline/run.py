@@ -52,24 +52,30 @@ def _basis_note(m, name: str) -> str | None:
     return f"rankmap: note: {name} was computed on {basis.assumption_text(m.doc)}"
 
 
-def _cpus_not_here(m, name: str) -> str | None:
-    """Why a one-node mapping's CPU sets cannot bind its ranks here: some rank's set has no CPU this
+def _cpus_not_here(m, name: str) -> tuple[str | None, bool]:
+    """Why some ranks of a one-node mapping cannot be bound here: their CPU sets have no CPU this
     process may run on (a mapping made for another machine, a fixture's node on a laptop), so the
-    wrapper would bind nothing and warn once per rank of a binding nobody asked for. None when they fit."""
+    wrapper would bind nothing and warn once per rank of a binding nobody asked for. The note, and
+    whether that is every rank (then nothing is bound, as with --no-bind; else the others still are,
+    CPUs and memory). (None, False) when they fit."""
     import os
 
     from rankmap.mapping.execwrap import cpu_list, parse_cpus
 
     here = os.sched_getaffinity(0)
     try:
-        off = sorted({p.cpus for p in m.ranks if p.cpus and not parse_cpus(p.cpus) & here})
+        out = [p for p in m.ranks if p.cpus and not parse_cpus(p.cpus) & here]
     except ValueError:
-        return None      # the wrapper says what is wrong with a CPU list
-    if not off:
-        return None
+        return None, False      # the wrapper says what is wrong with a CPU list
+    if not out:
+        return None, False
+    off = sorted({p.cpus for p in out})
+    every = len(out) == len(m.ranks)
+    who = "the ranks run where the launcher puts them (as with --no-bind)" if every else \
+        f"{counted(len(out), 'rank')} of {len(m.ranks)} run unbound, the others are bound"
     return (f"rankmap: note: {name} binds ranks to CPUs {', '.join(off[:3])}{' ...' if len(off) > 3 else ''} of "
-            f"{m.topology}, which this machine does not offer (rankmap may run on CPUs {cpu_list(here)}): the ranks "
-            f"run where the launcher puts them (as with --no-bind)")
+            f"{m.topology}, which this machine does not offer (rankmap may run on CPUs {cpu_list(here)}): {who}",
+            every)
 
 
 def prepare(cmd: Sequence[str], *, mapping_file: str | None = None, topology: str = "live", bind: bool = True,
@@ -99,11 +105,12 @@ def prepare(cmd: Sequence[str], *, mapping_file: str | None = None, topology: st
         raise RankmapError(f"{name} was made for {m.topology} ({m.gpus_per_node} GPUs) "
                            f"but this node is {topo.name} ({len(topo.gpus)} GPUs): tune again here")
     mapping_json.check_node(m, len(topo.gpus), name)
+    cpus_noted = False
     if bind and m.nodes == 1:
-        why = _cpus_not_here(m, name)
+        why, every = _cpus_not_here(m, name)
         if why:
             log(why)
-            bind = False
+            bind, cpus_noted = not every, True
     if m.nodes > 1 and launcher.kind == "plain":
         raise RankmapError(f"{name} spans {m.nodes} nodes; a single process cannot: launch it with mpirun, mpiexec, "
                            f"srun or torchrun")
@@ -121,6 +128,8 @@ def prepare(cmd: Sequence[str], *, mapping_file: str | None = None, topology: st
     except OSError as e:
         raise RankmapError(f"cannot write to {where}: {e.strerror}") from None
     argv, env = launch.wrap(cmd, str(mf), bind=bind, node_file=node_file, mapping=m, hosts=node_hosts)
+    if cpus_noted and bind:
+        env["RANKMAP_CPUS_NOTED"] = "1"     # said once above: the wrapper does not warn again per rank
     return Launch(argv, env)
 
 
