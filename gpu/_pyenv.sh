@@ -7,7 +7,8 @@
 # rankmap_pyenv MODULE...  installs the wheels, sets PYTHONPATH, and returns 100 after one FAIL
 # line when a MODULE cannot be imported.
 rankmap_pyenv() {
-  if ls "$ROOT"/.whl/*.whl >/dev/null 2>&1; then
+  # (the wheels are for the GPU machine's Python: a dry run elsewhere uses the Python it has)
+  if [ "${DRY:-0}" != 1 ] && ls "$ROOT"/.whl/*.whl >/dev/null 2>&1; then
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" \
       "$ROOT"/.whl/*.whl > "$WORK/pip.log" 2>&1 || { echo "FAIL installing the wheels of .whl:"; tail -5 "$WORK/pip.log"; return 100; }
     export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
