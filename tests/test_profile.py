@@ -626,3 +626,24 @@ def test_a_job_that_ends_before_nvml_is_ready_waits_for_no_sampler(monkeypatch):
     assert closed.wait(5)          # the source opened after the job's end is closed, never sampled
     start.join(5)
     assert start.sampler is None
+
+
+def test_rankmaps_threads_beside_a_job_run_at_the_lowest_priority(writer, home):
+    """The streaming ingest gives way to the job's ranks (rankmap.background): its thread runs at
+    niceness 19, the main thread (which starts the job: the ranks inherit it) keeps its own."""
+    import threading
+
+    from rankmap.background import yield_to_the_job
+
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    got = {}
+    t = threading.Thread(target=lambda: got.update(said=yield_to_the_job(),
+                                                   nice=os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+    t.start()
+    t.join()
+    assert got["said"] == "nice 19" and got["nice"] == 19
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before           # the calling thread's is untouched
+    p = rankmap("profile", "--no-summary", "--", str(writer), "0", env=home)
+    assert p.returncode == 0, p.stderr
+    store = open_store(home["RANKMAP_DB"])
+    assert store.job(store.resolve_job("latest"))["meta"]["ingest_priority"] == "nice 19"

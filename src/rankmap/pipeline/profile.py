@@ -130,6 +130,9 @@ class _Streamer(threading.Thread):
         self.written = time.monotonic()        # the last write (the job's creation was the first heartbeat)
 
     def run(self) -> None:
+        from rankmap.background import yield_to_the_job
+
+        self.priority = yield_to_the_job()
         with self.lock:
             self.ingest.warm_up()     # off the main thread, which goes on to wait for the job
         wait, first = 0.0, True          # the first cycle at once: what the job flushed while the store opened
@@ -657,7 +660,8 @@ def _finish(plan: _Plan, live: _Live, status: int, elapsed: int, cpu_s: float, r
         from rankmap.store import StoreUnavailable
         meta = {"problems": len(problems), "signal": signal.Signals(received).name if received else None,
                 "rankmap_cpu_s": round(cpu_s, 3), "ingest_cycles": streamer.cycles,
-                "ingest_cpu_s": round(streamer.cpu_s, 3), "store_outages": streamer.outages, **sampled}
+                "ingest_cpu_s": round(streamer.cpu_s, 3), "ingest_priority": getattr(streamer, "priority", None),
+                "store_outages": streamer.outages, **sampled}
         if stored:
             try:
                 live.store.finish_job(live.job_id, exit_status=status, elapsed_ns=elapsed, world_size=ws, meta=meta)
