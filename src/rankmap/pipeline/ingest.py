@@ -302,8 +302,9 @@ class RunIngest:
         (the mirror that applied, or why the model did)."""
         if not self.coll_sources:
             return {}
+        derived = any(v & {"mirror", "model"} for v in self.coll_sources.values())
         return {"collective_sources": {op: ", ".join(sorted(v)) for op, v in sorted(self.coll_sources.items())},
-                "collective_mirror": "; ".join(sorted(set(self.coll_notes.values()))) or None}
+                "collective_mirror": "; ".join(sorted(set(self.coll_notes.values()))) if derived else None}
 
     @property
     def bytes_sent(self) -> int:

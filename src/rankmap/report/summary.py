@@ -172,7 +172,7 @@ def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[A
     else:
         out.append(_by_operation(traffic, f"bytes by class and operation (total {human_bytes(total)})", total))
     mirror = (job.get("meta") or {}).get("collective_mirror")
-    if traffic and mirror and any(r["class"] == "collective" for r in traffic):
+    if mirror and any(r["class"] == "collective" and r.get("pair_source") in ("mirror", "model") for r in traffic):
         out.append(Text(f"collective pairs: {mirror}", style="dim"))
     if traffic and total:
         pairs: dict[tuple[int, int], list[int]] = {}
