@@ -196,8 +196,10 @@ def test_jobs_that_send_no_bytes(mpi, ring_bins, home, tmp_path):
             assert "POP efficiency (2 ranks" in out, out
             if op:                   # the table of messages: a head, then a row per operation
                 head, row = (ln.strip("┃│ ").split() for ln in (lines[i + 2], lines[i + 4]))
-                assert head == ["class", "┃", "operation", "┃", "messages"], out
-                assert row == [cls, "│", op, "│", str(msgs)], out
+                # a collective's row says where its pairs come from (the barrier: the model)
+                pairs = cls == "collective"
+                assert head == ["class", "┃", "operation", "┃", "messages"] + ["┃", "pairs"] * pairs, out
+                assert row == [cls, "│", op, "│", str(msgs)] + ["│", "model"] * pairs, out
         if op:  # rankmap show: the table of MPI operations has its figures and no bytes column
             words = " ".join(s.stdout.replace("─", " ").split())
             assert "(average, min, max over the processes), instances operation avg time min max n/proc" in words, \

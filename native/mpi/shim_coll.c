@@ -396,11 +396,67 @@ void rm_coll_teardown(void) {
 static void (*real_record_pml)(int, size_t, int);
 static int internal_op = -1;              /* "MPI internal": library messages outside any collective */
 
-/* nonblocking collectives progress inside later calls: their schedule's tag, learnt from the
- * messages sent inside the starting call, names the operation afterwards */
-#define NB_TAGS 256
+/* nonblocking collectives progress inside later calls: the tag of each live schedule names its
+ * operation (rm_nbc_begin in shim_core.h) */
+#define NB_TAGS 1024
 static _Atomic int64_t nb_tag_op[NB_TAGS];    /* (tag << 16) | op, 0 = empty */
 #define TAG_NONBLOCKING_BASE (-27)             /* Open MPI coll_tags.h: blocking tags are -10..-26 */
+
+static inline _Atomic int64_t *nb_slot(int tag) { return &nb_tag_op[(unsigned)(-tag) % NB_TAGS]; }
+static inline int64_t nb_code(int tag, int op) { return ((int64_t)tag << 16) | op; }
+/* the operation of the live schedule of this tag, or -1 */
+static inline int nb_op_of(int tag) {
+  int64_t v = atomic_load_explicit(nb_slot(tag), memory_order_relaxed);
+  return v && (v >> 16) == tag ? (int)(v & 0xffff) : -1;
+}
+
+void rm_nbc_begin_(MPI_Comm comm) {
+  rm_xl_t *x = rm_comm_xl(comm);
+  if (!x) return;
+  int tag = __atomic_load_n(&x->nbc, __ATOMIC_RELAXED);
+  if (tag > TAG_NONBLOCKING_BASE || tag == 0) tag = TAG_NONBLOCKING_BASE;   /* the communicator's first */
+  __atomic_store_n(&x->nbc, tag - 1, __ATOMIC_RELAXED);
+  atomic_store_explicit(nb_slot(tag), nb_code(tag, rm_t.coll - 1), memory_order_relaxed);
+  rm_t.nb_start = 1; rm_t.nb_tag = tag; rm_t.nb_xl = x;
+}
+
+void rm_nbc_skip_(MPI_Comm comm) {
+  rm_xl_t *x = rm_comm_xl(comm);
+  if (!x) return;
+  int tag = __atomic_load_n(&x->nbc, __ATOMIC_RELAXED);
+  if (tag > TAG_NONBLOCKING_BASE || tag == 0) tag = TAG_NONBLOCKING_BASE;
+  __atomic_store_n(&x->nbc, tag - 1, __ATOMIC_RELAXED);
+}
+
+void rm_nbc_started_(MPI_Request req) {
+  rm_t.nb_start = 0;
+  rm_rq_put_nbc(req, rm_t.coll - 1, rm_t.nb_tag);
+}
+
+void rm_nbc_forget(int tag, int op) {
+  int64_t v = nb_code(tag, op);
+  atomic_compare_exchange_strong_explicit(nb_slot(tag), &v, 0, memory_order_relaxed, memory_order_relaxed);
+}
+
+/* the operation a library message of a nonblocking collective's tag belongs to (op: the collective
+ * in progress on the thread, or -1) */
+static int nb_attribute(int tag, int op) {
+  int live = nb_op_of(tag);
+  if (rm_t.nb_start && op >= 0) {
+    if (tag == rm_t.nb_tag) return op;
+    if (live >= 0) return live;                      /* another schedule, progressed by this call */
+    /* the library's tag is not the one expected: it took tags the shim did not see */
+    rm_nbc_forget(rm_t.nb_tag, op);
+    atomic_store_explicit(nb_slot(tag), nb_code(tag, op), memory_order_relaxed);
+    rm_t.nb_tag = tag;
+    if (rm_t.nb_xl) __atomic_store_n(&rm_t.nb_xl->nbc, tag - 1, __ATOMIC_RELAXED);
+    return op;
+  }
+  if (live >= 0) return live;
+  if (rm_t.nb_wait) return rm_t.nb_wait - 1;         /* the collective being completed */
+  if (op >= 0) atomic_store_explicit(nb_slot(tag), nb_code(tag, op), memory_order_relaxed);
+  return op;
+}
 
 static int find_monitoring(struct dl_phdr_info *info, size_t size, void *data) {
   (void)size;
@@ -436,13 +492,9 @@ void mca_common_monitoring_record_pml(int world_rank, size_t data_size, int tag)
    * Outside, a tag >= 0 is the application's own point-to-point, which the shim counts itself. */
   if (op < 0 && tag >= 0) return;
   if (tag <= TAG_NONBLOCKING_BASE) {
-    _Atomic int64_t *slot = &nb_tag_op[(unsigned)(-tag) % NB_TAGS];
-    if (op >= 0) atomic_store_explicit(slot, ((int64_t)tag << 16) | op, memory_order_relaxed);
-    else {
-      int64_t v = atomic_load_explicit(slot, memory_order_relaxed);
-      if (v && (v >> 16) == tag) op = (int)(v & 0xffff);
-      mem = RMREC_MEM_UNKNOWN;
-    }
+    int got = nb_attribute(tag, op);
+    if (got != op) mem = RMREC_MEM_UNKNOWN;           /* not the buffer of the call in progress */
+    op = got;
   }
   if (op < 0) { op = internal_op; mem = RMREC_MEM_UNKNOWN; }
   rmrec_traffic_from(rm_R, world_rank, RMREC_COLL, op, mem, RMREC_SEND, (uint64_t)data_size, 1,

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "shim_core.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -198,6 +199,9 @@ void rm_setup(void) {
   char *nl = strchr(lib, '\n');
   if (nl) *nl = 0;
   rmrec_meta(rm_R, "mpi_library", lib);
+  Dl_info where;        /* the library file itself: a conformance record names its build by it */
+  if (dladdr((void *)PMPI_Init, &where) && where.dli_fname && where.dli_fname[0] == '/')
+    rmrec_meta(rm_R, "mpi_library_file", where.dli_fname);
   PMPI_Get_version(&ver, &sub);
   char v[32];
   snprintf(v, sizeof v, "%d.%d", ver, sub);

@@ -30,7 +30,7 @@ enum {
 
 /* rank translation of one communicator (or window): world rank of each (remote) rank, and the
  * communicator's id in the record's COMM blocks (0 = MPI_COMM_WORLD) */
-typedef struct { int size, me, inter; int *w; uint64_t id; } rm_xl_t;
+typedef struct { int size, me, inter; int *w; uint64_t id; int nbc; } rm_xl_t;   /* nbc: see rm_nbc_begin */
 /* rm_comm_xl: MPI_COMM_WORLD and the communicator this thread translated last (valid while no
  * communicator was freed since: rm_xt_gen counts frees) inline, the rest through the table */
 typedef struct { uint64_t key; unsigned gen; rm_xl_t *x; } rm_comm_last_t;
@@ -76,6 +76,9 @@ typedef struct {
   int in_f; uint32_t skip; rm_rowset_t *rs; uint64_t tick, last, rng; unsigned epoch;
   int shard, plain, fast; rmrec_opstat_t *ops;
   int coll, coll_mem; struct rm_coll_memo *cm;
+  /* the library source's nonblocking collectives (shim_coll.c): in a starting call, the tag its
+   * schedule is expected to use and its communicator; in a completion call of one, its op + 1 */
+  int nb_start, nb_tag, nb_wait; rm_xl_t *nb_xl;
   uint8_t slow[(RMREC_MAX_OPS + 7) / 8];
   rm_rowc_t rowc[RM_ROWC];
   rm_sc_t sc[RM_SC];
@@ -179,7 +182,7 @@ static inline __attribute__((always_inline)) void rm_clock_out(int op, uint64_t 
 }
 /* a wrapper's clock: RM_T0 at entry, RM_DONE at exit (the collective in progress, if any, is over then) */
 #define RM_T0(op) uint64_t t0_ = 0; unsigned w_ = rm_clock_in(op, &t0_)
-#define RM_DONE(op, n) do { rm_t.coll = 0; rm_clock_out(op, (n), t0_, w_); } while (0)
+#define RM_DONE(op, n) do { rm_t.coll = 0; rm_t.nb_wait = 0; rm_clock_out(op, (n), t0_, w_); } while (0)
 
 /* The fast path of an entry point (calls.spec's "fast"): an untimed call whose accounting needs
  * no call of its own.  rm_fast_ok: the call is untimed and the thread is the only writer of its
@@ -333,11 +336,12 @@ void rm_persist_end(rm_rowset_t *rs, MPI_Request req);
 /* request tracking: one hash table for every kind (locked under MPI_THREAD_MULTIPLE), and below
  * MPI_THREAD_MULTIPLE a cheaper home for the most common kind, the nonblocking receive: a log in
  * posting order (shim_req.c) */
-enum { RQ_RECV = 1, RQ_PRECV = 2, RQ_PSTART = 3, RQ_MSG = 4, RQ_SRECV = 5 };
+enum { RQ_RECV = 1, RQ_PRECV = 2, RQ_PSTART = 3, RQ_MSG = 4, RQ_SRECV = 5, RQ_NBC = 6 };
 enum { RQ_IN_TABLE = 0, RQ_IN_LOG = 1 };
 typedef struct {
   uint64_t key, seq; int kind, op, mem, where; rm_xl_t *xl; rm_rowset_t *rs;
-  int src; uint64_t bytes;          /* RQ_SRECV: the posted source (comm rank) and length */
+  int src; uint64_t bytes;          /* RQ_SRECV: the posted source (comm rank) and length; RQ_NBC: src
+                                     * is the schedule's tag */
 } rm_rq_t;
 extern volatile int rm_rq_count;    /* entries in the table */
 /* The receive log: the receive of sequence number s at e[s & (cap - 1)], key 0 once completed;
@@ -371,6 +375,7 @@ static inline int rm_rl_op(uintptr_t xo) {
 static inline rm_xl_t *rm_rl_xl(uintptr_t xo) { return (rm_xl_t *)(xo & ~(uintptr_t)1); }
 static inline int rm_rq_pending(void) { return rm_rq_count | rm_rl.live; }
 void rm_rq_put(MPI_Request req, int kind, int op, int mem, rm_xl_t *xl, rm_rowset_t *rs);
+void rm_rq_put_nbc(MPI_Request req, int op, int tag);
 int rm_rl_room(void);
 static inline rm_rle_t *rm_rl_at(uint64_t s) { return &rm_rl.e[s & (rm_rl.cap - 1)]; }   /* receive s's entry */
 static inline void rm_rl_mark(void) {
@@ -484,6 +489,21 @@ rm_xl_t *rm_msg_take(MPI_Message msg);
  * (rm_lib_on): every message it sends for a collective becomes a row of origin "library". */
 enum { RM_FACT_INPLACE = 1, RM_FACT_COMMUTE = 2, RM_FACT_COMMUTE_KNOWN = 4, RM_FACT_LIBRARY = 8 };
 extern int rm_lib_on;
+/* Nonblocking collectives under the library source.  Open MPI's libnbc gives each schedule started
+ * on a communicator the next tag of that communicator (-27, -28, ...) and sends all its messages
+ * with it, mostly in later calls (MPI_Wait, MPI_Test, any call that progresses).  The starting call
+ * expects the communicator's next tag (rm_nbc_begin), a message of the call with another tag no
+ * live schedule has corrects it (the library used tags the shim did not see, e.g. while creating a
+ * communicator), the request keeps it (rm_nbc_started) and its completion forgets it; a message
+ * whose tag no live schedule names goes to the collective whose request is being completed. */
+void rm_nbc_begin_(MPI_Comm comm);
+void rm_nbc_started_(MPI_Request req);
+void rm_nbc_skip_(MPI_Comm comm);
+void rm_nbc_forget(int tag, int op);
+static inline int rm_nbc_begin(MPI_Comm comm) { if (rm_lib_on) rm_nbc_begin_(comm); return 1; }
+static inline void rm_nbc_started(MPI_Request req) { if (rm_t.nb_start) rm_nbc_started_(req); }
+/* a persistent collective's init takes its tag once, for all its starts */
+static inline void rm_nbc_skip(MPI_Comm comm) { if (rm_lib_on) rm_nbc_skip_(comm); }
 void rm_coll_setup(void);                 /* after the writer is open: library hook, flush hook */
 void rm_coll_teardown(void);              /* before the final flush: META of the facts */
 /* The signatures a thread counted last, by the call's own arguments (a set per operation class):

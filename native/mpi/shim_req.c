@@ -71,6 +71,10 @@ void rm_rq_put_srecv(MPI_Request req, int op, int mem, MPI_Comm comm, int source
                            .bytes = bytes});
 }
 
+void rm_rq_put_nbc(MPI_Request req, int op, int tag) {
+  rq_insert(req, (rm_rq_t){.kind = RQ_NBC, .op = op, .mem = 0, .src = tag});
+}
+
 static int rq_find_locked(MPI_Request req, rm_rq_t *out) {
   if (req == MPI_REQUEST_NULL) return 0;
   uint64_t key = hkey(&req, sizeof req);
@@ -91,7 +95,9 @@ int rm_rq_get(MPI_Request req, rm_rq_t *out) {
     int64_t s = rl_find(hkey(&req, sizeof req), rm_rl.head);
     if (s >= 0) { rl_copy((uint64_t)s, out); return 1; }
   }
-  return rm_rq_count && rq_get_table(req, out);
+  if (!rm_rq_count || !rq_get_table(req, out)) return 0;
+  if (out->kind == RQ_NBC) rm_t.nb_wait = out->op + 1;   /* its schedule's messages in this call */
+  return 1;
 }
 
 static int rq_get_table(MPI_Request req, rm_rq_t *out) {
@@ -153,12 +159,15 @@ static inline int rq_row(const rm_rq_t *e, const MPI_Status *st, int *peer, uint
   return c >= 0 && *peer >= 0;
 }
 
-static inline int rq_once(int kind) { return kind == RQ_RECV || kind == RQ_SRECV; }  /* freed at completion */
+/* freed at completion (a nonblocking collective's schedule then sends no more: its tag is forgotten) */
+static inline int rq_once(int kind) { return kind == RQ_RECV || kind == RQ_SRECV || kind == RQ_NBC; }
+static inline void rq_forget(const rm_rq_t *e) { if (e->kind == RQ_NBC) rm_nbc_forget(e->src, e->op); }
 
 void rm_rq_done(const rm_rq_t *e, const MPI_Status *st) {
   int peer;
   uint64_t bytes;
   if (rq_row(e, st, &peer, &bytes)) rm_emit(peer, RMREC_P2P, e->op, e->mem, RMREC_RECV, bytes, 1);
+  rq_forget(e);
   if (rq_once(e->kind)) rm_rq_del(e);
 }
 
@@ -167,6 +176,7 @@ void rm_rq_done(const rm_rq_t *e, const MPI_Status *st) {
  * completed one, since the library reuses the handle and a stale entry would take the next
  * receive's place. */
 void rm_rq_failed(const rm_rq_t *e) {
+  rq_forget(e);
   if (rq_once(e->kind)) rm_rq_del(e);
 }
 
@@ -336,7 +346,10 @@ static void multi_table(rm_multi_t *m, int i, MPI_Request r) {
   if (r == MPI_REQUEST_NULL) return;
   if (!m->t && !(m->t = GROW(t, nt, (size_t)m->n, m->own))) return;
   rm_tfound_t *t = &m->t[m->nt];
-  if (rq_find_locked(r, &t->e)) { t->i = i; t->done = 0; m->nt++; }
+  if (rq_find_locked(r, &t->e)) {
+    t->i = i; t->done = 0; m->nt++;
+    if (t->e.kind == RQ_NBC && !rm_t.nb_wait) rm_t.nb_wait = t->e.op + 1;
+  }
 }
 
 int rm_multi_get(rm_multi_t *m, int n, const MPI_Request *reqs) {
@@ -618,7 +631,8 @@ void rm_multi_end(rm_multi_t *m) {
   for (int j = 0; j < m->nt && !any; j++) any = m->t[j].done && rq_once(m->t[j].e.kind);
   if (any) {
     rq_lock();
-    for (int j = 0; j < m->nt; j++) if (m->t[j].done && rq_once(m->t[j].e.kind)) rq_del_locked(&m->t[j].e);
+    for (int j = 0; j < m->nt; j++)
+      if (m->t[j].done && rq_once(m->t[j].e.kind)) { rq_forget(&m->t[j].e); rq_del_locked(&m->t[j].e); }
     rq_unlock();
   }
   if (m->own) { free(m->r); free(m->t); free(m->st); free(m->fst); }

@@ -9,6 +9,10 @@
  * rank 0, one line per (collective, size, root, src, dst) with the bytes and messages src sent to
  * dst in that call (dst -1: a peer the probe could not name):
  *     COLL SIZE ROOT SRC DST BYTES MESSAGES
+ * after two lines that name the library as rankmap's shim records it (META mpi_library and
+ * mpi_library_file: the key of a conformance record):
+ *     #library <first line of MPI_Get_library_version>
+ *     #file <the file that defines PMPI_Init>
  * Reductions use MPI_DOUBLE/MPI_SUM (SIZE/8 elements), the rest MPI_BYTE; PROBE_INPLACE=1 uses
  * MPI_IN_PLACE where the collective allows it. The v forms' blocks: allgatherv rank i contributes
  * SIZE bytes for odd i, SIZE/2 for even i; alltoallv rank r sends SIZE bytes to rank j, none
@@ -196,6 +200,14 @@ int main(int argc, char **argv) {
   MPI_Gather(bytes, ph * w, MPI_LONG_LONG, ab, ph * w, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
   MPI_Gather(msgs, ph * w, MPI_LONG_LONG, am, ph * w, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
   if (!r) {
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING + 1] = "";
+    int len = 0;
+    PMPI_Get_library_version(lib, &len);
+    lib[len > 0 && len <= MPI_MAX_LIBRARY_VERSION_STRING ? len : 0] = 0;
+    lib[strcspn(lib, "\n")] = 0;
+    Dl_info where;
+    printf("#library %s\n#file %s\n", lib,
+           dladdr((void *)PMPI_Init, &where) && where.dli_fname ? where.dli_fname : "");
     int q = 0;
     for (int c = 0; c < ncoll; c++)
       for (int k = 2; k < argc; k++)

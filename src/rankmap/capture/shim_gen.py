@@ -168,6 +168,20 @@ def _nonblocking_name(name: str) -> str:
     return "MPI_I" + name[4].lower() + name[5:]
 
 
+def _nbc_body(body: dict[str, str]) -> dict[str, str]:
+    """A collective's code for its nonblocking form: the tag its schedule will use expected at
+    the start, kept with the request (``rm_nbc_begin``, shim_core.h)."""
+    out = dict(body)
+    out["pre"] = body.get("pre", "") + "\nrm_nbc_begin(comm);"
+    out["post"] = (body["post"] + "\n" if body.get("post") else "") + "rm_nbc_started(*request);"
+    out["after"] = (body["after"] + "\n" if body.get("after") else "") + "rm_t.nb_start = 0;"
+    if "fast" in body:
+        out["fast"] = f"({body['fast']}) && rm_nbc_begin(comm)"
+        out["fast.post"] = (body["fast.post"] + "\n" if body.get("fast.post") else "") + "rm_nbc_started(*request);"
+        out["fast.after"] = (body["fast.after"] + "\n" if body.get("fast.after") else "") + "rm_t.nb_start = 0;"
+    return out
+
+
 def expand(entries) -> Spec:
     """Entries -> every entry point, with the variants each asks for."""
     spec = Spec()
@@ -190,12 +204,13 @@ def expand(entries) -> Spec:
             forms = [Call(name, params, body, fams, None if plain else name, plain)]
             if "i" in variants:
                 nb = _nonblocking_name(name)
-                forms.append(Call(nb, params + [Param("MPI_Request", 1, False, "request")], body, fams, nb))
+                forms.append(Call(nb, params + [Param("MPI_Request", 1, False, "request")], _nbc_body(body), fams, nb))
             if "init" in variants:
                 m = re.fullmatch(r"n = (.*);", body.get("pre", ""), re.S)
                 if not m or set(body) - {"pre", "fast", "fast.post", "fast.after", "fast.ways", "fast.jump"}:
                     raise RankmapError(f"calls.spec:{line}: 'init' needs exactly one 'pre: n = <expression>;'")
-                pers = {"persist": m.group(1)}     # (counted at MPI_Start: no fast path)
+                pers = {"persist": m.group(1),     # (counted at MPI_Start: no fast path)
+                        "after": "rm_nbc_skip(comm);"}  # its schedule's tag is taken once, here
                 forms.append(Call(name + "_init", params + [Param("MPI_Info", 0, False, "info"),
                                                            Param("MPI_Request", 1, False, "request")],
                                   pers, fams, name + "_init"))

@@ -30,6 +30,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="check GPUs, driver, NVML, MPI, NCCL, CUDA and the other tools rankmap uses",
                        description="One line per component: OK with what was found, or missing with what to do.")
     p.add_argument("--strict", action="store_true", help="exit 1 when anything is missing")
+    c = p.add_argument_group("collectives", "--collectives checks the mirror of an installed MPI's collective "
+                                            "selection against the library's own count of its messages and "
+                                            "records, in rankmap's home, which collectives it reproduces exactly: "
+                                            "profiles of that MPI build then use the mirror for them")
+    c.add_argument("--collectives", action="store_true",
+                   help="run the collective conformance probe (only this check)")
+    c.add_argument("--mpicc", metavar="PATH", help="the MPI's C compiler wrapper (default: mpicc on PATH)")
+    c.add_argument("--launcher", metavar="PATH", help="its launcher (default: the mpirun or mpiexec beside --mpicc)")
+    c.add_argument("--ranks", metavar="N,N", help="communicator sizes to probe (default 3,4,5,8)")
+    c.add_argument("--sizes", metavar="B,B", help="message sizes in bytes, multiples of 8 (default 8 B to 16 MiB, "
+                                                   "eight of them)")
     p.set_defaults(func=run)
 
 
@@ -319,7 +330,92 @@ def checks() -> list[Check]:
     return out
 
 
+# ------------------------------------------------------------------------------ --collectives
+def _numbers(text: str, what: str, multiple: int = 1, least: int = 1) -> tuple[int, ...]:
+    from rankmap.errors import RankmapError
+
+    try:
+        got = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        got = ()
+    if not got or any(n < least or n % multiple for n in got):
+        raise RankmapError(f"{what} {text!r}: give a comma-separated list of integers of at least {least}"
+                           + (f", multiples of {multiple}" if multiple > 1 else ""))
+    return got
+
+
+def collectives_target(mpicc: str | None, launcher: str | None):
+    """The MPI to check: its family from its compiler wrapper, its launcher beside it (or given)."""
+    from rankmap.errors import RankmapError
+    from rankmap.pairs import conformance
+
+    cc = shutil.which(mpicc or "mpicc")
+    if not cc:
+        raise RankmapError(f"no MPI compiler wrapper {mpicc or 'mpicc'} found: give --mpicc PATH")
+    ident = mpi_identity(cc)
+    family = _flavour(ident)
+    if family == "Open":
+        family = "Open MPI"
+    if family not in ("Open MPI", "MPICH"):
+        raise RankmapError(f"{cc} is {ident or 'an MPI that does not say which it is'}: the collective mirrors "
+                           f"follow Open MPI and MPICH")
+    if launcher:
+        run_ = shutil.which(launcher)
+        if not run_:
+            raise RankmapError(f"launcher {launcher} not found")
+    else:
+        base = os.path.basename(cc)
+        names = [base.replace("mpicc", n) for n in (("mpirun", "mpiexec") if family == "Open MPI"
+                                                    else ("mpiexec", "mpirun"))]
+        found = [os.path.join(os.path.dirname(cc), n) for n in names if "mpicc" in base]
+        run_ = next((f for f in found if os.access(f, os.X_OK) and _flavour(launcher_identity(f)) == _flavour(ident)),
+                    None)
+        if not run_:
+            raise RankmapError(f"no launcher of {ident} beside {cc} ({', '.join(names)}): give --launcher PATH")
+    return conformance.target(cc, run_, family)
+
+
+def run_collectives(args: argparse.Namespace) -> int:
+    """``doctor --collectives``: probe the MPI, compare with the mirrors, record what is exact."""
+    import tempfile
+
+    from rankmap.capture.native_build import cache_root
+    from rankmap.pairs import conformance
+
+    ranks = _numbers(args.ranks, "--ranks", least=2) if args.ranks else conformance.RANKS
+    sizes = _numbers(args.sizes, "--sizes", multiple=8, least=8) if args.sizes else conformance.SIZES
+    t = collectives_target(args.mpicc, args.launcher)
+    if t.unverifiable:
+        print(f"{'missing':<8}collectives  the mirror cannot be verified on {t.mpicc}: {t.unverifiable}")
+        return 1
+    cache = cache_root() / "probe"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        cache = Path(tempfile.mkdtemp(prefix="rankmap-probe-"))
+    b = conformance.verify(t, cache, ranks, sizes, say=lambda s: print(f"{'':<8}{s}", flush=True))
+    f = conformance.save(b)
+    n = len(b.exact) + len(b.inexact)
+    sizes_txt = f"{_size_text(min(sizes))}-{_size_text(max(sizes))}" if len(sizes) > 1 else _size_text(sizes[0])
+    print(f"{'OK':<8}collectives  {b.name} {b.version} ({b.file}, {b.fingerprint[:19]}): the {b.name} "
+          f"{b.release[0]}.{b.release[1]} mirror reproduces {len(b.exact)} of {n} collectives exactly on "
+          f"{', '.join(map(str, ranks))} ranks, {sizes_txt} (against {b.truth})")
+    for coll, why in b.inexact.items():
+        print(f"{'':<8}{'':<13}{coll}: {why}: the model")
+    print(f"{'':<8}{'':<13}recorded in {f}: profiles of this build use the mirror for the exact ones")
+    return 0
+
+
+def _size_text(n: int) -> str:
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.collectives:
+        return run_collectives(args)
     results = checks()
     width = max(len(c.name) for c in results)
     for c in results:

@@ -23,14 +23,11 @@ from rankmap.capture.native_build import compile_cached
 from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
 from rankmap.pairs.call import Call, kind_of
+from rankmap.pairs.conformance import BLOCKING, COLLECTIVES, NONBLOCKING  # noqa: F401  (the probe's names)
 from rankmap.pairs.mirror import Mirrored
 
-#: the collectives the probe runs, and those of them with a root (run once per root); an ``i``
-#: in front: the nonblocking form, started and waited for at once
-BLOCKING = ("allreduce", "bcast", "reduce", "allgather", "alltoall", "gather", "scatter",
-            "reduce_scatter_block", "reduce_scatter", "allgatherv", "alltoallv")
-NONBLOCKING = ("iallreduce", "ibcast", "ireduce", "iallgather", "ialltoall", "igather", "iscatter")
-COLLECTIVES = BLOCKING + NONBLOCKING
+#: the collectives the probe runs (:mod:`.conformance` declares them), and those of them with a root
+#: (run once per root)
 ROOTED = ("bcast", "reduce", "gather", "scatter", "ibcast", "ireduce", "igather", "iscatter")
 REDUCING = ("allreduce", "reduce", "reduce_scatter_block", "reduce_scatter", "iallreduce", "ireduce")
 
@@ -57,16 +54,35 @@ def parse(text: str, p: int, messages: bool = False) -> Measured:
     -1) is the sender itself."""
     out: Measured = defaultdict(lambda: np.zeros((p, p), dtype=np.int64))
     for line in text.splitlines():
+        if line.startswith("#"):
+            continue
         coll, size, root, src, dst, b, m = line.split()
         s, d = int(src), int(dst)
         out[(coll, int(size), int(root))][s, d if d >= 0 else s] += int(m if messages else b)
     return dict(out)
 
 
+def identity(text: str) -> tuple[str, str]:
+    """(the first line of MPI_Get_library_version, the file that defines PMPI_Init) the probe's
+    output names: what the shim records as META ``mpi_library`` and ``mpi_library_file``."""
+    got = {k: "" for k in ("library", "file")}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            key, _, value = line[1:].partition(" ")
+            if key in got:
+                got[key] = value.strip()
+    return got["library"], got["file"]
+
+
 def run(cmd: list[str], p: int, env: dict[str, str] | None = None, timeout: float = 600,
         messages: bool = False) -> Measured:
     """One probe job (``cmd``: the launch command of ``p`` ranks) and what it measured (bytes, or
     with ``messages`` the message counts)."""
+    return parse(run_text(cmd, env, timeout), p, messages)
+
+
+def run_text(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 600) -> str:
+    """One probe job's output (its lines for :func:`parse` and :func:`identity`)."""
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
     except subprocess.TimeoutExpired:
@@ -74,7 +90,7 @@ def run(cmd: list[str], p: int, env: dict[str, str] | None = None, timeout: floa
     if r.returncode:
         tail = " ".join((r.stdout[-500:] + r.stderr[-1500:]).split())
         raise RankmapError(f"the collective probe exited {r.returncode}: {tail}")
-    return parse(r.stdout, p, messages)
+    return r.stdout
 
 
 def ompi_command(mpirun: str, probe: Path, p: int, colls: list[str], sizes: list[int],

@@ -113,6 +113,10 @@ class RunIngest:
         # per MPI record file: what its collective calls need from earlier blocks (a delta holds
         # only its own): communicators by id and the META entries (the MPI library, its settings)
         self.coll_ctx: dict[str, tuple[dict, dict]] = {}
+        #: per MPI record file, the note of the collectives' source (which mirror, or why the model);
+        #: per collective operation, the sources of its stored pairs (library, mirror, model)
+        self.coll_notes: dict[str, str] = {}
+        self.coll_sources: dict[str, set[str]] = {}
         self.node_of = None                                # world rank -> node, from the ranks' hosts
         self.hosts_seen = 0
         self.job_size = job_size(self.run_dir)             # the job's world, as its job.json says
@@ -173,6 +177,9 @@ class RunIngest:
                 self.batch.ranks.pop((rank, "nccl"), None)     # its rank row comes from the pair model
             else:
                 self._collectives(path, delta)
+                for t in delta.traffic:
+                    if t.klass == "collective" and t.label:
+                        self.coll_sources.setdefault(t.operation, set()).add(t.label)
                 _in_range(name, delta)
                 self.batch.add(delta)
                 self.sent[name] = self.sent.get(name, 0) + delta.bytes_sent
@@ -224,6 +231,8 @@ class RunIngest:
             self.hosts_seen = len(self.world_ranks)
         view = replace(delta, communicators=list(comms.values()), meta=dict(meta))
         pairs.apply(view, self.node_of)
+        if path.name not in self.coll_notes:
+            self.coll_notes[path.name] = pairs.Library(meta).note
         delta.traffic, delta.timeline, delta.coll_calls = view.traffic, view.timeline, []
 
     def _totals(self, path: Path, final: bool, total: R.RankRecord | None) -> R.RankRecord | None:
@@ -287,6 +296,15 @@ class RunIngest:
         ranks = {r.header.world_rank for r in mpi}
         return bool(mpi) and n is not None and ranks == set(range(n)) and all(r.finalized for r in mpi) \
             and not self.header_problems
+
+    def collective_meta(self) -> dict:
+        """For the job's meta: the source of each collective operation's pairs, and what decided it
+        (the mirror that applied, or why the model did)."""
+        if not self.coll_sources:
+            return {}
+        derived = any(v & {"mirror", "model"} for v in self.coll_sources.values())
+        return {"collective_sources": {op: ", ".join(sorted(v)) for op, v in sorted(self.coll_sources.items())},
+                "collective_mirror": "; ".join(sorted(set(self.coll_notes.values()))) if derived else None}
 
     @property
     def bytes_sent(self) -> int:
@@ -375,7 +393,7 @@ def ingest_run(run_dir: str | Path, store: Store) -> IngestResult:
     new_bytes = sum(done - before.get(n, 0) for n, (done, _) in store.file_states(jid).items())
     problems = ing.problems()
     done = "exit_status" in info
-    meta = {"ingested_from": str(rd.path), "problems": len(problems)}
+    meta = {"ingested_from": str(rd.path), "problems": len(problems), **ing.collective_meta()}
     if done:
         state = S.ended_state(info.get("exit_status"))
     elif ing.ran_to_the_end():

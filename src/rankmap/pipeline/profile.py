@@ -661,7 +661,7 @@ def _finish(plan: _Plan, live: _Live, status: int, elapsed: int, cpu_s: float, r
         meta = {"problems": len(problems), "signal": signal.Signals(received).name if received else None,
                 "rankmap_cpu_s": round(cpu_s, 3), "ingest_cycles": streamer.cycles,
                 "ingest_cpu_s": round(streamer.cpu_s, 3), "ingest_priority": getattr(streamer, "priority", None),
-                "store_outages": streamer.outages, **sampled}
+                "store_outages": streamer.outages, **sampled, **streamer.ingest.collective_meta()}
         if stored:
             try:
                 live.store.finish_job(live.job_id, exit_status=status, elapsed_ns=elapsed, world_size=ws, meta=meta)

@@ -136,7 +136,7 @@ def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[A
     """The summary's parts, top to bottom (rich renderables); ``cuda``: with the CUDA activity section."""
     job = store.job(job_id)
     ranks = store.ranks(job_id)
-    traffic = store.traffic(job_id)
+    traffic = store.traffic(job_id, by_pair_source=True)
     out: list[Any] = []
 
     status = job.get("exit_status")
@@ -171,7 +171,10 @@ def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[A
         out.append(_by_operation(traffic, "no bytes sent: messages by class and operation", total))
     else:
         out.append(_by_operation(traffic, f"bytes by class and operation (total {human_bytes(total)})", total))
-
+    mirror = (job.get("meta") or {}).get("collective_mirror")
+    if mirror and any(r["class"] == "collective" and r.get("pair_source") in ("mirror", "model") for r in traffic):
+        out.append(Text(f"collective pairs: {mirror}", style="dim"))
+    if traffic and total:
         pairs: dict[tuple[int, int], list[int]] = {}
         for r in traffic:
             a = pairs.setdefault((r["src"], r["dst"]), [0, 0])
@@ -227,18 +230,25 @@ def summary_renderables(store: Any, job_id: int, *, cuda: bool = True) -> list[A
 
 def _by_operation(traffic: list[dict], heading: str, total: int) -> Group:
     """Bytes and messages by class and operation, the heaviest first; with no bytes sent (``total``
-    0), messages only."""
+    0), messages only. Where the job has collectives, a column says where each operation's pairs
+    come from: ``call`` (the call itself named the peer), ``library`` (the MPI library's own
+    count), ``mirror`` (its algorithm selection followed), ``model``."""
     by_op: dict[tuple[str, str], list[int]] = {}
+    sources: dict[tuple[str, str], set[str]] = {}
     for r in traffic:
         a = by_op.setdefault((r["class"], r["operation"]), [0, 0])
         a[0] += r["bytes"]
         a[1] += r["messages"]
+        if r.get("pair_source"):
+            sources.setdefault((r["class"], r["operation"]), set()).add(r["pair_source"])
     t = _table(heading)
     cols = ("class", "operation", "bytes", "messages", "share") if total else ("class", "operation", "messages")
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("class", "operation") else "right")
-    for (k, op), (b, msgs) in sorted(by_op.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0])):
-        t.add_row(k, op, *((human_bytes(b), f"{msgs:,}", f"{100 * b / total:.1f} %") if total else (f"{msgs:,}",)))
+    pairs_from = any(k == "collective" for k, _ in by_op)
+    for c in cols + (("pairs",) if pairs_from else ()):
+        t.add_column(c, justify="right" if c in ("bytes", "messages", "share") else "left")
+    for key, (b, msgs) in sorted(by_op.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0])):
+        cells = (human_bytes(b), f"{msgs:,}", f"{100 * b / total:.1f} %") if total else (f"{msgs:,}",)
+        t.add_row(*key, *cells, *((", ".join(sorted(sources.get(key, ()))) or "?",) if pairs_from else ()))
     return t.group
 
 
