@@ -266,3 +266,14 @@ def test_ingest_of_hostile_collective_facts(tmp_path_factory, size, rank, root, 
     assert m.shape == (2, 2) and (m >= 0).all()
     for row in store.traffic(res.job_id):
         assert 0 <= row["bytes"] <= INT64_MAX and 0 <= row["messages"] <= INT64_MAX
+
+
+def test_an_alltoallv_signature_of_two_values_per_rank_is_in_range():
+    """alltoallv/w's vector is the bytes to each peer then from each: twice the communicator's size
+    (what the Fortran bindings' exact test caught when the range check allowed only one per rank)."""
+    from rankmap.formats.record import _fact_in_range
+
+    e = {"size": 4, "rank": 0, "root": 0, "scount": 0, "ssize": 8, "rcount": 0, "rsize": 8}
+    assert _fact_in_range(e, (8, 16, 24, 8, 8, 16, 24, 8), 4)
+    assert not _fact_in_range(e, (8,) * 9, 4)            # more than two per rank: damage
+    assert not _fact_in_range(e, (8, -1), 4)

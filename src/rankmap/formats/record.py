@@ -401,7 +401,8 @@ def _fact_in_range(e: dict[str, int], vec: tuple[int, ...], world: int) -> bool:
     for count, width in ((e["scount"], e["ssize"]), (e["rcount"], e["rsize"])):
         if count < 0 or width < 0 or count * width * size > INT64_MAX:
             return False
-    return len(vec) <= size and all(0 <= v <= INT64_MAX // max(size, 1) for v in vec)
+    # a v-collective's vector: a value per rank, alltoallv/w's two (bytes to each peer, then from each)
+    return len(vec) <= 2 * size and all(0 <= v <= INT64_MAX // max(size, 1) for v in vec)
 
 
 def _text(b: memoryview) -> str:
