@@ -41,16 +41,8 @@ T0=$(date +%s)
 say() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 
 # 0. packages
-if ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" .whl/*.whl \
-    > "$WORK/pip.log" 2>&1 || { echo "FAIL installing the wheels of .whl:"; tail -5 "$WORK/pip.log"; exit 100; }
-  export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
-missing=$($PY -c 'import importlib.util as u; print(" ".join(m for m in ("sqlalchemy", "numpy", "rich", "pynvml") if not u.find_spec(m)))')
-if [ -n "$missing" ]; then
-  echo "FAIL python3 lacks: $missing (carry their wheels in .whl: see the top of this script)"; exit 100
-fi
+source "$ROOT/gpu/_pyenv.sh"
+rankmap_pyenv sqlalchemy numpy rich pynvml || exit 100
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; echo "host: $(hostname), $(nproc) CPUs"
   lscpu 2>/dev/null | grep -E "Model name|^CPU\(s\)|Thread|Core|Socket|NUMA node\(s\)"

@@ -104,6 +104,42 @@ def test_ompi_fixed_rules_match_monitoring(ompi_probe, p):
     assert all(v == 0 for v in per.values()), per
 
 
+#: the collectives the mirror took over from the model: allgatherv, reduce_scatter, alltoallv's
+#: empty blocks, and libnbc's nonblocking schedules
+LATER = ["allgatherv", "reduce_scatter", "alltoallv"] + list(probe.NONBLOCKING)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("p", [3, 4, 5, 8])
+def test_ompi_v_and_nonblocking_collectives_match_monitoring(ompi_probe, p):
+    """Tuned's allgatherv and reduce_scatter, alltoallv, and libnbc's nonblocking collectives, 8 B
+    to 16 MiB: per-pair bytes and message counts as the monitoring counts them (alltoallv: 4.1
+    sends empty blocks as messages of 0 bytes, 5.0's pairwise exchange sends a rank its own
+    block)."""
+    prm = ompi_probe.params()
+    for messages in (False, True):
+        got = probe.run(probe.ompi_command(ompi_probe.run, ompi_probe.path, p, LATER, SIZES), p, OMPI_ENV,
+                        messages=messages)
+        assert {k[0] for k in got} == set(LATER)
+        per = check_all(got, lambda c: ompi.messages(c, prm)) if not messages else \
+            probe.compare(got, lambda c: ompi.messages(c, prm), messages=True).per_collective
+        assert all(v == 0 for v in per.values()), (messages, per)
+    assert all(ompi.messages(call(c, p, 0, 1000, 0), prm) is not None for c in LATER)
+
+
+def test_ompi_alltoallv_empty_blocks_by_release():
+    """4.1 sends an empty alltoallv block as a message of 0 bytes, 5.0 sends none; 5.0's pairwise
+    exchange (3 ranks) sends the rank its own block."""
+    c = call("alltoallv", 3, 0, 100, 0)           # blocks to 1 and 2: (0 + 2) % 3 == 2: 100 B; to 0: none
+    sends = {rel: sorted((m.dst, m.nbytes) for m in ompi.messages(c, ompi.Params(release=rel)).msgs)
+             for rel in ompi.RELEASES}
+    c1 = call("alltoallv", 3, 1, 100, 0)           # rank 1: to 2 none ((1 + 2) % 3 == 0), to 0 and 1 100 B
+    assert sends[(4, 1)] == [(1, 100), (2, 100)]
+    assert sorted((m.dst, m.nbytes) for m in ompi.messages(c1, ompi.Params(release=(4, 1))).msgs) == [(0, 100), (2, 0)]
+    assert sorted((m.dst, m.nbytes) for m in ompi.messages(c1, ompi.Params(release=(5, 0))).msgs) == [(0, 100), (1, 100)]
+
+
 def forced_params(probe: OmpiProbe, alg: int, segsize: int = 0) -> tuple[dict[str, str], ompi.Params]:
     """Force algorithm ``alg`` on every collective that has it in the probe's release (as MCA
     parameters and as the shim would read them back)."""
@@ -379,5 +415,10 @@ def test_both_mirrors_answer_through_one_interface():
         got = m.messages(call("allreduce", 4, 1, 8, 0))
         assert isinstance(got, Mirrored) and got.modeled is False and got.algorithm, got
         assert sorted(x.dst for x in got.msgs) == [0, 3] and {x.nbytes for x in got.msgs} == {8}
-        assert m.messages(replace(call("allreduce", 4, 1, 8, 0), form="nonblocking")) is None
+        assert m.messages(replace(call("allreduce", 4, 1, 8, 0), form="persistent")) is None
+        nb = m.messages(replace(call("allreduce", 4, 1, 8, 0), form="nonblocking"))
+        if "Open MPI" in meta["mpi_library"]:      # libnbc's binomial: up to 0, down to 1 + 2
+            assert sorted(x.dst for x in nb.msgs) == [0, 3] and "libnbc" in nb.algorithm
+        else:
+            assert nb is None
     assert Library({"mpi_library": "Intel(R) MPI Library 2021.6"}).mirror is None

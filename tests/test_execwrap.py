@@ -170,6 +170,60 @@ def test_run_under_real_mpirun(tmp_path):
 
 @pytest.mark.mpi
 @pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun.openmpi is not installed")
+def test_cpus_of_another_machine_are_one_note(tmp_path):
+    """A mapping made for a bigger machine (a fixture's node on a laptop) names CPUs this one lacks.
+    Every rank used to warn that "the launcher bound it" and to name binding options nobody passed;
+    now `rankmap run` says once, before the launch, that the ranks run unbound, and they do."""
+    from rankmap.store import command_key, open_store
+
+    absent = max(os.cpu_count() or 1, *os.sched_getaffinity(0)) + 64
+    doc = fake_doc(2)
+    for e in doc["mapping"].values():
+        e["cpus"] = f"{absent}-{absent + 3}"
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    (tmp_path / "printer.py").write_text(PRINTER)
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, str(tmp_path / "printer.py"),
+           str(out)]
+    open_store(db).save_mapping(doc, key=command_key(cmd), world_size=2, topology="dgx1-v100")
+    p = rankmap("run", "--topology", "dgx1-v100", "--", *cmd,
+                env={"RANKMAP_DB": db, "RANKMAP_HOME": str(tmp_path / "home")}, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    said = p.stdout + p.stderr
+    assert "warning" not in said and "--bind-to" not in said, said
+    notes = [l for l in said.splitlines() if "which this machine does not offer" in l]
+    assert len(notes) == 1 and f"CPUs {absent}-{absent + 3} of dgx1-v100" in notes[0], said
+    seen = {int(f.stem): json.loads(f.read_text()) for f in out.glob("*.json")}
+    assert sorted(seen) == [0, 1], said
+    for r, d in seen.items():
+        assert d["cvd"] == str(doc["mapping"][str(r)]["gpu"]) and d["membind"] is None   # placed, not bound
+
+
+def test_wrapper_says_when_its_cpus_are_not_on_the_machine(tmp_path):
+    """Where the wrapper binds on its own (a node of a multi-node mapping) and the rank's CPUs are not
+    there at all, it says so, not that a launcher bound the rank elsewhere."""
+    import subprocess
+
+    if len(os.sched_getaffinity(0)) < (os.cpu_count() or 0):
+        pytest.skip("this process is bound to part of the machine: the launcher's case")
+    absent = max(os.cpu_count() or 1, *os.sched_getaffinity(0)) + 64
+    doc = fake_doc(2)
+    doc["mapping"]["1"]["cpus"] = str(absent)
+    mf = tmp_path / "m.json"
+    mf.write_text(json.dumps(doc))
+    env = {k: v for k, v in os.environ.items() if k not in execwrap.WORLD_VARS and k != "RANKMAP_NO_BIND"}
+    env.update(RANKMAP_MAPPING=str(mf), OMPI_COMM_WORLD_RANK="1")
+    p = subprocess.run([sys.executable, "-S", execwrap.__file__, "true"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.startswith(f"rankmap execwrap: warning: rank 1: its GPU's CPUs {absent} are not on this machine"), \
+        p.stderr
+    assert "--bind-to" not in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun.openmpi is not installed")
 def test_dry_run_shows_wrapped_command(tmp_path):
     from rankmap.store import command_key, open_store
 
@@ -221,3 +275,32 @@ def test_tune_uses_stored_profile_and_checks_rank_count(tmp_path):
     store.ingest(j3, [_record(r, 12) for r in range(12)])
     store.finish_job(j3, exit_status=0)
     assert_one_line_error(rankmap("tune", "--topology", "dgx1-v100", "--", *cmd3, env=env), "--ranks-per-gpu")
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun.openmpi is not installed")
+def test_the_run_line_tune_and_map_print_works_as_printed(tmp_path):
+    """`tune --topology dgx1-v100` and `map --job N --save` print the `rankmap run` line to launch with;
+    it left out the node and the store they were given, so on a machine without a GPU (or with the
+    store named by --db) the printed line failed. Run as printed, it launches the job."""
+    import shlex
+
+    from rankmap.store import command_key, open_store
+
+    db = f"sqlite:///{tmp_path / 'my store.db'}"
+    store = open_store(db)
+    env = {"RANKMAP_HOME": str(tmp_path / "home")}      # no RANKMAP_DB: the store is the --db given
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "4", "/bin/true"]
+    jid = store.create_job(cmd, launcher="openmpi", world_size=4, key=command_key(cmd))
+    store.ingest(jid, [_record(r, 4) for r in range(4)])
+    store.finish_job(jid, exit_status=0)
+    for verb in (["tune", "--topology", "dgx1-v100", "--db", db, "--", *cmd],
+                 ["map", "--job", str(jid), "--save", "--topology", "dgx1-v100", "--db", db]):
+        p = rankmap(*verb, env=env)
+        assert p.returncode == 0, p.stderr
+        line = [l for l in (p.stdout + p.stderr).splitlines() if "launch with: " in l]
+        assert len(line) == 1, p.stdout + p.stderr
+        printed = shlex.split(line[0].split("launch with: ", 1)[1])
+        assert printed[:2] == ["rankmap", "run"] and "--topology" in printed and "--db" in printed, printed
+        r = rankmap(*printed[1:], env=env, timeout=300)
+        assert r.returncode == 0, (verb[0], printed, r.stdout + r.stderr)

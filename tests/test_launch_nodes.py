@@ -348,7 +348,9 @@ def test_dashboard_hint_names_a_command_that_stores_a_mapping_run_uses(setup, mo
     assert hinted.startswith(f"rankmap map --job {jid} ") and "--save" in hinted and "--db" in hinted
     p = rankmap(*shlex.split(hinted)[1:], env=env)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert f"launch with: rankmap run -- {shlex.join(cmd)}" in p.stdout
+    given = shlex.split(hinted)
+    opts = [t for o in ("--topology", "--db") if o in given for t in (o, given[given.index(o) + 1])]
+    assert f"launch with: {shlex.join(['rankmap', 'run', *opts, '--', *cmd])}" in p.stdout   # map's store and node
     shown = client.get(f"/api/jobs/{jid}/mapping").json()
     assert shown["mapping"]["matched"] == "job" and shown["after"]["max_congestion"] <= shown["before"]["max_congestion"]
     # rankmap run finds it for the job's own command

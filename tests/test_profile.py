@@ -570,3 +570,23 @@ def test_a_launch_that_started_no_rank_is_failed(db, request, tmp_path):
     d = client.get("/api/jobs/1").json()
     assert (d["job"]["state"], d["running"], d["summary"]["ranks_reporting"]) == ("failed", False, 0)
     assert 'job="1"' not in client.get("/metrics").text
+
+
+def test_rankmap_loads_numpy_with_one_blas_thread_and_the_job_inherits_nothing(tmp_path):
+    """OpenBLAS starts a spinning thread per core when NumPy is imported: rankmap's own process
+    imports it with one, and the variable that says so is gone before any job starts."""
+    if "OPENBLAS_NUM_THREADS" in os.environ:
+        pytest.skip("OPENBLAS_NUM_THREADS is set here: rankmap leaves a user's value alone")
+    probe = ("import os; from rankmap import cli; cli._numpy_with_one_blas_thread(); "
+             "print(len(os.listdir('/proc/self/task')), 'OPENBLAS_NUM_THREADS' in os.environ)")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "False"]
+    plain = subprocess.run([sys.executable, "-c", "import os, numpy; print(len(os.listdir('/proc/self/task')))"],
+                           env=env, capture_output=True, text=True, check=True).stdout
+    if (os.cpu_count() or 1) > 1:
+        assert int(plain) > 1          # without it NumPy's OpenBLAS does start more: the check can fail
+    # a job started by `rankmap profile` (here `env` itself) sees the environment without the variable
+    p = rankmap("profile", "--no-summary", "--no-progress", "--", "env",
+                env=dict(env, RANKMAP_HOME=str(tmp_path / "home"), RANKMAP_DB=f"sqlite:///{tmp_path / 'r.db'}"))
+    assert "PATH=" in p.stdout and "OPENBLAS_NUM_THREADS" not in p.stdout

@@ -784,6 +784,7 @@ def test_serve_command_serves_the_store(tmp_path):
 def test_link_loads_count_same_gpu_and_other_node_pairs_apart():
     """Two ranks on one GPU cross no link; a pair split across nodes leaves the drawing; pairs
     that share any node are drawn on it, each byte on every hop of its route."""
+    from rankmap.mapping.cost import Traffic
     from rankmap.topology import fixtures
     from rankmap.web.topoview import Placement, link_loads
 
@@ -794,7 +795,7 @@ def test_link_loads_count_same_gpu_and_other_node_pairs_apart():
     T[2, 3] = 7         # node 0 -> node 1: off the drawing
     T[3, 4] = 50        # GPU 2 -> GPU 6 on node 1: drawn like a node-0 pair
     T[4, 4] = 99        # to itself: ignored
-    d = link_loads(topo, T, Placement([0, 0, 5, 2, 6], [0, 0, 0, 1, 1], "test"))
+    d = link_loads(topo, Traffic.from_dense(T), Placement([0, 0, 5, 2, 6], [0, 0, 0, 1, 1], "test"))
     assert (d["same_gpu_bytes"], d["routed_bytes"], d["off_node_bytes"]) == (1000, 3050, 7)
     want = np.zeros((len(topo.links), 2), dtype=np.int64)
     for a, b, nbytes in (("gpu0", "gpu5", 3000), ("gpu2", "gpu6", 50)):
@@ -821,7 +822,7 @@ def test_link_loads_route_host_staged_bytes_via_the_host():
     T[1, 2] = 3000             # GPU 0 -> GPU 1, device memory: the NVLink
     T[2, 3] = H[2, 3] = 500    # GPU 1 -> GPU 5, host memory: across the CPU interconnect
     pl = Placement([0, 0, 1, 5], None, "test")
-    d = link_loads(topo, T, pl, H)
+    d = link_loads(topo, Traffic.from_dense(T, H), pl)
     assert (d["same_gpu_bytes"], d["routed_bytes"], d["host_staged_bytes"]) == (0, 4500, 1500)
     m = node_model(topo)
     want = evaluate(Platform(m), Traffic.from_dense(T, H), np.zeros(4, dtype=np.int64), np.array([0, 0, 1, 5]))
@@ -835,7 +836,7 @@ def test_link_loads_route_host_staged_bytes_via_the_host():
     assert kinds["nvlink"] == 3000  # only the device-memory pair is on NVLink
     assert kinds["cpu_interconnect"] == 500
     # the same matrix read as all peer-to-peer bytes: nothing crosses the CPU interconnect
-    peer = link_loads(topo, T, pl)
+    peer = link_loads(topo, Traffic.from_dense(T), pl)
     assert peer["same_gpu_bytes"] == 1000 and peer["host_staged_bytes"] == 0
 
 

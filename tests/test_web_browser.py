@@ -805,3 +805,141 @@ def test_a_job_that_started_no_rank_shows_as_failed(failed_launch, browser_page)
     item.click()
     page.locator("#job-status .pill.bad").wait_for(timeout=15_000)
     assert page.locator("#job-status").inner_text() == "failed: exit 132"
+
+
+# ---------------------------------------------------------------------- a person's findings, third round
+def font_px(page, box: str) -> list[float]:
+    """The rendered size (CSS px) of every text of the SVG drawing in ``box``: its font size in the
+    drawing's units times the scale the drawing is shown at."""
+    return page.evaluate(f"""() => [...document.querySelectorAll('{box} svg')].flatMap(s => {{
+        const scale = s.getBoundingClientRect().width / s.viewBox.baseVal.width;
+        return [...s.querySelectorAll('text')].filter(t => t.textContent)
+            .map(t => parseFloat(getComputedStyle(t).fontSize) * scale); }})""")
+
+
+def test_a_job_page_asks_only_what_the_server_can_answer(store_url, browser_page):
+    """On a machine whose own node does not load (``live`` without an NVIDIA driver; here a server
+    topology that is not there) a job with a mapping is drawn on its mapping's node, and a job
+    without one asks for no link view at all: not one request of the page fails. Its host-staged
+    bytes are drawn over PCIe and the host, in the link view as in the mapping panel, never on NVLink."""
+    store = open_store(store_url)
+    ids = fill_store(store_url)
+    staged = store.create_job(["mpirun", "-np", str(N), "./staged"], world_size=N, meta={"bucket_ms": 100})
+    store.ingest(staged, [WebRecord(world_rank=r, start_ns=10**18, traffic=[((r + 1) % N, "p2p", "MPI_Send", "host", "send", 10**8, 1)],
+                                    timeline=[(0, (r + 1) % N, "p2p", 10**8)]) for r in range(N)])
+    store.finish_job(staged, exit_status=0, elapsed_ns=10**9)
+    from rankmap.mapping.traffic import job_traffic
+    from rankmap.pipeline.map import place
+    store_mapping(store, place(job_traffic(store, staged), topology=TOPOLOGY, source={"job": staged}), staged)
+    page, problems, outside = browser_page
+    failed, asked = [], []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    page.on("request", lambda r: asked.append(r.url))
+    with _Server(create_app(store, "/nonexistent/node.json"), page) as srv:
+        page.goto(f"{srv.url}/#/job/{staged}")
+        page.locator("#topo-view svg").wait_for(timeout=15_000)
+        assert "dgx1-v100 (the node of its mapping #" in page.locator("#topo-placement").inner_text()
+        page.locator("#after-view svg").wait_for(timeout=15_000)
+        kinds = page.evaluate("""() => [...document.querySelectorAll('#topo-view path.link')].map(p =>
+            [p.dataset.kind, +p.dataset.load])""")
+        assert all(load == 0 for kind, load in kinds if kind == "nvlink"), kinds
+        assert sum(load for kind, load in kinds if kind == "pcie") > 0 and any(k == "cpu_interconnect" and v for k, v in kinds)
+        for view in ("#before-view", "#after-view"):
+            drawn = page.evaluate(f"""() => [...document.querySelectorAll('{view} path.link')].map(p =>
+                [p.dataset.kind, +p.dataset.load])""")
+            assert all(load == 0 for kind, load in drawn if kind == "nvlink"), (view, drawn)
+        # the running job has no mapping: no node to draw it on here, said once, nothing asked that fails
+        asked.clear()
+        page.evaluate(f"location.hash = '#/job/{ids['running']}'")
+        wait_js(page, "document.getElementById('topo-view').innerText.includes('no node to draw')")
+        page.wait_for_timeout(2500)  # a poll of the running job
+        assert not [u for u in asked if "/utilisation" in u or "/cluster" in u or "/api/topology" in u], asked
+        # a node picked in the header draws it
+        page.select_option("#topo-spec", TOPOLOGY)
+        page.locator("#topo-view svg").wait_for(timeout=15_000)
+        page.select_option("#topo-spec", "")   # each job's own again, for the next page
+    assert failed == [], failed
+
+
+def test_job_list_rows_say_what_differs(store_url, browser_page):
+    """Two jobs whose commands share a long launcher prefix: each row shows what its job runs, the
+    words that differ in bold and on screen, the options both pass folded into one "…"."""
+    store = open_store(store_url)
+    base = ["/usr/bin/mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", "8",
+            "/home/user/.rankmap/demo/halo4d", "2x2x2x1", "1048576", "5"]
+    a = store.create_job(base, world_size=8)
+    b = store.create_job(base + ["col"], world_size=8)
+    page, problems, outside = browser_page
+    with _Server(create_app(store, TOPOLOGY), page) as srv:
+        page.goto(srv.url + "/")
+        page.locator(f'#job-list li[data-job="{b}"]').wait_for()
+        rows = {j: page.locator(f'#job-list li[data-job="{j}"] .job-cmd') for j in (a, b)}
+        text = {j: r.inner_text().replace("\n", " ") for j, r in rows.items()}
+        assert text[a] != text[b], text
+        assert text[b] == "mpirun.openmpi … -np 8 halo4d 2x2x2x1 1048576 5 col", text
+        assert rows[b].locator("b").all_inner_texts() == ["col"]
+        assert rows[a].get_attribute("title") == store.job(a)["command"]
+        word, row = rows[b].locator("b").bounding_box(), rows[b].bounding_box()
+        assert row["x"] <= word["x"] and word["x"] + word["width"] <= row["x"] + row["width"] + 0.5
+        assert row["y"] <= word["y"] and word["y"] + word["height"] <= row["y"] + row["height"] + 0.5
+
+
+def test_labels_of_the_drawings_are_readable(dashboard, browser_page, tmp_path):
+    """The mapping's before and after drawings of a DGX-1 side by side in half a card each were
+    drawn at half scale, their labels 6 px tall: every label of every drawing is 11 px or more."""
+    srv, ids, _ = dashboard
+    page, problems, outside = browser_page
+    page.goto(f"{srv.url}/#/job/{ids['done']}")
+    page.locator("#after-view svg").wait_for(timeout=15_000)
+    page.locator("#topo-view svg").wait_for(timeout=15_000)
+    for box in ("#before-view", "#after-view", "#topo-view"):
+        sizes = font_px(page, box)
+        assert sizes and min(sizes) >= 11, (box, min(sizes))
+    page.locator("#mapping-card").screenshot(path=str(tmp_path / "mapping.png"))
+
+
+def test_an_unknown_job_shows_only_its_error(dashboard, browser_page):
+    """#/job/999 after a job: the error, and nothing of the job shown before it under it."""
+    srv, ids, _ = dashboard
+    page, problems, outside = browser_page
+    page.goto(f"{srv.url}/#/job/{ids['done']}")
+    page.locator("#heatmap .main-svg").first.wait_for(timeout=15_000)
+    page.evaluate("location.hash = '#/job/999'")
+    page.locator("#job-error").wait_for(timeout=15_000)
+    assert "unknown job" in page.locator("#job-error").inner_text()
+    assert page.locator("#job-title").inner_text() == "Job #999"
+    assert page.locator("#job .grid").is_hidden() and page.locator("#kpis").is_hidden()
+    assert page.locator("#job-command").inner_text() == "" and page.locator("#job-status").inner_text() == ""
+    assert page.locator("#job-list li.selected").count() == 0
+    # and a known job afterwards is whole again
+    page.evaluate(f"location.hash = '#/job/{ids['done']}'")
+    page.locator("#job .grid").wait_for(timeout=15_000)
+    wait_js(page, "document.getElementById('job-error').hidden")
+    assert "8 / 8" in page.locator("#kpis").inner_text()
+    # the one failed request is the page asking for the job that is not there
+    assert problems and all("404" in p for p in problems), problems
+    problems.clear()
+
+
+def test_a_token_url_pasted_into_an_open_tab_is_used(store_url, browser_page):
+    """A tab left open on the token form (or with a wrong token) takes the printed #token= URL
+    pasted into its address bar: the jobs load, the form goes, the token leaves the address bar."""
+    store = open_store(store_url)
+    ids = fill_store(store_url)
+    token = "tok-" + "y" * 24
+    page, problems, outside = browser_page
+    with _Server(create_app(store, TOPOLOGY, access_for("0.0.0.0", token)), page) as srv:
+        page.goto(srv.url + "/")
+        page.locator("#auth").wait_for()
+        # pasting the URL into the address bar of this tab: a same-document navigation to its #token=
+        page.evaluate(f"location.hash = '#token={token}'")
+        page.locator(f'#job-list li[data-job="{ids["done"]}"]').wait_for(timeout=15_000)
+        assert page.locator("#auth").is_hidden() and "token" not in page.evaluate("location.href")
+        # a wrong token in the tab, then the right one with a job: that job opens
+        page.evaluate("sessionStorage.setItem('rankmap.token', 'wrong')")
+        page.evaluate(f"location.hash = '#/job/{ids['done']}&token={token}'")
+        page.locator("#heatmap .main-svg").first.wait_for(timeout=15_000)
+        assert page.locator("#job-title").inner_text() == f"Job #{ids['done']}"
+        assert page.evaluate("location.hash") == f"#/job/{ids['done']}"
+    assert all("401" in p for p in problems), problems
+    problems.clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import json
+import math
 import re
 import signal
 import socket
@@ -440,6 +441,70 @@ def test_non_loopback_server_requires_its_token(store):
     assert c.get("/api/jobs", headers={"authorization": "Bearer s3cret-token", "host": "127.0.0.1:8000"}).status_code == 200
 
 
+def test_a_short_token_is_refused_in_one_line(tmp_path):
+    from conftest import assert_one_line_error, rankmap
+    from rankmap.web.security import MIN_TOKEN, check_token
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    p = rankmap("serve", "--db", url, "--host", "0.0.0.0", "--port", str(_free_port()), "--token", "abc")
+    assert_one_line_error(p, "--token", "3 characters", f"at least {MIN_TOKEN}")
+    p = rankmap("serve", "--db", url, "--port", str(_free_port()), env={"RANKMAP_TOKEN": "x" * (MIN_TOKEN - 1)})
+    assert_one_line_error(p, "$RANKMAP_TOKEN", f"{MIN_TOKEN - 1} characters")
+    assert check_token("x" * MIN_TOKEN, "--token") == "x" * MIN_TOKEN
+
+
+def test_wrong_tokens_slow_their_sender_down(store):
+    """After FREE_FAILURES wrong tokens an address waits 1 s, then 2 s, 4 s ... before its next try
+    is looked at (429 with Retry-After meanwhile, the right token too); the right token after the
+    wait clears the count; another address is not slowed down; a request without a token is no guess."""
+    from rankmap.web.security import FREE_FAILURES, Backoff
+
+    clock = [1000.0]
+    access = access_for("0.0.0.0", "the-right-token-of-24ch")
+    access.backoff = Backoff(clock=lambda: clock[0])
+    app = create_app(store, H200, access)
+    base = f"http://{socket.gethostname()}:8000"
+    guesser, other = TestClient(app, base_url=base, client=("10.0.0.7", 5000)), \
+        TestClient(app, base_url=base, client=("10.0.0.8", 5000))
+    wrong, right = {"authorization": "Bearer guess"}, {"authorization": "Bearer the-right-token-of-24ch"}
+    for _ in range(3):
+        assert guesser.get("/api/jobs").status_code == 401   # no token: the page's first request
+    for _ in range(FREE_FAILURES):
+        assert guesser.get("/api/jobs", headers=wrong).status_code == 401
+    for headers in (wrong, right):                            # the next try comes too early
+        r = guesser.get("/api/jobs", headers=headers)
+        assert r.status_code == 429 and r.headers["retry-after"] == "1" and "try again in 1 s" in r.json()["detail"]
+    assert other.get("/api/jobs", headers=right).status_code == 200
+    clock[0] += 1.0
+    assert guesser.get("/metrics", headers=wrong).status_code == 401      # looked at, and wrong again
+    r = guesser.get("/metrics", headers=wrong)
+    assert r.status_code == 429 and r.headers["retry-after"] == "2"      # twice as long
+    clock[0] += 2.0
+    assert guesser.get("/api/jobs", headers=right).status_code == 200     # the right one clears the count
+    for _ in range(FREE_FAILURES):
+        assert guesser.get("/api/jobs", headers=wrong).status_code == 401
+    clock[0] += 601
+    assert guesser.get("/api/jobs", headers=wrong).status_code == 401     # forgotten after ten quiet minutes
+
+
+def test_guesses_per_second_are_a_handful(store):
+    """Guesses sent as fast as a client can (a thousand a second were answered): the tokens actually
+    checked are the free ones and one after each doubling wait that has passed meanwhile, however
+    long the machine takes to answer them; the rest get 429."""
+    from rankmap.web.security import FREE_FAILURES
+
+    app = create_app(store, H200, access_for("0.0.0.0", "the-right-token-of-24ch"))
+    c = TestClient(app, base_url=f"http://{socket.gethostname()}:8000", client=("10.0.0.9", 5000))
+    seen: dict[int, int] = {}
+    start = time.monotonic()
+    for k in range(300):
+        code = c.get("/api/jobs", headers={"authorization": f"Bearer guess-{k}"}).status_code
+        seen[code] = seen.get(code, 0) + 1
+    waited = time.monotonic() - start          # waits of 1, 2, 4 ... s: log2(waited + 1) of them passed
+    assert set(seen) <= {401, 429}, seen
+    assert FREE_FAILURES <= seen[401] <= FREE_FAILURES + 1 + math.log2(waited + 1), (seen, waited)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -562,6 +627,77 @@ def test_metrics_expose_the_heaviest_pairs_of_a_large_job(store, monkeypatch):
     assert pairs == {("0", "1", "nccl"): 10**9, ("3", "2", "p2p"): 4002, ("3", "1", "p2p"): 4001,
                      ("3", "0", "p2p"): 4000, ("2", "3", "p2p"): 3003}
     assert [s[2] for s in samples if s[0] == "rankmap_pair_series_omitted"] == [11]
+
+
+def ended_job(store, ranks: int, tag: str) -> int:
+    """A job that ended a minute ago: every rank sent every other rank 1000 x (src + 1) + dst bytes."""
+    jid = store.create_job(["mpirun", "-np", str(ranks), f"./{tag}"], world_size=ranks)
+    store.ingest(jid, [WebRecord(world_rank=r, traffic=[(d, "p2p", "MPI_Send", "device", "send", 1000 * (r + 1) + d, 1)
+                                                       for d in range(ranks) if d != r]) for r in range(ranks)])
+    store.finish_job(jid, exit_status=0, elapsed_ns=10**9, ended=datetime.now(timezone.utc) - timedelta(seconds=60))
+    return jid
+
+
+def test_metrics_stay_bounded_with_many_jobs(store, monkeypatch):
+    """Many recent jobs share the scrape's pair series: each gets its share of
+    MAX_PAIR_SERIES_TOTAL (the heaviest of its pairs), the rest counted per job."""
+    from rankmap.web import metrics as M
+
+    monkeypatch.setattr(M, "MAX_PAIR_SERIES_TOTAL", 100)
+    jobs = [ended_job(store, 6, f"j{k}") for k in range(10)]   # 30 pair series each, 300 in all
+    _, samples = parse_metrics(local_client(create_app(store, H200)).get("/metrics").text)
+    pairs = [s for s in samples if s[0] == "rankmap_pair_bytes_total"]
+    assert len(pairs) == 100
+    for jid in jobs:
+        mine = {(int(s[1]["src"]), int(s[1]["dst"])) for s in pairs if s[1]["job"] == str(jid)}
+        assert mine == {(5, d) for d in range(5)} | {(4, d) for d in (5, 3, 2, 1, 0)}, mine  # the ten heaviest
+    assert sorted((s[1]["job"], s[2]) for s in samples if s[0] == "rankmap_pair_series_omitted") == \
+        sorted((str(j), 20.0) for j in jobs)
+
+
+def test_metrics_read_the_store_once_per_scrape_and_ended_jobs_once(store, monkeypatch):
+    """A scrape's statements do not grow with the jobs (one query each for the running jobs, their
+    newest samples and the heaviest pairs of all jobs); the pairs of ended jobs are read by the
+    first scrape only, and read again once the job changes. What is kept is what a fresh read gives."""
+    from rankmap.web import metrics as M
+
+    def statements(client, n: int = 1) -> int:
+        count = [0]
+
+        def seen(*_a):
+            count[0] += 1
+        sa.event.listen(store.engine, "before_cursor_execute", seen)
+        try:
+            for _ in range(n):
+                assert client.get("/metrics").status_code == 200
+        finally:
+            sa.event.remove(store.engine, "before_cursor_execute", seen)
+        return count[0]
+
+    read: list[list[int]] = []
+    real = M._heaviest_pairs
+    monkeypatch.setattr(M, "_heaviest_pairs", lambda st, ids, limit: (read.append(sorted(ids)), real(st, ids, limit))[1])
+    counts = {}
+    for jobs in (2, 8):
+        fresh = open_store(str(store.engine.url).replace("live.db", f"live{jobs}.db"))
+        for k in range(jobs):
+            sampled_job(fresh, host=f"node{k}")
+            ended_job(fresh, 4, f"e{k}")
+        client = local_client(create_app(fresh, H200))
+        read.clear()
+        counts[jobs] = statements(client)
+        assert len(read) == 1 and len(read[0]) == 2 * jobs          # every job, in one query
+        counts[jobs, "again"] = statements(client)
+        assert len(read) == 2 and len(read[1]) == jobs              # the running ones only
+        assert client.get("/metrics").text == M.render(fresh)        # kept = read afresh
+        last = fresh
+    assert counts[2] == counts[8] and counts[2, "again"] == counts[8, "again"], counts
+    # an ended job written to again (rankmap ingest completing it) is read again
+    done = max(j for j in range(1, 17) if last.job(j)["state"] == "finished")
+    last.finish_job(done, exit_status=0, elapsed_ns=2 * 10**9, ended=datetime.now(timezone.utc) - timedelta(seconds=30))
+    read.clear()
+    client.get("/metrics")
+    assert done in read[0]
 
 
 def test_link_ledger_measured_explained_and_top_pairs(store):

@@ -2,13 +2,17 @@
  * coll_probe.c -- what an MPI library really sends for one collective, per call.
  *
  * usage: coll_probe COLL[,COLL...] SIZE...   (COLL: allreduce bcast reduce allgather alltoall gather
- *                  scatter reduce_scatter_block reduce_scatter; SIZE bytes, a multiple of 8)
+ *                  scatter reduce_scatter_block reduce_scatter allgatherv alltoallv, and the
+ *                  nonblocking iallreduce ibcast ireduce iallgather ialltoall igather iscatter,
+ *                  each started and waited for at once; SIZE bytes, a multiple of 8)
  * Runs each COLL once per size (and per root for the rooted ones) between barriers and prints, on
  * rank 0, one line per (collective, size, root, src, dst) with the bytes and messages src sent to
  * dst in that call (dst -1: a peer the probe could not name):
  *     COLL SIZE ROOT SRC DST BYTES MESSAGES
  * Reductions use MPI_DOUBLE/MPI_SUM (SIZE/8 elements), the rest MPI_BYTE; PROBE_INPLACE=1 uses
- * MPI_IN_PLACE where the collective allows it.
+ * MPI_IN_PLACE where the collective allows it. The v forms' blocks: allgatherv rank i contributes
+ * SIZE bytes for odd i, SIZE/2 for even i; alltoallv rank r sends SIZE bytes to rank j, none
+ * where (r + j) % 3 == 0 (pairs/probe.py's probe_call says the same).
  *
  * Where the messages are seen (the executable's own definition of these symbols wins over the
  * library's, as it comes first in the lookup order; it passes every call on):
@@ -105,6 +109,7 @@ void mca_common_monitoring_record_pml(int world_rank, size_t n, int tag) {
 #endif
 
 static int rooted(const char *c) {
+  if (c[0] == 'i') c++;
   return !strcmp(c, "bcast") || !strcmp(c, "reduce") || !strcmp(c, "gather") || !strcmp(c, "scatter");
 }
 
@@ -125,8 +130,9 @@ int main(int argc, char **argv) {
   bytes = calloc((size_t)MAXPH * (P + 1), sizeof *bytes);
   msgs = calloc((size_t)MAXPH * (P + 1), sizeof *msgs);
   char *a = calloc(max * (size_t)P + 64, 1), *b = calloc(max * (size_t)P + 64, 1);
-  int *rc = malloc(sizeof(int) * (size_t)P);
-  if (!bytes || !msgs || !a || !b || !rc || nph > MAXPH) {
+  int *rc = malloc(sizeof(int) * (size_t)P), *sc = malloc(sizeof(int) * (size_t)P);
+  int *sd = malloc(sizeof(int) * (size_t)P), *rd = malloc(sizeof(int) * (size_t)P);
+  if (!bytes || !msgs || !a || !b || !rc || !sc || !sd || !rd || nph > MAXPH) {
     fprintf(stderr, "coll_probe: out of memory\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -160,7 +166,26 @@ int main(int argc, char **argv) {
       else if (!strcmp(coll, "reduce_scatter_block"))
         MPI_Reduce_scatter_block(a, b, d, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
       else if (!strcmp(coll, "reduce_scatter")) MPI_Reduce_scatter(a, b, rc, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-      else { if (!r) fprintf(stderr, "coll_probe: unknown collective %s\n", coll); MPI_Abort(MPI_COMM_WORLD, 2); }
+      else if (!strcmp(coll, "allgatherv")) {
+        for (int i = 0, o = 0; i < P; o += rc[i], i++) { rc[i] = i % 2 ? s : s / 2; rd[i] = o; }
+        MPI_Allgatherv(inplace ? MPI_IN_PLACE : (void *)a, rc[r], MPI_BYTE, b, rc, rd, MPI_BYTE, MPI_COMM_WORLD);
+        for (int i = 0; i < P; i++) rc[i] = d;
+      } else if (!strcmp(coll, "alltoallv")) {
+        for (int j = 0; j < P; j++) { sc[j] = (r + j) % 3 ? s : 0; sd[j] = rd[j] = j * s; }
+        MPI_Alltoallv(a, sc, sd, MPI_BYTE, b, sc, rd, MPI_BYTE, MPI_COMM_WORLD);
+      } else if (coll[0] == 'i') {
+        MPI_Request q = MPI_REQUEST_NULL;
+        const char *n = coll + 1;
+        if (!strcmp(n, "allreduce")) MPI_Iallreduce(sb, b, d, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &q);
+        else if (!strcmp(n, "bcast")) MPI_Ibcast(a, s, MPI_BYTE, root, MPI_COMM_WORLD, &q);
+        else if (!strcmp(n, "reduce")) MPI_Ireduce(a, b, d, MPI_DOUBLE, MPI_SUM, root, MPI_COMM_WORLD, &q);
+        else if (!strcmp(n, "allgather")) MPI_Iallgather(sb, s, MPI_BYTE, b, s, MPI_BYTE, MPI_COMM_WORLD, &q);
+        else if (!strcmp(n, "alltoall")) MPI_Ialltoall(sb, s, MPI_BYTE, b, s, MPI_BYTE, MPI_COMM_WORLD, &q);
+        else if (!strcmp(n, "gather")) MPI_Igather(a, s, MPI_BYTE, b, s, MPI_BYTE, root, MPI_COMM_WORLD, &q);
+        else if (!strcmp(n, "scatter")) MPI_Iscatter(a, s, MPI_BYTE, b, s, MPI_BYTE, root, MPI_COMM_WORLD, &q);
+        else { if (!r) fprintf(stderr, "coll_probe: unknown collective %s\n", coll); MPI_Abort(MPI_COMM_WORLD, 2); }
+        MPI_Wait(&q, MPI_STATUS_IGNORE);
+      } else { if (!r) fprintf(stderr, "coll_probe: unknown collective %s\n", coll); MPI_Abort(MPI_COMM_WORLD, 2); }
       phase = -1;
       MPI_Barrier(MPI_COMM_WORLD);
     }

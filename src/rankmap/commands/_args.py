@@ -68,3 +68,17 @@ def launch_command(args: argparse.Namespace, verb: str) -> list[str]:
     if not cmd:
         raise RankmapError(f"no command: rankmap {verb} [options] -- <launch command>")
     return cmd
+
+
+def run_hint(command: str, args: argparse.Namespace) -> str:
+    """The ``rankmap run`` line that launches ``command`` (shell text) on the mapping just stored: with
+    the node and store this verb was given, or it would look for a GPU (or a store) that is not the
+    one the mapping was made on (``tune --topology dgx1-v100`` printed a line that failed there)."""
+    import shlex
+
+    opts = []
+    if getattr(args, "topology", "live") != "live":
+        opts += ["--topology", args.topology]
+    if getattr(args, "db", None):
+        opts += ["--db", args.db]
+    return shlex.join(["rankmap", "run", *opts, "--"]) + " " + command

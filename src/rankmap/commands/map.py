@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rankmap.commands._args import add_solver_args, solver_options
+from rankmap.commands._args import add_solver_args, run_hint, solver_options
 from rankmap.errors import RankmapError
 from rankmap.formats import mapping_json
 
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
         print_text(doc)
     if res.mapping_id is not None:
-        how = f"rankmap run -- {job['command']}" if job.get("command") else "rankmap run -- <its command>"
+        how = run_hint(job["command"] if job.get("command") else "<its command>", args)
         from rankmap.mapping.basis import stated
 
         st = stated(doc)       # the words the dashboard shows beside this mapping

@@ -24,8 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--topology", metavar="SPEC",
                    help="node to draw: 'live' (default), a fixture name, or a topology JSON / nvidia-smi topo -m file")
-    p.add_argument("--token", metavar="T", help="bearer token required on /api and /metrics (default: none on "
-                   "loopback, a new random one otherwise; $RANKMAP_TOKEN also sets it)")
+    p.add_argument("--token", metavar="T", help="bearer token required on /api and /metrics, at least 16 characters "
+                   "(default: none on loopback, a new random one otherwise; $RANKMAP_TOKEN also sets it)")
     p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                    help="another Host name the server answers to (a reverse proxy's, a tunnel's); repeatable")
     p.set_defaults(func=run)
@@ -84,16 +84,17 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise _import_error(e) from None
     from rankmap.store import open_store
+    from rankmap.web.security import access_for, check_token, is_loopback, new_token
 
+    # a token given by hand is checked first: one that is too short stops serve before anything starts
+    token = (check_token(args.token, "--token") if args.token else
+             check_token(os.environ["RANKMAP_TOKEN"], "$RANKMAP_TOKEN") if os.environ.get("RANKMAP_TOKEN") else None)
     store = open_store(args.db, lazy=True)      # a database that is down gets a page that says so
     if args.topology and args.topology != "live":
         from rankmap.topology import load
 
         load(args.topology)  # a mistyped spec fails now, in one line, not later in the page
     _check_port(args.host, args.port)
-    from rankmap.web.security import access_for, is_loopback, new_token
-
-    token = args.token or os.environ.get("RANKMAP_TOKEN") or None
     generated = False
     if not is_loopback(args.host) and not token:
         token, generated = new_token(), True

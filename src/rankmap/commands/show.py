@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 def show_links(store, job_id: int, args: argparse.Namespace) -> int:
     """``--links``: the link ledger of the job on ``--topology``, as a table or JSON."""
-    from rankmap.mapping.traffic import job_matrices
+    from rankmap.mapping.traffic import job_traffic
     from rankmap.report.summary import human_bytes
     from rankmap.topology import load
     from rankmap.web import cluster as C
@@ -68,12 +68,12 @@ def show_links(store, job_id: int, args: argparse.Namespace) -> int:
 
     topo = load(args.topology)
     job = store.job(job_id)
-    m, host = job_matrices(store, job_id)
-    n = m.shape[0]
+    traffic = job_traffic(store, job_id)
+    n = traffic.n
     mapping = (job.get("meta") or {}).get("mapping")
     placement = V.placement_for(topo, n, mapping, f"job {job_id} meta.mapping",
                                 C.rank_hosts(store.ranks(job_id), n) if mapping is None else None)
-    led = ledger(store, job, topo, placement, m, host)
+    led = ledger(store, job, topo, placement, traffic)
     if args.format == "json":
         sys.stdout.write(json.dumps(led, indent=1) + "\n")
         return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rankmap.commands._args import add_solver_args, launch_command, solver_options
+from rankmap.commands._args import add_solver_args, launch_command, run_hint, solver_options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import json
+    import shlex
     import sys
 
     from rankmap.mapping.report import print_text
@@ -40,5 +41,5 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print_text(doc)
-        print(f"stored as mapping {res.mapping_id}; launch with: rankmap run -- {' '.join(cmd)}")
+        print(f"stored as mapping {res.mapping_id}; launch with: {run_hint(shlex.join(cmd), args)}")
     return 0

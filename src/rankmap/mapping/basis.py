@@ -18,11 +18,34 @@ from rankmap.errors import RankmapError
 from rankmap.mapping.cost import Traffic
 from rankmap.mapping.units import amount
 
+#: the memory kinds (of a send buffer, as the hooks record them) whose bytes were staged through host
+#: memory: routed GPU -> host -> GPU. Device, managed and unknown buffers are routed peer to peer.
+HOST_STAGED_MEM = frozenset({"host"})
+
 AS_RECORDED = "as-recorded"
 GPU_RESIDENT = "gpu-resident"
 BASES = (AS_RECORDED, GPU_RESIDENT)
 # each basis in words, for the readers that label a mapping's figures with it (the dashboard)
 LABELS = {AS_RECORDED: "as recorded", GPU_RESIDENT: "what-if: GPU-resident"}
+
+
+def host_staged(mem: str | None) -> bool:
+    """Whether bytes sent from a buffer of memory kind ``mem`` went through host memory: the one rule
+    that splits a job's (or a traffic CSV's) bytes into host-staged and peer-to-peer ones."""
+    return mem in HOST_STAGED_MEM
+
+
+def routed(basis: str, traffic: Traffic) -> Traffic:
+    """``traffic`` as the cost model routes it on ``basis``, for the readers that draw or score it:
+    as recorded, its host-staged part via the host; on the GPU-resident what-if, every byte GPU to
+    GPU. Unlike :func:`gpu_resident`, traffic without host-staged bytes is no error here: there is
+    simply nothing to move. A basis this version does not know is refused (its traffic cannot be
+    rebuilt, see :func:`stated`)."""
+    if basis == AS_RECORDED:
+        return traffic
+    if basis == GPU_RESIDENT:
+        return replace(traffic, host=None)
+    raise RankmapError(f"unknown traffic basis {basis!r} (one of {', '.join(BASES)})")
 
 
 def gpu_resident(traffic: Traffic, what: str) -> Traffic:

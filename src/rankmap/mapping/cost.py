@@ -165,47 +165,65 @@ class Score:
 
 def evaluate(platform: Platform, traffic, node_of, gpu_of) -> Score:
     """Score a mapping given per-rank node and GPU position arrays."""
+    return score_loads(platform.bw, route_loads(platform, traffic, node_of, gpu_of))
+
+
+def route_loads(platform: Platform, traffic, node_of, gpu_of, group=None, groups: int = 1) -> np.ndarray:
+    """The bytes every directed link of ``platform`` carries when rank r runs on node ``node_of[r]``,
+    GPU position ``gpu_of[r]``: the one routing rule of rankmap, which every figure of a link's bytes
+    (the solvers' scores, the dashboard's link views, the ledger, the multi-node view) comes from.
+
+    Peer-to-peer bytes take the GPU pair's route (none between ranks on one GPU); host-staged bytes
+    (``traffic.host``) the route up to the host and down again, also between ranks on one GPU;
+    off-node bytes the GPUs' NIC routes and the NICs' network links.
+
+    Returns ``(n_links,)`` loads; with ``group`` (a group number in ``range(groups)`` per row of
+    ``traffic``, say its sender) ``(groups, n_links)``: each group's rows routed on their own, in one
+    pass (a route is fixed, so the groups' loads add up to the whole's).
+    """
     tr = as_traffic(traffic)
     node_of = np.asarray(node_of, dtype=np.int64)
     gpu_of = np.asarray(gpu_of, dtype=np.int64)
+    grp = np.zeros(len(tr.bytes), dtype=np.int64) if group is None else np.asarray(group, dtype=np.int64)
     m = platform.node
     G, D, N = m.G, m.D, platform.nodes
     nn = len(m.nic_bw)
     s, t, b = tr.src, tr.dst, tr.bytes
     un, vn, gs, gt = node_of[s], node_of[t], gpu_of[s], gpu_of[t]
-    loads = np.zeros(platform.n_links)
-    local = np.zeros((N, D))
+    local = np.zeros((groups * N, D))
+    row = grp * N + un                     # the (group, node) whose links a row's in-node bytes load
     same_node = un == vn
     bp = b if tr.host is None else b - tr.host  # peer-routed part
     intra = same_node & (gs != gt)
     if tr.host is not None:
         intra &= bp > 0
-    if intra.any():
-        key = (un[intra] * G + gs[intra]) * G + gt[intra]
-        W = np.bincount(key, weights=bp[intra], minlength=N * G * G).reshape(N, G * G)
-        local += W @ m.inc.reshape(G * G, D).astype(float)
+    _spread(local, row[intra], gs[intra] * G + gt[intra], bp[intra], G * G, m.inc.reshape(G * G, D))
     if tr.host is not None:
         # host-staged in-node bytes: via the host, also between ranks that share a GPU
         hs = same_node & (tr.host > 0)
-        if hs.any():
-            key = (un[hs] * G + gs[hs]) * G + gt[hs]
-            W = np.bincount(key, weights=tr.host[hs], minlength=N * G * G).reshape(N, G * G)
-            local += W @ m.hinc.reshape(G * G, D).astype(float)
+        _spread(local, row[hs], gs[hs] * G + gt[hs], tr.host[hs], G * G, m.hinc.reshape(G * G, D))
     off = un != vn
+    net = np.zeros((groups, 2 * N * nn))
     if off.any():
         bo = b[off]
-        Wout = np.bincount(un[off] * G + gs[off], weights=bo, minlength=N * G).reshape(N, G)
-        Win = np.bincount(vn[off] * G + gt[off], weights=bo, minlength=N * G).reshape(N, G)
-        local += Wout @ m.ext_out_inc + Win @ m.ext_in_inc
+        _spread(local, row[off], gs[off], bo, G, m.ext_out_inc)
+        _spread(local, grp[off] * N + vn[off], gt[off], bo, G, m.ext_in_inc)
         nic = np.asarray([k if k is not None else 0 for k in m.nic_of], dtype=np.int64)
-        up = np.bincount(un[off] * nn + nic[gs[off]], weights=bo, minlength=N * nn)
-        down = np.bincount(vn[off] * nn + nic[gt[off]], weights=bo, minlength=N * nn)
-        net = np.empty(2 * N * nn)
-        net[0::2] = up
-        net[1::2] = down
-        loads[N * D:] = net
-    loads[: N * D] = local.reshape(-1)
-    return score_loads(platform.bw, loads)
+        np.add.at(net, (grp[off], 2 * (un[off] * nn + nic[gs[off]])), bo)       # up to the switch
+        np.add.at(net, (grp[off], 2 * (vn[off] * nn + nic[gt[off]]) + 1), bo)   # down from it
+    loads = np.concatenate([local.reshape(groups, N * D), net], axis=1)
+    return loads[0] if group is None else loads
+
+
+def _spread(out: np.ndarray, row: np.ndarray, col: np.ndarray, w: np.ndarray, cols: int, table: np.ndarray) -> None:
+    """``out[row] += w x table[col]`` summed over the rows given: the bytes ``w`` summed per (row,
+    column) first, over only the rows present (a job's ranks, not every node of a machine), then
+    spread over the links by the incidence ``table`` in one product."""
+    if not len(w):
+        return
+    rows, inv = np.unique(row, return_inverse=True)
+    W = np.bincount(inv * cols + col, weights=w, minlength=len(rows) * cols).reshape(len(rows), cols)
+    out[rows] += W @ table.astype(float)
 
 
 def score_loads(bw: np.ndarray, loads: np.ndarray) -> Score:

@@ -245,10 +245,14 @@ def main(argv: list[str] | None = None) -> None:
                     os.environ["RANKMAP_CPUS"] = ",".join(str(c) for c in sorted(use))
                 else:
                     os.environ["RANKMAP_CPUS"] = "unbound: none of " + cpus + " is allowed here"
-                    sys.stderr.write(f"rankmap execwrap: warning: rank {entry.rank}: the launcher bound it to CPUs "
-                                     f"{cpu_list(allowed)}, none of its GPU's CPUs {cpus}: it runs where the "
-                                     f"launcher put it (leave the binding to rankmap run: drop the launcher's "
-                                     f"binding option, e.g. --bind-to, -bind-to, --cpu-bind)\n")
+                    if len(allowed) >= (os.cpu_count() or 0):   # nothing bound it: the CPUs are not here
+                        why = (f"its GPU's CPUs {cpus} are not on this machine (CPUs {cpu_list(allowed)}): the "
+                               f"mapping was made for another node; it runs unbound")
+                    else:
+                        why = (f"the launcher bound it to CPUs {cpu_list(allowed)}, none of its GPU's CPUs {cpus}: "
+                               f"it runs where the launcher put it (leave the binding to rankmap run: drop the "
+                               f"launcher's binding option, e.g. --bind-to, -bind-to, --cpu-bind)")
+                    sys.stderr.write(f"rankmap execwrap: warning: rank {entry.rank}: {why}\n")
             except (ValueError, OSError) as e:
                 os.environ["RANKMAP_CPUS"] = f"unbound: {e}"
         numa = entry.numa

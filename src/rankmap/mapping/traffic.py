@@ -15,6 +15,7 @@ import numpy as np
 
 from rankmap.errors import RankmapError
 from rankmap.formats import traffic_csv
+from rankmap.mapping.basis import host_staged
 from rankmap.mapping.cost import Traffic
 
 
@@ -27,7 +28,7 @@ def read_csv(path: str | Path, world_size: int | None = None) -> Traffic:
         n = world_size
     if n == 0:
         raise RankmapError(f"{path}: no traffic rows")
-    host = t.host_bytes().tolist() if t.mem is not None else None
+    host = [b if host_staged(m) else 0 for b, m in zip(t.bytes.tolist(), t.mem)] if t.mem is not None else None
     return Traffic.from_triples(n, t.src.tolist(), t.dst.tolist(), t.bytes.tolist(), host)
 
 
@@ -41,21 +42,22 @@ def write_csv(path: str | Path, T: np.ndarray, klass: str = "p2p", operation: st
 
 def job_matrices(store, jid: int, classes=None) -> tuple[np.ndarray, np.ndarray | None]:
     """A stored job's bytes as (all, host-staged part or None): the bytes whose send buffer was in
-    host memory are the host part (device, managed and unknown buffers are routed peer-to-peer).
-    ``classes`` keeps only those traffic classes."""
+    host memory are the host part (:func:`rankmap.mapping.basis.host_staged`: device, managed and
+    unknown buffers are routed peer-to-peer). ``classes`` keeps only those traffic classes."""
     n = store.world_size(jid)
     T = np.zeros((n, n))
     H = np.zeros((n, n))
     for r in store.traffic(jid, classes or None, by_mem=True):
         T[r["src"], r["dst"]] += r["bytes"]
-        if r["mem"] == "host":
+        if host_staged(r["mem"]):
             H[r["src"], r["dst"]] += r["bytes"]
     return T, (H if H.any() else None)
 
 
-def job_traffic(store, jid: int) -> Traffic:
-    """A stored job's traffic with its host-staged part (:func:`job_matrices`)."""
-    return Traffic.from_dense(*job_matrices(store, jid))
+def job_traffic(store, jid: int, classes=None) -> Traffic:
+    """A stored job's traffic with its host-staged part (:func:`job_matrices`), as the cost model
+    routes it; ``classes`` keeps only those traffic classes."""
+    return Traffic.from_dense(*job_matrices(store, jid, classes))
 
 
 def from_job(store, spec: str) -> tuple[Traffic, dict]:

@@ -1,7 +1,7 @@
 """The fallback: one fixed algorithm per collective, for libraries the mirrors do not cover.
 
 Used where neither the library's own accounting nor a mirror of its selection is available
-(nonblocking and persistent collectives, MPI libraries other than Open MPI 4.1 and MPICH 4.0,
+(persistent collectives, MPICH's nonblocking ones, MPI libraries other than Open MPI 4.1 and MPICH 4.0,
 Open MPI jobs whose collectives another coll component runs). The choices are the common ones of
 MPICH's and Open MPI's defaults; rows from here are labelled ``model``. docs/collective-models.md
 lists them.

@@ -15,8 +15,9 @@ What 5.0 changed against 4.1 for what is mirrored here (v4.1.6 against v5.0.x): 
 (``coll_tuned_decision_fixed.c``) are the same file; allgather gained algorithm 7, sparbit; the
 rules file may start with ``rule-file-version-2`` and then carry a fifth number per message size
 (max requests); the algorithms of coll/base the mirror follows send the same messages (bruck's
-alltoall builds its datatype differently, the same blocks; alltoallv's pairwise exchange skips
-empty blocks, which the direct exchange here never counted).
+alltoall builds its datatype differently, the same blocks); alltoallv no longer sends empty blocks
+(4.1 sends them as messages of 0 bytes) and its pairwise exchange sends a rank's own block through
+the PML. Nonblocking collectives are coll/libnbc's, the same schedules in both: :mod:`.ompi_nbc`.
 
 Each algorithm follows ``ompi/mca/coll/base/coll_base_<coll>.c`` of v4.1.x and v5.0.x message
 for message: the function gives the messages one rank sends (destination and bytes, one entry per
@@ -37,6 +38,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
+from rankmap.pairs import ompi_nbc
 from rankmap.pairs.algorithms import binomial, bruck, doubling, linear, pairwise, ring, scatter_allgather
 from rankmap.pairs.algorithms.trees import bmtree, chain, in_order_bintree, kmtree, tree
 from rankmap.pairs.call import Call, Emitter
@@ -71,6 +73,8 @@ ALG_NAMES = {
     "gather": ("", "basic_linear", "binomial", "linear_sync"),
     "scatter": ("", "basic_linear", "binomial", "linear_nb"),
     "reduce_scatter_block": ("", "basic_linear", "recursive_doubling", "recursive_halving", "butterfly"),
+    "allgatherv": ("", "default", "bruck", "ring", "neighbor", "two_proc", "sparbit"),
+    "reduce_scatter": ("", "non-overlapping", "recursive_halving", "ring", "butterfly"),
 }
 
 
@@ -105,6 +109,8 @@ class Params:
     han_over_tuned: bool = False
     #: collectives another component runs on the communicator of the call in hand (set per call)
     taken: frozenset[str] = frozenset()
+    #: coll/libnbc's control variables (``coll_libnbc_*``): the nonblocking collectives' choice
+    libnbc: dict[str, str] = field(default_factory=dict)
 
     def forced_for(self, coll: str) -> Forced:
         return self.forced.get(coll, Forced())
@@ -217,6 +223,7 @@ def params_from_meta(meta: dict[str, str], release: tuple[int, int] = (4, 1)) ->
     if p.dynamic and text:
         p.rules = parse_rules_file(text, release)
     p.not_tuned = _other_component(cv)
+    p.libnbc = {k: v for k, v in cv.items() if k.startswith("coll_libnbc_")}
     p.han_over_tuned = _selected(cv, "han") and _int(cv.get("coll_han_priority"), 0) > _int(
         cv.get("coll_tuned_priority"), 30)
     return p
@@ -760,11 +767,16 @@ def allgather(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Para
 
 
 def _allgather_sparbit(out: Emitter, c: Call) -> None:
-    """ompi_coll_base_allgather_intra_sparbit (5.0): ceil(log2 p) steps at halving distances, one
-    message per block held; a step skips the block of the previous step where p's bits say so. It
-    sends ``scount`` elements of the receive type (``rcount`` in place, where scount means nothing)."""
-    p, r = c.p, c.rank
+    """ompi_coll_base_allgather_intra_sparbit (5.0): see :func:`_sparbit`. It sends ``scount``
+    elements of the receive type (``rcount`` in place, where scount means nothing)."""
     n = c.rcount if c.inplace else c.scount
+    _sparbit(out, c.p, c.rank, (n * c.rsize,) * c.p, skip_empty=False)
+
+
+def _sparbit(out: Emitter, p: int, r: int, blocks: tuple[int, ...], skip_empty: bool) -> None:
+    """Sparbit (5.0's allgather 7 and allgatherv 6): ceil(log2 p) steps at halving distances, one
+    message per block held (block ``r - 2 t d``); a step skips the block of the previous step
+    where p's bits say so. allgatherv sends no empty block."""
     steps = math.ceil(math.log(p) / math.log(2))          # as the C code computes it, in doubles
     distance = 1 << (steps - 1)
     last_ignore = (p & -p).bit_length() - 1
@@ -772,10 +784,57 @@ def _allgather_sparbit(out: Emitter, c: Call) -> None:
     expected = 1
     for _ in range(steps):
         exclusion = 1 if distance & ignore_steps == distance else 0
-        for _t in range(expected - exclusion):
-            out.send((r + distance) % p, n, c.rsize)
+        for t in range(expected - exclusion):
+            b = blocks[(r - 2 * t * distance) % p]
+            if b or not skip_empty:
+                out.send((r + distance) % p, b)
         distance >>= 1
         expected = (expected << 1) - exclusion
+
+
+# ---------------------------------------------------------------------------------------------
+# allgatherv
+
+def allgatherv(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+    """``c.vec``: the bytes of each rank's block (recvcounts x receive type size)."""
+    p, r = c.p, c.rank
+    blocks = tuple(c.vec[:p])
+    if p < 2 or len(blocks) < p:
+        return
+    own = blocks[r] if c.inplace else c.scount * c.ssize
+    if alg == 1:                                  # gatherv to 0 (basic), bcast of the whole
+        _through_selected("bcast", prm)
+        if r != 0 and own:
+            out.send(0, own)
+        b = Call("bcast", c.form, p, r, 0, 1, sum(blocks), 1, sum(blocks))
+        a, f, s, _ = choose(b, prm)
+        return bcast(out, b, a, f, s, prm)
+    if alg == 4 and p % 2:
+        alg = 3                                   # neighbour exchange needs an even size
+    if alg == 2:
+        return bruck.allgather(out, p, r, blocks)
+    if alg == 3:
+        return ring.allgather(out, p, r, blocks)
+    if alg == 4:
+        even = r % 2 == 0
+        nb = [(r + 1) % p, (r - 1) % p] if even else [(r - 1) % p, (r + 1) % p]
+        recv_from = [r, r] if even else [nb[0], nb[0]]
+        step = [2, -2] if even else [-2, 2]
+        out.send(nb[0], blocks[r])
+        send_from = r if even else recv_from[0]
+        for i in range(1, p // 2):
+            k = i % 2
+            recv_from[k] = (recv_from[k] + step[k]) % p
+            out.send(nb[k], blocks[send_from] + blocks[send_from + 1])
+            send_from = recv_from[k]
+        return
+    if alg == 5:
+        if p == 2:
+            out.send(r ^ 1, own)
+        return
+    if alg == 6 and prm.release >= (5, 0):
+        return _sparbit(out, p, r, blocks, skip_empty=True)
+    raise KeyError(alg)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -905,11 +964,100 @@ def reduce_scatter_block(out: Emitter, c: Call, alg: int, fan: int, segsize: int
 
 
 # ---------------------------------------------------------------------------------------------
+# reduce_scatter
+
+def reduce_scatter(out: Emitter, c: Call, alg: int, fan: int, segsize: int, prm: Params) -> None:
+    """``c.vec``: the bytes of each rank's result block; the algorithms count in elements."""
+    p, r, ts = c.p, c.rank, c.ssize or 1
+    counts = [v // ts for v in c.vec[:p]]
+    total = sum(counts)
+    if p < 2 or len(counts) < p:
+        return
+    if alg == 1:                                  # reduce to 0 + scatterv (basic, linear)
+        _through_selected("reduce", prm)
+        red = Call("reduce", c.form, p, r, 0, total, ts, total, ts, c.inplace, c.commute)
+        a, f, s, _ = choose(red, prm)
+        reduce(out, red, a, f, s, prm)
+        if r == 0:
+            for i in range(1, p):
+                if counts[i]:
+                    out.send(i, counts[i], ts)
+        return
+    if alg == 2:
+        return _rs_halving(out, p, r, counts, ts)
+    if alg == 3:
+        out.send((r + 1) % p, counts[(r - 1) % p], ts)
+        for k in range(2, p):
+            out.send((r + 1) % p, counts[(r - k) % p], ts)
+        return
+    if alg == 4:
+        return _rs_butterfly(out, p, r, counts, ts)
+    raise KeyError(alg)
+
+
+def _rs_halving(out: Emitter, p: int, r: int, counts: list[int], ts: int) -> None:
+    """ompi_coll_base_reduce_scatter_intra_basic_recursivehalving: nothing at all for an empty
+    vector, and no message for an empty result block."""
+    if sum(counts):
+        doubling.reduce_scatter_halving(out, p, r, tuple(counts), ts, skip_empty=True)
+
+
+def _rs_butterfly(out: Emitter, p: int, r: int, counts: list[int], ts: int) -> None:
+    """ompi_coll_base_reduce_scatter_intra_butterfly."""
+    total = sum(counts)
+    pof2 = 1 << (p.bit_length() - 1)
+    rem = p - pof2
+    log2 = _hibit(pof2)
+    displs = [sum(counts[:i]) for i in range(p)]
+
+    def span(lo: int, hi: int) -> int:             # ompi_sum_counts
+        lo = lo * 2 if lo < rem else lo + rem
+        hi = hi * 2 + 1 if hi < rem else hi + rem
+        return displs[hi] + counts[hi] - displs[lo]
+
+    if r < 2 * rem and r % 2 == 0:
+        out.send(r + 1, total, ts)
+        return
+    vr = r // 2 if r < 2 * rem else r - rem
+    nblocks, send_i, recv_i = pof2, 0, 0
+    mask = 1
+    while mask < pof2:
+        vpeer = vr ^ mask
+        peer = vpeer * 2 + 1 if vpeer < rem else vpeer + rem
+        nblocks //= 2
+        if vr & mask == 0:
+            send_i += nblocks
+        else:
+            recv_i += nblocks
+        out.send(peer, span(send_i, send_i + nblocks - 1), ts)
+        send_i = recv_i
+        mask <<= 1
+    vpeer = _mirror_perm(vr, log2)
+    peer = vpeer * 2 + 1 if vpeer < rem else vpeer + rem
+    index = 2 * send_i if send_i < rem else rem + send_i
+    if vpeer < rem:
+        out.send(peer - 1, counts[index], ts)
+        index += 1
+    if vpeer != vr:
+        out.send(peer, counts[index], ts)
+
+
+# ---------------------------------------------------------------------------------------------
 # the v/w collectives: every algorithm exchanges each block directly
 
-def direct(out: Emitter, c: Call) -> None:
+def direct(out: Emitter, c: Call, release: tuple[int, int] = (4, 1), alg: int = 1) -> None:
+    """Every block straight to its rank. alltoallv (tuned: ``alg`` 1 basic linear, 2 pairwise):
+    4.1 sends every block, an empty one as a message of 0 bytes; 5.0 only non-empty ones, and its
+    pairwise exchange sends a rank's own block to itself through the PML. alltoallw and scatterv
+    (coll/basic) send the non-empty blocks."""
     p, r = c.p, c.rank
-    if c.kind in ("alltoallv", "alltoallw") or (c.kind == "scatterv" and r == c.root):
+    if c.kind == "alltoallv" and not c.inplace:
+        for i, n in enumerate(c.vec[:p]):
+            if i != r and (n or release < (5, 0)):
+                out.send(i, n)
+            elif i == r and n and alg == 2 and release >= (5, 0):
+                out.send(i, n)
+    elif c.kind in ("alltoallv", "alltoallw") or (c.kind == "scatterv" and r == c.root):
         linear.direct(out, p, r, c.vec)
     elif c.kind == "gatherv" and c.scount * c.ssize:
         linear.fan_in(out, p, r, c.root, c.scount, c.ssize)
@@ -917,7 +1065,16 @@ def direct(out: Emitter, c: Call) -> None:
 
 IMPLEMENTED = {"bcast": bcast, "reduce": reduce, "allreduce": allreduce, "allgather": allgather,
                "alltoall": alltoall, "gather": gather, "scatter": scatter,
-               "reduce_scatter_block": reduce_scatter_block}
+               "reduce_scatter_block": reduce_scatter_block, "allgatherv": allgatherv,
+               "reduce_scatter": reduce_scatter}
+
+
+def _rabenseifner(out: Emitter, c: Call) -> None:
+    allreduce(out, c, 6, 0, 0, Params())
+
+
+def _redscat_gather(out: Emitter, c: Call) -> None:
+    _reduce_redscat_gather(out, c, c.scount, c.ssize, c.root)
 
 
 def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> Mirrored | None:
@@ -925,6 +1082,8 @@ def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> Mirr
     and the algorithm's name; None where the mirror does not cover the call (then the model
     applies). ``nodes``: the node of each rank of the communicator (None: one node), for coll/han,
     which runs :data:`HAN` (not mirrored) where they span nodes and its priority is above tuned's."""
+    if c.form == "nonblocking":
+        return ompi_nbc.messages(c, prm.libnbc, _rabenseifner, _redscat_gather)
     if c.form != "blocking" or prm.not_tuned:
         return None
     if prm.han_over_tuned and nodes is not None and len(set(nodes)) > 1:
@@ -932,8 +1091,13 @@ def messages(c: Call, prm: Params, nodes: tuple[int, ...] | None = None) -> Mirr
             return None
         prm = replace(prm, taken=frozenset(HAN))
     out = Emitter()
-    if c.kind in ("alltoallv", "alltoallw", "gatherv", "scatterv"):
-        direct(out, c)
+    if c.kind == "alltoallv":
+        alg, _f, _s, how = choose(c, prm)
+        alg = alg if alg in (1, 2) else 1
+        direct(out, c, prm.release, alg)
+        return Mirrored(list(out.msgs), f"{ALG_NAMES['alltoallv'][alg]} ({how})")
+    if c.kind in ("alltoallw", "gatherv", "scatterv"):
+        direct(out, c, prm.release)
         return Mirrored(list(out.msgs), "linear")
     fn = IMPLEMENTED.get(c.kind)
     if fn is None:

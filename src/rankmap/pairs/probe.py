@@ -22,14 +22,17 @@ import numpy as np
 from rankmap.capture.native_build import compile_cached
 from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
-from rankmap.pairs.call import Call
+from rankmap.pairs.call import Call, kind_of
 from rankmap.pairs.mirror import Mirrored
 
-#: the collectives the probe runs, and those of them with a root (run once per root)
-COLLECTIVES = ("allreduce", "bcast", "reduce", "allgather", "alltoall", "gather", "scatter",
-               "reduce_scatter_block", "reduce_scatter")
-ROOTED = ("bcast", "reduce", "gather", "scatter")
-REDUCING = ("allreduce", "reduce", "reduce_scatter_block", "reduce_scatter")
+#: the collectives the probe runs, and those of them with a root (run once per root); an ``i``
+#: in front: the nonblocking form, started and waited for at once
+BLOCKING = ("allreduce", "bcast", "reduce", "allgather", "alltoall", "gather", "scatter",
+            "reduce_scatter_block", "reduce_scatter", "allgatherv", "alltoallv")
+NONBLOCKING = ("iallreduce", "ibcast", "ireduce", "iallgather", "ialltoall", "igather", "iscatter")
+COLLECTIVES = BLOCKING + NONBLOCKING
+ROOTED = ("bcast", "reduce", "gather", "scatter", "ibcast", "ireduce", "igather", "iscatter")
+REDUCING = ("allreduce", "reduce", "reduce_scatter_block", "reduce_scatter", "iallreduce", "ireduce")
 
 #: {(collective, size, root): bytes[src][dst]} of one probe run
 Measured = dict[tuple[str, int, int], np.ndarray]
@@ -48,19 +51,22 @@ def build(cc: str, out_dir: Path, ucx: bool = False) -> Path:
                                                              "-o", tmp, "-ldl"]], f"collective probe ({cc})")
 
 
-def parse(text: str, p: int) -> Measured:
-    """The probe's lines ``COLL SIZE ROOT SRC DST BYTES MESSAGES``; a peer the probe could not
-    name (UCX: the endpoint to itself, DST -1) is the sender itself."""
+def parse(text: str, p: int, messages: bool = False) -> Measured:
+    """The probe's lines ``COLL SIZE ROOT SRC DST BYTES MESSAGES`` as bytes (``messages``: the
+    message counts) per pair; a peer the probe could not name (UCX: the endpoint to itself, DST
+    -1) is the sender itself."""
     out: Measured = defaultdict(lambda: np.zeros((p, p), dtype=np.int64))
     for line in text.splitlines():
-        coll, size, root, src, dst, b, _m = line.split()
+        coll, size, root, src, dst, b, m = line.split()
         s, d = int(src), int(dst)
-        out[(coll, int(size), int(root))][s, d if d >= 0 else s] += int(b)
+        out[(coll, int(size), int(root))][s, d if d >= 0 else s] += int(m if messages else b)
     return dict(out)
 
 
-def run(cmd: list[str], p: int, env: dict[str, str] | None = None, timeout: float = 600) -> Measured:
-    """One probe job (``cmd``: the launch command of ``p`` ranks) and what it measured."""
+def run(cmd: list[str], p: int, env: dict[str, str] | None = None, timeout: float = 600,
+        messages: bool = False) -> Measured:
+    """One probe job (``cmd``: the launch command of ``p`` ranks) and what it measured (bytes, or
+    with ``messages`` the message counts)."""
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
     except subprocess.TimeoutExpired:
@@ -68,7 +74,7 @@ def run(cmd: list[str], p: int, env: dict[str, str] | None = None, timeout: floa
     if r.returncode:
         tail = " ".join((r.stdout[-500:] + r.stderr[-1500:]).split())
         raise RankmapError(f"the collective probe exited {r.returncode}: {tail}")
-    return parse(r.stdout, p)
+    return parse(r.stdout, p, messages)
 
 
 def ompi_command(mpirun: str, probe: Path, p: int, colls: list[str], sizes: list[int],
@@ -86,23 +92,33 @@ def mpich_command(mpiexec: str, probe: Path, p: int, colls: list[str], sizes: li
 
 def probe_call(coll: str, p: int, r: int, size: int, root: int) -> Call:
     """The probe's call on rank ``r`` as the shim records it: reductions of doubles (``size`` / 8
-    of them), the rest bytes."""
+    of them), the rest bytes; the v forms' blocks as ``coll_probe.c`` sets them."""
+    kind, form = kind_of(coll)
+    if kind is None:
+        raise ValueError(f"not a collective: {coll}")
     if coll in REDUCING:
         n = size // 8
-        return Call(coll, "blocking", p, r, root, n, 8, n, 8, vec=tuple([n * 8] * p) if coll == "reduce_scatter" else ())
-    return Call(coll, "blocking", p, r, root, size, 1, size, 1)
+        return Call(kind, form, p, r, root, n, 8, n, 8, vec=tuple([n * 8] * p) if kind == "reduce_scatter" else ())
+    if kind == "allgatherv":
+        blocks = tuple(size if i % 2 else size // 2 for i in range(p))
+        return Call(kind, form, p, r, root, blocks[r], 1, blocks[r], 1, vec=blocks)
+    if kind == "alltoallv":
+        sends = tuple(size if (r + j) % 3 else 0 for j in range(p))
+        return Call(kind, form, p, r, root, 0, 1, 0, 1, vec=sends + sends)
+    return Call(kind, form, p, r, root, size, 1, size, 1)
 
 
-def mirrored(mirror: Callable[[Call], Mirrored | None], coll: str, p: int, size: int, root: int) -> np.ndarray | None:
-    """bytes[src][dst] the mirror gives for the probe's call on every rank; None where it does
-    not cover the call on some rank."""
+def mirrored(mirror: Callable[[Call], Mirrored | None], coll: str, p: int, size: int, root: int,
+             messages: bool = False) -> np.ndarray | None:
+    """bytes[src][dst] (``messages``: message counts) the mirror gives for the probe's call on
+    every rank; None where it does not cover the call on some rank."""
     m = np.zeros((p, p), dtype=np.int64)
     for r in range(p):
         got = mirror(probe_call(coll, p, r, size, root))
         if got is None:
             return None
         for msg in got.msgs:
-            m[r, msg.dst] += msg.nbytes
+            m[r, msg.dst] += 1 if messages else msg.nbytes
     return m
 
 
@@ -120,13 +136,15 @@ class Conformance:
     bad: list[str] = field(default_factory=list)
 
 
-def compare(measured: Measured, mirror: Callable[[Call], Mirrored | None], limit: float = 0.0) -> Conformance:
-    """Every measured call against the mirror."""
+def compare(measured: Measured, mirror: Callable[[Call], Mirrored | None], limit: float = 0.0,
+            messages: bool = False) -> Conformance:
+    """Every measured call against the mirror (``messages``: ``measured`` holds message counts,
+    compared with the mirror's)."""
     sums: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     out = Conformance()
     for (coll, size, root), ref in sorted(measured.items()):
         p = ref.shape[0]
-        mir = mirrored(mirror, coll, p, size, root)
+        mir = mirrored(mirror, coll, p, size, root, messages)
         if mir is None:
             out.bad.append(f"{coll} p={p} {size} B root {root}: not mirrored")
             continue

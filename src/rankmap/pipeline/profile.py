@@ -596,13 +596,27 @@ def _finish(plan: _Plan, live: _Live, status: int, elapsed: int, cpu_s: float, r
     store, and what the user must know (problems, ranks that never wrote, an incomplete store)."""
     rd, launcher = plan.rd, plan.launcher
     streamer = live.streamer
+    # the sampler's last sample (an NVML read while the job's contexts are torn down can take a few
+    # hundred ms on a GPU node) is taken beside the last ingest cycle, not after it
+    sampler_end: dict = {"problems": []}
+
+    def stop_sampler() -> None:
+        try:
+            live.sampler = live.sampler_start.result() if live.sampler_start is not None else None
+            sampler_end["sampled"] = _stop_link_sampler(live, sampler_end["problems"])
+        except Exception as e:  # noqa: BLE001 - the job's records matter more than its link counters
+            sampler_end["problems"].append(f"link sampler: stopping it failed: {e}")
+
+    stopper = threading.Thread(target=stop_sampler, name="rankmap-link-sampler-stop", daemon=True)
+    stopper.start()
     stored = streamer.finish(store_wait_s) if streamer else False
     problems = streamer.ingest.problems() if streamer else []
     if streamer and streamer.error is not None and stored:
         problems.append(f"a write to the store failed while the job ran ({streamer.error}); "
                         f"the final one stored everything")
-    live.sampler = live.sampler_start.result() if live.sampler_start is not None else None
-    sampled = _stop_link_sampler(live, problems)
+    stopper.join()
+    problems += sampler_end["problems"]
+    sampled = sampler_end.get("sampled", {})
     for p in problems:
         warn(p)
     sizes = streamer.ingest.world_ranks if streamer else _ranks_of_files(rd)

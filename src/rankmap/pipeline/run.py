@@ -52,6 +52,26 @@ def _basis_note(m, name: str) -> str | None:
     return f"rankmap: note: {name} was computed on {basis.assumption_text(m.doc)}"
 
 
+def _cpus_not_here(m, name: str) -> str | None:
+    """Why a one-node mapping's CPU sets cannot bind its ranks here: some rank's set has no CPU this
+    process may run on (a mapping made for another machine, a fixture's node on a laptop), so the
+    wrapper would bind nothing and warn once per rank of a binding nobody asked for. None when they fit."""
+    import os
+
+    from rankmap.mapping.execwrap import cpu_list, parse_cpus
+
+    here = os.sched_getaffinity(0)
+    try:
+        off = sorted({p.cpus for p in m.ranks if p.cpus and not parse_cpus(p.cpus) & here})
+    except ValueError:
+        return None      # the wrapper says what is wrong with a CPU list
+    if not off:
+        return None
+    return (f"rankmap: note: {name} binds ranks to CPUs {', '.join(off[:3])}{' ...' if len(off) > 3 else ''} of "
+            f"{m.topology}, which this machine does not offer (rankmap may run on CPUs {cpu_list(here)}): the ranks "
+            f"run where the launcher puts them (as with --no-bind)")
+
+
 def prepare(cmd: Sequence[str], *, mapping_file: str | None = None, topology: str = "live", bind: bool = True,
             hosts: str | None = None, run_dir: str | None = None, db: str | None = None,
             log: Callable[[str], None] = print) -> Launch:
@@ -78,6 +98,11 @@ def prepare(cmd: Sequence[str], *, mapping_file: str | None = None, topology: st
     if topo.name != m.topology or len(topo.gpus) != m.gpus_per_node:
         raise RankmapError(f"{name} was made for {m.topology} ({m.gpus_per_node} GPUs) "
                            f"but this node is {topo.name} ({len(topo.gpus)} GPUs): tune again here")
+    if bind and m.nodes == 1:
+        why = _cpus_not_here(m, name)
+        if why:
+            log(why)
+            bind = False
     if m.nodes > 1 and launcher.kind == "plain":
         raise RankmapError(f"{name} spans {m.nodes} nodes; a single process cannot: launch it with mpirun, mpiexec, "
                            f"srun or torchrun")

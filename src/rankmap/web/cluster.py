@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rankmap.mapping.cost import Traffic, evaluate
+from rankmap.mapping.cost import Traffic, route_loads
 from rankmap.mapping.platform import Platform
 from rankmap.topology import Topology
 from rankmap.web import topoview as V
@@ -31,11 +31,11 @@ def rank_hosts(ranks: list[dict], n: int) -> list[str | None]:
     return host
 
 
-def cluster_view(topo: Topology, matrix: np.ndarray, placement: V.Placement, duration_s: float,
-                 thresholds: tuple[float, ...], host: np.ndarray | None = None) -> dict[str, Any]:
+def cluster_view(topo: Topology, traffic: Traffic, placement: V.Placement, duration_s: float,
+                 thresholds: tuple[float, ...]) -> dict[str, Any]:
     """Nodes, NIC up/down loads and utilisation, and bytes between nodes, of a multi-host job
-    (``host``: the host-staged part of ``matrix``, routed via the host inside a node)."""
-    n = matrix.shape[0]
+    (``traffic.host``: the host-staged part, routed via the host inside a node)."""
+    n = traffic.n
     hosts = [str(h) if h is not None else None for h in (placement.node or [None] * n)][:n]
     names = sorted({h for h in hosts if h})
     out: dict[str, Any] = {"multi_node": len(names) > 1, "hosts": names, "source": "model",
@@ -48,24 +48,21 @@ def cluster_view(topo: Topology, matrix: np.ndarray, placement: V.Placement, dur
     pos = {g.index: i for i, g in enumerate(model.gpus)}
     gpu_pos = np.array([pos.get(g, 0) for g in placement.gpu[:n]], dtype=np.int64)
     known = node_of >= 0
-    T = np.asarray(matrix, dtype=np.float64)
-    src, dst = np.nonzero(T)
-    keep = (src != dst) & known[src] & known[dst]
-    src, dst = src[keep], dst[keep]
-    b = T[src, dst]
-    hb = np.asarray(host, dtype=np.float64)[src, dst] if host is not None else None
+    keep = known[traffic.src] & known[traffic.dst]
+    src, dst, b = traffic.src[keep], traffic.dst[keep], traffic.bytes[keep]
+    hb = traffic.host[keep] if traffic.host is not None else None
     platform = Platform(model, len(names))
-    score = evaluate(platform, Traffic.from_triples(n, src, dst, b, hb), node_of.clip(0), gpu_pos)
+    loads = route_loads(platform, Traffic.from_triples(n, src, dst, b, hb), node_of.clip(0), gpu_pos)
     secs = max(duration_s, 1e-9)
     D = model.D
     nodes = []
     for u, name in enumerate(names):
-        local = score.loads[u * D:(u + 1) * D]
+        local = loads[u * D:(u + 1) * D]
         util = local / (model.bw * 1e9 * secs) * 100 if D else np.zeros(0)
         nics = []
         for k, bw in enumerate(model.nic_bw):
-            up = float(score.loads[platform.net_index(u, k, False)])
-            down = float(score.loads[platform.net_index(u, k, True)])
+            up = float(loads[platform.net_index(u, k, False)])
+            down = float(loads[platform.net_index(u, k, True)])
             uu, ud = up / (bw * 1e9 * secs) * 100, down / (bw * 1e9 * secs) * 100
             nic = model.nics[k] if model.nics else None
             nics.append({"id": nic.id if nic else "net", "name": (nic.name if nic else "") or (nic.id if nic else "network port"),

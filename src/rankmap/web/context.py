@@ -11,14 +11,15 @@ import shlex
 import threading
 from typing import Annotated, Any
 
-import numpy as np
 from fastapi import Depends, HTTPException, Request
 
 from rankmap.errors import RankmapError, verb
 from rankmap.formats.record import CLASSES
+from rankmap.mapping.cost import Traffic
 from rankmap.store import Store, StoreUnavailable
 from rankmap.topology import Topology
 from rankmap.web import cluster as C
+from rankmap.web import metrics as M
 from rankmap.web import queries as Q
 from rankmap.web import topoview as V
 from rankmap.web import utilisation as U
@@ -74,6 +75,7 @@ class Dashboard:
     def __init__(self, store: Store, topology_spec: str | None) -> None:
         self.store = store
         self.topologies = Topologies(topology_spec)
+        self.metrics = M.Exposition(store)  # /metrics, with the pairs of ended jobs kept between scrapes
 
     def job_id(self, spec: str) -> int:
         """A job's id from an id or ``latest``; a job that is not stored is a 404."""
@@ -102,11 +104,49 @@ class Dashboard:
             raise HTTPException(400, str(e)) from None
 
     @staticmethod
-    def view(topo: Topology, m: np.ndarray, placement: V.Placement, host: np.ndarray | None) -> dict:
-        """The link loads of ``m`` placed by ``placement``, with the ranks on each GPU."""
-        v = V.link_loads(topo, m, placement, host)
-        v["ranks_on_gpu"] = {str(g): rs for g, rs in V.ranks_on_gpus(placement, m.shape[0]).items()}
+    def view(topo: Topology, traffic: Traffic, placement: V.Placement) -> dict:
+        """The link loads of ``traffic`` placed by ``placement``, with the ranks on each GPU."""
+        v = V.link_loads(topo, traffic, placement)
+        v["ranks_on_gpu"] = {str(g): rs for g, rs in V.ranks_on_gpus(placement, traffic.n).items()}
         return v
+
+    def job_topology(self, jid: int, j: dict) -> dict[str, Any]:
+        """The node a job's link views are drawn on when the page names none, and why that one.
+
+        The job's own first: the node of the mapping it ran with (``rankmap run``), else of its
+        newest stored mapping (the node its placement was made for); then the server's. ``spec`` is
+        None when none of them loads here (``live`` without an NVIDIA driver, a mapping made for a
+        node this server does not know), with ``error`` saying so: the page then asks for no link
+        view at all rather than for ones that can only fail."""
+        cands: list[tuple[str, bool, str]] = []
+        ran = (j.get("meta") or {}).get("mapping")
+        if isinstance(ran, dict) and isinstance(ran.get("topology"), str):
+            cands.append((ran["topology"], True, "the node of the mapping it ran with"))
+        row = Q.mapping_panel(self.store, jid, j, limit=1)["row"]
+        if row is not None and row.get("topology"):
+            cands.append((str(row["topology"]), True, f"the node of its mapping #{row['id']}"))
+        cands.append((self.topologies.default, False, "the server's node"))
+        failed = []
+        for spec, trusted, why in cands:
+            try:
+                self.topologies.get(spec, trusted=trusted)
+                return {"spec": spec, "source": why, "error": None}
+            except HTTPException:
+                failed.append(f"{why}, {spec!r}")
+        live = " (live discovers the node through its NVIDIA driver)" if "live" in [c[0] for c in cands] else ""
+        return {"spec": None, "source": None,
+                "error": f"no node to draw job {jid}'s links on: {' and '.join(dict.fromkeys(failed))} "
+                         f"{'does' if len(failed) == 1 else 'do'} not load here{live}. Pick a node in the topology "
+                         f"selector (the built-in ones are there), or start rankmap serve with --topology SPEC"}
+
+    def topology(self, spec: str | None, jid: int, j: dict) -> Topology:
+        """The node asked for (``spec=``), else the job's own (:meth:`job_topology`)."""
+        if spec:
+            return self.topologies.get(spec)
+        own = self.job_topology(jid, j)
+        if own["spec"] is None:
+            raise HTTPException(404, own["error"])
+        return self.topologies.get(own["spec"], trusted=True)
 
     def placement_of(self, jid: int, j: dict, topo: Topology, n: int, placement: str) -> V.Placement:
         """Where the job's ranks ran on ``topo``: 'mapped' (its mapping), 'default' (r mod G), or

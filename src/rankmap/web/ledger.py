@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from rankmap.mapping.cost import Traffic
 from rankmap.topology import Topology
 from rankmap.web import topoview as V
 from rankmap.web import utilisation as U
@@ -26,27 +27,17 @@ TOP = 3
 MAX_PAIRS = 512   # pairs routed one by one for the attribution (the heaviest; the rest only in the totals)
 
 
-def ledger(store: Any, job: dict, topo: Topology, placement: V.Placement, m: np.ndarray,
-           host: np.ndarray | None = None) -> dict[str, Any]:
+def ledger(store: Any, job: dict, topo: Topology, placement: V.Placement, traffic: Traffic) -> dict[str, Any]:
     """Per link of ``topo``: measured, explained, the top pairs and the unexplained bytes, both directions."""
-    n = m.shape[0]
-    src, dst = np.nonzero(m)
-    keep = src != dst
-    src, dst = src[keep], dst[keep]
-    b = m[src, dst].astype(np.float64)
-    hb = host[src, dst].astype(np.float64) if host is not None else None
-    gpu = np.asarray(placement.gpu[:n], dtype=np.int64)
-    if placement.node:
-        node = np.asarray(placement.node[:n])
-        on = node[src] == node[dst]
-        src, dst, b = src[on], dst[on], b[on]
-        hb = hb[on] if hb is not None else None
-    total = V.directed_loads(topo, n, src, dst, b, gpu, hb) if len(b) else np.zeros((len(topo.links), 2))
-    share: list[tuple[int, int, np.ndarray]] = []
-    for i in np.argsort(-b, kind="stable")[:MAX_PAIRS]:
-        one = V.directed_loads(topo, n, src[i:i + 1], dst[i:i + 1], b[i:i + 1], gpu,
-                               hb[i:i + 1] if hb is not None else None)
-        share.append((int(src[i]), int(dst[i]), one))
+    shown, _off = V.on_node(traffic, placement)
+    gpu = np.asarray(placement.gpu[:traffic.n], dtype=np.int64)
+    # the heaviest pairs, each a group of its own, routed in one pass; the rest only in the totals
+    top = np.argsort(-shown.bytes, kind="stable")[:MAX_PAIRS]
+    group = np.full(len(shown.bytes), len(top), dtype=np.int64)
+    group[top] = np.arange(len(top))
+    per = V.directed_loads(topo, shown, gpu, group, len(top) + 1)
+    total = per.sum(axis=0)
+    share = [(int(shown.src[i]), int(shown.dst[i]), per[k]) for k, i in enumerate(top)]
     meas = U.measured(store, job, U.job_zero_ns(store, job))
     mlinks = U.measured_links(topo)
     links = []

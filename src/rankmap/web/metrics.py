@@ -14,9 +14,16 @@ series of a job carries the job's labels: ``rankmap_job`` and, for a job launche
 allocation, ``slurm_job_id`` and ``slurm_step_id`` (what ``rankmap profile`` found in its
 environment), so a dashboard joins them with its scheduler's series.
 
-Bounded: at most ``MAX_JOBS`` jobs, and per job the ``MAX_PAIR_SERIES`` heaviest pair series (a
-job of thousands of ranks would otherwise expose millions); ``rankmap_pair_series_omitted{job}``
-says how many were left out.
+Bounded: at most ``MAX_JOBS`` jobs, and per job the heaviest pair series, ``MAX_PAIR_SERIES`` of
+them or the job's share of ``MAX_PAIR_SERIES_TOTAL`` when many jobs share a scrape (a job of
+thousands of ranks would otherwise expose millions); ``rankmap_pair_series_omitted{job}`` says how
+many were left out. So a scrape holds at most ``MAX_PAIR_SERIES_TOTAL`` pair series, one omitted
+count per job, and the link series of at most ``MAX_JOBS`` running samplers.
+
+Fast: the running jobs, their newest link samples and every job's heaviest pairs are read in one
+query each, not one per job; and the pairs of a job that no longer runs are kept from one scrape
+to the next (:class:`Exposition`): its bytes are final, so a scrape reads the store only for the
+jobs that run (a job whose state, end or last write changes is read again).
 
 Which samples: for every host and GPU, the newest sample of any running sampler (a
 ``rankmap monitor`` session, or a ``rankmap profile`` that samples), if it is recent; a GPU whose
@@ -27,6 +34,7 @@ ended in the last ``RECENT_S`` seconds, so that a scrape still sees their final 
 from __future__ import annotations
 
 import re
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -35,12 +43,14 @@ import sqlalchemy as sa
 
 from rankmap.store import Store
 from rankmap.store import schema as S
+from rankmap.store.jobs import job_state
 from rankmap.web.utilisation import sampler_t0_ns
 
 RECENT_S = 600
 STALE_S = 10.0
 MAX_JOBS = 64
 MAX_PAIR_SERIES = 2048      # per job: the heaviest (src, dst, class) series
+MAX_PAIR_SERIES_TOTAL = 8192  # all jobs of one scrape together: each job gets its share
 PER_LINK = re.compile(r"^nvlink(\d+)$")
 
 RATES = (  # (metric, link, field, help)
@@ -83,46 +93,59 @@ def job_labels(job: dict) -> dict[str, str]:
 
 def _running(store: Store) -> list[dict]:
     """The newest MAX_JOBS jobs that run: no exit status, and the store's state says running (a job
-    whose rankmap died has no exit status either, and is ``incomplete``)."""
+    whose rankmap died has no exit status either, and is ``incomplete``). One query."""
     j = S.jobs
     with store.engine.connect() as c:
-        ids = c.execute(sa.select(j.c.id).where(j.c.exit_status.is_(None), j.c.state == "running")
-                        .order_by(j.c.id.desc()).limit(MAX_JOBS)).scalars().all()
-    return [job for job in map(store.job, ids) if job["state"] == "running"]
+        rows = c.execute(sa.select(j.c.id, j.c.launcher, j.c.meta, j.c.hosts, j.c.state, j.c.profiler,
+                                   j.c.heartbeat)
+                         .where(j.c.exit_status.is_(None), j.c.state == "running")
+                         .order_by(j.c.id.desc()).limit(MAX_JOBS)).mappings().all()
+    return [dict(r) for r in rows if job_state(r) == "running"]
 
 
-def _last_two(store: Store, job_id: int) -> dict[tuple[int, str], list[dict]]:
-    """The two newest samples of every (GPU, link) of a job."""
+def _interval_s(job: dict) -> float:
+    info = (job.get("meta") or {}).get("monitor") or (job.get("meta") or {}).get("link_sampler") or {}
+    return float(info.get("interval_ms") or 100) / 1000
+
+
+def _last_two(store: Store, jobs: list[dict]) -> dict[int, dict[tuple[int, str], list[dict]]]:
+    """The two newest samples of every (GPU, link) of each job, in two queries for all of them:
+    each job's newest sample, then its samples of the last few intervals before it (a (GPU, link)
+    whose newest sample is older than that is stale anyway, see ``STALE_S``)."""
     t = S.link_samples
+    ids = [int(j["id"]) for j in jobs]
+    if not ids:
+        return {}
     with store.engine.connect() as c:
-        top = c.execute(sa.select(sa.func.max(t.c.t_ns)).where(t.c.job == job_id)).scalar()
-        if top is None:
+        tops = dict(c.execute(sa.select(t.c.job, sa.func.max(t.c.t_ns)).where(t.c.job.in_(ids))
+                              .group_by(t.c.job)).all())
+        if not tops:
             return {}
-        # two samples back of even the slowest sampler: an hour (the longest interval) is plenty
-        rows = c.execute(sa.select(t).where(t.c.job == job_id, t.c.t_ns >= top - 7_200 * 10**9)
-                         .order_by(t.c.t_ns.desc()).limit(4096)).mappings().all()
-    out: dict[tuple[int, str], list[dict]] = {}
+        back = {int(j["id"]): int((max(STALE_S, 5 * _interval_s(j)) + 3 * _interval_s(j)) * 1e9) for j in jobs}
+        since = sa.or_(*(sa.and_(t.c.job == jid, t.c.t_ns >= int(top) - back[int(jid)]) for jid, top in tops.items()))
+        rows = c.execute(sa.select(t).where(since).order_by(t.c.job, t.c.t_ns.desc())).mappings().all()
+    out: dict[int, dict[tuple[int, str], list[dict]]] = {}
     for r in rows:
-        lst = out.setdefault((int(r["device"]), str(r["link"])), [])
+        lst = out.setdefault(int(r["job"]), {}).setdefault((int(r["device"]), str(r["link"])), [])
         if len(lst) < 2:
             lst.append(dict(r))
     return out
 
 
-def link_metrics(store: Store, now_ns: int | None = None) -> list[str]:
+def link_metrics(store: Store, now_ns: int | None = None, running: list[dict] | None = None) -> list[str]:
     """The dcgm-exporter rate gauges and rankmap's cumulative link counters of running samplers."""
     now_ns = now_ns or time.time_ns()
     cands: dict[tuple[str, int], dict[int, tuple]] = {}  # (host, gpu) -> job id -> (prefer, job, gpu, links)
-    for job in _running(store):
+    sampling = [j for j in (_running(store) if running is None else running) if sampler_t0_ns(j) is not None]
+    newest = _last_two(store, sampling)
+    for job in sampling:
         t0 = sampler_t0_ns(job)
-        if t0 is None:
-            continue
         meta = job.get("meta") or {}
         info = meta.get("monitor") or meta.get("link_sampler") or {}
         host = info.get("host") or (job.get("hosts") or ["unknown"])[0]
         gpus = {int(g["index"]): g for g in info.get("gpus") or []}
-        interval = float(info.get("interval_ms") or 100) / 1000
-        for (dev, link), rows in _last_two(store, int(job["id"])).items():
+        interval = _interval_s(job)
+        for (dev, link), rows in newest.get(int(job["id"]), {}).items():
             wall = t0 + int(rows[0]["t_ns"])
             if now_ns - wall > max(STALE_S, 5 * interval) * 1e9:
                 continue
@@ -170,44 +193,109 @@ def link_metrics(store: Store, now_ns: int | None = None) -> list[str]:
     return lines
 
 
-def pair_metrics(store: Store, now: datetime | None = None) -> list[str]:
-    """``rankmap_pair_bytes_total`` of running jobs and of jobs that ended in the last RECENT_S seconds."""
-    now = now or datetime.now(timezone.utc)
-    j, t = S.jobs, S.traffic
-    since = now - timedelta(seconds=RECENT_S)
-    with store.engine.connect() as c:
-        ended = c.execute(sa.select(j.c.id).where(j.c.ended >= since).order_by(j.c.id.desc())
-                          .limit(MAX_JOBS)).scalars().all()
-    ids = sorted({*ended, *(job["id"] for job in _running(store))}, reverse=True)[:MAX_JOBS]
+PairRows = list[tuple[int, int, str, int]]     # (src, dst, class, bytes), the heaviest first
+
+
+def _heaviest_pairs(store: Store, ids: list[int], limit: int) -> dict[int, tuple[PairRows, int]]:
+    """Per job: its ``limit`` heaviest (src, dst, class) series and how many it has in all, for all
+    ``ids`` in one query (a window over the pairs, numbered per job)."""
     if not ids:
-        return []
-    total = sa.func.sum(t.c.bytes).label("b")
-    rows, omitted = [], []
+        return {}
+    t = S.traffic
+    keys = (t.c.job, t.c.src, t.c.dst, t.c["class"])
+    g = sa.select(*keys, sa.func.sum(t.c.bytes).label("b")).where(t.c.job.in_(ids)).group_by(*keys).subquery()
+    order = (g.c.b.desc(), g.c.src, g.c.dst, g.c["class"])
+    ranked = sa.select(g, sa.func.row_number().over(partition_by=g.c.job, order_by=order).label("rn"),
+                       sa.func.count().over(partition_by=g.c.job).label("n")).subquery()
+    q = sa.select(ranked.c.job, ranked.c.src, ranked.c.dst, ranked.c["class"], ranked.c.b, ranked.c.n) \
+        .where(ranked.c.rn <= limit)
+    out: dict[int, tuple[PairRows, int]] = {jid: ([], 0) for jid in ids}
     with store.engine.connect() as c:
-        metas = dict(c.execute(sa.select(j.c.id, j.c.meta).where(j.c.id.in_(ids))).all())
-        for jid in sorted(ids):
-            keys = (t.c.src, t.c.dst, t.c["class"])
-            q = sa.select(*keys, total).where(t.c.job == jid).group_by(*keys)
-            top = c.execute(q.order_by(total.desc(), *keys).limit(MAX_PAIR_SERIES + 1)).all()
-            if len(top) > MAX_PAIR_SERIES:
-                n = c.execute(sa.select(sa.func.count()).select_from(q.subquery())).scalar()
-                omitted.append((jid, int(n) - MAX_PAIR_SERIES))
-                top = top[:MAX_PAIR_SERIES]
-            labels = job_labels({"id": jid, "meta": metas.get(jid)})
-            rows += [(jid, labels, s, d, k, b) for s, d, k, b in sorted(top, key=lambda r: r[:3])]
-    if not rows:
-        return []
-    out = ["# HELP rankmap_pair_bytes_total Bytes rank src sent to rank dst, by traffic class.",
-           "# TYPE rankmap_pair_bytes_total counter",
-           *(f"rankmap_pair_bytes_total{_labels(job=jid, src=s, dst=d, **{'class': k}, **lab)} {int(b or 0)}"
-             for jid, lab, s, d, k, b in rows)]
-    if omitted:
-        out += [f"# HELP rankmap_pair_series_omitted Pair series of the job not exposed (only the {MAX_PAIR_SERIES} "
-                f"heaviest are).", "# TYPE rankmap_pair_series_omitted gauge",
-                *(f"rankmap_pair_series_omitted{_labels(job=jid)} {n}" for jid, n in omitted)]
+        for jid, src, dst, klass, nbytes, n in c.execute(q):
+            rows, _ = out[int(jid)]
+            rows.append((int(src), int(dst), str(klass), int(nbytes or 0)))
+            out[int(jid)] = (rows, int(n))
     return out
 
 
+def _pair_jobs(store: Store, now: datetime, running: list[dict]) -> list[dict]:
+    """The jobs whose pairs a scrape shows: those running and those that ended in the last RECENT_S
+    seconds, newest first, at most MAX_JOBS; with what says whether their bytes can still change."""
+    j = S.jobs
+    since = now - timedelta(seconds=RECENT_S)
+    with store.engine.connect() as c:
+        ended = c.execute(sa.select(j.c.id, j.c.meta, j.c.state, j.c.ended, j.c.exit_status, j.c.heartbeat)
+                          .where(j.c.ended >= since).order_by(j.c.id.desc()).limit(MAX_JOBS)).mappings().all()
+    rows = {int(r["id"]): {**dict(r), "running": False} for r in ended}
+    for r in running:
+        rows[int(r["id"])] = {**r, "running": True}
+    return [rows[k] for k in sorted(rows, reverse=True)[:MAX_JOBS]]
+
+
+class Exposition:
+    """``/metrics`` of one store, with the pairs of jobs that no longer run kept between scrapes.
+
+    A job that has ended has its final bytes stored: its heaviest pairs are read once and kept,
+    keyed by what would say otherwise (its state, end, exit status and last write, and the share
+    of series it got), so a scrape reads the store for the running jobs only. Jobs that leave the
+    scrape's window are dropped from the cache."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._kept: dict[int, tuple[tuple, tuple[PairRows, int]]] = {}
+        self._lock = threading.Lock()
+
+    def pair_metrics(self, now: datetime | None = None, running: list[dict] | None = None) -> list[str]:
+        """``rankmap_pair_bytes_total`` of running jobs and of jobs that ended in the last RECENT_S seconds."""
+        store = self.store
+        now = now or datetime.now(timezone.utc)
+        running = _running(store) if running is None else running
+        jobs = _pair_jobs(store, now, running)
+        if not jobs:
+            return []
+        limit = max(1, min(MAX_PAIR_SERIES, MAX_PAIR_SERIES_TOTAL // len(jobs)))
+        key = {int(j["id"]): (str(j["state"]), str(j.get("ended")), j.get("exit_status"), str(j.get("heartbeat")), limit)
+               for j in jobs}
+        with self._lock:
+            kept = {jid: got for jid, (k, got) in self._kept.items() if key.get(jid) == k}
+        fresh = _heaviest_pairs(store, [jid for jid in key if jid not in kept], limit)
+        with self._lock:
+            self._kept = {jid: v for jid, v in self._kept.items() if jid in key}
+            for j in jobs:
+                jid = int(j["id"])
+                if not j["running"] and jid in fresh:
+                    self._kept[jid] = (key[jid], fresh[jid])
+        lines, omitted = [], []
+        for j in sorted(jobs, key=lambda j: int(j["id"])):
+            jid = int(j["id"])
+            top, n = kept.get(jid) or fresh[jid]
+            if n > len(top):
+                omitted.append((jid, n - len(top)))
+            lab = job_labels({"id": jid, "meta": j.get("meta")})
+            lines += [f"rankmap_pair_bytes_total{_labels(job=jid, src=s, dst=d, **{'class': k}, **lab)} {b}"
+                      for s, d, k, b in sorted(top, key=lambda r: r[:3])]
+        if not lines:
+            return []
+        out = ["# HELP rankmap_pair_bytes_total Bytes rank src sent to rank dst, by traffic class.",
+               "# TYPE rankmap_pair_bytes_total counter", *lines]
+        if omitted:
+            out += [f"# HELP rankmap_pair_series_omitted Pair series of the job not exposed (only the heaviest "
+                    f"{limit} are: at most {MAX_PAIR_SERIES} a job, {MAX_PAIR_SERIES_TOTAL} in all).",
+                    "# TYPE rankmap_pair_series_omitted gauge",
+                    *(f"rankmap_pair_series_omitted{_labels(job=jid)} {n}" for jid, n in omitted)]
+        return out
+
+    def render(self) -> str:
+        """The whole exposition, newline-terminated."""
+        running = _running(self.store)
+        return "\n".join(link_metrics(self.store, running=running) + self.pair_metrics(running=running)) + "\n"
+
+
+def pair_metrics(store: Store, now: datetime | None = None) -> list[str]:
+    """``rankmap_pair_bytes_total`` of a store, read afresh (:meth:`Exposition.pair_metrics`)."""
+    return Exposition(store).pair_metrics(now)
+
+
 def render(store: Store) -> str:
-    """The whole exposition, newline-terminated."""
-    return "\n".join(link_metrics(store) + pair_metrics(store)) + "\n"
+    """The whole exposition, newline-terminated, read afresh."""
+    return Exposition(store).render()

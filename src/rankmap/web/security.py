@@ -6,7 +6,16 @@ The dashboard shows every stored job's command lines, host names and environment
   ``/metrics`` (``Authorization: Bearer <token>``; 401 without it). The page and its static files
   carry no data and load without it; the page reads the token from the ``#token=`` part of the URL
   ``rankmap serve`` prints (never sent to the server, dropped from the address bar once read) or
-  asks for it. Prometheus sends it with ``authorization: {credentials: <token>}``.
+  asks for it. Prometheus sends it with ``authorization: {credentials: <token>}``. A token given
+  by hand must have ``MIN_TOKEN`` characters (:func:`check_token`); the one ``rankmap serve``
+  makes has 32.
+* **Guessing.** Wrong tokens slow their sender down (:class:`Backoff`): after ``FREE_FAILURES``
+  of them, each further try from that address must wait twice as long as the one before (1 s,
+  2 s, 4 s, ... up to a minute), and one that comes earlier is answered 429 with ``Retry-After``
+  without its token being looked at: a guesser gets a handful of tries a minute, whatever it
+  sends in parallel, where it had a thousand a second. The right token clears the count; ten
+  minutes without a wrong one forget it. Behind a reverse proxy every client has the proxy's
+  address, so one guesser slows everyone down there: a proxy should check a token of its own.
 * **Host header.** A page of another site cannot read a loopback server thanks to the same-origin
   rule, unless that site's name is made to resolve to 127.0.0.1 (DNS rebinding): then the browser
   sends ``Host: evil.example``. Requests whose Host is not a name the server was bound to (or
@@ -21,8 +30,11 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import math
 import secrets
 import socket
+import threading
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Awaitable, Callable
@@ -42,8 +54,62 @@ PROTECTED = ("/api/", "/metrics")
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
+MIN_TOKEN = 16          # characters of a token given by hand (new_token's have 32)
+FREE_FAILURES = 5       # wrong tokens an address may send before it is slowed down
+
+
 def new_token() -> str:
     return secrets.token_urlsafe(24)
+
+
+def check_token(token: str, where: str) -> str:
+    """A token given by hand (``where``: ``--token``, ``$RANKMAP_TOKEN``), refused when it is too
+    short to stand guessing: 3 characters of the URL-safe alphabet are 260,000 tries."""
+    if len(token) < MIN_TOKEN:
+        raise RankmapError(f"{where}: a token of {len(token)} characters is too easily guessed; give one of at "
+                           f"least {MIN_TOKEN}, or none for a random one (rankmap serve prints it)")
+    return token
+
+
+@dataclass
+class Backoff:
+    """Wrong tokens per client address, and how long each must wait before its next try counts.
+
+    After ``free`` wrong tokens the wait is ``base_s`` x 2^(wrong - free) seconds after the last
+    one, at most ``cap_s``; ``forget_s`` without a wrong token forgets the address. At most
+    ``max_clients`` addresses are kept (the oldest go first), so the table stays small."""
+
+    free: int = FREE_FAILURES
+    base_s: float = 1.0
+    cap_s: float = 60.0
+    forget_s: float = 600.0
+    max_clients: int = 4096
+    clock: Callable[[], float] = time.monotonic
+    _wrong: dict[str, tuple[int, float]] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def wait_s(self, client: str) -> float:
+        """Seconds ``client`` must still wait before a token of its is checked (0: now)."""
+        now = self.clock()
+        with self._lock:
+            n, last = self._wrong.get(client, (0, 0.0))
+            if n and now - last > self.forget_s:
+                del self._wrong[client]
+                return 0.0
+        if n < self.free:
+            return 0.0
+        return max(0.0, last + min(self.cap_s, self.base_s * 2 ** (n - self.free)) - now)
+
+    def failed(self, client: str) -> None:
+        with self._lock:
+            n, _ = self._wrong.pop(client, (0, 0.0))
+            self._wrong[client] = (n + 1, self.clock())   # re-inserted: the newest last
+            while len(self._wrong) > self.max_clients:
+                del self._wrong[next(iter(self._wrong))]
+
+    def passed(self, client: str) -> None:
+        with self._lock:
+            self._wrong.pop(client, None)
 
 
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -91,6 +157,7 @@ class Access:
     token: str | None = None
     hosts: set[str] = field(default_factory=set)   # lower-case names / IP literals without port
     any_local_ip: bool = True                        # also accept IP literals of this machine
+    backoff: Backoff = field(default_factory=Backoff)  # wrong tokens slow their sender down
 
     def host_ok(self, header: str | None) -> bool:
         if not header:
@@ -141,9 +208,20 @@ class Guard:
         if not self.access.host_ok(headers.get("host")):
             return await _plain(send, 400, "this server does not answer to that Host name "
                                            "(start rankmap serve with --allow-host NAME to add one)")
-        if path.startswith(PROTECTED) and not self.access.token_ok(headers.get("authorization")):
-            return await _plain(send, 401, "this dashboard needs its token: Authorization: Bearer <token>",
-                                [(b"www-authenticate", b'Bearer realm="rankmap"')])
+        if path.startswith(PROTECTED) and self.access.token is not None:
+            client = (scope.get("client") or ("unknown",))[0]
+            wait = self.access.backoff.wait_s(client)
+            if wait > 0:   # not even looked at: a guesser gets no answer until its wait is over
+                secs = math.ceil(wait)
+                return await _plain(send, 429, f"too many wrong tokens from this address: try again in {secs} s",
+                                    [(b"retry-after", str(secs).encode())])
+            given = headers.get("authorization")
+            if not self.access.token_ok(given):
+                if given:  # a request without a token guesses nothing (the page's first one has none)
+                    self.access.backoff.failed(client)
+                return await _plain(send, 401, "this dashboard needs its token: Authorization: Bearer <token>",
+                                    [(b"www-authenticate", b'Bearer realm="rankmap"')])
+            self.access.backoff.passed(client)
 
         async def with_headers(msg: dict) -> None:
             if msg["type"] == "http.response.start":

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from rankmap.errors import RankmapError
-from rankmap.mapping.cost import Traffic, evaluate
+from rankmap.mapping.cost import Traffic, route_loads
 from rankmap.mapping.platform import Platform, node_model
 from rankmap.topology import DeviceKind, Topology
 from rankmap.formats import mapping_json
@@ -190,43 +190,45 @@ def parse_placement(mapping: Any, n: int, where: str = "mapping") -> Placement:
 
 
 # ------------------------------------------------------------------------------ loads
-def link_loads(topo: Topology, matrix: np.ndarray, placement: Placement,
-               host: np.ndarray | None = None) -> dict[str, Any]:
-    """Bytes on every directed link when ``matrix`` (bytes, rank x rank) runs on ``placement``.
+def on_node(traffic: Traffic, placement: Placement) -> tuple[Traffic, int]:
+    """The pairs of ``traffic`` the drawing of one node shows (both ranks on one node of the
+    placement, or every pair when it names no nodes), and the bytes of the others (off the node)."""
+    n = traffic.n
+    if len(placement.gpu) < n:
+        raise RankmapError(f"the placement covers {len(placement.gpu)} ranks, the traffic has {n}")
+    if not placement.node:
+        return traffic, 0
+    node = np.asarray(placement.node[:n], dtype=object)
+    on = node[traffic.src] == node[traffic.dst]
+    if on.all():
+        return traffic, 0
+    host = traffic.host[on] if traffic.host is not None else None
+    kept = Traffic(n, traffic.src[on], traffic.dst[on], traffic.bytes[on], host if host is None or host.any() else None)
+    return kept, int(traffic.bytes[~on].sum())
 
-    ``host`` (same shape, part of ``matrix``) are the host-staged bytes, routed via the host.
+
+def link_loads(topo: Topology, traffic: Traffic, placement: Placement) -> dict[str, Any]:
+    """Bytes on every directed link when ``traffic`` runs on ``placement``: routed by the cost model
+    (:func:`directed_loads`), its host-staged part (``traffic.host``) via the host.
+
     Peer-to-peer pairs on the same GPU cross no link; pairs the placement puts on different nodes
     leave this node's drawing (their bytes are counted in ``off_node_bytes``).
     """
     gpus = {g.index: g.id for g in topo.gpus}
-    T = np.asarray(matrix)
-    n = T.shape[0]
-    if len(placement.gpu) < n:
-        raise RankmapError(f"the placement covers {len(placement.gpu)} ranks, the traffic has {n}")
+    n = traffic.n
+    shown, off_node = on_node(traffic, placement)
     for r, g in enumerate(placement.gpu[:n]):
         if g not in gpus:
             raise RankmapError(f"{placement.source}: rank {r} is on GPU {g}, which topology "
                                f"{topo.name!r} does not have (GPUs {sorted(gpus)})")
-    # Route with the placement layer's cost model (one routing and congestion code for the whole
-    # tool). The drawing shows one node, so every pair that shares a node is drawn on it.
-    src, dst = np.nonzero(T)
-    b = T[src, dst].astype(np.float64)
-    hb = np.asarray(host)[src, dst].astype(np.float64) if host is not None else np.zeros_like(b)
-    keep = (src != dst) & (b > 0)
-    src, dst, b, hb = src[keep], dst[keep], b[keep], hb[keep]
     gpu = np.asarray(placement.gpu[:n], dtype=np.int64)
-    if placement.node:
-        node = np.asarray(placement.node[:n])
-        on = node[src] == node[dst]
-    else:
-        on = np.ones(len(b), dtype=bool)
-    off_node = int(b[~on].sum())
-    src, dst, b, hb = src[on], dst[on], b[on], hb[on]
-    same = gpu[src] == gpu[dst]
+    b = shown.bytes
+    hb = shown.host if shown.host is not None else np.zeros_like(b)
+    same = gpu[shown.src] == gpu[shown.dst]
     # peer bytes between ranks on one GPU stay on it; host-staged ones go up to the host and back
     same_gpu = int((b - hb)[same].sum())
     routed = int(b.sum()) - same_gpu
-    loads = directed_loads(topo, n, src, dst, b, gpu, hb)
+    loads = directed_loads(topo, shown, gpu)
     bw = np.array([l.bandwidth for l in topo.links], dtype=np.float64) * 1e9
     cong = loads / bw[:, None] if len(bw) else loads
     used = loads > 0
@@ -256,22 +258,30 @@ def model_of(topo: Topology) -> Any:
     return m
 
 
-def directed_loads(topo: Topology, n: int, src: np.ndarray, dst: np.ndarray, b: np.ndarray,
-                   gpu: np.ndarray, host: np.ndarray | None = None) -> np.ndarray:
-    """Bytes per link and direction, ``(links, 2)`` ([:,0] a->b), of pairs ``src -> dst`` (all on
-    this node) when rank r runs on GPU index ``gpu[r]``; routed by the cost model's incidence.
-    ``host`` (per pair, part of ``b``): the host-staged bytes, routed via the host."""
+def gpu_positions(topo: Topology, gpu: np.ndarray) -> np.ndarray:
+    """GPU index (as a placement names it) -> position in the cost model's GPU order."""
     model = model_of(topo)
-    gpus = {g.index for g in topo.gpus}
-    pos = np.zeros(max(gpus) + 1, dtype=np.int64)
+    pos = np.zeros(max(g.index for g in model.gpus) + 1, dtype=np.int64)
     for i, g in enumerate(model.gpus):
         pos[g.index] = i
-    hb = host if host is not None and np.any(host) else None
-    score = evaluate(Platform(model), Traffic.from_triples(n, src, dst, b, hb), np.zeros(n, dtype=np.int64), pos[gpu])
-    loads = np.zeros((len(topo.links), 2), dtype=np.float64)
+    return pos[np.asarray(gpu, dtype=np.int64)]
+
+
+def directed_loads(topo: Topology, traffic: Traffic, gpu: np.ndarray, group: np.ndarray | None = None,
+                   groups: int = 1) -> np.ndarray:
+    """Bytes per link and direction, ``(links, 2)`` ([:, 0] a->b), of ``traffic`` (all on this node)
+    when rank r runs on GPU index ``gpu[r]``: :func:`rankmap.mapping.cost.route_loads`, the one
+    routing rule, read back onto the drawn links. With ``group`` (a group per row of ``traffic``)
+    ``(groups, links, 2)``, each group's rows on their own (see ``route_loads``)."""
+    model = model_of(topo)
+    n = traffic.n
+    per = route_loads(Platform(model), traffic, np.zeros(n, dtype=np.int64), gpu_positions(topo, gpu[:n]),
+                      group, groups)
+    per = per.reshape(groups if group is not None else 1, -1)
+    loads = np.zeros((per.shape[0], len(topo.links), 2), dtype=np.float64)
     for d, (link, direction) in enumerate(model.dlinks):
-        loads[link, direction] = score.loads[d]
-    return loads
+        loads[:, link, direction] = per[:, d]
+    return loads if group is not None else loads[0]
 
 
 def placement_for(topo: Topology, n: int, mapping: Any | None, where: str, hosts: list | None = None) -> Placement:

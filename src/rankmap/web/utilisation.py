@@ -29,6 +29,8 @@ import numpy as np
 import sqlalchemy as sa
 
 from rankmap.errors import RankmapError
+from rankmap.mapping.cost import Traffic
+from rankmap.mapping.traffic import job_matrices
 from rankmap.store import Store
 from rankmap.store import schema as S
 from rankmap.topology import LinkKind, Topology
@@ -186,12 +188,14 @@ def _frame_bytes(t: np.ndarray, c: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------------------ model
 def model_frames(store: Store, job_id: int, t0_ns: int, bucket_s: float, frame_s: float, frames: int,
-                 placement: V.Placement, n: int, gpu_index: list[int]) -> np.ndarray | None:
-    """``(frames, G, G)`` bytes between GPU positions per frame (same node only).
+                 placement: V.Placement, n: int, topo: Topology) -> np.ndarray | None:
+    """``(frames, links, 2)`` bytes per drawn link and direction per frame (pairs on one node).
 
     The store keeps what each rank sent per time slot (all its peers together; older slots wider,
-    see :mod:`rankmap.store.batch`): a slot's bytes go to the rank's peers in the proportions of
-    its traffic over the whole job, and over the frames the slot spans, evenly."""
+    see :mod:`rankmap.store.batch`): a slot's bytes are routed as the rank's traffic over the whole
+    job is, by the one routing rule (:func:`rankmap.web.topoview.directed_loads`: to each peer in
+    the proportions of the whole job, its host-staged share via the host), and spread over the
+    frames the slot spans, evenly."""
     t, r = S.timeline, S.ranks
     with store.engine.connect() as c:
         starts = {(int(w), s): int(st) for w, s, st in c.execute(
@@ -201,32 +205,27 @@ def model_frames(store: Store, job_id: int, t0_ns: int, bucket_s: float, frame_s
                          .group_by(t.c.src, t.c.source, t.c.bucket, t.c.width)).all()
     if not rows:
         return None
-    T = store.traffic_matrix(job_id).astype(float)
-    pos = {g: i for i, g in enumerate(gpu_index)}
-    G = len(gpu_index)
-    node = placement.node
-    share: dict[int, np.ndarray] = {}           # src -> (G, G) fraction of its bytes on each GPU pair
-    for src in range(min(n, T.shape[0])):
-        total = T[src].sum()
-        ga = pos.get(placement.gpu[src])
-        if total <= 0 or ga is None:
-            continue
-        m = np.zeros((G, G))
-        for dst in np.nonzero(T[src])[0]:
-            dst = int(dst)
-            if dst == src or dst >= n or (node and node[src] != node[dst]):
-                continue  # off this node: the cluster view draws it
-            gb = pos.get(placement.gpu[dst])
-            if gb is not None and gb != ga:
-                m[ga, gb] += T[src, dst] / total
-        if m.any():
-            share[src] = m
-    out = np.zeros((frames, G, G))
+    T, H = job_matrices(store, job_id)
+    if T.shape[0] != n:
+        return None
+    # what each rank sent in all, as its timeline counts it: to itself and off this node too
+    sent = T.sum(axis=1)
+    tr = Traffic.from_dense(T, H)
+    shown, _off = V.on_node(tr, placement)
+    drawn = sorted(g.index for g in topo.gpus)
+    gpu = np.asarray(placement.gpu[:n], dtype=np.int64)
+    ok = np.isin(gpu, drawn)
+    keep = ok[shown.src] & ok[shown.dst]
+    shown = Traffic(n, shown.src[keep], shown.dst[keep], shown.bytes[keep],
+                    shown.host[keep] if shown.host is not None else None)
+    per_byte = V.directed_loads(topo, shown, np.where(ok, gpu, drawn[0]), shown.src, n).reshape(n, -1)
+    per_byte /= np.maximum(sent, 1.0)[:, None]       # a byte sent by rank r, on every link and direction
+    F = np.zeros((frames, n))                         # bytes each rank sent in each frame
     for src, source, bucket, width, b in rows:
-        m = share.get(int(src))
-        if m is None or not b:
+        src = int(src)
+        if not b or not 0 <= src < n or sent[src] <= 0:
             continue
-        begin = (starts.get((int(src), source), t0_ns) - t0_ns) / 1e9 + int(bucket) * bucket_s
+        begin = (starts.get((src, source), t0_ns) - t0_ns) / 1e9 + int(bucket) * bucket_s
         end = begin + int(width) * bucket_s
         f0 = min(max(int(begin // frame_s), 0), frames - 1)
         f1 = min(max(int(np.ceil(end / frame_s)) - 1, f0), frames - 1)
@@ -234,23 +233,8 @@ def model_frames(store: Store, job_id: int, t0_ns: int, bucket_s: float, frame_s
             lo, hi = max(begin, f * frame_s), min(end, (f + 1) * frame_s)
             frac = (hi - lo) / (end - begin) if f1 > f0 else 1.0
             if frac > 0:
-                out[f] += float(b) * frac * m
-    return out
-
-
-def _model_loads(topo: Topology, W: np.ndarray, gpu_index: list[int]) -> np.ndarray:
-    """``(frames, links, 2)`` bytes per link and direction, routing each frame's GPU pair bytes."""
-    F, G, _ = W.shape
-    src, dst = np.meshgrid(np.arange(G), np.arange(G), indexing="ij")
-    src, dst = src.ravel(), dst.ravel()
-    gpu = np.asarray(gpu_index, dtype=np.int64)
-    out = np.zeros((F, len(topo.links), 2))
-    for f in range(F):
-        b = W[f].ravel()
-        if b.any():
-            keep = b > 0
-            out[f] = V.directed_loads(topo, G, src[keep], dst[keep], b[keep], gpu)
-    return out
+                F[f, src] += float(b) * frac
+    return (F @ per_byte).reshape(frames, len(topo.links), 2)
 
 
 # ------------------------------------------------------------------------------ the view
@@ -306,9 +290,7 @@ def utilisation(store: Store, job: dict, topo: Topology, placement: V.Placement,
         frames = max(1, math.ceil(span / frame - 1e-9))
     edges = np.arange(frames + 1) * frame
 
-    gpu_index = [g.index for g in topo.gpus]
-    W = model_frames(store, jid, t0, bucket_s, frame, frames, placement, n, gpu_index) if has_timeline else None
-    model = _model_loads(topo, W, gpu_index) if W is not None else None
+    model = model_frames(store, jid, t0, bucket_s, frame, frames, placement, n, topo) if has_timeline else None
     mlinks = measured_links(topo)
     # the sampler numbers GPUs as NVML does; match them by UUID where both sides know it
     by_uuid = {u: d for d, u in (meas.uuids if meas else {}).items() if u}

@@ -148,10 +148,12 @@ def reduce_scatter(out: Emitter, p: int, r: int, counts: tuple[int, ...], tsize:
         i += 1
 
 
-def reduce_scatter_halving(out: Emitter, p: int, r: int, counts: tuple[int, ...], tsize: int = 1) -> None:
+def reduce_scatter_halving(out: Emitter, p: int, r: int, counts: tuple[int, ...], tsize: int = 1,
+                           skip_empty: bool = False) -> None:
     """Recursive-halving reduce-scatter over the largest power of two, the first ``2 * rem``
     ranks folded in pairs (even sends its vector to odd, odd returns its result at the end):
-    at each halving distance a rank sends the half of the blocks its partner keeps."""
+    at each halving distance a rank sends the half of the blocks its partner keeps.
+    ``skip_empty``: an empty result is not returned (Open MPI's reduce_scatter)."""
     pof2 = _pof2(p)
     rem = p - pof2
     newrank = fold(out, p, r, sum(counts), tsize)
@@ -177,7 +179,8 @@ def reduce_scatter_halving(out: Emitter, p: int, r: int, counts: tuple[int, ...]
             send_idx = recv_idx
             last_idx = recv_idx + mask
             mask >>= 1
-    unfold(out, p, r, counts[r - 1], tsize)
+    if counts[r - 1] or not skip_empty:
+        unfold(out, p, r, counts[r - 1], tsize)
 
 
 def dissemination(out: Emitter, p: int, r: int) -> None:

@@ -29,7 +29,8 @@ def jobs(d: Dash, limit: int = Query(100, ge=1, le=10000)) -> dict:
 
 @router.get("/api/jobs/{job}")
 def job(d: Dash, job: str) -> dict:
-    """One job: its record, its ranks and the summary the page's header shows (POP metrics of one source)."""
+    """One job: its record, its ranks, the node its link views are drawn on by default, and the
+    summary the page's header shows (POP metrics of one source)."""
     from rankmap.report.pop import pop_metrics
 
     store = d.store
@@ -46,6 +47,8 @@ def job(d: Dash, job: str) -> dict:
         # the store's state, not a missing exit status: a job whose rankmap died (incomplete) has
         # none either, and read as running it was polled forever with its unflushed ranks unsaid
         "job": j, "running": j["state"] == "running", "ranks": ranks,
+        # the node its link views are drawn on unless the page picks one (None: none loads here)
+        "topology": d.job_topology(jid, j),
         "summary": {
             "world_size": store.world_size(jid),
             "ranks_reporting": len({r["world_rank"] for r in ranks}),

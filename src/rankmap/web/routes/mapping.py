@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from rankmap.errors import RankmapError
 from rankmap.formats.topology_json import to_dict
 from rankmap.mapping import basis as B
-from rankmap.mapping.traffic import job_matrices
+from rankmap.mapping.traffic import job_traffic
 from rankmap.store.schema import MAX_ROW_ID
 from rankmap.topology import Topology
 from rankmap.web import queries as Q
@@ -109,17 +109,16 @@ def mapping(d: Dash, job: str, spec: str | None = None, chosen: str | None = Que
     if topo is None:
         out["topology_error"] = "; ".join(dict.fromkeys(errors))
         return out
-    m, host = job_matrices(d.store, jid)
-    if st["what_if"]:  # a known what-if (see above)
-        host = None  # drawn on the mapping's own basis, as its stored figures: every byte GPU to GPU
-    n = m.shape[0]
+    # drawn on the mapping's own basis, as its stored figures: a known what-if every byte GPU to GPU
+    tr = B.routed(st["traffic_basis"], job_traffic(d.store, jid))
+    n = tr.n
     out["topology"] = topo.name
     out["drawing"] = {"topology": to_dict(topo), "layout": V.layout(topo)}
     before_map = row["mapping"].get("before") if isinstance(row["mapping"], dict) else None
     try:  # a mapping made for another node or size is shown with its stored figures only
         before = V.placement_for(topo, n, before_map, "mapping.before")
         after = V.parse_placement(row["mapping"], n, f"mapping {row['id']}")
-        views = d.view(topo, m, before, host), d.view(topo, m, after, host)
+        views = d.view(topo, tr, before), d.view(topo, tr, after)
     except RankmapError as e:
         out["mapping_error"] = str(e)
         return out

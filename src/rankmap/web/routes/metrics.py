@@ -6,7 +6,6 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
-from rankmap.web import metrics as M
 from rankmap.web.context import Dash
 
 router = APIRouter(include_in_schema=False)
@@ -14,5 +13,5 @@ router = APIRouter(include_in_schema=False)
 
 @router.get("/metrics")
 def metrics(d: Dash) -> PlainTextResponse:
-    return PlainTextResponse(M.render(d.store), media_type="text/plain; version=0.0.4; charset=utf-8",
+    return PlainTextResponse(d.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8",
                              headers={"Cache-Control": "no-store"})

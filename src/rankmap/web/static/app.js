@@ -30,6 +30,7 @@ const HEAT = ["#fde68a", "#f59e0b", "#ea580c", "#b91c1c"];
 const BAND_COLOURS = ["#c3cbd5", "#86efac", "#16a34a", "#f97316", "#dc2626"];
 const DEFAULT_BANDS = [0.1, 25, 50, 75];
 const MAX_SCALE = 1.4;  // a small node is drawn at most this much larger than its layout
+const MIN_SCALE = 0.85; // and the mapping's before and after views at least this large (labels >= 11 px)
 const SVGNS = "http://www.w3.org/2000/svg";
 
 const state = {
@@ -76,6 +77,38 @@ function thresholds() {
 }
 
 // ------------------------------------------------------------------ jobs
+// The job list's commands, made to tell the jobs apart: paths cut to their last part (the full
+// command is the row's tooltip), options that every listed job passes (--allow-run-as-root,
+// --oversubscribe) folded into one "…", and the words some listed jobs have and others not in bold.
+// Cut at the box's edge, "/usr/bin/mpirun.openmpi --allow-run-..." was every row alike.
+function splitCommand(cmd) {
+  return (cmd.match(/'[^']*'|"(?:\\.|[^"\\])*"|\S+/g) || []).map((w) => w.replace(/^'(.*)'$/, "$1"));
+}
+function shortWord(w) {
+  const m = w.match(/^([^=]*=)?(.*)$/);
+  const v = m[2].includes("/") && !m[2].startsWith("-") ? m[2].replace(/\/+$/, "").split("/").pop() || m[2] : m[2];
+  return (m[1] || "") + v;
+}
+function commandLines(commands) {
+  const words = commands.map((c) => splitCommand(c || "").map(shortWord));
+  const count = new Map();
+  for (const ws of words) for (const w of new Set(ws)) count.set(w, (count.get(w) || 0) + 1);
+  const all = commands.length;
+  return words.map((ws) => {
+    const out = [];
+    ws.forEach((w, i) => {
+      const everywhere = all > 1 && count.get(w) === all;
+      if (i > 0 && everywhere && w.startsWith("--") && !w.includes("=")) {
+        if (out.length && out[out.length - 1].fold) return;
+        out.push({ text: "…", fold: true });
+        return;
+      }
+      out.push({ text: w, differs: all > 1 && !everywhere });
+    });
+    return out;
+  });
+}
+
 async function loadJobs() {
   let data;
   clearTimeout(state.jobsTimer);
@@ -94,19 +127,25 @@ async function loadJobs() {
   list.textContent = "";
   $("jobs-count").textContent = data.jobs.length ? `(${data.jobs.length})` : "";
   $("jobs-empty").hidden = data.jobs.length > 0;
-  for (const j of data.jobs) {
+  const lines = commandLines(data.jobs.map((j) => j.command));
+  data.jobs.forEach((j, k) => {
     const li = el("li", { "data-job": j.id });
     if (j.id === state.jobId) li.classList.add("selected");
     const line = el("div", { class: "job-line" });
     line.append(el("span", { class: "job-id" }, `#${j.id}`), statusPill(j));
-    li.append(line, el("div", { class: "job-cmd", title: j.command }, j.command));
+    const cmd = el("div", { class: "job-cmd", title: j.command });
+    lines[k].forEach((w, i) => {
+      if (i) cmd.append(" ");
+      cmd.append(w.differs ? el("b", {}, w.text) : w.fold ? el("span", { class: "fold", title: "options every listed job passes" }, w.text) : w.text);
+    });
+    li.append(line, cmd);
     const ranks = j.world_size || j.ranks_reporting;
     li.append(el("div", { class: "job-meta" },
-      [ranks ? count(ranks, "rank") : null, j.launcher === "monitor" ? null : fmtBytes(j.bytes), j.launcher,
-        ago(j.created)].filter(Boolean).join(" · ")));
+      [ranks ? count(ranks, "rank") : null, j.launcher === "monitor" ? null : fmtBytes(j.bytes),
+        j.elapsed_ns ? fmtNs(j.elapsed_ns) : null, j.launcher, ago(j.created)].filter(Boolean).join(" · ")));
     li.addEventListener("click", () => selectJob(j.id));
     list.append(li);
-  }
+  });
   clearTimeout(state.jobsTimer);
   state.jobsTimer = setTimeout(loadJobs, JOBS_POLL_MS);
 }
@@ -153,6 +192,8 @@ async function refreshJob(first) {
     job = await q("");
   } catch (e) {
     if (seq !== state.seq) return;
+    // a job that is not there (or never loaded) shows no other job's figures under its error
+    if (e.status === 404 || first) clearJob(id);
     $("job-error").hidden = false;
     $("job-error").textContent = e.message;
     // a running job whose store is briefly busy keeps being polled; an unknown job does not
@@ -161,9 +202,14 @@ async function refreshJob(first) {
   }
   if (seq !== state.seq) return;  // another job was picked meanwhile
   $("job-error").hidden = true;
+  $("job").classList.remove("unknown");
   const monitor = job.job.launcher === "monitor";
   $("job").classList.toggle("monitor", monitor);
   renderHeader(job);
+  // the node drawn: the one picked in the header, else the job's own (its mapping's, else the
+  // server's); when none loads here the link views are not asked for at all
+  const own = job.topology || { spec: null, error: "no node to draw this job's links on" };
+  const drawable = Boolean(state.spec) || own.spec !== null;
   const spec = encodeURIComponent(state.spec || "");
   const sq = spec ? `spec=${spec}` : "";
   const uq = [sq, bandsParam()].filter(Boolean).join("&");
@@ -171,10 +217,10 @@ async function refreshJob(first) {
   const parts = await Promise.allSettled([
     monitor ? skip : q(`/matrix?class=${encodeURIComponent(cls)}&what=${what}`),
     monitor ? skip : q("/ops"), monitor ? skip : q("/timeline"), q("/links"), monitor ? skip : q("/cuda"),
-    api(`/api/topology?job=${id}${spec ? `&spec=${spec}` : ""}`),
+    drawable ? api(`/api/topology?job=${id}${spec ? `&spec=${spec}` : ""}`) : skip,
     monitor ? skip : api(mappingPath(id)),
-    q(`/utilisation${uq ? `?${uq}` : ""}`),
-    monitor ? skip : q(`/cluster${uq ? `?${uq}` : ""}`),
+    drawable ? q(`/utilisation${uq ? `?${uq}` : ""}`) : skip,
+    monitor || !drawable ? skip : q(`/cluster${uq ? `?${uq}` : ""}`),
     monitor ? skip : q("/pvars"),
   ]);
   if (seq !== state.seq) return;
@@ -200,7 +246,7 @@ async function refreshJob(first) {
   $("cuda-card").hidden = monitor;
   if (!monitor) guard(renderCuda, cuda, "cuda-body");
   state.running = job.running;
-  renderUtilisation(topo, util, job.running);
+  renderUtilisation(topo, util, job.running, state.spec ? null : own);
   if (job.running) state.jobTimer = setTimeout(() => refreshJob(false), POLL_MS);
 }
 
@@ -209,6 +255,15 @@ function kpi(k, v, hint) {
   d.append(el("div", { class: "k" }, k), el("div", { class: "v" }, v));
   if (hint) d.append(el("div", { class: "h" }, hint));
   return d;
+}
+
+// A job that could not be loaded: its number and the error, nothing of the job shown before it.
+function clearJob(id) {
+  $("job").classList.add("unknown");
+  $("job").classList.remove("monitor");
+  $("job-title").textContent = `Job #${id}`;
+  for (const k of ["job-command", "job-when", "job-status", "kpis"]) $(k).textContent = "";
+  $("job-problems").hidden = true;
 }
 
 function renderHeader(data) {
@@ -592,10 +647,12 @@ function bandLegend(box, u) {
   kindLegend(box);
 }
 
-function renderUtilisation(topoP, utilP, running) {
+// `own`: the job's own node when the page picked none ({spec, source, error}), else null
+function renderUtilisation(topoP, utilP, running, own) {
   const view = $("topo-view");
-  if (topoP.status !== "fulfilled" || utilP.status !== "fulfilled") {
-    const why = topoP.status !== "fulfilled" ? topoP.reason.message : utilP.reason.message;
+  if (topoP.status !== "fulfilled" || utilP.status !== "fulfilled" || topoP.value === null) {
+    const why = topoP.status !== "fulfilled" ? topoP.reason.message
+      : utilP.status !== "fulfilled" ? utilP.reason.message : (own && own.error) || "";
     view.textContent = "";
     view.append(el("p", { class: "muted" }, why));
     for (const id of ["topo-stats", "topo-legend", "topo-placement", "util-source"]) $(id).textContent = "";
@@ -611,7 +668,7 @@ function renderUtilisation(topoP, utilP, running) {
   }
   if (state.utilMode === "time" && (state.follow || state.frame >= u.frames)) state.frame = u.frames - 1;
   const load = t.load;
-  $("topo-placement").textContent = `${t.topology.name} · placement: ` +
+  $("topo-placement").textContent = `${t.topology.name}${own && own.source ? ` (${own.source})` : ""} · placement: ` +
     (load.placement.source === "default" ? `default (rank r → GPU r mod ${t.pairs.gpus.length})`
       : load.placement.source === "default per host" ? `default on each host (its k-th rank → GPU k mod ${t.pairs.gpus.length}); every host's in-node traffic drawn on this node`
       : load.placement.source);
@@ -932,6 +989,9 @@ function renderMapping(p) {
   views.hidden = false;
   const ref = Math.max(m.before.max_congestion, m.after.max_congestion);
   const topo = m.drawing;
+  // side by side only where each drawing keeps most of its size: two DGX-1s in half a card each
+  // were drawn at half scale, their labels 6 px tall; else one above the other
+  views.style.setProperty("--pane", `${Math.round(topo.layout.width * MIN_SCALE)}px`);
   $("before-title").textContent = `Before — ${m.before.placement.source === "default" ? "default placement (r mod G)" : m.before.placement.source}`;
   const at = $("after-title"), red = m.routed.max_reduction;
   at.textContent = `After — mapping #${m.mapping.id}`;
@@ -988,7 +1048,9 @@ async function start() {
   $("store").textContent = `store: ${state.info.store}`;
   const sel = $("topo-spec");
   const saved = localStorage.getItem("rankmap.topology");
-  state.spec = state.info.topologies.includes(saved) ? saved : state.info.topology;
+  // "": each job on its own node (its mapping's, else the server's), unless the reader picked one
+  state.spec = saved && state.info.topologies.includes(saved) ? saved : "";
+  sel.append(el("option", { value: "" }, "each job's own"));
   for (const s of state.info.topologies) sel.append(el("option", { value: s }, s === state.info.topology ? `${s} (server default)` : s));
   sel.value = state.spec;
   await loadJobs();
@@ -1041,7 +1103,12 @@ function wire() {
   $("matrix-what").addEventListener("change", () => refreshJob(false));
   // #/job/N typed into the address bar (or history back/forward) opens that job without a reload
   window.addEventListener("hashchange", () => {
-    takeTokenFromHash();
+    if (takeTokenFromHash()) {  // a token URL pasted into an open tab: use it now
+      $("auth").hidden = true;
+      if (!state.started) { start(); return; }
+      loadJobs();
+      if (state.jobId !== null && jobFromHash() === state.jobId) refreshJob(false);
+    }
     // the address is what is asked for: #/job/N after #/job/N/mapping/M shows N's newest again
     const id = jobFromHash(), pick = mappingFromHash(), was = state.mappingPick;
     const picked = (pick === null) !== (was === null) || (pick !== null && (was.job !== pick.job || was.id !== pick.id));

@@ -8,14 +8,15 @@ const PLOT_CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemo
 export const $ = (id) => document.getElementById(id);
 
 // The token of a server reachable from other machines comes in the URL's #token= part (never sent
-// to the server); it is kept for this tab only and dropped from the address bar.
+// to the server); it is kept for this tab only and dropped from the address bar. True when one came.
 export function takeTokenFromHash() {
   const m = location.hash.match(/(?:^#|&)token=([^&]*)/);
-  if (!m) return;
+  if (!m) return false;
   sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
   let rest = location.hash.replace(/(^#|&)token=[^&]*/, "$1").replace(/^#&/, "#").replace(/&$/, "");
   if (rest === "#") rest = "";
   history.replaceState(null, "", location.pathname + location.search + rest);
+  return true;
 }
 
 // The token typed into the page's form, kept like one from the address bar.
@@ -30,7 +31,8 @@ export async function api(path) {
   const r = await fetch(path, { cache: "no-store", headers });
   let body = null;
   try { body = await r.json(); } catch (e) { /* not JSON */ }
-  if (r.status === 401) showAuth(Boolean(token));
+  if (r.status === 401) showAuth(token ? "The token given was not accepted." : null);
+  if (r.status === 429) showAuth(`${(body && body.detail) || "Too many wrong tokens"}.`);
   if (!r.ok) {
     const err = new Error((body && body.detail) || `${r.status} ${r.statusText}`);
     err.status = r.status;
@@ -40,12 +42,12 @@ export async function api(path) {
   return body;
 }
 
-// A 401: the page's token form (#auth), said once
-function showAuth(hadToken) {
+// A 401 (or a 429: wrong tokens, wait): the page's token form (#auth), said once; `note` says why
+function showAuth(note) {
   const box = $("auth");
   if (!box.hidden) return;
   box.hidden = false;
-  $("auth-note").textContent = hadToken ? "The token given was not accepted." :
+  $("auth-note").textContent = note ||
     "This dashboard is reachable from other machines, so it needs the token that `rankmap serve` printed.";
   $("auth-token").focus();
 }
@@ -93,11 +95,14 @@ export function plotLayout(extra) {
   }, extra);
 }
 
+// A message where a chart would stand; the box shrinks to the message (class "message"), so a card
+// without data is not a tall empty frame.
 export function showPlotError(elId, msg) {
   const e = $(elId);
   if (window.Plotly) Plotly.purge(e);
   e.textContent = "";
-  e.append(el("p", { class: "muted" }, msg));
+  e.classList.add("message");
+  if (msg) e.append(el("p", { class: "muted" }, msg));
 }
 
 // Draw a chart where a message may stand (showPlotError): the message goes, or it would stay
@@ -105,6 +110,7 @@ export function showPlotError(elId, msg) {
 export function plot(elId, traces, layout) {
   const e = $(elId);
   for (const m of e.querySelectorAll(":scope > p.muted")) m.remove();
+  e.classList.remove("message");
   // A chart that was hidden when the window changed size (the link counters of a job without any)
   // keeps its old width when shown again, wider than its card: fit it to its box.
   return Plotly.react(e, traces, layout, PLOT_CONFIG).then(() => {

@@ -12,6 +12,9 @@ const P2P_LABELS = {
   d2h_pageable: "GPU→host pageable",
 };
 const machineState = { host: null, data: null };
+// the cards of each kind of run (by an element inside each), and the command that makes one
+const CARDS = { p2p: ["p2p-matrix", "p2p-table"], mpi: ["mpi-latency", "mpi-bw"], nccl: ["nccl-busbw"] };
+const RUN_HINT = { p2p: "rankmap bench p2p", mpi: "rankmap bench mpi -- mpirun -np 2", nccl: "rankmap bench nccl -- mpirun -np 2" };
 
 function sizeLabel(n) {
   for (const [u, k] of [["GiB", 30], ["MiB", 20], ["KiB", 10]]) if (n >= 2 ** k && n % 2 ** k === 0) return `${n / 2 ** k} ${u}`;
@@ -19,6 +22,32 @@ function sizeLabel(n) {
 }
 function where(g) { return g === -1 ? "host" : `GPU${g}`; }
 function notRun(run) { return (run && run.not_run && run.not_run.length) ? `not measured: ${run.not_run.join("; ")}` : ""; }
+// a card's note: its parts that say something, joined (no dangling "run #1 ·")
+function note(...parts) { return parts.filter(Boolean).join(" · "); }
+
+// Log axes a person can read. Plotly labels a log axis's minor ticks "2" and "5" (10, 2, 5, 100, 2,
+// 5): sizes are ticked at the measured sizes by name (8 B, 4 KiB, 1 MiB: at most about eight), and
+// values at 1-2-5 steps written out whole (0.5, 1, 2, 5, 10), decades only over a wide range.
+function sizeAxis(sizes, title) {
+  const all = [...new Set(sizes)].sort((a, b) => a - b);
+  const step = Math.max(1, Math.ceil(all.length / 8));
+  const vals = all.filter((_, i) => i % step === 0);
+  return { type: "log", title: { text: title }, tickvals: vals, ticktext: vals.map(sizeLabel) };
+}
+function valueAxis(values, title) {
+  const v = values.filter((x) => x > 0);
+  if (!v.length) return { type: "log", title: { text: title } };
+  const lo = Math.min(...v), hi = Math.max(...v);
+  const decades = Math.log10(hi / lo);
+  const steps = decades > 3 ? [1] : decades > 1.5 ? [1, 3] : [1, 2, 5];
+  const vals = [];
+  for (let e = Math.floor(Math.log10(lo)) - 1; e <= Math.ceil(Math.log10(hi)) + 1; e++)
+    for (const m of steps) {
+      const x = m * 10 ** e;
+      if (x >= lo / 1.5 && x <= hi * 1.5) vals.push(Number(x.toPrecision(3)));
+    }
+  return { type: "log", title: { text: title }, tickvals: vals, ticktext: vals.map((x) => String(x)) };
+}
 
 // The newest runs of the chosen host (else of the newest run's), drawn into the #machine section.
 export async function loadMachine() {
@@ -43,6 +72,12 @@ export async function loadMachine() {
   if (!any) return;
   const dates = Object.values(data.runs).filter(Boolean).map((r) => r.created).sort();
   $("machine-when").textContent = `newest run ${new Date(dates[dates.length - 1]).toLocaleString()}`;
+  // a kind of benchmark never run on this host: its cards are left out, and one line says how to run it
+  for (const [kind, cards] of Object.entries(CARDS)) for (const c of cards) $(c).closest(".card").hidden = !data.runs[kind];
+  const missing = Object.keys(CARDS).filter((k) => !data.runs[k]);
+  $("machine-missing").hidden = !missing.length;
+  $("machine-missing").textContent = missing.length ? `Not measured on ${data.host || "this host"} yet: ` +
+    missing.map((k) => `\`${RUN_HINT[k]}\``).join(", ") : "";
   renderP2p(data.runs.p2p);
   renderMpi(data.runs.mpi);
   renderNccl(data.runs.nccl);
@@ -50,10 +85,10 @@ export async function loadMachine() {
 }
 
 function renderP2p(run) {
-  $("p2p-note").textContent = run ? `run #${run.id} · ${notRun(run)}` : "no bench p2p run";
+  $("p2p-note").textContent = run ? note(`run #${run.id}`, notRun(run)) : "no bench p2p run";
   const table = $("p2p-table");
   table.textContent = "";
-  if (!run) { showPlotError("p2p-matrix", "Run `rankmap bench p2p` on this host."); return; }
+  if (!run) return;
   const rows = run.rows;
   // matrix: copy-engine one way, the better of push and pull
   const ce = rows.filter((r) => r.benchmark === "ce_write" || r.benchmark === "ce_read");
@@ -63,9 +98,10 @@ function renderP2p(run) {
       const v = ce.filter((r) => r.src === a && r.dst === b).map((r) => r.bandwidth_GBps);
       return v.length ? Math.max(...v) : null;
     }));
+    const top = Math.max(...z.flat().filter((v) => v !== null));
     plot("p2p-matrix", [{
       type: "heatmap", z, x: gpus.map((g) => `GPU${g}`), y: gpus.map((g) => `GPU${g}`), xgap: 2, ygap: 2,
-      colorscale: [[0, "#eef4fb"], [1, "#08306b"]], zmin: 0, texttemplate: "%{z:.1f}",
+      colorscale: [[0, "#eef4fb"], [1, "#08306b"]], zmin: 0, zmax: top, texttemplate: "%{z:.1f}",
       hovertemplate: "%{y} → %{x}: %{z:.2f} GB/s<extra></extra>", colorbar: { title: { text: "GB/s", side: "right" }, thickness: 12 },
     }], plotLayout({ xaxis: { title: { text: "destination" } }, yaxis: { title: { text: "source" }, autorange: "reversed" } }));
   } else {
@@ -99,25 +135,24 @@ function bySize(rows, bench, key) {
 }
 
 function renderMpi(run) {
-  $("mpi-note").textContent = run ? `run #${run.id} · ${(run.machine && run.machine.mpi || "").split(",")[0]} · CUDA-aware: ${run.machine && run.machine.cuda_aware ? "yes" : "no"} · ${notRun(run)}` : "no bench mpi run";
-  if (!run) {
-    showPlotError("mpi-latency", "Run `rankmap bench mpi -- mpirun -np 2` on this host.");
-    showPlotError("mpi-bw", "");
-    return;
-  }
-  const axis = (t) => plotLayout({ xaxis: { type: "log", title: { text: "message size (bytes)" } }, yaxis: { type: "log", title: { text: t } } });
+  $("mpi-note").textContent = run ? note(`run #${run.id}`, (run.machine && run.machine.mpi || "").split(",")[0],
+    `CUDA-aware: ${run.machine && run.machine.cuda_aware ? "yes" : "no"}`, notRun(run)) : "";
+  if (!run) return;
+  const axis = (traces, t) => plotLayout({ xaxis: sizeAxis(traces.flatMap((r) => r.x), "message size"),
+    yaxis: valueAxis(traces.flatMap((r) => r.y), t) });
   const lat = bySize(run.rows, "latency", "latency_us");
-  if (lat.length) plot("mpi-latency", lat, axis("µs (half round trip)"));
+  if (lat.length) plot("mpi-latency", lat, axis(lat, "µs (half round trip)"));
   else showPlotError("mpi-latency", "No latency figures in this run.");
   const bw = bySize(run.rows, "bw", "bandwidth_GBps");
-  if (bw.length) plot("mpi-bw", bw, axis("GB/s"));
+  if (bw.length) plot("mpi-bw", bw, axis(bw, "GB/s"));
   else showPlotError("mpi-bw", "No bandwidth figures in this run.");
 }
 
 function renderNccl(run) {
   const sel = $("nccl-op");
-  $("nccl-note").textContent = run ? `run #${run.id} · NCCL ${run.machine && run.machine.nccl_version || "?"} · ${count(run.machine && run.machine.ranks, "rank")} · ${notRun(run)}` : "no bench nccl run";
-  if (!run) { showPlotError("nccl-busbw", "Run `rankmap bench nccl -- mpirun -np 2` on this host."); return; }
+  $("nccl-note").textContent = run ? note(`run #${run.id}`, `NCCL ${run.machine && run.machine.nccl_version || "?"}`,
+    run.machine && run.machine.ranks ? count(run.machine.ranks, "rank") : "", notRun(run)) : "";
+  if (!run) return;
   const ops = [...new Set(run.rows.map((r) => r.benchmark))];
   const keep = ops.includes(sel.value) ? sel.value : ops[0];
   sel.textContent = "";
@@ -131,7 +166,7 @@ function renderNccl(run) {
       text: rs.map((r) => `${sizeLabel(r.size)}: ${r.latency_us.toFixed(1)} µs, algbw ${r.algbw_GBps.toFixed(2)}`),
       hovertemplate: `${key} %{text}, busbw %{y:.2f} GB/s<extra></extra>` });
   }
-  plot("nccl-busbw", traces, plotLayout({ xaxis: { type: "log", title: { text: "size (bytes, nccl-tests' definition)" } },
+  plot("nccl-busbw", traces, plotLayout({ xaxis: sizeAxis(mine.map((r) => r.size), "size (nccl-tests' definition)"),
     yaxis: { title: { text: "busbw GB/s" }, rangemode: "tozero" } }));
 }
 
