@@ -11,6 +11,7 @@ import pytest
 from rankmap.mapping import split, swaps
 from rankmap.mapping.cluster import Cluster
 from rankmap.mapping.cost import Traffic, evaluate
+from rankmap.mapping.multilevel import gpu_path
 from rankmap.mapping.partition import graph_parts
 from rankmap.mapping.platform import Platform, node_model
 from rankmap.mapping.solve import place
@@ -139,3 +140,18 @@ def test_cache_is_shared_by_nodes_alike_up_to_rank_numbers():
     assert cl.loads[1].max() == pytest.approx(fresh.loads[1].max(), rel=1e-9)
     s = evaluate(pf, tr, cl.node_of, cl.gpu_of)
     assert cl.key() == pytest.approx((s.max_congestion, s.total_congestion), rel=1e-9)
+
+
+@pytest.mark.parametrize("objective", ["max", "hop-bytes"])
+def test_gpu_path_is_the_cheapest_by_brute_force(objective):
+    """The DGX-1's GPUs in the order a chain of ranks takes: no order of the 8 GPUs has a cheaper
+    sum of route costs between neighbours (every one of the 40320 tried)."""
+    m = node_model(fixtures.get("dgx1-v100"))
+    c = m.inc.sum(axis=2).astype(float) if objective == "hop-bytes" else m.cpb.sum(axis=2)
+    c = c + c.T
+    path = gpu_path(m, objective)
+    assert sorted(path.tolist()) == list(range(8))
+    perms = np.array(list(itertools.permutations(range(8))))
+    every = c[perms[:, :-1], perms[:, 1:]].sum(axis=1)
+    assert c[path[:-1], path[1:]].sum() == pytest.approx(every.min(), rel=1e-12)
+    assert c[np.arange(7), np.arange(1, 8)].sum() > every.min()       # GPU order is not the cheapest

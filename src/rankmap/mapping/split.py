@@ -37,6 +37,7 @@ import numpy as np
 
 from rankmap.errors import RankmapError
 from rankmap.mapping.cost import Traffic
+from rankmap.mapping.multilevel import gpu_path
 from rankmap.mapping.partition import graph_parts
 from rankmap.mapping.platform import NodeModel, Platform
 from rankmap.mapping.swaps import cut, refine_cut
@@ -132,10 +133,11 @@ def candidates(tr: Traffic, pf: Platform, K: int, *, seed: int = 0, objective: s
     return res
 
 
-def chain(tr: Traffic, pf: Platform, K: int) -> tuple[np.ndarray, np.ndarray] | None:
+def chain(tr: Traffic, pf: Platform, K: int, objective: str = "max") -> tuple[np.ndarray, np.ndarray] | None:
     """(node, GPU position) of every rank when the traffic graph is rings and paths (no rank talks
     to more than two others), else None: the ranks in order along each ring or path, cut into
-    blocks of the balanced node sizes, each block's ranks on the node's GPUs in that order.
+    blocks of the balanced node sizes, each block's ranks on the node's GPUs in that order, along
+    the GPUs' cheapest path (:func:`rankmap.mapping.multilevel.gpu_path`).
 
     A ring in a shuffled order is the case: every node then holds one stretch of it and has two
     edges off the node, the least any split of a ring can have, where METIS's split of 4096 ranks
@@ -170,7 +172,7 @@ def chain(tr: Traffic, pf: Platform, K: int) -> tuple[np.ndarray, np.ndarray] | 
     pos[np.asarray(order)] = np.arange(n)
     node_at = np.repeat(np.arange(N), balanced)
     local_at = np.arange(n) - np.repeat(np.cumsum(balanced) - balanced, balanced)
-    return node_at[pos], local_at[pos] // K
+    return node_at[pos], gpu_path(pf.node, objective)[local_at[pos] // K]
 
 
 def canonical(parts: np.ndarray) -> np.ndarray:
