@@ -9,7 +9,8 @@ Several nodes (:mod:`rankmap.mapping.split`, :mod:`rankmap.mapping.cluster`,
 
 1. candidate node splits (the default blocks, METIS balanced, METIS packed onto as few nodes as
    possible, METIS with any sizes that fit; METIS's refined by pairwise swaps within 15 % of the
-   budget; rings and paths in their order), each node of each placed by the node solver, and the
+   budget; rings and paths in their order; for nodes above 16 GPUs one recursive bisection of the
+   job into its slots), each node of each placed by the node solver, and the
    best kept (30 % of the budget). Above ``SMALL_RANKS`` ranks the splits are first scored with their
    ranks on GPUs in rank order and only the best is placed node by node; nodes there was no time
    for keep rank order;
@@ -60,6 +61,10 @@ SMALL_RANKS = 128
 #: seconds an exact 8-GPU node solve may take on a loaded machine: below this per node and split
 #: in the first 30 % of the budget, only the split that scores best in rank order is placed
 PER_NODE_SOLVE = 0.01
+
+#: seconds splitting one node above 16 GPUs along its tree takes (64 GPUs: ~8 ms on a quiet machine):
+#: where 30 % of the budget does not split every node, the multisection's own GPUs rank its split
+LARGE_NODE_SPLIT = 0.01
 
 #: seeds of the recursive-bisection split tried above SMALL_RANKS (each is scored in rank order, one
 #: evaluation): on a shuffled 16x8x8 grid into 16 nodes the busiest node's cut went 64-81 by seed
@@ -309,6 +314,12 @@ def _many_nodes(cl: Cluster, t0: float, budget: float, use_kahip: bool) -> tuple
                               tries=1 if small else SPLIT_TRIES, deadline=t0 + SWAP_SHARE * budget)]
     if ring is not None:
         cands.append(("chain order", ring[0], ring[1]))
+    if cl.pf.G > cl.exact_max_gpus:
+        # large nodes: the whole hierarchy in one bisection, a good start where there is no time
+        # to split every node along its tree
+        ms = split.multisection(cl.tr, cl.pf, cl.K, seed=cl.seed, objective=cl.objective)
+        if ms is not None:
+            cands.append(("METIS multisection", ms[0], ms[1]))
     info: dict = {}
     if use_kahip:
         # KaHIP's process mapping: one more split, with its GPUs, scored like the others
@@ -317,15 +328,17 @@ def _many_nodes(cl: Cluster, t0: float, budget: float, use_kahip: bool) -> tuple
             info["kahip"] = seeded[2]
             cands.append(("KaHIP", seeded[0], seeded[1]))
     phase1 = t0 + 0.3 * budget
+    short = 0.3 * budget < LARGE_NODE_SPLIT * min(cl.pf.nodes, -(-cl.tr.n // cl.cap))
     tried = []
     cache: dict = {}
     scored = []
     for name, parts, gpus in cands:
         cl.set_split(parts, gpus)
         snap, key = cl.snapshot(), cl.key()
-        if name == "KaHIP":
+        if name == "KaHIP" or (name == "METIS multisection" and not short):
             # ranked by its node split in rank order, like the METIS splits: with its own GPUs it
             # would always look best in rank order and take the time of splits that end better
+            # (the multisection's GPUs count only where there is no time to split the nodes)
             cl.set_split(parts)
             key = cl.key()
         scored.append((name, snap, key))
