@@ -22,7 +22,9 @@ and the best is kept:
   paths), the ranks in order along them, in blocks.
 
 Each METIS split is also tried refined by pairwise swaps (:mod:`rankmap.mapping.swaps`, ``+ swaps``):
-the swaps lower the bytes between nodes, which is not always what relieves the busiest link.
+the swaps lower the bytes between nodes, which is not always what relieves the busiest link; for the
+congestion objectives each of those also with its most cut node levelled down (``, levelled``:
+:func:`rankmap.mapping.swaps.level_cut`), for nodes whose one NIC carries all their bytes off the node.
 
 Edge weights say what keeping a pair on one node saves, per kind of byte, the way the bytes travel
 (:func:`edge_weights`): a peer-to-peer byte kept in a node takes an NVLink or PCIe route instead of
@@ -42,7 +44,7 @@ from rankmap.mapping.cost import Traffic
 from rankmap.mapping.multilevel import gpu_path, gpu_tree, leaves
 from rankmap.mapping.partition import graph_parts
 from rankmap.mapping.platform import NodeModel, Platform
-from rankmap.mapping.swaps import cut, refine_cut
+from rankmap.mapping.swaps import cut, level_cut, refine_cut
 
 
 #: up to this many nodes the recursive-bisection split is tried too (beyond, METIS's k-way cuts less)
@@ -125,6 +127,10 @@ def candidates(tr: Traffic, pf: Platform, K: int, *, seed: int = 0, objective: s
             # each split its share of the time left
             end = None if deadline is None else time.perf_counter() + (deadline - time.perf_counter()) / (len(metis) - i)
             out.append((f"{name} + swaps", refine_cut(xadj, ud, wi, parts, deadline=end, kl=end is not None)))
+        if objective != "hop-bytes":
+            # for the busiest link: the swapped splits with their most cut node levelled down
+            out += [(f"{name}, levelled", level_cut(xadj, ud, wi, parts, deadline=deadline))
+                    for name, parts in out[-len(metis):]]
     seen: set[bytes] = set()
     res = []
     for name, parts in out:
