@@ -215,17 +215,25 @@ class Cluster:
             return
         p = self.problem(u, r)
         key = None
+        start = self.gpu_of[r]
         if cache is not None:
-            key = hashlib.sha1(p.T.tobytes() + p.eout.tobytes() + p.ein.tobytes()
-                               + (p.Th.tobytes() if p.Th is not None else b"") + bytes([thorough])).digest()
+            # the problem with its ranks in the order of their GPUs: nodes whose ranks differ only in
+            # their numbers (a ring's stretches, a halo's blocks) share one key and one solve
+            o = np.argsort(start, kind="stable")
+            ix = np.ix_(o, o)
+            key = hashlib.sha1(p.T[ix].tobytes() + p.eout[o].tobytes() + p.ein[o].tobytes()
+                               + (p.Th[ix].tobytes() if p.Th is not None else b"") + start[o].tobytes()
+                               + bytes([thorough])).digest()
             if key in cache:
-                g, ok = cache[key]
+                go, ok = cache[key]
+                g = np.empty_like(go)
+                g[o] = go
                 self.assign_node(u, r, p, g, ok)
                 return
-        g, ok, name, _ = self.solve(p, budget, thorough=thorough, start=self.gpu_of[r])
+        g, ok, name, _ = self.solve(p, budget, thorough=thorough, start=start)
         self.solvers.add(name)
         if cache is not None:
-            cache[key] = (g, ok)
+            cache[key] = (g[o], ok)
         self.assign_node(u, r, p, g, ok)
 
     def assign_node(self, u: int, r: np.ndarray, p: NodeProblem, g: np.ndarray, ok: bool) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from rankmap.mapping.cost import Traffic
-from rankmap.mapping.multilevel import gpu_tree
+from rankmap.mapping.multilevel import gpu_tree, leaves
 from rankmap.mapping.platform import Platform
 
 MODES = {"fast": 0, "eco": 1, "strong": 2}
@@ -215,7 +215,7 @@ def _slot_of_element(pf: Platform, arities: list[int], K: int) -> np.ndarray:
     """Node slot (node * G * K + GPU position * K + k) of each KaHIP element: the GPUs of the node's
     groups, innermost first, in the order of :func:`rankmap.mapping.multilevel.gpu_tree`."""
     levels = _uniform_levels(gpu_tree(pf.node))
-    order = np.arange(pf.G) if levels is None else np.asarray(_leaf_order(gpu_tree(pf.node)))
+    order = np.arange(pf.G) if levels is None else np.asarray(leaves(gpu_tree(pf.node)))
     per_node = pf.G * K
     elems = int(np.prod(arities))
     e = np.arange(elems)
@@ -223,8 +223,3 @@ def _slot_of_element(pf: Platform, arities: list[int], K: int) -> np.ndarray:
     gpu = order[local // K] if K > 1 else order[local]
     return node * per_node + (gpu * K + local % K if K > 1 else gpu)
 
-
-def _leaf_order(tree: dict) -> list[int]:
-    if not tree["children"]:
-        return list(tree["gpus"])
-    return [g for k in tree["children"] for g in _leaf_order(k)]

@@ -116,3 +116,56 @@ def _fill(n: int, caps: np.ndarray) -> np.ndarray:
     for i in np.argsort(-(caps * n / total - sizes), kind="stable")[:rest]:
         sizes[i] += 1
     return np.minimum(sizes, caps)
+
+
+def gpu_path(m: NodeModel, objective: str = "max") -> np.ndarray:
+    """The node's GPUs in an order along which consecutive GPUs are close: for a chain of ranks
+    (:func:`rankmap.mapping.split.chain`) laid onto the GPUs in this order, the sum of the route
+    costs between neighbours is least (per byte, both directions: congestion, or links crossed for
+    hop-bytes). Exact (dynamic programming over subsets) up to ``PATH_EXACT_GPUS`` GPUs, else the
+    leaves of :func:`gpu_tree` in order. Cached on the model."""
+    ck = ("gpu_path", objective)
+    if ck in m.solver_cache:
+        return m.solver_cache[ck]
+    G = m.G
+    if G > PATH_EXACT_GPUS:
+        path = np.asarray(leaves(gpu_tree(m)), dtype=np.int64)
+    else:
+        c = m.inc.sum(axis=2).astype(float) if objective == "hop-bytes" else m.cpb.sum(axis=2)
+        c = c + c.T
+        full = (1 << G) - 1
+        # best[s, g]: least cost of a path through the GPUs of set s ending at g
+        best = np.full((1 << G, G), np.inf)
+        back = np.full((1 << G, G), -1, dtype=np.int64)
+        for g in range(G):
+            best[1 << g, g] = 0.0
+        for s in range(1, full + 1):
+            for g in range(G):
+                if not (s >> g) & 1 or not np.isfinite(best[s, g]):
+                    continue
+                for h in range(G):
+                    if (s >> h) & 1:
+                        continue
+                    t = s | (1 << h)
+                    x = best[s, g] + c[g, h]
+                    if x < best[t, h] - 1e-18:
+                        best[t, h], back[t, h] = x, g
+        g = int(np.argmin(best[full]))
+        out, s = [], full
+        while g >= 0:
+            out.append(g)
+            g, s = int(back[s, g]), s & ~(1 << g)
+        path = np.asarray(out[::-1], dtype=np.int64)
+    m.solver_cache[ck] = path
+    return path
+
+
+#: up to this many GPUs :func:`gpu_path` is exact (2^G x G states)
+PATH_EXACT_GPUS = 8
+
+
+def leaves(tree: dict) -> list[int]:
+    """The GPUs of :func:`gpu_tree`'s leaves, in the tree's order (a group's GPUs side by side)."""
+    if not tree["children"]:
+        return list(tree["gpus"])
+    return [g for k in tree["children"] for g in leaves(k)]

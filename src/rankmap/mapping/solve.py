@@ -8,14 +8,18 @@ Several nodes (:mod:`rankmap.mapping.split`, :mod:`rankmap.mapping.cluster`,
 :mod:`rankmap.mapping.refine`), within ``time_budget``:
 
 1. candidate node splits (the default blocks, METIS balanced, METIS packed onto as few nodes as
-   possible, METIS with any sizes that fit), each node of each placed by the node solver, and the
+   possible, METIS with any sizes that fit; METIS's refined by pairwise swaps within 15 % of the
+   budget; rings and paths in their order; for nodes above 16 GPUs one recursive bisection of the
+   job into its slots), each node of each placed by the node solver, and the
    best kept (30 % of the budget). Above ``SMALL_RANKS`` ranks the splits are first scored with their
    ranks on GPUs in rank order and only the best is placed node by node; nodes there was no time
    for keep rank order;
 2. bottleneck refinement: ranks moved or swapped between nodes where that relieves the busiest links,
    each trial kept only if the whole placement gets better (up to 85 %);
 3. polish: nodes not yet proven optimal for their ranks are solved again exactly, busiest first
-   (up to 93 %).
+   (up to 93 %);
+4. where the refinement ended early (no trial helped) and at least 15 % of the budget is left, the
+   next most promising split goes through 1-3 in the time left, and the better of the two is kept.
 
 In every case the answer is compared with the default placement (what the launcher does) and the
 default is kept, with a note saying so, when nothing better was found: a placement is never worse
@@ -58,9 +62,19 @@ SMALL_RANKS = 128
 #: in the first 30 % of the budget, only the split that scores best in rank order is placed
 PER_NODE_SOLVE = 0.01
 
+#: seconds splitting one node above 16 GPUs along its tree takes (64 GPUs: ~8 ms on a quiet machine):
+#: where 30 % of the budget does not split every node, the multisection's own GPUs rank its split
+LARGE_NODE_SPLIT = 0.01
+
 #: seeds of the recursive-bisection split tried above SMALL_RANKS (each is scored in rank order, one
 #: evaluation): on a shuffled 16x8x8 grid into 16 nodes the busiest node's cut went 64-81 by seed
 SPLIT_TRIES = 4
+
+#: share of the budget by which the swap refinement of the candidate splits stops (split.candidates)
+SWAP_SHARE = 0.15
+
+#: share of the budget that must be left, once the best split is refined, to place one more split
+MORE_SPLITS = 0.15
 
 #: the least relative gain worth moving ranks for (``--min-gain``, there in percent): below it the
 #: default placement is kept
@@ -312,9 +326,18 @@ def _one_node(cl: Cluster, t0: float, budget: float, use_kahip: bool) -> tuple[d
 
 def _many_nodes(cl: Cluster, t0: float, budget: float, use_kahip: bool) -> tuple[dict, None]:
     small = cl.tr.n <= SMALL_RANKS
+    ring = split.chain(cl.tr, cl.pf, cl.K, cl.objective)
     cands = [(name, parts, None) for name, parts in
              split.candidates(cl.tr, cl.pf, cl.K, seed=cl.seed, objective=cl.objective,
-                              tries=1 if small else SPLIT_TRIES)]
+                              tries=1 if small else SPLIT_TRIES, deadline=t0 + SWAP_SHARE * budget)]
+    if ring is not None:
+        cands.append(("chain order", ring[0], ring[1]))
+    if cl.pf.G > cl.exact_max_gpus:
+        # large nodes: the whole hierarchy in one bisection, a good start where there is no time
+        # to split every node along its tree
+        ms = split.multisection(cl.tr, cl.pf, cl.K, seed=cl.seed, objective=cl.objective)
+        if ms is not None:
+            cands.append(("METIS multisection", ms[0], ms[1]))
     info: dict = {}
     if use_kahip:
         # KaHIP's process mapping: one more split, with its GPUs, scored like the others
@@ -323,24 +346,36 @@ def _many_nodes(cl: Cluster, t0: float, budget: float, use_kahip: bool) -> tuple
             info["kahip"] = seeded[2]
             cands.append(("KaHIP", seeded[0], seeded[1]))
     phase1 = t0 + 0.3 * budget
+    short = 0.3 * budget < LARGE_NODE_SPLIT * min(cl.pf.nodes, -(-cl.tr.n // cl.cap))
     tried = []
     cache: dict = {}
     scored = []
     for name, parts, gpus in cands:
         cl.set_split(parts, gpus)
-        scored.append((name, cl.snapshot(), cl.key()))
-        tried.append({"split": name, "key_in_rank_order": [float(x) for x in scored[-1][2]]})
+        snap, key = cl.snapshot(), cl.key()
+        if name == "KaHIP" or (name == "METIS multisection" and not short):
+            # ranked by its node split in rank order, like the METIS splits: with its own GPUs it
+            # would always look best in rank order and take the time of splits that end better
+            # (the multisection's GPUs count only where there is no time to split the nodes)
+            cl.set_split(parts)
+            key = cl.key()
+        scored.append((name, snap, key))
+        tried.append({"split": name, "key_in_rank_order": [float(x) for x in key]})
     nodes_used = int(np.count_nonzero(np.bincount(cands[-1][1], minlength=cl.pf.nodes)))
+    # the splits by their figures in rank order, most promising first: what is left of the budget
+    # once the first is placed and refined goes to the next ones
+    ranked = sorted(range(len(scored)), key=lambda i: _sort_key(scored[i][2]))
     if not small or 0.3 * budget < PER_NODE_SOLVE * len(scored) * nodes_used:
         # a large job, or a budget too short to place every split node by node: every split is
         # scored with its ranks on GPUs in rank order, and only the most promising one is placed
         # node by node (the default's own figures are known anyway)
-        best = min(range(len(scored)), key=lambda i: _sort_key(scored[i][2]))
-        scored = [scored[best]]
+        first = [scored[ranked[0]]]
+    else:
+        first = scored
     best = None
-    for i, (name, snap, _) in enumerate(scored):
+    for i, (name, snap, _) in enumerate(first):
         cl.restore(snap)
-        end = time.perf_counter() + (phase1 - time.perf_counter()) / (len(scored) - i)
+        end = time.perf_counter() + (phase1 - time.perf_counter()) / (len(first) - i)
         solved = _solve_nodes(cl, end, small, cache, split_end=max(end, t0 + 0.85 * budget))
         key = cl.key()
         next(t for t in tried if t["split"] == name).update(key=[float(x) for x in key], nodes_solved=solved)
@@ -351,6 +386,28 @@ def _many_nodes(cl: Cluster, t0: float, budget: float, use_kahip: bool) -> tuple
     node_budget = 0.05 if small else 0.01
     moves = refine(cl, t0 + 0.85 * budget, thorough=small, node_budget=node_budget)
     _polish(cl, t0 + 0.93 * budget)
+    best = (name, cl.snapshot(), cl.key(), moves)
+    done = {name} if len(first) == 1 else {s[0] for s in scored}
+    for i in ranked:
+        # the refinement stopped early (it found no better trial): the next split gets the time left
+        left = t0 + 0.93 * budget - time.perf_counter()
+        if left < MORE_SPLITS * budget:
+            break
+        other, snap, _ = scored[i]
+        if other in done:
+            continue
+        done.add(other)
+        cl.restore(snap)
+        now = time.perf_counter()
+        solved = _solve_nodes(cl, now + 0.35 * left, small, cache, split_end=now + 0.8 * left)
+        m2 = refine(cl, now + 0.85 * left, thorough=small, node_budget=node_budget)
+        _polish(cl, now + left)
+        key = cl.key()
+        next(t for t in tried if t["split"] == other).update(key=[float(x) for x in key], nodes_solved=solved)
+        if better(key, best[2]):
+            best = (other, cl.snapshot(), key, m2)
+    name, snap, _, moves = best
+    cl.restore(snap)
     return {"split": name, "splits_tried": tried, "refinement_moves": moves, **info}, None
 
 
