@@ -390,6 +390,10 @@ def _cuda_library(mode: str | None) -> tuple[Path | None, str | None, str, str]:
         return None, None, "", f"off: building the CUDA activity library failed: {e}"
 
 
+#: how long the end of a job waits for a link sampler still starting (NVML: 0.2-0.4 s on a GPU node)
+START_WAIT_S = 2.0
+
+
 class _SamplerStart(threading.Thread):
     """The link sampler, started beside the job's own start: NVML's initialisation (pynvml's import,
     ``nvmlInit``, GPM's set-up) runs while the main thread opens the store, and the sampling begins
@@ -427,10 +431,10 @@ class _SamplerStart(threading.Thread):
         self._go.set()
 
     def result(self) -> Any:
-        """The sampler, once the start is done; None at once where the job has ended while NVML was
-        still starting (``nvmlInit`` and GPM's set-up take 0.2-0.4 s on a GPU node: a short job would
-        wait that long after its end for a sampler that would only be stopped)."""
+        """The sampler, once the start is done; None where NVML is still starting :data:`START_WAIT_S`
+        after the job's end (a driver that hangs must not hold the profile's end for long)."""
         self._go.set()
+        self.join(START_WAIT_S)      # NVML ready in a moment: the job's link totals are worth the wait
         with self._lock:
             if self.sampler is None and self.is_alive():
                 self.abandoned = True      # the thread closes its source when it gets there
