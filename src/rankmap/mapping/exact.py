@@ -39,6 +39,7 @@ The search reports ``optimal`` only when it ran to completion, and otherwise the
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -55,8 +56,10 @@ def linear_sum_assignment(cost: np.ndarray):
     return lsa(cost)
 
 
+@functools.cache
 def _have_scipy() -> bool:
-    """The assignment-problem bounds need SciPy; without it the search is still exact, only slower."""
+    """The assignment-problem bounds need SciPy; without it the search is still exact, only slower.
+    Asked once a process: a multi-node placement runs this search once per node."""
     import importlib.util
 
     return importlib.util.find_spec("scipy") is not None
