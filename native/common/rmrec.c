@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -114,7 +115,8 @@ struct rmrec {
   pend_t *meta, *comm;
   /* flushing */
   pthread_mutex_t flock;
-  pthread_cond_t fcond;
+  sem_t fsem;                         /* wakes the flush thread: its close, or a stop signal (sem_post
+                                       * is async-signal-safe, a condition variable is not) */
   /* the source's flush hook and, while it runs, the flush's output buffer */
   void (*hook)(rmrec_t *, void *, int);
   void *hook_arg;
@@ -305,19 +307,30 @@ static void fork_init(void) {
  * SIGINT, SIGTERM and SIGHUP (Ctrl-C, mpirun or srun stopping the job) would end the process
  * between two flushes and lose what it counted since the last one. Where the application left
  * such a signal at its default, the handler only notes it and puts the default back (a second
- * signal ends the process at once); a flush thread sees the note at its next wake-up (at most one
- * timeline bucket later), flushes every open record of the process and raises the signal again,
- * so the process ends by it as it would have. An application's own handler is never replaced. */
+ * signal ends the process at once) and wakes the flush threads; one of them flushes every open
+ * record of the process and raises the signal again, so the process ends by it as it would have.
+ * An application's own handler is never replaced.
+ * Before raising it waits until RANKMAP_SIGNAL_LINGER_MS (default 250) have passed since the
+ * signal: a launcher that sees one rank end kills the others outright (MPICH's hydra sends SIGKILL
+ * the moment the first rank dies), and a flush takes milliseconds, so the rank that flushed first
+ * would otherwise cost every slower rank of the job what it counted since its last flush. */
 static const int stop_sigs[] = { SIGINT, SIGTERM, SIGHUP };
 #define NSTOP ((int)(sizeof stop_sigs / sizeof *stop_sigs))
 static volatile sig_atomic_t sig_noted;
+static struct timespec sig_when;     /* CLOCK_MONOTONIC when the signal came */
 static int sig_ours[NSTOP];
 static void on_stop(int sig) {
   struct sigaction d;
   memset(&d, 0, sizeof d);
   d.sa_handler = SIG_DFL;
   sigaction(sig, &d, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &sig_when);   /* async-signal-safe, as sem_post is */
   sig_noted = sig;
+  /* wake the flush threads now, not at their next bucket (up to 100 ms away): see above */
+  for (int i = 0; i < MAX_OPEN; i++) {
+    rmrec_t *o = open_list[i];        /* records are never freed: a stale pointer is still a record */
+    if (o && o->pid == getpid()) sem_post(&o->fsem);
+  }
 }
 static void stop_signals_take(void) __attribute__((unused));   /* unused on a virtual clock */
 static void stop_signals_take(void) {
@@ -363,6 +376,11 @@ static void act_on_signal(rmrec_t *c) {
     pthread_mutex_unlock(&o->flock);
   }
   pthread_mutex_unlock(&open_lock);
+  struct timespec until = sig_when;
+  uint64_t ns = (uint64_t)until.tv_nsec + env_u64("RANKMAP_SIGNAL_LINGER_MS", 250) * 1000000ull;
+  until.tv_sec += (time_t)(ns / 1000000000ull);
+  until.tv_nsec = (long)(ns % 1000000000ull);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR) {}
   raise(sig);
 }
 
@@ -446,7 +464,7 @@ static rmrec_t *open_impl(const char *dir, const char *source, int world_rank, i
   pthread_mutex_init(&c->oplock, NULL);
   pthread_mutex_init(&c->flock, NULL);
   pthread_mutex_init(&c->actlock, NULL);
-  pthread_cond_init(&c->fcond, NULL);
+  sem_init(&c->fsem, 0, 0);
   c->bucket_ns = env_u64("RANKMAP_BUCKET_MS", 100) * 1000000ull;
   c->flush_ns = env_u64("RANKMAP_FLUSH_MS", 1000) * 1000000ull;
   uint64_t slots = env_u64("RANKMAP_TABLE_SLOTS", 1u << 18);
@@ -986,7 +1004,11 @@ static void *flush_thread(void *arg) {
     uint64_t t = (uint64_t)ts.tv_nsec + wait;
     ts.tv_sec += (time_t)(t / 1000000000ull);
     ts.tv_nsec = (long)(t % 1000000000ull);
-    if (wait) pthread_cond_timedwait(&c->fcond, &c->flock, &ts);
+    if (wait) {                       /* the semaphore keeps a post made while the lock is let go */
+      pthread_mutex_unlock(&c->flock);
+      sem_timedwait(&c->fsem, &ts);   /* a timeout, a post or EINTR: each goes round the loop */
+      pthread_mutex_lock(&c->flock);
+    }
     if (c->stop || c->closed) break;
     if (sig_noted) act_on_signal(c);
     c->wakeups++;
@@ -1010,7 +1032,7 @@ void rmrec_close(rmrec_t *c) {
   pthread_mutex_lock(&c->flock);
   if (c->closed) { pthread_mutex_unlock(&c->flock); return; }
   c->stop = 1;
-  pthread_cond_broadcast(&c->fcond);
+  sem_post(&c->fsem);
   pthread_mutex_unlock(&c->flock);
   if (c->thread_started) pthread_join(c->thread, NULL);
   if (c->thread_started) {

@@ -156,8 +156,21 @@ def _write_in_place(path: Path, text: str) -> bool:
         return False
 
 
+_STAMP = "%Y-%m-%dT%H:%M:%S.%fZ"     # the one format of a job.json time, written and read here
+
+
 def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(timezone.utc).strftime(_STAMP)
+
+
+def parse_utc(stamp: str | None) -> datetime | None:
+    """A ``job.json`` time (``2024-05-01T12:00:00.000000Z``), None if absent or unreadable.
+
+    A live profile and a later ingest both date a job from this, so the two agree to the microsecond."""
+    try:
+        return datetime.strptime(stamp, _STAMP).replace(tzinfo=timezone.utc) if stamp else None
+    except (ValueError, TypeError):
+        return None
 
 
 def make_run_dir(path: str | os.PathLike | None = None) -> RunDir:

@@ -19,12 +19,11 @@ activity files (copies, kernels, their own timeline) are kept as totals too and 
 from __future__ import annotations
 
 import secrets
-from datetime import datetime, timezone
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rankmap.capture.rundir import RunDir
+from rankmap.capture.rundir import RunDir, parse_utc
 from rankmap.errors import RankmapError, counted
 from rankmap.formats import record as R
 from rankmap.pipeline.pacing import CPU_BUDGET, MAX_GAP_S, next_wait  # noqa: F401  (their home)
@@ -403,17 +402,9 @@ def ingest_run(run_dir: str | Path, store: Store) -> IngestResult:
     else:
         state = "incomplete"
     store.finish_job(jid, exit_status=info.get("exit_status"), elapsed_ns=info.get("elapsed_ns"),
-                     world_size=info.get("world_size") or ing.world_size, state=state, ended=_when(info.get("end")),
+                     world_size=info.get("world_size") or ing.world_size, state=state, ended=parse_utc(info.get("end")),
                      meta=meta)
     return IngestResult(jid, created, rows, state, len(files), problems, new_bytes, ended_known=done)
-
-
-def _when(stamp: str | None) -> datetime | None:
-    """A ``job.json`` time (``2024-05-01T12:00:00.000000Z``), None if absent or unreadable."""
-    try:
-        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc) if stamp else None
-    except ValueError:
-        return None
 
 
 def _create_from(store: Store, rd: RunDir, info: dict[str, Any]) -> int:
@@ -425,7 +416,7 @@ def _create_from(store: Store, rd: RunDir, info: dict[str, Any]) -> int:
             rd.write_job({"run_uid": uid})
     meta = {k: info[k] for k in ("env", "mpicc", "bucket_ms", "flush_ms") if k in info}
     return store.create_job(command, launcher=info.get("launcher") or "plain", world_size=info.get("world_size"),
-                            run_dir=rd.path, run_uid=uid, meta=meta, created=_when(info.get("start")))
+                            run_dir=rd.path, run_uid=uid, meta=meta, created=parse_utc(info.get("start")))
 
 
 def ingest_command(run_dir: Path, store: Store) -> str:

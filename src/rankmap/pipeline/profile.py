@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from rankmap.capture import launchers as L
-from rankmap.capture.rundir import RunDir, make_run_dir, utc_now
+from rankmap.capture.rundir import RunDir, make_run_dir, parse_utc, utc_now
 from rankmap.errors import RankmapError
 from rankmap.pipeline.pacing import MAX_GAP_S, next_wait
 
@@ -602,7 +602,8 @@ def _attach(plan: _Plan, child: subprocess.Popen, warn: Callable[[str], None], l
             store = open_store(store)
         live.job_id = store.create_job(plan.argv, launcher=launcher.kind, world_size=launcher.world_size,
                                        run_dir=rd.path, key=command_key(plan.argv), run_uid=uid,
-                                       profiler=process_id(), meta=plan.meta)
+                                       profiler=process_id(), meta=plan.meta,
+                                       created=parse_utc(plan.started))
     except Exception as e:  # noqa: BLE001 - whatever stops the store, the job that already runs goes on
         live.why_not = str(e).splitlines()[0] if str(e) else type(e).__name__
         from rankmap.home import shown
