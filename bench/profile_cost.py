@@ -73,6 +73,16 @@ PARTS = ("shim", "monitor", "library", "python", "nosampler", "flush100")
 PROFILED = {"profile": [], "library": ["--collectives", "library"], "python": [], "nosampler": ["--no-link-sampler"],
             "flush100": ["--flush-ms", "100"]}
 PAIR_BYTES = 1024
+
+
+def shim_knobs(part: str) -> list[str]:
+    """``shim:RANKMAP_PVARS=0+RANKMAP_FLUSH_MS=600000`` -> the shim alone with those settings of the
+    record writer and the shim: the part that takes a shim's cost apart, setting by setting."""
+    return [kv for kv in part.partition(":")[2].split("+") if kv]
+
+
+def _known_part(p: str) -> bool:
+    return p in PARTS or (p.startswith("shim:") and all("=" in kv for kv in shim_knobs(p)) and bool(shim_knobs(p)))
 #: parts that say nothing new about a workload (a job that sends nothing; the monitoring PML of a
 #: job without collectives is the per-message figure the 2-rank workloads already give)
 SKIP_PARTS = {"fixed": ("monitor", "library", "flush100"), "pairs": ("monitor",)}
@@ -208,6 +218,8 @@ class Run:
     sampler_cpu_s: float | None = None
     sampler: str | None = None          # the link sampler's source, or None where there was none
     exact: bool | None = None
+    launch_s: float | None = None       # rankmap's start to the job's launch (the job's meta)
+    end_s: float | None = None          # the job's end to its finish in the store
 
 
 class Bench:
@@ -227,11 +239,12 @@ class Bench:
         env = dict(self.env)
         if mode == "plain":
             return self.launch + job, env
-        if mode == "shim":
+        if mode == "shim" or mode.startswith("shim:"):
             self.n += 1
             rd = self.work / "preload" / str(self.n)
+            knobs = [x for kv in shim_knobs(mode) for x in ("-x", kv)]
             return self.launch + ["-x", f"LD_PRELOAD={self.shim}", "-x", f"RANKMAP_RUN_DIR={rd}",
-                                  "-x", "RANKMAP_COLLECTIVES=auto"] + job, env
+                                  "-x", "RANKMAP_COLLECTIVES=auto", *knobs] + job, env
         if mode == "monitor":
             return self.launch + ["--mca", "pml_monitoring_enable", "2"] + job, env
         env["RANKMAP_BENCH_CPU"] = str(self.work / "cpu.txt")
@@ -271,6 +284,7 @@ class Bench:
         r.job_cpu_s = meta.get("rankmap_cpu_s")
         r.job_s = (j.get("elapsed_ns") or 0) / 1e9 or None
         r.ingest_cpu_s = meta.get("ingest_cpu_s")
+        r.launch_s, r.end_s = meta.get("launch_s"), meta.get("end_s")
         ls = meta.get("link_sampler") or {}
         r.sampler = ls.get("source")
         r.sampler_cpu_s = (ls.get("cost") or {}).get("thread_cpu_s")
@@ -337,7 +351,8 @@ def _vals(runs: list[Run], w: str, mode: str, key: Callable[[Run], float | None]
 
 def report(runs: list[Run], a: argparse.Namespace, progs: Programs, out: Callable[[str], None]) -> int:
     modes = ["plain", "profile"] + list(a.parts)
-    out(f"{'workload':<9} {'mode':<9} {'n':>2} {'wall s':>22} {'x plain':>20} {'job figure':>28} {'x plain':>20} "
+    mw = max(9, *map(len, modes))
+    out(f"{'workload':<9} {'mode':<{mw}} {'n':>2} {'wall s':>22} {'x plain':>20} {'job figure':>28} {'x plain':>20} "
         f"{'rankmap CPU s':>14} {'% core, launch on':>17} {'ingest %':>8} {'sampler %':>9} {'exact':>5}")
     summary: dict[tuple[str, str, str], tuple[float, float, float]] = {}
     for w in a.workloads:
@@ -371,7 +386,7 @@ def report(runs: list[Run], a: argparse.Namespace, progs: Programs, out: Callabl
                 cpu = [r.cpu_s for r in rs if r.cpu_s is not None]
                 exact = [r.exact for r in rs if r.exact is not None]
                 first = i == 0
-                out(f"{w if first else '':<9} {mode if first else '':<9} {len(rs) if first else '':>2} "
+                out(f"{w if first else '':<9} {mode if first else '':<{mw}} {len(rs) if first else '':>2} "
                     f"{_fmt(wall, '.3f') if first else '':>22} {_fmt(median_ci(wx), '.3f') if first and wx else '':>20} "
                     f"{(f.name + ' ' + _fmt(median_ci(fv), '.3g') + ' ' + f.unit) if f and fv else '':>28} "
                     f"{_fmt(median_ci(fx), '.3f') if fx else '':>20} "
@@ -380,6 +395,12 @@ def report(runs: list[Run], a: argparse.Namespace, progs: Programs, out: Callabl
                     f"{f'{statistics.median(ing):.2f}' if first and ing else '':>8} "
                     f"{f'{statistics.median(smp):.2f}' if first and smp else '':>9} "
                     f"{('yes' if all(exact) else 'NO') if first and exact else '':>5}")
+    for w in a.workloads:
+        ls = [r.launch_s for r in runs if r.workload == w and r.mode == "profile" and r.launch_s is not None]
+        es = [r.end_s for r in runs if r.workload == w and r.mode == "profile" and r.end_s is not None]
+        if ls and es:
+            out(f"# {w}, profile: rankmap's start to the job's launch {_fmt(median_ci(ls), '.3f')} s, the job's end "
+                f"to its finish in the store {_fmt(median_ci(es), '.3f')} s (the rest of the fixed cost is in the job)")
     samplers = sorted({r.sampler for r in runs if r.mode == "profile" and r.sampler})
     out(f"# 2-rank figures from {progs.source}; link sampler at the defaults: "
         f"{', '.join(samplers) if samplers else 'none (no NVML GPU on this machine)'}")
@@ -438,7 +459,8 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=6000)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--parts", default=",".join(PARTS), help=f"any of {', '.join(PARTS)} ('' for none)")
+    ap.add_argument("--parts", default=",".join(PARTS), help=f"any of {', '.join(PARTS)} ('' for none), or shim:NAME=VALUE+NAME=VALUE (the shim alone, "
+                         "with those environment settings)")
     ap.add_argument("--out", type=Path, help="folder for the table, the runs (JSON) and the logs")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no run after this many seconds")
     ap.add_argument("--deadline-s", type=float, default=1e9,
@@ -451,7 +473,7 @@ def main() -> int:
     a.workloads = [w for w in a.workloads.split(",") if w]
     a.parts = [p for p in a.parts.split(",") if p]
     a.mpirun_opts, a.pairs_opts = a.mpirun_opts.split(), a.pairs_opts.split()
-    bad = [w for w in a.workloads if w not in WORKLOADS] + [p for p in a.parts if p not in PARTS]
+    bad = [w for w in a.workloads if w not in WORKLOADS] + [p for p in a.parts if not _known_part(p)]
     if bad:
         ap.error(f"unknown workload or part: {', '.join(bad)}")
     if not shutil.which(a.mpirun) or not shutil.which(a.mpicc):

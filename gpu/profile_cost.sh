@@ -58,6 +58,11 @@ OSU=()
 [ -z "${OSU_SRC:-}" ] && [ -d .osu-src ] && OSU=(--osu-src "$ROOT/.osu-src")
 SIZE=(); PAIRS_OPTS=--oversubscribe
 [ "$DRY" = 1 ] && SIZE=(--reps 2 --part-reps 1 --ranks 4 --rounds 300) && BUDGET_S=200
+# PARTS / WORKLOADS / REPS / PART_REPS: bench/profile_cost.py's --parts, --workloads, --reps, --part-reps
+[ -n "${PARTS+x}" ] && SIZE+=(--parts "$PARTS")
+[ -n "${WORKLOADS:-}" ] && SIZE+=(--workloads "$WORKLOADS")
+[ -n "${REPS:-}" ] && SIZE+=(--reps "$REPS")
+[ -n "${PART_REPS:-}" ] && SIZE+=(--part-reps "$PART_REPS")
 
 # 1. the benchmark
 say "1. bench/profile_cost.py ${OSU[*]} ${SIZE[*]} (budget $BUDGET_S s)"

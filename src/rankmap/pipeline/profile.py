@@ -132,9 +132,12 @@ class _Streamer(threading.Thread):
     def run(self) -> None:
         from rankmap.background import yield_to_the_job
 
-        self.priority = yield_to_the_job()
         with self.lock:
             self.ingest.warm_up()     # off the main thread, which goes on to wait for the job
+        # only then the lowest priority: the warm-up (imports, the store's first statements) is one
+        # burst while the job starts, and a short job's end waits for it (on a loaded machine a
+        # thread at nice 19 took over a second for it); the cycles after it are the steady cost
+        self.priority = yield_to_the_job()
         wait, first = 0.0, True          # the first cycle at once: what the job flushed while the store opened
         while not self.stop_event.wait(wait):
             t0 = time.thread_time()
@@ -478,7 +481,8 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
                     mpicc: str | None = None, progress: bool = True, force_progress: bool = False,
                     run_dir: str | os.PathLike | None = None, nccl: str = "auto", link_sampler: bool = True,
                     cuda: str | None = None, warn: Callable[[str], None] = _warn,
-                    store_wait_s: float | None = None, collectives: str | None = None) -> ProfileResult:
+                    store_wait_s: float | None = None, collectives: str | None = None,
+                    started: float | None = None) -> ProfileResult:
     """Run ``argv`` with capture injected, stream its records into ``store``; returns the job's result.
 
     ``store`` is a :class:`rankmap.store.Store`, a database URL, or None for the default store.
@@ -489,7 +493,10 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
     default: the mirror where it covers the library, no monitoring loaded into the job; ``library``,
     ``mirror``, ``model``: :func:`_collective_source`). With ``link_sampler``, the GPUs' NVLink and PCIe byte
     counters are sampled once per timeline bucket while the job runs (where NVML is available). The progress line shows when stderr is a terminal and
-    ``progress`` is set, or always with ``force_progress``.
+    ``progress`` is set, or always with ``force_progress``. ``started`` (a ``time.perf_counter()``
+    value, the command's start) dates the job's meta ``launch_s``: the seconds rankmap took before the
+    job started, beside ``end_s``, those from the job's end to its finish in the store (the two
+    halves of the fixed cost a user waits for).
 
     The job starts as soon as its capture is ready (:func:`_prepare`): the store is opened, the job
     created in it and the streaming started while it runs (:func:`_attach`), so the store's imports
@@ -506,6 +513,8 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
     show = force_progress or (progress and sys.stderr.isatty())
     with _Signals() as sigs:
         t0 = time.monotonic_ns()
+        if started is not None:
+            plan.meta["launch_s"] = round(time.perf_counter() - started, 3)
         try:
             child = subprocess.Popen(plan.inj.argv, env=plan.inj.env)
         except OSError as e:
@@ -585,6 +594,8 @@ def _attach(plan: _Plan, child: subprocess.Popen, warn: Callable[[str], None], l
     """Once the job runs: the store opened, the job created in it and in ``job.json``, the streaming
     ingest and the link sampler started. A store that cannot be opened now is an outage, not an
     error: the job goes on and its records wait in the run directory."""
+    from rankmap.background import numpy_with_one_blas_thread
+    numpy_with_one_blas_thread()      # NumPy's first import, now that the job runs (not before it)
     from rankmap.pipeline.ingest import RunIngest, ingest_command, new_run_uid
     from rankmap.store import Store, command_key, open_store, process_id
 
@@ -631,6 +642,7 @@ def _finish(plan: _Plan, live: _Live, status: int, elapsed: int, cpu_s: float, r
             warn: Callable[[str], None], store_wait_s: float) -> ProfileResult:
     """After the job: the last ingest cycle, the link sampler's last sample, the job finished in the
     store, and what the user must know (problems, ranks that never wrote, an incomplete store)."""
+    t_end = time.monotonic_ns()
     rd, launcher = plan.rd, plan.launcher
     streamer = live.streamer
     # the sampler's last sample (an NVML read while the job's contexts are torn down can take a few
@@ -666,7 +678,8 @@ def _finish(plan: _Plan, live: _Live, status: int, elapsed: int, cpu_s: float, r
         meta = {"problems": len(problems), "signal": signal.Signals(received).name if received else None,
                 "rankmap_cpu_s": round(cpu_s, 3), "ingest_cycles": streamer.cycles,
                 "ingest_cpu_s": round(streamer.cpu_s, 3), "ingest_priority": getattr(streamer, "priority", None),
-                "store_outages": streamer.outages, **sampled, **streamer.ingest.collective_meta()}
+                "store_outages": streamer.outages, **sampled, **streamer.ingest.collective_meta(),
+                "end_s": round((time.monotonic_ns() - t_end) / 1e9, 3)}
         if stored:
             try:
                 live.store.finish_job(live.job_id, exit_status=status, elapsed_ns=elapsed, world_size=ws, meta=meta)
