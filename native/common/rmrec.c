@@ -990,11 +990,29 @@ static uint64_t to_next_bucket(rmrec_t *c) {
   return c->bucket_ns - el % c->bucket_ns + 20000;
 }
 
+/* The monotonic time of the next flush: the next multiple of flush_ns on the wall clock, so that the
+ * ranks of a job (one clock per node, NTP across nodes) flush at the same moment. A job whose ranks
+ * exchange in lockstep waits at its next exchange for every rank a flush delays: flushes at 16
+ * scattered moments held all of a 16-rank job 16 times a second, flushes at one moment once.
+ * RANKMAP_FLUSH_ALIGN=0: flush_ns after the last flush instead. */
+static int flush_align = -1;
+static uint64_t next_flush_at(rmrec_t *c) __attribute__((unused));
+static uint64_t next_flush_at(rmrec_t *c) {
+  uint64_t now = rmrec_now_ns();
+  if (flush_align < 0) {
+    const char *s = getenv("RANKMAP_FLUSH_ALIGN");
+    flush_align = !(s && strcmp(s, "0") == 0);
+  }
+  if (!flush_align) return now + c->flush_ns;
+  uint64_t w = wall_ns(), to = c->flush_ns - w % c->flush_ns;
+  return now + (to < c->flush_ns / 2 ? to + c->flush_ns : to);   /* never sooner than half an interval */
+}
+
 /* Wakes at every timeline bucket boundary (rmrec_epoch) and flushes every flush_ns. */
 static void *flush_thread(void *arg) {
   rmrec_t *c = arg;
   pthread_mutex_lock(&c->flock);
-  uint64_t next_flush = rmrec_now_ns() + c->flush_ns;
+  uint64_t next_flush = next_flush_at(c);
   while (!c->stop) {
     uint64_t now = rmrec_now_ns(), wait = to_next_bucket(c);
     if (next_flush > now && next_flush - now < wait) wait = next_flush - now;
@@ -1021,7 +1039,7 @@ static void *flush_thread(void *arg) {
       if (c->stop || c->closed) break;
     }
     flush_impl(c, 0);
-    next_flush = rmrec_now_ns() + c->flush_ns;
+    next_flush = next_flush_at(c);
   }
   pthread_mutex_unlock(&c->flock);
   return NULL;
