@@ -78,8 +78,6 @@ def main(argv: list[str] | None = None, started: float | None = None) -> int:
         return 0
 
 
-
-
 def entry() -> None:
     """The ``rankmap`` command: :func:`main`, then the process ends without tearing its interpreter down.
 
