@@ -465,11 +465,20 @@ def test_build_cache_reused_and_keyed(mpi, tmp_path, monkeypatch):
     assert build_shim(MPIS[mpi.name]["cc"]) == a and a.stat().st_mtime_ns == mtime
     assert a.parent.parent == tmp_path / "shim"
     assert mpi.name in (a.parent / "identity.txt").read_text().lower()
-    # a changed compiler flag is a new build, as a changed source is
+    # a changed compiler flag is a new build, as a changed source is: the build is asked for in a new
+    # folder with the new flag (compiling it again would prove nothing the first build did not)
     from rankmap.capture import shim_build
     monkeypatch.setattr(shim_build, "_OPT_FLAGS", shim_build._OPT_FLAGS + ["-fno-omit-frame-pointer"])
+    asked = []
+
+    def compile_cached(out_dir, lib_name, commands, *args, **kw):
+        asked.append((out_dir, commands("lib.so")))
+        return out_dir / lib_name
+    monkeypatch.setattr(shim_build, "compile_cached", compile_cached)
     b = build_shim(MPIS[mpi.name]["cc"])
-    assert b != a and b.is_file() and a.is_file()
+    (out_dir, cmds), = asked
+    assert b == out_dir / a.name and out_dir != a.parent and out_dir.parent == a.parent.parent and a.is_file()
+    assert all("-fno-omit-frame-pointer" in c for c in cmds[:1])
 
 
 def test_build_errors(tmp_path, monkeypatch):

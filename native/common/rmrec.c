@@ -355,6 +355,20 @@ static void stop_signals_give_back(void) {
     sigaction(stop_sigs[i], &d, NULL);
   }
 }
+/* ts + ns, normalised */
+static struct timespec ts_add(struct timespec ts, uint64_t ns) {
+  uint64_t t = (uint64_t)ts.tv_nsec + ns;
+  ts.tv_sec += (time_t)(t / 1000000000ull);
+  ts.tv_nsec = (long)(t % 1000000000ull);
+  return ts;
+}
+/* The one way a noted stop signal ends the process: RANKMAP_SIGNAL_LINGER_MS after it came (see
+ * above), then the signal again, at its default by now. */
+static void raise_after_linger(int sig) {
+  struct timespec until = ts_add(sig_when, env_u64("RANKMAP_SIGNAL_LINGER_MS", 250) * 1000000ull);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR) {}
+  raise(sig);
+}
 static pthread_once_t sig_once = PTHREAD_ONCE_INIT;
 static atomic_int sig_acting;
 static void flush_impl(rmrec_t *c, int final);
@@ -376,12 +390,7 @@ static void act_on_signal(rmrec_t *c) {
     pthread_mutex_unlock(&o->flock);
   }
   pthread_mutex_unlock(&open_lock);
-  struct timespec until = sig_when;
-  uint64_t ns = (uint64_t)until.tv_nsec + env_u64("RANKMAP_SIGNAL_LINGER_MS", 250) * 1000000ull;
-  until.tv_sec += (time_t)(ns / 1000000000ull);
-  until.tv_nsec = (long)(ns % 1000000000ull);
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR) {}
-  raise(sig);
+  raise_after_linger(sig);
 }
 
 /* ---- output buffer with block framing ------------------------------------------------ */
@@ -523,10 +532,20 @@ static rmrec_t *open_impl(const char *dir, const char *source, int world_rank, i
   /* header */
   row_header_t h;
   memset(&h, 0, sizeof h);
-  c->start_wall_ns = wall_ns();
-  c->start_ns = rmrec_now_ns();
-  c->tick0 = rmrec_ticks();
+  uint64_t w0 = wall_ns(), m0 = rmrec_now_ns(), t0 = rmrec_ticks();
   calibrate(c, 1000000);   /* the tick clock's first estimate spans >= 1 ms; every flush refines it */
+  /* Bucket 0 starts at the last multiple of bucket_ns on the wall clock before the rank's start, so
+   * the ranks of a job (one clock per node, NTP across nodes) share their bucket boundaries, and their
+   * flush threads, which wake at every boundary, wake together: a lockstep job is then held once per
+   * bucket, not once per rank and bucket.  The record's start (header start_ns) is that boundary, at
+   * most one bucket before the rank's first instruction of capture.  RANKMAP_BUCKET_ALIGN=0: the
+   * rank's own start. */
+  const char *ba = getenv("RANKMAP_BUCKET_ALIGN");
+  uint64_t lead = (ba && strcmp(ba, "0") == 0) ? 0 : w0 % c->bucket_ns;
+  if (lead > m0) lead = 0;
+  c->start_wall_ns = w0 - lead;
+  c->start_ns = m0 - lead;
+  c->tick0 = t0 - rmrec_ns_to_ticks(lead);
   memcpy(h.magic, "RMREC\r\n\x1a", 8);
   h.version = RMREC_VERSION; h.header_size = RMREC_HEADER_SIZE; h.source = (uint8_t)c->source;
   h.world_rank = world_rank; h.world_size = world_size; h.pid = c->pid;
@@ -1019,9 +1038,7 @@ static void *flush_thread(void *arg) {
     if (next_flush <= now) wait = 0;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t t = (uint64_t)ts.tv_nsec + wait;
-    ts.tv_sec += (time_t)(t / 1000000000ull);
-    ts.tv_nsec = (long)(t % 1000000000ull);
+    ts = ts_add(ts, wait);
     if (wait) {                       /* the semaphore keeps a post made while the lock is let go */
       pthread_mutex_unlock(&c->flock);
       sem_timedwait(&c->fsem, &ts);   /* a timeout, a post or EINTR: each goes round the loop */
@@ -1073,6 +1090,6 @@ void rmrec_close(rmrec_t *c) {
   }
   pthread_mutex_unlock(&open_lock);
   if (!left) stop_signals_give_back();
-  if (sig_noted && !atomic_load(&sig_acting)) raise(sig_noted);   /* noted after the flush thread stopped */
+  if (sig_noted && !atomic_load(&sig_acting)) raise_after_linger(sig_noted);   /* noted after the flush thread stopped */
   /* c is intentionally not freed: other threads may still call the hot path (now a no-op) */
 }

@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None, started: float | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if getattr(args, "numpy_at_start", True):   # a verb that imports it later says so (set_defaults)
+        numpy_with_one_blas_thread()
     try:
         return int(args.func(args) or 0)
     except RankmapError as e:
@@ -85,8 +87,6 @@ def entry() -> None:
     CPU to free at exit, after the job and the summary: time the command's user waits for nothing.
     The output is flushed and the atexit handlers run first, as at a normal exit; where a thread that
     is not a daemon still runs, the exit is the normal one (which waits for it)."""
-    if sys.argv[1:2] != ["profile"]:     # a profile imports it once its job runs (pipeline/profile.py)
-        numpy_with_one_blas_thread()
     code = main(started=process_started())
     for f in (sys.stdout, sys.stderr):
         try:

@@ -620,15 +620,20 @@ class LinkSampler:
         self._hold_until = time.monotonic_ns() + int(self.hold_s * 1e9)
 
     def _loop(self) -> None:
-        next_t = time.monotonic()
+        """Ticks at the multiples of ``interval_s`` on the wall clock, the first at least one interval
+        after the start's sample. Those are the moments the ranks' record writers wake (they start
+        their timeline buckets there, native/common/rmrec.c), so a job whose ranks busy-poll every core
+        in lockstep is held once per tick for all of rankmap, not once for the ranks and again for
+        the sampler at its own phase."""
+        iv = max(1, int(self.interval_s * 1e9))
+        k = time.time_ns() // iv + 2
         while not self._stop.is_set():
-            next_t += self.interval_s
-            delay = next_t - time.monotonic()
-            if delay < 0:  # fell behind (a slow NVML): do not try to catch up in a burst
-                next_t = time.monotonic()
-                delay = 0
-            if self._stop.wait(delay):
+            now = time.time_ns()
+            if k * iv <= now:  # fell behind (a slow NVML): the next tick, not a burst to catch up
+                k = now // iv + 1
+            if self._stop.wait((k * iv - now) / 1e9):
                 break
+            k += 1
             now = time.monotonic_ns()
             self._look_for_opens(now)
             if now < self._hold_until:
