@@ -58,11 +58,12 @@ OSU=()
 [ -z "${OSU_SRC:-}" ] && [ -d .osu-src ] && OSU=(--osu-src "$ROOT/.osu-src")
 SIZE=(); PAIRS_OPTS=--oversubscribe
 [ "$DRY" = 1 ] && SIZE=(--reps 2 --part-reps 1 --ranks 4 --rounds 300) && BUDGET_S=200
-# PARTS / WORKLOADS / REPS / PART_REPS: bench/profile_cost.py's --parts, --workloads, --reps, --part-reps
+# PARTS / WORKLOADS / REPS / PART_REPS / LOOP_ROUNDS: bench/profile_cost.py's --parts, --workloads, --reps, --part-reps, --rounds
 [ -n "${PARTS+x}" ] && SIZE+=(--parts "$PARTS")
 [ -n "${WORKLOADS:-}" ] && SIZE+=(--workloads "$WORKLOADS")
 [ -n "${REPS:-}" ] && SIZE+=(--reps "$REPS")
 [ -n "${PART_REPS:-}" ] && SIZE+=(--part-reps "$PART_REPS")
+[ -n "${LOOP_ROUNDS:-}" ] && SIZE+=(--rounds "$LOOP_ROUNDS")   # the 16-rank job's rounds (default 6000, ~1 ms each)
 
 # 1. the benchmark
 say "1. bench/profile_cost.py ${OSU[*]} ${SIZE[*]} (budget $BUDGET_S s)"
