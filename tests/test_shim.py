@@ -478,7 +478,7 @@ def test_build_cache_reused_and_keyed(mpi, tmp_path, monkeypatch):
     b = build_shim(MPIS[mpi.name]["cc"])
     (out_dir, cmds), = asked
     assert b == out_dir / a.name and out_dir != a.parent and out_dir.parent == a.parent.parent and a.is_file()
-    assert all("-fno-omit-frame-pointer" in c for c in cmds[:1])
+    assert "-fno-omit-frame-pointer" in cmds[0]
 
 
 def test_build_errors(tmp_path, monkeypatch):

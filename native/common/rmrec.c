@@ -169,6 +169,11 @@ static uint64_t wall_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 #endif
+/* a switch that is on unless set to "0" (RANKMAP_BUCKET_ALIGN, RANKMAP_FLUSH_ALIGN) */
+static int env_on(const char *name) {
+  const char *s = getenv(name);
+  return !(s && strcmp(s, "0") == 0);
+}
 static uint64_t env_u64(const char *name, uint64_t dflt) {
   const char *s = getenv(name);
   if (!s || !*s) return dflt;
@@ -540,8 +545,7 @@ static rmrec_t *open_impl(const char *dir, const char *source, int world_rank, i
    * bucket, not once per rank and bucket.  The record's start (header start_ns) is that boundary, at
    * most one bucket before the rank's first instruction of capture.  RANKMAP_BUCKET_ALIGN=0: the
    * rank's own start. */
-  const char *ba = getenv("RANKMAP_BUCKET_ALIGN");
-  uint64_t lead = (ba && strcmp(ba, "0") == 0) ? 0 : w0 % c->bucket_ns;
+  uint64_t lead = env_on("RANKMAP_BUCKET_ALIGN") ? w0 % c->bucket_ns : 0;
   if (lead > m0) lead = 0;
   c->start_wall_ns = w0 - lead;
   c->start_ns = m0 - lead;
@@ -1018,10 +1022,7 @@ static int flush_align = -1;
 static uint64_t next_flush_at(rmrec_t *c) __attribute__((unused));
 static uint64_t next_flush_at(rmrec_t *c) {
   uint64_t now = rmrec_now_ns();
-  if (flush_align < 0) {
-    const char *s = getenv("RANKMAP_FLUSH_ALIGN");
-    flush_align = !(s && strcmp(s, "0") == 0);
-  }
+  if (flush_align < 0) flush_align = env_on("RANKMAP_FLUSH_ALIGN");
   if (!flush_align) return now + c->flush_ns;
   uint64_t w = wall_ns(), to = c->flush_ns - w % c->flush_ns;
   return now + (to < c->flush_ns / 2 ? to + c->flush_ns : to);   /* never sooner than half an interval */

@@ -628,10 +628,10 @@ class LinkSampler:
         iv = max(1, int(self.interval_s * 1e9))
         k = time.time_ns() // iv + 2
         while not self._stop.is_set():
-            now = time.time_ns()
-            if k * iv <= now:  # fell behind (a slow NVML): the next tick, not a burst to catch up
-                k = now // iv + 1
-            if self._stop.wait((k * iv - now) / 1e9):
+            wall = time.time_ns()
+            if k * iv <= wall:  # fell behind (a slow NVML): the next tick, not a burst to catch up
+                k = wall // iv + 1
+            if self._stop.wait((k * iv - wall) / 1e9):
                 break
             k += 1
             now = time.monotonic_ns()

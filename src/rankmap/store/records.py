@@ -51,7 +51,7 @@ class RankCounts(Protocol):
     @property
     def pid(self) -> int | None: ...
     @property
-    def start_ns(self) -> int | None: ...                       # wall clock of the rank's start
+    def start_ns(self) -> int | None: ...                       # wall clock of its bucket 0 (<= the rank's start)
     @property
     def elapsed_ns(self) -> int: ...
     @property
