@@ -19,6 +19,10 @@ and, to take the difference apart (the last --part-reps repetitions):
   library    rankmap profile --collectives library (shim + monitoring PML + the Python process)
   python     rankmap profile -- env <the launch>: the Python process (store, streaming ingest, link
              sampler) beside an uninstrumented job (`env` is a plain launch: no shim reaches the ranks)
+  pynosampler  the python part with --no-link-sampler: the Python process without its link sampler
+  pylink100  the python part with --link-ms 100: its link sampler ten times a second, not once
+  link100    rankmap profile --link-ms 100 (the link timeline at the timeline buckets' 100 ms)
+  popen      a bare Python parent (subprocess.call of the launch): what any parent process costs, the control
   nosampler  rankmap profile --no-link-sampler
   flush100   rankmap profile --flush-ms 100 (the ranks flush ten times as often)
 
@@ -69,9 +73,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchstats import median_ci  # noqa: E402
 
 WORKLOADS = ("lat", "rate", "bw", "pairs", "fixed")
-PARTS = ("shim", "monitor", "library", "python", "nosampler", "flush100")
+PARTS = ("shim", "monitor", "library", "python", "pynosampler", "pylink100", "popen", "nosampler", "link100", "flush100")
 PROFILED = {"profile": [], "library": ["--collectives", "library"], "python": [], "nosampler": ["--no-link-sampler"],
-            "flush100": ["--flush-ms", "100"]}
+            "pynosampler": ["--no-link-sampler"], "pylink100": ["--link-ms", "100"],
+            "link100": ["--link-ms", "100"], "flush100": ["--flush-ms", "100"]}
+#: the parts that profile a plain `env <the launch>`: no shim reaches the ranks, only the Python process runs beside them
+UNDER_ENV = ("python", "pynosampler", "pylink100")
 PAIR_BYTES = 1024
 
 
@@ -220,6 +227,38 @@ class Run:
     exact: bool | None = None
     launch_s: float | None = None       # rankmap's start to the job's launch (the job's meta)
     end_s: float | None = None          # the job's end to its finish in the store
+    kernel: dict[str, float] = field(default_factory=dict)  # kernel_counts() per second while it ran
+
+
+def kernel_counts() -> dict[str, int]:
+    """The machine's context switches (``ctxt``), interrupts (``intr``) and each interrupt source's
+    count over every CPU (/proc/interrupts: a device's name, or LOC, RES, CAL, TLB, ...) since boot;
+    empty off Linux.
+
+    A job whose ranks poll every core in lockstep loses to anything that takes a core from a rank,
+    including the kernel's work on rankmap's behalf (driver calls, file writes, cross-CPU calls) that
+    rankmap's own CPU time does not show: per mode, these say where the kernel was busier beside the job."""
+    out: dict[str, int] = {}
+    try:
+        for ln in Path("/proc/stat").read_text().splitlines():
+            if ln.startswith(("ctxt ", "intr ")):
+                out[ln.split()[0]] = int(ln.split()[1])
+        rows = Path("/proc/interrupts").read_text().splitlines()
+    except OSError:
+        return out
+    ncpu = len(rows[0].split()) if rows else 0
+    for ln in rows[1:]:
+        f = ln.split()
+        counts = [int(x) for x in f[1:1 + ncpu] if x.isdigit()]
+        if not f or not counts:
+            continue
+        name = f[-1] if f[0][:-1].isdigit() else f[0][:-1]
+        out[name] = out.get(name, 0) + sum(counts)
+    return out
+
+
+def kernel_rates(k0: dict[str, int], k1: dict[str, int], wall: float) -> dict[str, float]:
+    return {k: (k1[k] - k0[k]) / wall for k in k0.keys() & k1.keys() if k1[k] != k0[k]}
 
 
 class Bench:
@@ -247,8 +286,11 @@ class Bench:
                                   "-x", "RANKMAP_COLLECTIVES=auto", *knobs] + job, env
         if mode == "monitor":
             return self.launch + ["--mca", "pml_monitoring_enable", "2"] + job, env
+        if mode == "popen":
+            return [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))",
+                    *self.launch, *job], env
         env["RANKMAP_BENCH_CPU"] = str(self.work / "cpu.txt")
-        head = ["env"] if mode == "python" else []
+        head = ["env"] if mode in UNDER_ENV else []
         return ([sys.executable, "-c", BOOT, "profile", "--no-summary", "--no-progress", *PROFILED[mode], "--",
                  *head, *self.launch, *job], env)
 
@@ -257,6 +299,7 @@ class Bench:
         cmd, env = self.command(mode, (self.a.pairs_opts if w == "pairs" else []) + jobs[0])
         cpu_file = self.work / "cpu.txt"
         cpu_file.unlink(missing_ok=True)
+        k0 = kernel_counts()
         t0 = time.monotonic()
         child = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  start_new_session=True)
@@ -268,9 +311,11 @@ class Bench:
             raise
         p = subprocess.CompletedProcess(cmd, child.returncode, out, err)
         wall = time.monotonic() - t0
+        k1 = kernel_counts()
         self.log(f"[{w} {mode} rep {rep}] $ {' '.join(cmd[:1] + cmd[3:] if cmd[1:2] == ['-c'] else cmd)}\n"
                  f"exit {p.returncode} in {wall:.3f} s\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
         r = Run(w, mode, rep, wall, p.returncode, {f.name: f.read(p.stdout) for f in figs})
+        r.kernel = kernel_rates(k0, k1, wall)
         if mode in PROFILED and cpu_file.exists():
             r.cpu_s = float(cpu_file.read_text())
             self._job_meta(r, w)
@@ -288,7 +333,7 @@ class Bench:
         ls = meta.get("link_sampler") or {}
         r.sampler = ls.get("source")
         r.sampler_cpu_s = (ls.get("cost") or {}).get("thread_cpu_s")
-        if w == "pairs" and r.mode != "python":
+        if w == "pairs" and r.mode not in UNDER_ENV:
             n = self.a.ranks
             m = store.traffic_matrix(j["id"], classes=["p2p"])
             r.exact = all(int(m[i, k]) == (PAIR_BYTES * self.a.rounds if i != k else 0)
@@ -353,7 +398,8 @@ def report(runs: list[Run], a: argparse.Namespace, progs: Programs, out: Callabl
     modes = ["plain", "profile"] + list(a.parts)
     mw = max(9, *map(len, modes))
     out(f"{'workload':<9} {'mode':<{mw}} {'n':>2} {'wall s':>22} {'x plain':>20} {'job figure':>28} {'x plain':>20} "
-        f"{'rankmap CPU s':>14} {'% core, launch on':>17} {'ingest %':>8} {'sampler %':>9} {'exact':>5}")
+        f"{'rankmap CPU s':>14} {'% core, launch on':>17} {'ingest %':>8} {'sampler %':>9} {'exact':>5} "
+        f"{'ctxt k/s':>8} {'intr k/s':>8}")
     summary: dict[tuple[str, str, str], tuple[float, float, float]] = {}
     for w in a.workloads:
         _jobs, figs = workload_jobs(w, progs, a.ranks, a.rounds)
@@ -385,6 +431,8 @@ def report(runs: list[Run], a: argparse.Namespace, progs: Programs, out: Callabl
                     summary[(w, mode, "steady")] = median_ci(steady)
                 cpu = [r.cpu_s for r in rs if r.cpu_s is not None]
                 exact = [r.exact for r in rs if r.exact is not None]
+                ctxt = [r.kernel["ctxt"] / 1e3 for r in rs if "ctxt" in r.kernel]
+                intr = [r.kernel["intr"] / 1e3 for r in rs if "intr" in r.kernel]
                 first = i == 0
                 out(f"{w if first else '':<9} {mode if first else '':<{mw}} {len(rs) if first else '':>2} "
                     f"{_fmt(wall, '.3f') if first else '':>22} {_fmt(median_ci(wx), '.3f') if first and wx else '':>20} "
@@ -394,13 +442,17 @@ def report(runs: list[Run], a: argparse.Namespace, progs: Programs, out: Callabl
                     f"{f'{statistics.median(share):.2f}' if first and share else '':>17} "
                     f"{f'{statistics.median(ing):.2f}' if first and ing else '':>8} "
                     f"{f'{statistics.median(smp):.2f}' if first and smp else '':>9} "
-                    f"{('yes' if all(exact) else 'NO') if first and exact else '':>5}")
+                    f"{('yes' if all(exact) else 'NO') if first and exact else '':>5} "
+                    f"{f'{statistics.median(ctxt):.1f}' if first and ctxt else '':>8} "
+                    f"{f'{statistics.median(intr):.1f}' if first and intr else '':>8}")
     for w in a.workloads:
         ls = [r.launch_s for r in runs if r.workload == w and r.mode == "profile" and r.launch_s is not None]
         es = [r.end_s for r in runs if r.workload == w and r.mode == "profile" and r.end_s is not None]
         if ls and es:
             out(f"# {w}, profile: rankmap's start to the job's launch {_fmt(median_ci(ls), '.3f')} s, the job's end "
                 f"to its finish in the store {_fmt(median_ci(es), '.3f')} s (the rest of the fixed cost is in the job)")
+    for w in a.workloads:
+        kernel_lines(runs, w, modes, out)
     samplers = sorted({r.sampler for r in runs if r.mode == "profile" and r.sampler})
     out(f"# 2-rank figures from {progs.source}; link sampler at the defaults: "
         f"{', '.join(samplers) if samplers else 'none (no NVML GPU on this machine)'}")
@@ -408,8 +460,23 @@ def report(runs: list[Run], a: argparse.Namespace, progs: Programs, out: Callabl
         "plain run; rankmap CPU s = the rankmap process's user+system time over its whole life (every thread); "
         "% core, launch on = its CPU time from the launch to the job's end (the store's imports and opening, done while "
         "the job starts, included) / the job's wall time; ingest, sampler: the shares of those two threads alone, "
-        "the steady cost while a job runs")
+        "the steady cost while a job runs; ctxt, intr: the whole machine's context switches and interrupts per "
+        "second of the command (/proc/stat), the kernel's work beside the job")
     return targets(summary, a, out)
+
+
+def kernel_lines(runs: list[Run], w: str, modes: list[str], out: Callable[[str], None], top: int = 6) -> None:
+    """Per mode of workload ``w``: the interrupt sources busier than in the plain runs (medians per second)."""
+    def med(mode: str) -> dict[str, float]:
+        rs = [r.kernel for r in runs if r.workload == w and r.mode == mode and r.kernel]
+        return {k: statistics.median(r.get(k, 0.0) for r in rs) for k in set().union(*rs)} if rs else {}
+    plain = med("plain")
+    for mode in modes[1:]:
+        m = med(mode)
+        more = sorted(((v - plain.get(k, 0.0), k) for k, v in m.items() if k not in ("ctxt", "intr")), reverse=True)
+        shown = ", ".join(f"{k} +{d:.0f}" for d, k in more[:top] if d > 0)
+        if m:
+            out(f"# {w}, {mode}: interrupts/s beside the job against plain: {shown or 'none more'}")
 
 
 def targets(s: dict, a: argparse.Namespace, out: Callable[[str], None]) -> int:

@@ -94,11 +94,12 @@ def test_default_profiles_neighbourhood_collectives_exactly(mpi, topo, form, nei
 
 
 def test_library_source_refuses_neighbourhood_collectives(neighbors, tmp_path):
-    """Open MPI's coll/monitoring kills such a job: the library source is refused before it starts."""
+    """Open MPI's coll/monitoring kills such a job: the library source is refused before it starts.
+
+    The crash itself is not asserted: it comes and goes (SIGSEGV in one run of the graph form, exit 0
+    in the next, on one machine; SIGFPE in the Cartesian form elsewhere, docs/validation.md), which is
+    why the refusal looks at the program, not at a trial run."""
     cmd = launch("openmpi", neighbors, "graph", str(BYTES), str(ITERS))
-    crash = subprocess.run(cmd[:1] + ["-x", "OMPI_MCA_pml_monitoring_enable=2"] + cmd[1:], capture_output=True,
-                           text=True, timeout=300)
-    assert crash.returncode != 0          # what the refusal spares the user (Open MPI 4.1's coll/monitoring)
     env = {"RANKMAP_HOME": str(tmp_path / "home"), "RANKMAP_DB": f"sqlite:///{tmp_path / 'r.db'}"}
     p = rankmap("profile", "--no-summary", "--collectives", "library", "--run-dir", str(tmp_path / "run"), "--",
                 *cmd, env=env)

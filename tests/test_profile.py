@@ -348,8 +348,26 @@ def test_link_sampler_streams_beside_the_job(ring_bins, home, tmp_path):
     jid = store.resolve_job("latest")
     ls = store.job(jid)["meta"]["link_sampler"]
     assert ls["source"] == "gpm" and ls["cost"]["samples"] >= 2 and len(ls["gpus"]) == 1
+    assert ls["interval_ms"] == 1000          # once a flush interval by default (docs/benchmarks.md: 10 Hz cost ~4 %)
     assert store.link_samples(jid)
     assert store.traffic_matrix(jid, classes=["p2p"]).tolist() == [[0, 300], [300, 0]]
+    p = rankmap("profile", "--no-summary", "--link-ms", "250", "--", *launch("openmpi", ring_bins, 2, "100", "3"),
+                env=env)
+    assert p.returncode == 0, p.stderr
+    assert store.job(store.resolve_job("latest"))["meta"]["link_sampler"]["interval_ms"] == 250
+
+
+@pytest.mark.parametrize("flush_ms, link_ms, want", [(1000, None, 1000), (500, None, 500), (500, 200, 200)])
+def test_the_link_sampler_reads_once_a_flush_interval_unless_told(flush_ms, link_ms, want, tmp_path):
+    """Its ticks then fall on the moments the ranks flush (both are wall-clock multiples)."""
+    from rankmap.errors import RankmapError
+    from rankmap.pipeline import profile as P
+    plan = P._prepare(["true"], store=f"sqlite:///{tmp_path / 'r.db'}", bucket_ms=100, flush_ms=flush_ms,
+                      link_ms=link_ms, mpicc=None, run_dir=tmp_path / "run", nccl="off", cuda=None, collectives=None)
+    assert plan.meta["link_ms"] == want
+    with pytest.raises(RankmapError, match="--link-ms must be positive"):
+        P._prepare(["true"], store=None, bucket_ms=100, flush_ms=flush_ms, link_ms=0, mpicc=None,
+                   run_dir=tmp_path / "run2", nccl="off", cuda=None, collectives=None)
 
 
 @pytest.mark.mpi

@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-summary", action="store_true", help="do not print the summary after the job")
     p.add_argument("--no-link-sampler", action="store_true",
                    help="do not sample the GPUs' NVLink/PCIe counters while the job runs")
+    p.add_argument("--link-ms", type=int, default=None, metavar="N",
+                   help="the link sampler's interval (default: the flush interval, 1000); 100 gives a finer link "
+                        "timeline and costs a job whose ranks poll every core in lockstep ~4 %% (docs/benchmarks.md)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the launch command, after --")
     # NumPy is imported once the job runs (pipeline/profile.py): 0.14 s off the fixed cost
     p.set_defaults(func=run, numpy_at_start=False)
@@ -53,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         cmd = cmd[1:]
     if not cmd:
         raise RankmapError("no command to profile: rankmap profile [options] -- <launch command>")
-    res = profile_command(cmd, store=args.db, bucket_ms=args.bucket_ms, flush_ms=args.flush_ms, mpicc=args.mpicc,
+    res = profile_command(cmd, store=args.db, bucket_ms=args.bucket_ms, flush_ms=args.flush_ms, link_ms=args.link_ms,
+                          mpicc=args.mpicc,
                           progress=not args.no_progress, force_progress=args.progress, run_dir=args.run_dir,
                           nccl=args.nccl, link_sampler=not args.no_link_sampler, cuda=args.cuda_activity,
                           collectives=args.collectives, started=getattr(args, "started", None))

@@ -393,6 +393,12 @@ def _cuda_library(mode: str | None) -> tuple[Path | None, str | None, str, str]:
         return None, None, "", f"off: building the CUDA activity library failed: {e}"
 
 
+# The link sampler of a profile reads once a flush interval (1 s), not once a timeline bucket
+# (100 ms): on the H200 host, a 16-rank job whose ranks poll all 16 cores in lockstep lost 4.7 % of
+# its loop to a sampler at 10 Hz (0.44 % of a core of its own; the reads cost the ranks more than the
+# sampler's CPU shows) and 1.2 % at 1 Hz, against 0.7 % with no sampler (bench/profile_cost.py).
+# Its ticks fall on the moments the ranks flush, so the job is held once a second for both.
+
 #: how long the end of a job waits for a link sampler still starting (NVML: 0.2-0.4 s on a GPU node)
 START_WAIT_S = 2.0
 
@@ -478,7 +484,8 @@ def slurm_ids(env) -> dict:
 
 
 def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 100, flush_ms: int = 1000,
-                    mpicc: str | None = None, progress: bool = True, force_progress: bool = False,
+                    link_ms: int | None = None, mpicc: str | None = None, progress: bool = True,
+                    force_progress: bool = False,
                     run_dir: str | os.PathLike | None = None, nccl: str = "auto", link_sampler: bool = True,
                     cuda: str | None = None, warn: Callable[[str], None] = _warn,
                     store_wait_s: float | None = None, collectives: str | None = None,
@@ -492,7 +499,8 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
     (see :func:`_cuda_library`); ``collectives`` the source of collective pairs (``auto``, the
     default: the mirror where it covers the library, no monitoring loaded into the job; ``library``,
     ``mirror``, ``model``: :func:`_collective_source`). With ``link_sampler``, the GPUs' NVLink and PCIe byte
-    counters are sampled once per timeline bucket while the job runs (where NVML is available). The progress line shows when stderr is a terminal and
+    counters are sampled every ``link_ms`` (default: ``flush_ms``) while the job runs, where NVML is available
+    (why not once a bucket: the comment above :class:`_SamplerStart`). The progress line shows when stderr is a terminal and
     ``progress`` is set, or always with ``force_progress``. ``started`` (a ``time.perf_counter()``
     value, the command's start) dates the job's meta ``launch_s``: the seconds rankmap took before the
     job started, beside ``end_s``, those from the job's end to its finish in the store (the two
@@ -508,7 +516,7 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
     """
     if store_wait_s is None:
         store_wait_s = float(os.environ.get("RANKMAP_STORE_WAIT") or 20)
-    plan = _prepare(list(argv), store=store, bucket_ms=bucket_ms, flush_ms=flush_ms, mpicc=mpicc,
+    plan = _prepare(list(argv), store=store, bucket_ms=bucket_ms, flush_ms=flush_ms, link_ms=link_ms, mpicc=mpicc,
                     run_dir=run_dir, nccl=nccl, cuda=cuda, collectives=collectives)
     show = force_progress or (progress and sys.stderr.isatty())
     with _Signals() as sigs:
@@ -547,13 +555,13 @@ class _Plan:
     started: str = ""
 
 
-def _prepare(argv: list[str], *, store: Any, bucket_ms: int, flush_ms: int, mpicc: str | None,
-             run_dir: Any, nccl: str, cuda: str | None, collectives: str | None) -> _Plan:
+def _prepare(argv: list[str], *, store: Any, bucket_ms: int, flush_ms: int, link_ms: int | None,
+             mpicc: str | None, run_dir: Any, nccl: str, cuda: str | None, collectives: str | None) -> _Plan:
     """Everything that must hold before the job starts: the options, the launcher, the run directory,
     the hooks (built or found in the cache) and the environment that carries them; a bad store URL
     is refused here too (:func:`rankmap.home.check_url`), without the store's imports."""
-    if bucket_ms <= 0 or flush_ms <= 0:
-        raise RankmapError("--bucket-ms and --flush-ms must be positive")
+    if bucket_ms <= 0 or flush_ms <= 0 or (link_ms is not None and link_ms <= 0):
+        raise RankmapError("--bucket-ms, --flush-ms and --link-ms must be positive")
     if nccl not in ("auto", "on", "off"):
         raise RankmapError(f"--nccl must be auto, on or off, not {nccl!r}")
     if cuda is not None and cuda not in CUDA_MODES:
@@ -573,7 +581,7 @@ def _prepare(argv: list[str], *, store: Any, bucket_ms: int, flush_ms: int, mpic
     inj = L.prepare(launcher, run_dir=rd.path, shim=shim, nccl_plugin=plugin, cuda_lib=cuda_lib, cupti=cupti,
                     cuda_kinds=cuda_kinds, bucket_ms=bucket_ms, flush_ms=flush_ms, collectives=source)
     meta = {"injected": inj.injected, "mpicc": mpicc_used, "bucket_ms": bucket_ms, "flush_ms": flush_ms,
-            "cuda_activity": cuda_state, "collectives": source, **slurm_ids(os.environ)}
+            "link_ms": link_ms or flush_ms, "cuda_activity": cuda_state, "collectives": source, **slurm_ids(os.environ)}
     return _Plan(argv, launcher, rd, inj, store, mpicc_used, meta, started=utc_now())
 
 
@@ -601,8 +609,8 @@ def _attach(plan: _Plan, child: subprocess.Popen, warn: Callable[[str], None], l
 
     live = _Live()
     store, rd, launcher = plan.store, plan.rd, plan.launcher
-    if link_sampler:    # one link sample per timeline bucket, so link counters and rank traffic line up in time
-        live.sampler_start = _SamplerStart(plan.meta["bucket_ms"] / 1000)
+    if link_sampler:    # its ticks are wall-clock multiples of link_ms: bucket boundaries, and the ranks' flush moments
+        live.sampler_start = _SamplerStart(plan.meta["link_ms"] / 1000)
         live.sampler_start.start()
     uid = new_run_uid()
     rd.write_job({"run_uid": uid, "command": plan.argv, "launched": plan.inj.argv, "launcher": launcher.kind,
