@@ -66,6 +66,18 @@ def build(mpi: str, where: Path) -> list[str]:
     return launch + ["2", str(exe)]
 
 
+def seed_cache(mpi: str, home: Path) -> None:
+    """The shim of ``mpi`` put into the build cache under ``home``, as a first profile there would
+    leave it: built once (the usual cache) and copied, so that the tests of what such a HOME does to
+    the launch do not each compile it again (20-30 s of CPU each). Its build from, and its loading out
+    of, such a folder are the tests that leave the cache empty: test_cache_and_run_dir_of_any_letters
+    and test_a_wheel_installed_under_such_a_prefix. Only the library's folder is copied, not the
+    usual cache's memo (which names the library by its path there)."""
+    from rankmap.capture.shim_build import build_shim
+    lib = build_shim(MPIS[mpi][0])
+    shutil.copytree(lib.parent, home / ".cache" / "rankmap" / "shim" / lib.parent.name)
+
+
 def check_job(p: subprocess.CompletedProcess, url: str, args: list[str]) -> int:
     """The job ran with its arguments untouched, and the store holds exactly what it sent."""
     assert "Traceback" not in p.stderr, p.stderr
@@ -188,6 +200,7 @@ def test_home_with_blanks_quotes_and_letters(tmp_path, mpi):
     unquoted); run launches it placed, its arguments untouched."""
     home = tmp_path / HOSTILE
     cmd = build(mpi, home / "bin ü") + ARGS
+    seed_cache(mpi, home)
     env = clean_env(HOME=str(home))
     p = run(["profile", "--no-summary", "--", *cmd], env)
     check_job(p, sqlite_url(home / ".rankmap" / "rankmap.db"), ARGS)
@@ -263,6 +276,7 @@ def test_a_home_with_a_comma_under_open_mpi(tmp_path, mpi):
     unknown MPI (5)): one line names HOME and that folder, before the job."""
     home = tmp_path / "Doe, Jane"
     cmd = build(mpi, home / "bin") + ARGS[:2]
+    seed_cache(mpi, home)
     p = run(["profile", "--no-summary", "--", *cmd], clean_env(HOME=str(home)))
     check_job(p, sqlite_url(home / ".rankmap" / "rankmap.db"), ARGS[:2])
     (tmp_path / "Doe").mkdir()
@@ -277,5 +291,6 @@ def test_a_home_with_a_comma_under_mpich_records_the_job(tmp_path):
     home = tmp_path / "Doe, Jane"
     (tmp_path / "Doe").mkdir()
     cmd = build("mpich", home / "bin") + ARGS[:2]
+    seed_cache("mpich", home)
     p = run(["profile", "--no-summary", "--", *cmd], clean_env(HOME=str(home)))
     check_job(p, sqlite_url(home / ".rankmap" / "rankmap.db"), ARGS[:2])

@@ -478,7 +478,11 @@ def test_build_cache_reused_and_keyed(mpi, tmp_path, monkeypatch):
     b = build_shim(MPIS[mpi.name]["cc"])
     (out_dir, cmds), = asked
     assert b == out_dir / a.name and out_dir != a.parent and out_dir.parent == a.parent.parent and a.is_file()
-    assert "-fno-omit-frame-pointer" in cmds[0]
+    assert all("-fno-omit-frame-pointer" in c for c in cmds[0].compiles)
+    # the C files compiled side by side, each once, then linked: the objects are what the link reads
+    assert sorted(c[c.index("-c") + 1] for c in cmds[0].compiles) == sorted(
+        [str(s) for s in shim_build.shim_sources()] + [str(out_dir / "src" / n) for n in ("wrap_c.c", "wrap_f.c")])
+    assert [o for o in cmds[0].link if o.endswith(".o")] == cmds[0].objects and cmds[0].link[-3:-2] == ["lib.so"]
 
 
 def test_build_errors(tmp_path, monkeypatch):

@@ -16,8 +16,10 @@ import os
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, Union
 
 from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
@@ -93,13 +95,49 @@ def first_error(text: str) -> str:
     return lines[0] if lines else "(no compiler output)"
 
 
-def compile_cached(out_dir: Path, lib_name: str, commands: Callable[[str], list[list[str]]], what: str,
+@dataclass
+class Split:
+    """A build in two steps: ``compiles`` (each source to its object, ``objects``) side by side, one
+    per core, then ``link``. The MPI shim is nine C files, two of them generated and large (its
+    Fortran and C entry points: 8 and 5 of its 21 s of compile on one core): one compiler call
+    compiles them one after the other, while a first profile on a node of 16 cores waits."""
+
+    compiles: list[list[str]]
+    objects: list[str]
+    link: list[str]
+
+
+#: one way to build: a single compiler call, or a :class:`Split`
+Build = Union[list[str], Split]
+
+
+def split_build(compiler: list[str], sources: Sequence[str | Path], out: str,
+                link_flags: Sequence[str] = ()) -> Split:
+    """``compiler`` (the wrapper and its flags) on each of ``sources`` to an object beside ``out``,
+    then linked into ``out`` with ``link_flags`` after the objects (libraries)."""
+    objects = [f"{out}.{i}.o" for i in range(len(sources))]
+    return Split([[*compiler, "-c", str(src), "-o", obj] for src, obj in zip(sources, objects)], objects,
+                 [*compiler, *objects, "-o", out, *link_flags])
+
+
+def _run_build(b: Build, timeout: float) -> subprocess.CompletedProcess:
+    """Run one way to build; the first failed compiler call's result, else the last one's."""
+    if not isinstance(b, Split):
+        return subprocess.run(b, capture_output=True, text=True, timeout=timeout)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(b.compiles), os.cpu_count() or 1))) as pool:
+        runs = list(pool.map(lambda c: subprocess.run(c, capture_output=True, text=True, timeout=timeout),
+                             b.compiles))
+    failed = [r for r in runs if r.returncode != 0]
+    return failed[0] if failed else subprocess.run(b.link, capture_output=True, text=True, timeout=timeout)
+
+
+def compile_cached(out_dir: Path, lib_name: str, commands: Callable[[str], list[Build]], what: str,
                    *, force: bool = False, notes: dict[str, str] | None = None, timeout: float = 300,
                    progress: Callable[[str], None] | None = None) -> Path:
     """Return ``out_dir/lib_name``, building it first unless it is there (or ``force``).
 
-    ``commands(tmp)`` gives the compile commands to try in turn, each writing to ``tmp``; the first
-    that succeeds wins (a later one may drop optional flags). ``what`` names the hook and the
+    ``commands(tmp)`` gives the ways to build to try in turn (a compiler call, or a :class:`Split`),
+    each writing to ``tmp``; the first that succeeds wins (a later one may drop optional flags). ``what`` names the hook and the
     compiler in errors: ``building the <what> failed: <first error line>``. ``notes`` are small
     text files written beside the library (e.g. what went into the cache key). The same path
     builds executables (the benchmark programs): ``lib_name`` is then the program's name.
@@ -117,10 +155,11 @@ def compile_cached(out_dir: Path, lib_name: str, commands: Callable[[str], list[
         progress(f"building the {what} (first use; kept in {out_dir} for the next runs)")
     fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=Path(lib_name).suffix, dir=out_dir)
     os.close(fd)
+    builds = commands(tmp)
     try:
         p = None
-        for cmd in commands(tmp):
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        for b in builds:
+            p = _run_build(b, timeout)
             if p.returncode == 0:
                 break
         if p is None or p.returncode != 0:
@@ -134,8 +173,9 @@ def compile_cached(out_dir: Path, lib_name: str, commands: Callable[[str], list[
     except OSError as e:
         raise RankmapError(f"cannot build the {what}: {e}") from None
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for f in [tmp] + [o for b in builds if isinstance(b, Split) for o in b.objects]:
+            if os.path.exists(f):
+                os.unlink(f)
     return lib
 
 

@@ -38,9 +38,16 @@ def preload_env(shim: str | os.PathLike, base_env: dict[str, str] | os._Environ)
     folder, name = os.path.split(path)
     if any(c in name for c in _PRELOAD_SPLITS):
         raise RankmapError(f"the MPI shim's file name {name!r} has a blank or a colon, which LD_PRELOAD cannot carry")
-    if any(c in folder for c in _LIBRARY_PATH_SPLITS):
-        raise RankmapError(f"the MPI shim is in {folder}, whose path has a ':' or ';' that neither LD_PRELOAD nor "
-                           f"LD_LIBRARY_PATH can carry: set RANKMAP_CACHE to a folder without them")
+    check_folder(folder)
     old = base_env.get("LD_LIBRARY_PATH")
     return {"LD_PRELOAD": name, "LD_LIBRARY_PATH": folder + (f":{old}" if old else "")}
 
+
+
+def check_folder(folder: str | os.PathLike) -> None:
+    """Refuse, in one line, a folder for the shim that neither variable can carry (a ':' or ';' in
+    its path). Called with the cache folder before a build too: the build would take seconds to
+    make a library that cannot be loaded."""
+    if any(c in str(folder) for c in _LIBRARY_PATH_SPLITS):
+        raise RankmapError(f"the MPI shim is in {folder}, whose path has a ':' or ';' that neither LD_PRELOAD nor "
+                           f"LD_LIBRARY_PATH can carry: set RANKMAP_CACHE to a folder without them")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from rankmap.capture import shim_gen
-from rankmap.capture.native_build import cache_root, compile_cached, env_key, memo_get, memo_put
+from rankmap.capture.native_build import Build, cache_root, compile_cached, env_key, memo_get, memo_put, split_build
 from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
 
@@ -166,10 +166,10 @@ def build_shim(mpicc: str = "mpicc", force: bool = False, progress: Callable[[st
     if force or not (out_dir / LIB_NAME).is_file():
         _write_generated(gen_dir, generated)
 
-    def commands(tmp: str) -> list[list[str]]:
-        tail = [str(s) for s in srcs] + [str(gen_dir / n) for n in sorted(generated) if n.endswith(".c")]
-        tail += ["-o", tmp, *_LIBS]
-        return [base + _OPT_FLAGS + tail, base + tail]   # the second in case an optional flag was the problem
+    def commands(tmp: str) -> list[Build]:
+        sources = [str(s) for s in srcs] + [str(gen_dir / n) for n in sorted(generated) if n.endswith(".c")]
+        # the C files side by side, one per core; the second way in case an optional flag was the problem
+        return [split_build(base + _OPT_FLAGS, sources, tmp, _LIBS), split_build(base, sources, tmp, _LIBS)]
 
     lib = compile_cached(out_dir, LIB_NAME, commands, f"MPI shim with {wrapper}",
                          force=force, notes={"identity.txt": identity + "\n"}, progress=progress)

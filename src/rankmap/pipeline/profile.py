@@ -332,6 +332,9 @@ def _capture_libraries(launcher: L.Launcher, argv: list[str], mpicc: str | None,
         if flavour or mpicc:
             mpicc_used = L.find_mpicc(L.Launcher(flavour or "plain", argv, None), mpicc)
     if mpicc_used:
+        from rankmap.capture.native_build import cache_root
+        from rankmap.capture.preload import check_folder
+        check_folder(cache_root() / "shim")      # before seconds of build for a shim no rank could load
         shim = _build_shim(mpicc_used)
     want_nccl = nccl == "on" or (nccl == "auto" and launcher.kind == "torchrun")
     plugin = None if nccl == "off" else _build_nccl_plugin(required=want_nccl)
