@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, rankmap
+from conftest import ROOT, assert_one_line_error, cli, rankmap
 
 pytestmark = pytest.mark.mpi
 
@@ -83,12 +83,12 @@ def test_default_profiles_neighbourhood_collectives_exactly(mpi, topo, form, nei
     assert p.returncode == plain.returncode, p.stderr
     want = expected(p.stdout)
     assert want == expected(plain.stdout)
-    got = neighbour_rows(rankmap("export", "latest", env=env).stdout)
+    got = neighbour_rows(cli("export", "latest", env=env).stdout)
     ops = ("MPI_Ineighbor_allgather", "MPI_Ineighbor_alltoall") if form == "nonblocking" else \
         ("MPI_Neighbor_allgather", "MPI_Neighbor_alltoall")
     assert got == {op: want for op in ops}
     # no monitoring was loaded: the pairs are the shim's own (one message per neighbour entry)
-    srcs = rankmap("export", "latest", "--pair-source", env=env).stdout
+    srcs = cli("export", "latest", "--pair-source", env=env).stdout
     labels = {r["pair_source"] for r in csv.DictReader(io.StringIO(srcs)) if "eighbor_" in r["operation"]}
     assert labels == {"mirror"}
 
@@ -138,7 +138,7 @@ def test_library_source_files_nonblocking_collectives_under_their_operation(mpi,
                 str(NBC_ITERS), env=env)
     assert p.returncode == 0, p.stderr
     got: dict[str, dict[tuple[int, int], int]] = {}
-    for r in csv.DictReader(io.StringIO(rankmap("export", "latest", "--pair-source", env=env).stdout)):
+    for r in csv.DictReader(io.StringIO(cli("export", "latest", "--pair-source", env=env).stdout)):
         if r["class"] == "collective":
             assert r["pair_source"] == "library", r
             got.setdefault(r["operation"], {})[(int(r["src"]), int(r["dst"]))] = int(r["bytes"])

@@ -40,7 +40,7 @@ OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"
 
 
 def collective_rows(env: dict) -> dict[tuple[str, int, int], tuple[int, int, str]]:
-    out = rankmap("export", "latest", "--pair-source", env=env)
+    out = cli("export", "latest", "--pair-source", env=env)
     assert out.returncode == 0, out.stderr
     return {(r["operation"], int(r["src"]), int(r["dst"])): (int(r["bytes"]), int(r["messages"]), r["pair_source"])
             for r in csv.DictReader(io.StringIO(out.stdout)) if r["class"] == "collective"}
@@ -92,10 +92,10 @@ def test_unknown_version_gets_the_mirror_after_doctor(mpi, tmp_path):
     assert {k[0] for k in after} & exact >= {"MPI_Allreduce", "MPI_Bcast", "MPI_Alltoall"}
     text = " ".join(p.stdout.split())
     assert "found exact on" in text and "pairs" in text
-    show = rankmap("show", "latest", env=env)
+    show = cli("show", "latest", env=env)
     summary = p.stdout[p.stdout.index("rankmap job"):p.stdout.index("heaviest pairs")]
     assert "found exact on" in " ".join(summary.split()) and show.stdout.startswith(summary)
-    meta = json.loads(rankmap("export", "latest", "--format", "json", env=env).stdout)["job"]["meta"]
+    meta = json.loads(cli("export", "latest", "--format", "json", env=env).stdout)["job"]["meta"]
     assert meta["collective_sources"]["MPI_Allreduce"] == "mirror"
     assert meta["collective_sources"]["MPI_Scan"] == "model"
     assert "rankmap doctor --collectives found exact" in meta["collective_mirror"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, rankmap
+from conftest import ROOT, assert_one_line_error, cli, rankmap
 from rankmap.capture import cuda_build
 from rankmap.capture.cuda_build import probe_driver
 
@@ -61,14 +61,14 @@ def _check_auto_and_on(env: dict, named: str) -> None:
     naming it, and no job stored."""
     p = _profile(env, "auto")
     assert p.returncode == 0, p.stdout + p.stderr
-    job = json.loads(rankmap("export", "latest", "--format", "json", env=env).stdout)["job"]
+    job = json.loads(cli("export", "latest", "--format", "json", env=env).stdout)["job"]
     state = job["meta"]["cuda_activity"]
     assert state.startswith("off: no CUDA driver: ") and named in state and "CUDA_ERROR_STUB_LIBRARY" in state, state
     assert "CUDA_INJECTION64_PATH" not in job["meta"]["injected"]
     assert "CUDA activity: off: no CUDA driver" in p.stdout
     assert_one_line_error(_profile(env, "on"), "--cuda-activity on: no CUDA driver: ", named, "stub libcuda")
     assert_one_line_error(_profile(env, "copies"), "--cuda-activity copies: no CUDA driver: ", named)
-    jobs = json.loads(rankmap("jobs", "--format", "json", env=env).stdout)
+    jobs = json.loads(cli("jobs", "--format", "json", env=env).stdout)
     assert [j["id"] for j in jobs] == [job["id"]]
 
 

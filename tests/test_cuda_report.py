@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, rankmap
+from conftest import ROOT, assert_one_line_error, cli, rankmap
 
 NATIVE = ROOT / "tests" / "native"
 MPICC, MPIRUN = "mpicc.openmpi", "mpirun.openmpi"
@@ -35,14 +35,20 @@ def bins(tmp_path_factory) -> dict[str, Path]:
     subprocess.run([*cc, "-Wl,-soname,libcuda.so.1", "-o", str(lib / "libcuda.so.1"), str(NATIVE / "fake_cuda.c")],
                    check=True)
     subprocess.run([MPICC, "-O1", "-o", str(d / "staged_app"), str(NATIVE / "staged_app.c"), "-ldl"], check=True)
-    return {"lib": lib, "app": d / "staged_app"}
+    # the tests' cache is their own (what rankmap remembers of the stand-in CUDA driver stays in it);
+    # the MPI shim in it is the one the other tests built, copied, not compiled once more
+    from rankmap.capture.shim_build import build_shim
+    shim = build_shim(MPICC)
+    cache = tmp_path_factory.mktemp("cudarep-cache")
+    shutil.copytree(shim.parent, cache / "shim" / shim.parent.name)
+    return {"lib": lib, "app": d / "staged_app", "cache": cache}
 
 
 @pytest.fixture
 def env(tmp_path, bins) -> dict:
     return {"RANKMAP_HOME": str(tmp_path / "home"), "RANKMAP_DB": f"sqlite:///{tmp_path / 'rankmap.db'}",
             "RANKMAP_CUPTI": str(bins["lib"] / "libcupti.so.13"), "LD_LIBRARY_PATH": str(bins["lib"]),
-            "RANKMAP_CACHE": str(tmp_path.parent / "cache")}
+            "RANKMAP_CACHE": str(bins["cache"])}
 
 
 def launch(bins: dict[str, Path], mode: str) -> list[str]:
@@ -55,7 +61,7 @@ def profile(env: dict, *cmd: str, cuda: str | None = "on") -> tuple[subprocess.C
     flag = ["--cuda-activity", cuda] if cuda else []
     p = rankmap("profile", "--no-progress", *flag, "--", *cmd, env=env, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
-    e = rankmap("export", "latest", "--format", "json", env=env)
+    e = cli("export", "latest", "--format", "json", env=env)
     assert e.returncode == 0, e.stderr
     return p, json.loads(e.stdout)
 
@@ -100,9 +106,9 @@ def test_staged_exchange(bins, env):
     assert "verdict: 100 % of MPI bytes were staged through host memory" in p.stdout
     assert "CUDA_KERNEL" in p.stdout and "MEMORY_OPER" in p.stdout and "MPI_Sendrecv" in p.stdout
     # rankmap show: the same report, as text and as data
-    s = rankmap("show", "latest", env=env)
+    s = cli("show", "latest", env=env)
     assert s.returncode == 0 and "bytes by copy kind" in s.stdout and "verdict: 100 %" in s.stdout
-    j = rankmap("show", "latest", "--format", "json", env=env)
+    j = cli("show", "latest", "--format", "json", env=env)
     assert json.loads(j.stdout) == rep
 
 
@@ -181,7 +187,7 @@ def test_cuda_activity_on_without_cupti(bins, env, tmp_path):
     assert_one_line_error(rankmap("profile", "--cuda-activity", "on", "--", *launch(bins, "staged"), env=e),
                           "--cuda-activity on: no CUPTI library found")
     # the refused profile stored nothing: not even an empty store was left behind
-    assert_one_line_error(rankmap("show", "7", env=env), "nothing was stored there")
+    assert_one_line_error(cli("show", "7", env=env), "nothing was stored there")
 
 
 @pytest.mark.mpi

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, rankmap
+from conftest import ROOT, assert_one_line_error, cli, rankmap
 from pg import BACKENDS, pg_cluster  # noqa: F401  (session fixture)
 from rankmap import pairs
 from rankmap.formats import record as records
@@ -140,19 +140,19 @@ def test_ring_exact_matrix(mpi, examples, home, tmp_path):
     assert sorted(f.name for f in (tmp_path / "run").glob("*.mpi.rmrec")) == [f"rank-{r}.mpi.rmrec" for r in range(n)]
     assert json.loads((tmp_path / "run" / "job.json").read_text())["exit_status"] == 0
 
-    e = rankmap("export", "latest", "--format", "csv", env=home)
+    e = cli("export", "latest", "--format", "csv", env=home)
     assert e.returncode == 0, e.stderr
     assert e.stdout.splitlines()[0] == "src,dst,class,operation,bytes,messages"
     p2p = [r for r in csv_rows(e.stdout) if r["class"] == "p2p"]
     assert p2p == [{"src": str(s), "dst": str((s + 1) % n), "class": "p2p", "operation": "MPI_Isend",
                     "bytes": str(size * iters), "messages": str(iters)} for s in range(n)]
-    e = rankmap("export", "latest", "--format", "csv", "--pair-source", env=home)
+    e = cli("export", "latest", "--format", "csv", "--pair-source", env=home)
     assert e.returncode == 0, e.stderr
     assert e.stdout.splitlines()[0] == "src,dst,class,operation,bytes,messages,pair_source"
     assert {r["pair_source"] for r in csv_rows(e.stdout) if r["class"] == "p2p"} == {"call"}
 
     out = tmp_path / "profile.json"
-    e = rankmap("export", str(jid), "--format", "json", "-o", str(out), env=home)
+    e = cli("export", str(jid), "--format", "json", "-o", str(out), env=home)
     assert e.returncode == 0, e.stderr
     prof = json.loads(out.read_text())
     assert prof["job"]["id"] == jid and len([r for r in prof["ranks"] if r["source"] == "mpi"]) == n
@@ -187,7 +187,7 @@ def test_jobs_that_send_no_bytes(mpi, ring_bins, home, tmp_path):
     for cmd, first, cls, op, msgs, per_proc in cases:
         p = rankmap("profile", "--no-progress", "--", *cmd, env=env)
         assert p.returncode == 0, p.stderr
-        s = rankmap("show", "latest", env=env)
+        s = cli("show", "latest", env=env)
         assert s.returncode == 0, s.stderr
         for out in (p.stdout, s.stdout):
             lines = out.splitlines()
@@ -306,7 +306,7 @@ def test_profile_into_postgresql(pg_cluster, examples, tmp_path):
     p = rankmap("profile", "--db", url, "--no-summary", "--", *example("mpich", examples, 3, "ring", "10", "2"),
                 env=env)
     assert p.returncode == 0, p.stderr
-    e = rankmap("export", "latest", "--db", url, env=env)
+    e = cli("export", "latest", "--db", url, env=env)
     assert e.returncode == 0, e.stderr
     assert [r for r in csv_rows(e.stdout) if r["class"] == "p2p"] == [
         {"src": str(s), "dst": str((s + 1) % 3), "class": "p2p", "operation": "MPI_Isend", "bytes": "20",
@@ -440,8 +440,8 @@ def test_unwritable_run_dir(ring_bins, home, tmp_path):
 
 def test_export_unknown_job(home):
     open_store(home["RANKMAP_DB"])   # an empty store (a path with none is another error: test_read_verbs)
-    assert_one_line_error(rankmap("export", "latest", env=home), "no jobs")
-    assert_one_line_error(rankmap("export", "42", env=home), "unknown job '42'")
+    assert_one_line_error(cli("export", "latest", env=home), "no jobs")
+    assert_one_line_error(cli("export", "42", env=home), "unknown job '42'")
 
 
 
@@ -575,10 +575,10 @@ def test_a_launch_that_started_no_rank_is_failed(db, request, tmp_path):
     said = [l for l in p.stderr.splitlines() if l.startswith("rankmap:")]
     assert said == [f"rankmap: warning: job 1 failed (exit status {p.returncode}) before any rank wrote a "
                     f"record file in {said[0].split(' record file in ', 1)[1].split(':')[0]}: nothing was captured"]
-    jobs = json.loads(rankmap("jobs", "--format", "json", env=env).stdout)
+    jobs = json.loads(cli("jobs", "--format", "json", env=env).stdout)
     assert [(j["id"], j["state"], j["exit_status"], j["ranks"], j["bytes"]) for j in jobs] == \
         [(1, "failed", p.returncode, 0, 0)]
-    table = rankmap("jobs", env=dict(env, COLUMNS="200"))
+    table = cli("jobs", env=dict(env, COLUMNS="200"))
     assert table.returncode == 0 and f"failed (exit {p.returncode})" in table.stdout, table.stdout
     pytest.importorskip("fastapi", reason="the dashboard needs the web extra (fastapi)")
     from rankmap.web.app import create_app

@@ -88,16 +88,9 @@ def mpi(request, tmp_path_factory) -> Mpi:
     tools = MPIS[name]
     if not all(shutil.which(tools[k]) for k in ("cc", "run")):
         pytest.skip(f"{name} is not installed")
-    cache = tmp_path_factory.mktemp(f"cache-{name}")
-    old = os.environ.get("RANKMAP_CACHE")
-    os.environ["RANKMAP_CACHE"] = str(cache)
-    try:
-        shim = build_shim(tools["cc"])
-    finally:
-        if old is None:
-            os.environ.pop("RANKMAP_CACHE", None)
-        else:
-            os.environ["RANKMAP_CACHE"] = old
+    # the cache the profiles of the other tests use (its folders are keyed by everything that went into
+    # a build): one build per MPI for the suite's workers together, not one more per worker
+    shim = build_shim(tools["cc"])
     bindir = tmp_path_factory.mktemp(f"examples-{name}")
     fc = tools["fc"] if shutil.which(tools["fc"]) else "false"
     p = subprocess.run(["make", "-s", "-C", str(EXAMPLES), f"MPICC={tools['cc']}", f"MPIF90={fc}", f"OUT={bindir}"],
@@ -459,8 +452,12 @@ def test_corrupt_record_from_real_run(mpi, tmp_path):
 # ---- build cache ----------------------------------------------------------------------------------
 
 def test_build_cache_reused_and_keyed(mpi, tmp_path, monkeypatch):
+    """A cache folder of its own, holding the build the fixture made (as a first profile leaves it):
+    found by its key and used as it is."""
     monkeypatch.setenv("RANKMAP_CACHE", str(tmp_path))
+    shutil.copytree(mpi.shim.parent, tmp_path / "shim" / mpi.shim.parent.name)
     a = build_shim(MPIS[mpi.name]["cc"])
+    assert a == tmp_path / "shim" / mpi.shim.parent.name / mpi.shim.name
     mtime = a.stat().st_mtime_ns
     assert build_shim(MPIS[mpi.name]["cc"]) == a and a.stat().st_mtime_ns == mtime
     assert a.parent.parent == tmp_path / "shim"

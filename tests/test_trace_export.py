@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_line_error, rankmap
+from conftest import assert_one_line_error, cli, rankmap
 from rankmap.formats import chrome_trace
 from rankmap.store import open_store
 from test_profile import example, examples  # noqa: F401  (session fixture)
@@ -37,7 +37,7 @@ def profiled(examples, tmp_path_factory) -> tuple[str, dict]:  # noqa: F811
 
 
 def export(env: dict, *args: str) -> chrome_trace.Trace:
-    p = rankmap("export", "latest", "--format", "trace", *args, env=env)
+    p = cli("export", "latest", "--format", "trace", *args, env=env)
     assert p.returncode == 0, p.stderr
     return chrome_trace.loads(p.stdout, "export")
 
@@ -73,9 +73,9 @@ def test_trace_says_what_the_store_holds(profiled) -> None:
 def test_trace_to_a_file_and_an_unwritable_one(profiled, tmp_path) -> None:
     _url, env = profiled
     out = tmp_path / "job.json"
-    assert rankmap("export", "latest", "--format", "trace", "-o", str(out), env=env).returncode == 0
+    assert cli("export", "latest", "--format", "trace", "-o", str(out), env=env).returncode == 0
     assert chrome_trace.loads(out.read_text(), str(out)).process_names()[0].startswith("rank 0")
-    p = rankmap("export", "latest", "--format", "trace", "-o", str(tmp_path / "no" / "such" / "x.json"), env=env)
+    p = cli("export", "latest", "--format", "trace", "-o", str(tmp_path / "no" / "such" / "x.json"), env=env)
     assert_one_line_error(p, "cannot write")
 
 
@@ -98,7 +98,7 @@ def test_trace_opens_in_chromiums_trace_viewer(profiled, tmp_path) -> None:
         pytest.skip(why)
     sync = pytest.importorskip("playwright.sync_api")
     _url, env = profiled
-    text = rankmap("export", "latest", "--format", "trace", env=env).stdout
+    text = cli("export", "latest", "--format", "trace", env=env).stdout
     outside: list[str] = []
     with trace_viewer.ViewerServer(tmp_path / "viewer") as srv, sync.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])

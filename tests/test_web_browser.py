@@ -248,10 +248,14 @@ def test_link_colours_bands_slider_and_series_against_known_data(store_url, brow
         page.locator("#util-play").click()
         seen = []
         deadline = time.monotonic() + 15
+        # the frame and the link's colour read in one evaluation: a play step sets both in one task, and
+        # two reads (the slider, then the link) straddled a step on a loaded machine
+        both = ("sel => [Number(document.querySelector('#util-slider').value), "
+                "document.querySelector(sel).getAttribute('stroke')]")
         while time.monotonic() < deadline:
-            f = int(page.eval_on_selector("#util-slider", "s => s.value"))
+            f, stroke = page.evaluate(both, f'#topo-view path.link[data-link="{g0["link"]}"]')
             if not seen or seen[-1][0] != f:
-                seen.append((f, look()[0]))
+                seen.append((f, stroke))
             if f == len(USE) - 1 and page.locator("#util-play").inner_text().startswith("▶"):
                 break
             page.wait_for_timeout(40)
