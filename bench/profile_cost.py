@@ -572,6 +572,10 @@ def main() -> int:
         ver = subprocess.run([a.mpirun, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True).stdout.strip()
+        if commit and changed:          # a working tree with changes: the commit alone would not say what ran
+            commit += f" with {len(changed.splitlines())} files changed"
         out(f"# {platform.node()}: {os.cpu_count()} CPUs, {(ver or ['?'])[0]}, python {platform.python_version()}, "
             f"rankmap {commit or '?'}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at the "
             f"start {os.getloadavg()[0]:.2f}")
