@@ -7,6 +7,7 @@ import contextlib
 import importlib.util
 import io
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,17 @@ def cli(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = Non
         os.environ.clear()
         os.environ.update(saved_env)
     return subprocess.CompletedProcess(["rankmap", *args], code, out.getvalue(), err.getvalue())
+
+
+def seed_shim_cache(mpicc: str, cache: Path) -> Path:
+    """``mpicc``'s MPI shim put into the build cache ``cache`` (the folder ``RANKMAP_CACHE`` names) as a
+    first profile there would leave it, and its path there: built once in the usual cache and copied,
+    so a test that needs a cache of its own does not compile the shim again (20-30 s of CPU). Only the
+    library's folder is copied, not the usual cache's memo (which names the library by its path there)."""
+    from rankmap.capture.shim_build import build_shim
+    lib = build_shim(mpicc)
+    shutil.copytree(lib.parent, cache / "shim" / lib.parent.name)
+    return cache / "shim" / lib.parent.name / lib.name
 
 
 def load_script(path: Path, name: str | None = None):

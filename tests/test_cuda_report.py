@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, cli, rankmap
+from conftest import ROOT, assert_one_line_error, cli, rankmap, seed_shim_cache
 
 NATIVE = ROOT / "tests" / "native"
 MPICC, MPIRUN = "mpicc.openmpi", "mpirun.openmpi"
@@ -37,10 +37,8 @@ def bins(tmp_path_factory) -> dict[str, Path]:
     subprocess.run([MPICC, "-O1", "-o", str(d / "staged_app"), str(NATIVE / "staged_app.c"), "-ldl"], check=True)
     # the tests' cache is their own (what rankmap remembers of the stand-in CUDA driver stays in it);
     # the MPI shim in it is the one the other tests built, copied, not compiled once more
-    from rankmap.capture.shim_build import build_shim
-    shim = build_shim(MPICC)
     cache = tmp_path_factory.mktemp("cudarep-cache")
-    shutil.copytree(shim.parent, cache / "shim" / shim.parent.name)
+    seed_shim_cache(MPICC, cache)
     return {"lib": lib, "app": d / "staged_app", "cache": cache}
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, rankmap
+from conftest import ROOT, assert_one_line_error, rankmap, seed_shim_cache
 from rankmap.capture.launchers import nccl_debug_env
 from rankmap.capture.preload import preload_env
 from rankmap.errors import RankmapError
@@ -67,15 +67,11 @@ def build(mpi: str, where: Path) -> list[str]:
 
 
 def seed_cache(mpi: str, home: Path) -> None:
-    """The shim of ``mpi`` put into the build cache under ``home``, as a first profile there would
-    leave it: built once (the usual cache) and copied, so that the tests of what such a HOME does to
-    the launch do not each compile it again (20-30 s of CPU each). Its build from, and its loading out
-    of, such a folder are the tests that leave the cache empty: test_cache_and_run_dir_of_any_letters
-    and test_a_wheel_installed_under_such_a_prefix. Only the library's folder is copied, not the
-    usual cache's memo (which names the library by its path there)."""
-    from rankmap.capture.shim_build import build_shim
-    lib = build_shim(MPIS[mpi][0])
-    shutil.copytree(lib.parent, home / ".cache" / "rankmap" / "shim" / lib.parent.name)
+    """The shim of ``mpi`` in the build cache under ``home`` (conftest.seed_shim_cache), so that the
+    tests of what such a HOME does to the launch do not each compile it again. Its build from, and its
+    loading out of, such a folder are the tests that leave the cache empty:
+    test_cache_and_run_dir_of_any_letters and test_a_wheel_installed_under_such_a_prefix."""
+    seed_shim_cache(MPIS[mpi][0], home / ".cache" / "rankmap")
 
 
 def check_job(p: subprocess.CompletedProcess, url: str, args: list[str]) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import seed_shim_cache
 from rankmap.formats import record as records
 from rankmap import pairs
 from rankmap.formats.record import received_matrix, traffic_matrix
@@ -454,10 +455,10 @@ def test_corrupt_record_from_real_run(mpi, tmp_path):
 def test_build_cache_reused_and_keyed(mpi, tmp_path, monkeypatch):
     """A cache folder of its own, holding the build the fixture made (as a first profile leaves it):
     found by its key and used as it is."""
+    seeded = seed_shim_cache(MPIS[mpi.name]["cc"], tmp_path)
     monkeypatch.setenv("RANKMAP_CACHE", str(tmp_path))
-    shutil.copytree(mpi.shim.parent, tmp_path / "shim" / mpi.shim.parent.name)
     a = build_shim(MPIS[mpi.name]["cc"])
-    assert a == tmp_path / "shim" / mpi.shim.parent.name / mpi.shim.name
+    assert a == seeded
     mtime = a.stat().st_mtime_ns
     assert build_shim(MPIS[mpi.name]["cc"]) == a and a.stat().st_mtime_ns == mtime
     assert a.parent.parent == tmp_path / "shim"

@@ -137,8 +137,8 @@ def compile_cached(out_dir: Path, lib_name: str, commands: Callable[[str], list[
     """Return ``out_dir/lib_name``, building it first unless it is there (or ``force``).
 
     ``commands(tmp)`` gives the ways to build to try in turn (a compiler call, or a :class:`Split`),
-    each writing to ``tmp``; the first that succeeds wins (a later one may drop optional flags). ``what`` names the hook and the
-    compiler in errors: ``building the <what> failed: <first error line>``. ``notes`` are small
+    each writing to ``tmp``; the first that succeeds wins (a later one may drop optional flags).
+    ``what`` names the hook and the compiler in errors: ``building the <what> failed: <first error line>``. ``notes`` are small
     text files written beside the library (e.g. what went into the cache key). The same path
     builds executables (the benchmark programs): ``lib_name`` is then the program's name.
     ``progress`` hears one line before a build starts (a first build takes seconds: the user
@@ -155,8 +155,9 @@ def compile_cached(out_dir: Path, lib_name: str, commands: Callable[[str], list[
         progress(f"building the {what} (first use; kept in {out_dir} for the next runs)")
     fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=Path(lib_name).suffix, dir=out_dir)
     os.close(fd)
-    builds = commands(tmp)
+    builds: list[Build] = []
     try:
+        builds = commands(tmp)
         p = None
         for b in builds:
             p = _run_build(b, timeout)

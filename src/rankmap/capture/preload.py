@@ -43,7 +43,6 @@ def preload_env(shim: str | os.PathLike, base_env: dict[str, str] | os._Environ)
     return {"LD_PRELOAD": name, "LD_LIBRARY_PATH": folder + (f":{old}" if old else "")}
 
 
-
 def check_folder(folder: str | os.PathLike) -> None:
     """Refuse, in one line, a folder for the shim that neither variable can carry (a ':' or ';' in
     its path). Called with the cache folder before a build too: the build would take seconds to

@@ -56,10 +56,10 @@ def run(args: argparse.Namespace) -> int:
         cmd = cmd[1:]
     if not cmd:
         raise RankmapError("no command to profile: rankmap profile [options] -- <launch command>")
-    res = profile_command(cmd, store=args.db, bucket_ms=args.bucket_ms, flush_ms=args.flush_ms, link_ms=args.link_ms,
-                          mpicc=args.mpicc,
-                          progress=not args.no_progress, force_progress=args.progress, run_dir=args.run_dir,
-                          nccl=args.nccl, link_sampler=not args.no_link_sampler, cuda=args.cuda_activity,
+    res = profile_command(cmd, store=args.db, bucket_ms=args.bucket_ms, flush_ms=args.flush_ms,
+                          link_ms=args.link_ms, mpicc=args.mpicc, progress=not args.no_progress,
+                          force_progress=args.progress, run_dir=args.run_dir, nccl=args.nccl,
+                          link_sampler=not args.no_link_sampler, cuda=args.cuda_activity,
                           collectives=args.collectives, started=getattr(args, "started", None))
     if not args.no_summary and res.stored:
         from rankmap.report.summary import print_summary

@@ -396,12 +396,6 @@ def _cuda_library(mode: str | None) -> tuple[Path | None, str | None, str, str]:
         return None, None, "", f"off: building the CUDA activity library failed: {e}"
 
 
-# The link sampler of a profile reads once a flush interval (1 s), not once a timeline bucket
-# (100 ms): on the H200 host, a 16-rank job whose ranks poll all 16 cores in lockstep lost 4.7 % of
-# its loop to a sampler at 10 Hz (0.44 % of a core of its own; the reads cost the ranks more than the
-# sampler's CPU shows) and 1.2 % at 1 Hz, against 0.7 % with no sampler (bench/profile_cost.py).
-# Its ticks fall on the moments the ranks flush, so the job is held once a second for both.
-
 #: how long the end of a job waits for a link sampler still starting (NVML: 0.2-0.4 s on a GPU node)
 START_WAIT_S = 2.0
 
@@ -410,7 +404,13 @@ class _SamplerStart(threading.Thread):
     """The link sampler, started beside the job's own start: NVML's initialisation (pynvml's import,
     ``nvmlInit``, GPM's set-up) runs while the main thread opens the store, and the sampling begins
     once the job is in the store (:meth:`attach`). :meth:`result` is the sampler, or None where there
-    is no NVML or no GPU, or the job never reached the store."""
+    is no NVML or no GPU, or the job never reached the store.
+
+    A profile's sampler reads once a flush interval (1 s), not once a timeline bucket (100 ms): on the
+    H200 host, a 16-rank job whose ranks poll all 16 cores in lockstep lost 4.7 % of its loop to a
+    sampler at 10 Hz (0.44 % of a core of its own; the reads cost the ranks more than the sampler's
+    CPU shows) and 1.2 % at 1 Hz, against 0.7 % with no sampler (bench/profile_cost.py). Its ticks fall
+    on the moments the ranks flush, so the job is held once a second for both."""
 
     def __init__(self, interval_s: float) -> None:
         super().__init__(name="rankmap-link-sampler-start", daemon=True)
@@ -488,9 +488,8 @@ def slurm_ids(env) -> dict:
 
 def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 100, flush_ms: int = 1000,
                     link_ms: int | None = None, mpicc: str | None = None, progress: bool = True,
-                    force_progress: bool = False,
-                    run_dir: str | os.PathLike | None = None, nccl: str = "auto", link_sampler: bool = True,
-                    cuda: str | None = None, warn: Callable[[str], None] = _warn,
+                    force_progress: bool = False, run_dir: str | os.PathLike | None = None, nccl: str = "auto",
+                    link_sampler: bool = True, cuda: str | None = None, warn: Callable[[str], None] = _warn,
                     store_wait_s: float | None = None, collectives: str | None = None,
                     started: float | None = None) -> ProfileResult:
     """Run ``argv`` with capture injected, stream its records into ``store``; returns the job's result.
@@ -503,7 +502,7 @@ def profile_command(argv: Sequence[str], *, store: Any = None, bucket_ms: int = 
     default: the mirror where it covers the library, no monitoring loaded into the job; ``library``,
     ``mirror``, ``model``: :func:`_collective_source`). With ``link_sampler``, the GPUs' NVLink and PCIe byte
     counters are sampled every ``link_ms`` (default: ``flush_ms``) while the job runs, where NVML is available
-    (why not once a bucket: the comment above :class:`_SamplerStart`). The progress line shows when stderr is a terminal and
+    (why not once a bucket: :class:`_SamplerStart`). The progress line shows when stderr is a terminal and
     ``progress`` is set, or always with ``force_progress``. ``started`` (a ``time.perf_counter()``
     value, the command's start) dates the job's meta ``launch_s``: the seconds rankmap took before the
     job started, beside ``end_s``, those from the job's end to its finish in the store (the two
