@@ -876,6 +876,34 @@ def test_a_slow_first_call_counts_once(mpi, tmp_path):
     assert 0.25e9 <= ns <= min(rec.elapsed_ns, 16 * 0.25e9 - 1), (ns, rec.elapsed_ns)
 
 
+def test_starts_are_timed_from_their_own_sparser_gaps(mpi, tmp_path):
+    """Calls that only start a transfer (MPI_Isend, MPI_Irecv, ...) are timed one in 256, the other
+    short calls one in 16, each kind from a gap count of its own (tests/native/start_timing_app.c:
+    1024 rounds of 64 MPI_Irecv + 64 MPI_Isend to itself and one MPI_Waitall).  The record says how
+    many calls of each kind were timed (shim.timed): 131072 starts give 512 timed on average
+    (standard deviation 23), 1024 completions 64 (8); with RANKMAP_SAMPLE=1 every call is timed,
+    and RANKMAP_SAMPLE_START sets the starts' rate alone.  No call counts as slow here
+    (RANKMAP_SLOW_NS raised), so only the sampling decides."""
+    app = _build_app(mpi, tmp_path, "start_timing_app")
+    calm = {"RANKMAP_SLOW_NS": str(10**12)}
+
+    def timed(name: str, env: dict) -> tuple[int, int, dict]:
+        (rec,) = mpi.run(1, str(app), 1024, rundir=tmp_path / name, env={**calm, **env})
+        m = re.fullmatch(r"(\d+) calls, (\d+) starts", rec.meta["shim.timed"])
+        assert m, rec.meta["shim.timed"]
+        return int(m.group(1)), int(m.group(2)), rec.meta
+
+    calls, starts, meta = timed("default", {})
+    assert "1 in 16" in meta["shim.timing"] and "(starts 1 in 256)" in meta["shim.timing"], meta["shim.timing"]
+    assert 400 <= starts <= 630, starts              # mean 512 + the first start, within 5 sd
+    assert 30 <= calls <= 110, calls                 # mean 64 + the first call (MPI_Init's are plain)
+    calls, starts, _ = timed("starts16", {"RANKMAP_SAMPLE_START": "16"})
+    assert 7600 <= starts <= 8800 and 30 <= calls <= 110, (calls, starts)
+    calls, starts, meta = timed("all", {"RANKMAP_SAMPLE": "1"})
+    assert meta["shim.timing"] == "every call timed"
+    assert starts == 2 * 64 * 1024 and calls >= 1024, (calls, starts)
+
+
 def test_sampling_draw_is_its_definition(mpi, tmp_path):
     """Which short calls get timed (tests/native/skip_test.c): the shim's one-step draw of the gap
     to the next timed call equals the field-by-field geometric draw it replaces, for the same

@@ -61,6 +61,18 @@ def test_generated_sources(spec):
     assert "RM_HAVE_PMPI_Status_f082c" not in few["rm_gen.h"]
 
 
+def test_starts_are_declared_in_the_operation_table(spec):
+    """calls.spec's "timing: start" entries (the calls that only start a transfer) reach rm_gen.h as
+    RM_START_OPS, the list the shim's sampling tells them apart by (shim_core.h, rm_op_start)."""
+    h = shim_gen.generate(spec, None)["rm_gen.h"]
+    line = next(x for x in h.splitlines() if x.startswith("#define RM_START_OPS(X) "))
+    assert line.split(" ", 2)[2].split() == [f"X({op})" for op in (
+        "MPI_Isend", "MPI_Ibsend", "MPI_Issend", "MPI_Irsend", "MPI_Irecv", "MPI_Isendrecv",
+        "MPI_Isendrecv_replace", "MPI_Imrecv", "MPI_Start", "MPI_Startall")]
+    with pytest.raises(RankmapError, match="unknown attribute"):
+        shim_gen.parse("MPI_Foo(int x)\n    timeing: start\n")
+
+
 def test_fast_path_jumps_to_the_library(spec):
     """An entry with "fast" keeps its common untimed call in the entry point, which goes straight
     to the library (as its last act: a jump, no frame), and hands every other call to the full
@@ -74,7 +86,7 @@ def test_fast_path_jumps_to_the_library(spec):
     # the fast path first: rm_fast_ok implies capture, so the capture test comes after it
     assert lines[1:6] == ["  if (rm_fast_ok(OP_MPI_Isend)) {",
                           "    if (rm_p2p_send_fast(OP_MPI_Isend, buf, count, datatype, dest, comm)) {",
-                          "      rm_t.skip--;",
+                          "      RM_SKIP(OP_MPI_Isend)--;",
                           "      return PMPI_Isend(buf, count, datatype, dest, tag, comm, request);", "    }"]
     assert lines[7] == "  if (!RM_CAPTURE) return PMPI_Isend(buf, count, datatype, dest, tag, comm, request);"
     assert isend.rstrip().endswith("return rmw_MPI_Isend(buf, count, datatype, dest, tag, comm, request);")
@@ -90,7 +102,7 @@ def test_fast_path_jumps_to_the_library(spec):
                                        "  if (rc == MPI_SUCCESS) {", "    rm_rq_recv_push(*request);"]
     # ... and its fast.jump goes straight to the library
     jump = irecv[irecv.index("    if (rm_rq_recv_fast0(OP_MPI_Irecv)) {"):].split("\n")
-    assert jump[1:3] == ["      rm_t.skip--;", "      return PMPI_Irecv(buf, count, datatype, source, tag, comm, request);"]
+    assert jump[1:3] == ["      RM_SKIP(OP_MPI_Irecv)--;", "      return PMPI_Irecv(buf, count, datatype, source, tag, comm, request);"]
     # a collective's fast path ends the collective in progress after the call, whatever it returned;
     # the entry point tries way 0 of the thread's remembered calls ("fast.ways"), an untimed call
     # that misses it the other ways in a function of its own, then the full wrapper; the work after
@@ -102,7 +114,7 @@ def test_fast_path_jumps_to_the_library(spec):
     args = "sendbuf, recvbuf, count, datatype, op, comm"
     assert lines[1:6] == [
         "    if (rm_coll_fast(OP_MPI_Allreduce, 0, comm, rm_cf_allreduce(RM_INPLACE(sendbuf, recvbuf), count, datatype))) {",
-        "      rm_t.skip--;", f"      return rma_MPI_Allreduce({args});", "    }",
+        "      RM_SKIP(OP_MPI_Allreduce)--;", f"      return rma_MPI_Allreduce({args});", "    }",
         f"    return rmf_MPI_Allreduce({args});"]
     assert allr.rstrip().endswith(f"return rmw_MPI_Allreduce({args});")
     # way 1 in a function of its own (two signatures in turn), the hashed set's ways in another

@@ -17,7 +17,8 @@ int rm_on, rm_single;
 int rm_track_recv = 1;
 RM_TLS rm_tls_t rm_t;
 int rm_wrank, rm_wsize;
-unsigned rm_sample_bits;
+unsigned rm_sample_bits, rm_start_bits;
+static _Atomic uint64_t timed_calls[2];   /* timed calls [others, starts]: the meta's shim.timed */
 int rm_status_direct;
 uint64_t rm_slow_ticks;
 #define SLOW_NS 2000          /* a call this long or longer is always timed next time */
@@ -176,6 +177,14 @@ static void ts_init(void) {
   }
 }
 
+/* a sampling variable's N (one call in N, rounded down to a power of two, at most 2^16) as bits */
+static unsigned sample_bits(const char *v, unsigned long dflt) {
+  unsigned long n = v && *v ? strtoul(v, NULL, 10) : dflt;
+  unsigned b = 0;
+  while (n > 1 && b < 16) { n >>= 1; b++; }
+  return b;
+}
+
 void rm_setup(void) {
   if (rm_R) return;
   const char *dir = getenv("RANKMAP_RUN_DIR");
@@ -239,11 +248,10 @@ void rm_setup(void) {
   rm_track_recv = !(rv && strcmp(rv, "0") == 0);
   rmrec_meta(rm_R, "shim.receives", rm_track_recv ? "recorded at completion, from the status"
                                                   : "not recorded (RANKMAP_RECV=0): send side only");
-  /* call timing: RANKMAP_SAMPLE = N (a power of two, default 16) times one short call in N */
-  const char *se = getenv("RANKMAP_SAMPLE");
-  long sample = se && *se ? strtol(se, NULL, 10) : 16;
-  rm_sample_bits = 0;
-  while (sample > 1 && rm_sample_bits < 16) { sample >>= 1; rm_sample_bits++; }
+  /* call timing: RANKMAP_SAMPLE = N (a power of two, default 16) times one short call in N;
+   * RANKMAP_SAMPLE_START one start in N (default 16 N; every call with RANKMAP_SAMPLE=1) */
+  rm_sample_bits = sample_bits(getenv("RANKMAP_SAMPLE"), 16);
+  rm_start_bits = sample_bits(getenv("RANKMAP_SAMPLE_START"), rm_sample_bits ? 16u << rm_sample_bits : 1);
   /* RANKMAP_SLOW_NS: where a call counts as slow (always timed next time).  Under an instruction
    * counter (valgrind) every call is slow; bench/shim_overhead.py raises it there so the counts
    * follow the sampling a native run gets. */
@@ -252,9 +260,10 @@ void rm_setup(void) {
   if (slow_ns <= 0) slow_ns = SLOW_NS;
   rm_slow_ticks = rmrec_ns_to_ticks((uint64_t)slow_ns);
   char tm[192];
-  if (rm_sample_bits)
-    snprintf(tm, sizeof tm, "sampled: calls under %ld ns timed 1 in %u, weighted %u; a thread's first call and those after a slower one always timed",
-             slow_ns, 1u << rm_sample_bits, 1u << rm_sample_bits);
+  if (rm_sample_bits || rm_start_bits)
+    snprintf(tm, sizeof tm, "sampled: calls under %ld ns timed 1 in %u, weighted %u (starts 1 in %u); "
+             "a thread's first call and those after a slower one always timed",
+             slow_ns, 1u << rm_sample_bits, 1u << rm_sample_bits, 1u << rm_start_bits);
   else
     snprintf(tm, sizeof tm, "every call timed");
   rmrec_meta(rm_R, "shim.timing", tm);
@@ -268,6 +277,11 @@ void rm_teardown(void) {
   rm_on = 0;
   rm_coll_teardown();
   rm_t.fast = 0;              /* this thread's fast paths off with capture (rm_fast_ok) */
+  char tc[96];                /* how many durations the time estimates rest on */
+  snprintf(tc, sizeof tc, "%llu calls, %llu starts",
+           (unsigned long long)__atomic_load_n(&timed_calls[0], __ATOMIC_RELAXED),
+           (unsigned long long)__atomic_load_n(&timed_calls[1], __ATOMIC_RELAXED));
+  rmrec_meta(rm_R, "shim.timed", tc);
   rmrec_close(rm_R);          /* the final flush samples the pvars once more */
   rm_mpit_teardown();
 }
@@ -276,11 +290,11 @@ void rm_teardown(void) {
 
 /* A thread's first call comes here too (its skip count starts at 0, and no operation of it is slow
  * yet), so the thread's counters are set up here rather than tested for on every call. */
-unsigned rm_next_skip_call(void) {
-  unsigned w = 1u << rm_sample_bits;
+unsigned rm_next_skip_call(int start) {
+  unsigned b = start ? rm_start_bits : rm_sample_bits, w = 1u << b, kind = 1u << (start != 0);
   if (__builtin_expect(!rm_t.ops, 0)) rm_thread_init();
-  if (__builtin_expect(!rm_t.drawn, 0)) { rm_t.drawn = 1; w = 1; }
-  rm_t.skip = rm_next_skip();
+  if (__builtin_expect(!(rm_t.drawn & kind), 0)) { rm_t.drawn |= (int)kind; w = 1; }
+  *(start ? &rm_t.skip_s : &rm_t.skip) = rm_next_skip_bits(b);
   return w;
 }
 
@@ -288,6 +302,7 @@ unsigned rm_next_skip_call(void) {
  * next call is timed too (this one was slow) */
 uint64_t rm_clock_dt(int op, uint64_t t0, unsigned w) {
   rm_t.last = rmrec_ticks();
+  rmrec_add(&timed_calls[rm_op_start(op)], 1, rm_single);
   uint64_t dt = rm_t.last - t0;
   uint8_t bit = (uint8_t)(1u << (op & 7));
   if (dt >= rm_slow_ticks) rm_t.slow[op >> 3] |= bit; else rm_t.slow[op >> 3] &= (uint8_t)~bit;
@@ -369,6 +384,19 @@ uint64_t rm_p2p_send_slow(rm_sc_t *c, int op, const void *buf, MPI_Count count, 
                  .n = n, .s = e->s, .tl = e->tl, .tl_epoch = e->tl ? e->tl_epoch : RM_NO_EPOCH,
                  .ob = &o->bytes, .oh = &o->hist[rmrec_hist_bin(n)], .gran = (uint64_t)(uintptr_t)buf >> 16};
   return n;
+}
+
+/* a blocking receive the thread has not memoised (rm_recv_fast_row): its row, then remembered in m */
+uint64_t rm_recv_row_fill(rm_rr_t *m, int op, const void *buf, rm_xl_t *xl, int src, uint64_t bytes) {
+  unsigned gen = __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE);
+  int w = rm_world(xl, src), mem = rm_mem(buf);
+  rm_emit(w, RMREC_P2P, op, mem, RMREC_RECV, bytes, 1);
+  if (w < 0) return bytes;
+  uint64_t key = rm_row_key(w, RMREC_P2P, op, mem, RMREC_RECV);
+  const rm_rowc_t *e = rm_rowc_of(key);
+  if (e->key != key) return bytes;      /* no row (the record is full) */
+  *m = (rm_rr_t){.xl = xl, .src = src, .op = op, .gen = gen, .gran = (uint64_t)(uintptr_t)buf >> 16, .s = e->s};
+  return bytes;
 }
 
 uint64_t rm_p2p_recv(int op, int mem, rm_xl_t *xl, const MPI_Status *st) {

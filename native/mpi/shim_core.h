@@ -43,7 +43,8 @@ typedef struct { uint64_t key; unsigned gen; rm_xl_t *x; } rm_comm_last_t;
  *   rs: row set being filled (persistent requests), see rm_emit;
  *   tick: the timeline's time of the current wrapper's rows (an rmrec_ticks() reading);
  *   last, epoch: the thread's latest clock reading, and rmrec_epoch when it was taken;
- *   skip, rng: short calls left before the next timed one, and the generator that draws it;
+ *   skip, skip_s, rng: short calls left before the next timed one (skip_s: of the starts, which
+ *     are timed more sparsely; see rm_clock_in), and the generator that draws them;
  *   slow: per operation, its latest timed call was slow (so the next one is timed);
  *   ops, shard, plain: the operation counters this thread adds to (its own rmrec shard under
  *     MPI_THREAD_MULTIPLE, else the shared ones) and whether it is their only writer;
@@ -53,6 +54,7 @@ typedef struct { uint64_t key; unsigned gen; rm_xl_t *x; } rm_comm_last_t;
  *     of rm_on and in_f of its own;
  *   rowc: pointers to the traffic rows this thread updated last (see rm_emit);
  *   sc: the sends this thread accounted last, by their arguments (see rm_p2p_send);
+ *   rr: the rows of the blocking receives it accounted last (see rm_recv_fast_row);
  *   coll, coll_mem: the collective in progress on this thread (operation id + 1, 0 for none) and
  *   its buffer's memory kind: what the library's own messages are attributed to (shim_coll.c);
  *   comm_last: the communicator this thread translated last (rm_comm_xl). */
@@ -67,13 +69,18 @@ typedef struct {
   uint64_t dk; MPI_Count count; MPI_Datatype t; MPI_Comm comm; unsigned gen; int mem, peer;
   uint64_t n; rmrec_slot_t *s; _Atomic uint64_t *tl; unsigned tl_epoch;
   _Atomic uint64_t *ob, *oh;
-  uint64_t gran;                    /* the 64 KiB granule of the buffer it was filled with (kind mem) */
-} rm_sc_t;
+  uint64_t gran;                    /* the 64 KiB granule of its latest buffer (kind mem) */
+} __attribute__((aligned(64))) rm_sc_t;   /* 128 bytes: an entry's place is a shift, not a multiply */
 #define RM_NO_EPOCH 0xffffffffu
+/* A blocking receive's row memoised by what decides it (rm_recv_fast_row): the communicator's
+ * translation, the status's source, the operation and the buffer's 64 KiB granule (whose memory
+ * kind the row has); valid while no communicator was freed (gen). */
+typedef struct { const void *xl; int src, op; unsigned gen; uint64_t gran; rmrec_slot_t *s; } rm_rr_t;
+#define RM_RR 4
 static inline uint64_t rm_sc_dk(int dest, int op) { return (uint64_t)(uint32_t)dest | ((uint64_t)(uint32_t)op << 32); }
 #define RM_SC 8
 typedef struct {
-  int in_f; uint32_t skip; rm_rowset_t *rs; uint64_t tick, last, rng; unsigned epoch;
+  int in_f; uint32_t skip, skip_s; rm_rowset_t *rs; uint64_t tick, last, rng; unsigned epoch;
   int shard, plain, fast; rmrec_opstat_t *ops;
   int coll, coll_mem; struct rm_coll_memo *cm;
   /* the library source's nonblocking collectives (shim_coll.c): in a starting call, the tag its
@@ -82,8 +89,9 @@ typedef struct {
   uint8_t slow[(RMREC_MAX_OPS + 7) / 8];
   rm_rowc_t rowc[RM_ROWC];
   rm_sc_t sc[RM_SC];
+  rm_rr_t rr[RM_RR];
   rm_comm_last_t comm_last;          /* see rm_comm_xl */
-  int drawn;                         /* the thread's first gap was drawn (rm_next_skip_call) */
+  int drawn;                         /* the thread's first gap of each kind was drawn (bits 1 << start) */
 } rm_tls_t;
 /* rm_t.fast: plain adds to the thread's counters; and nonblocking receives recorded in the log */
 enum { RM_FAST_PLAIN = 1, RM_FAST_RLOG = 2 };
@@ -107,18 +115,36 @@ extern int rm_wrank, rm_wsize;
  * weight 2^rm_sample_bits (Horvitz-Thompson: the time per operation is an unbiased estimate; calls,
  * bytes and pairs stay exact).  A thread's first call is timed, weight 1 (no gap was drawn yet).
  * RANKMAP_SAMPLE=1 times every call.  An untimed call's rows take the thread's latest clock reading
- * for the timeline, as long as no timeline bucket boundary has passed since (rmrec_epoch). */
-extern unsigned rm_sample_bits;
+ * for the timeline, as long as no timeline bucket boundary has passed since (rmrec_epoch).
+ * The calls that only start a transfer (calls.spec's "timing: start": MPI_Isend, MPI_Irecv,
+ * MPI_Start, ...) draw from a gap count of their own, with probability 2^-rm_start_bits (16 times
+ * sparser by default; RANKMAP_SAMPLE_START): they never wait, so a rank's time in MPI is hardly
+ * theirs, while at 1 in 16 their timing -- two clock reads and the full wrapper -- was about a
+ * quarter of what the shim adds to a message-rate loop (18 ns a clock read on a GPU node's host).
+ * What a start's time estimate loses is only its variance, for the same unbiased sum. */
+extern unsigned rm_sample_bits, rm_start_bits;
 extern uint64_t rm_slow_ticks;
+/* the operations of RM_START_OPS (a constant for a constant op, as in every entry point) */
+static inline __attribute__((always_inline)) int rm_op_start(int op) {
+  switch (op) {
+#define RM_START_CASE(name) case OP_##name:
+    RM_START_OPS(RM_START_CASE)
+#undef RM_START_CASE
+      return 1;
+    default:
+      return 0;
+  }
+}
+/* the gap count op's calls draw from */
+#define RM_SKIP(op) (*(rm_op_start(op) ? &rm_t.skip_s : &rm_t.skip))
 
 static inline uint64_t rm_rng(void) {              /* xorshift64 */
   uint64_t x = rm_t.rng ? rm_t.rng : (rmrec_ticks() | 1);
   x ^= x << 13; x ^= x >> 7; x ^= x << 17;
   return rm_t.rng = x;
 }
-/* untimed short calls before the next timed one: failures before a success of probability 2^-bits */
-static inline uint32_t rm_next_skip(void) {
-  unsigned b = rm_sample_bits;
+/* untimed short calls before the next timed one: failures before a success of probability 2^-b */
+static inline uint32_t rm_next_skip_bits(unsigned b) {
   if (!b) return 0;
   uint64_t mask = (1ull << b) - 1;
   if (!(b & (b - 1))) {
@@ -142,26 +168,28 @@ static inline uint32_t rm_next_skip(void) {
       if (!((x >> i) & mask)) return skip;
   }
 }
+static inline uint32_t rm_next_skip(void) { return rm_next_skip_bits(rm_sample_bits); }
 void rm_thread_init(void);      /* the calling thread's counters (first call of a thread) */
-/* Once per timed call, out of line: draws the untimed calls before the next timed one (rm_t.skip)
- * and returns this call's weight, 2^rm_sample_bits -- but 1 for the thread's first call (which also
- * sets up its counters).  That call is timed for certain, as no gap was drawn before it; weighted
+/* Once per timed call, out of line: draws the untimed calls before the next timed one of its kind
+ * (rm_t.skip, or rm_t.skip_s for a start) and returns this call's weight, 2^rm_sample_bits (or
+ * 2^rm_start_bits) -- but 1 for the thread's first call of the kind (the first call also sets up
+ * the thread's counters).  That call is timed for certain, as no gap was drawn before it; weighted
  * as sampled, a slow first call (a first collective waiting for late ranks, a connection set up)
  * counted 16 times over, and a rank's time in MPI could exceed its run. */
-unsigned rm_next_skip_call(void);
+unsigned rm_next_skip_call(int start);
 
 /* at entry: returns the weight of this call's duration (0: not timed), *t0 its start */
 static inline __attribute__((always_inline)) unsigned rm_clock_in(int op, uint64_t *t0) {
   unsigned e = rmrec_epoch;
   unsigned w = 1;
   if (!(rm_t.slow[op >> 3] & (1u << (op & 7)))) {
-    if (rm_t.skip) {
-      rm_t.skip--;
+    if (RM_SKIP(op)) {
+      RM_SKIP(op)--;
       if (e != rm_t.epoch) { rm_t.epoch = e; rm_t.last = rmrec_ticks(); }
       rm_tick = rm_t.last;
       return 0;
     }
-    w = rm_next_skip_call();
+    w = rm_next_skip_call(rm_op_start(op));
   }
   rm_t.epoch = e;
   *t0 = rm_tick = rm_t.last = rmrec_ticks();
@@ -192,7 +220,7 @@ static inline __attribute__((always_inline)) void rm_clock_out(int op, uint64_t 
  * both hold is the call taken off the count to the next timed one.  Anything else goes the full
  * way, which decides again (nothing was changed). */
 static inline __attribute__((always_inline)) int rm_fast_ok(int op) {
-  return !(rm_t.slow[op >> 3] & (1u << (op & 7))) && rm_t.skip && (rm_t.fast & RM_FAST_PLAIN);
+  return !(rm_t.slow[op >> 3] & (1u << (op & 7))) && RM_SKIP(op) && (rm_t.fast & RM_FAST_PLAIN);
 }
 
 /* Count arrays of the v/w collectives: int in MPI_Alltoallv, MPI_Count in MPI_Alltoallv_c.
@@ -658,12 +686,13 @@ static inline rm_sc_t *rm_sc_of(int op, MPI_Count count, int dest) {
 static inline __attribute__((always_inline))
 int rm_sc_holds(const rm_sc_t *c, int op, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm) {
   return c->s != NULL && c->dk == rm_sc_dk(dest, op) && c->count == count && c->t == t && c->comm == comm &&
-         c->gen == __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_ACQUIRE);
+         c->gen == __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_RELAXED);
 }
 static inline __attribute__((always_inline))
 uint64_t rm_p2p_send(int op, const void *buf, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm) {
   rm_sc_t *c = rm_sc_of(op, count, dest);
   if (__builtin_expect(rm_sc_holds(c, op, count, t, dest, comm) && !rm_rs && c->mem == rm_mem(buf), 1)) {
+    c->gran = (uint64_t)(uintptr_t)buf >> 16;        /* where the fast path looks next (a kind never changes) */
     int pl = rm_t.plain;
     uint64_t n = c->n;
     rmrec_slot_t *s = c->s;
@@ -691,8 +720,12 @@ int rm_p2p_send_fast(int op, const void *buf, MPI_Count count, MPI_Datatype t, i
    * and few values are live at once */
   __asm__("" : "+r"(c));
   if (!rm_sc_holds(c, op, count, t, dest, comm)) return 0;
+  /* a buffer in the granule of the entry's latest call has its kind; any other goes the full
+   * way once (which looks the kind up and moves the granule): the granule cache's lookup here
+   * took registers the entry point then saved on every call */
+  if (c->gran != (uint64_t)(uintptr_t)buf >> 16) return 0;
   uint64_t n = c->n;
-  if (!rm_mem_is(buf, c->gran, c->mem) || (n && c->tl_epoch != rmrec_epoch)) return 0;
+  if (n && c->tl_epoch != rmrec_epoch) return 0;
   rmrec_slot_t *s = c->s;
   rmrec_add(&s->bytes, n, 1);
   rmrec_add(&s->msgs, 1, 1);
@@ -760,10 +793,28 @@ static inline __attribute__((always_inline)) uint64_t rm_p2p_recv_in(int op, int
 static inline __attribute__((always_inline)) int rm_recv_fast_ok(MPI_Comm comm) {
   return !rm_track_recv || comm == MPI_COMM_WORLD || rm_comm_last_is(comm);
 }
+uint64_t rm_recv_row_fill(rm_rr_t *m, int op, const void *buf, rm_xl_t *xl, int src, uint64_t bytes);
+/* A latency-bound code receives from the same few peers into the same buffers again and again, so
+ * the row of a repeated receive (same translation, source, operation and granule) comes from the
+ * thread's memo: two compares and two adds instead of the buffer's kind, the source's world rank
+ * and the row's key (about 40 instructions less per MPI_Recv).  Plain adds: a fast path runs only
+ * where the thread is its counters' only writer (rm_fast_ok). */
 static inline __attribute__((always_inline))
 uint64_t rm_recv_fast_row(int op, const void *buf, int source, MPI_Comm comm, const MPI_Status *st) {
   if (!rm_track_recv || source == MPI_PROC_NULL) return 0;
-  return rm_p2p_recv_in(op, rm_mem(buf), comm == MPI_COMM_WORLD ? &rm_xl_world : rm_comm_last.x, st);
+  if (!st || st == MPI_STATUS_IGNORE || st->MPI_SOURCE < 0) return 0;
+  int64_t c = rm_status_bytes(st);
+  if (c < 0) return 0;
+  const rm_xl_t *xl = comm == MPI_COMM_WORLD ? &rm_xl_world : rm_comm_last.x;
+  int src = st->MPI_SOURCE;
+  rm_rr_t *m = &rm_t.rr[(unsigned)(src ^ op) & (RM_RR - 1)];
+  if (__builtin_expect(m->xl == xl && m->src == src && m->op == op && m->gran == (uint64_t)(uintptr_t)buf >> 16 &&
+                       m->gen == __atomic_load_n((unsigned *)&rm_xt_gen, __ATOMIC_RELAXED), 1)) {
+    rmrec_add(&m->s->bytes, (uint64_t)c, 1);
+    rmrec_add(&m->s->msgs, 1, 1);
+    return (uint64_t)c;
+  }
+  return rm_recv_row_fill(m, op, buf, (rm_xl_t *)xl, src, (uint64_t)c);
 }
 /* a fast path's own count of its call (an untimed call's rm_clock_out, plain adds) */
 static inline __attribute__((always_inline)) void rm_op_fast(int op, uint64_t payload) {

@@ -37,7 +37,7 @@ from pathlib import Path
 from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
 
-ATTRS = {"pre", "post", "after", "err", "persist", "status_if", "variants", "families", "plain",
+ATTRS = {"pre", "post", "after", "err", "persist", "status_if", "variants", "families", "plain", "timing",
          "fast", "fast.post", "fast.after", "fast.ways", "fast.jump", "pre.f", "post.f", "after.f", "err.f"}
 FAMILIES = ("c", "f", "f08")
 
@@ -97,6 +97,11 @@ class Spec:
             if c.op and c.op not in seen:
                 seen.append(c.op)
         return seen
+
+    @property
+    def start_ops(self) -> list[str]:
+        """The operations whose calls only start a transfer (``timing: start``)."""
+        return [op for op in self.ops if any(c.op == op and c.attrs.get("timing") == "start" for c in self.calls)]
 
 
 # ---- parsing ---------------------------------------------------------------------------------------
@@ -277,10 +282,13 @@ FEATURES = ("PMPI_Status_f082c",)
 
 def gen_header(spec: Spec, declared: set[str] | None) -> str:
     body = " \\\n".join(f"  X({op})" for op in spec.ops)
+    starts = " ".join(f"X({op})" for op in spec.start_ops)
     have = "".join(f"#define RM_HAVE_{f} 1\n" for f in FEATURES if declared is None or f in declared)
     return (HEADER + "#ifndef RANKMAP_RM_GEN_H\n#define RANKMAP_RM_GEN_H\n"
             "/* every operation the shim records, in spec order; the id of OP_x equals its rmrec id */\n"
             f"#define RM_OPS(X) \\\n{body}\n"
+            "/* the operations that only start a transfer (timing: start), timed more sparsely */\n"
+            f"#define RM_START_OPS(X) {starts}\n"
             f"/* optional routines this MPI declares */\n{have}#endif\n")
 
 
@@ -341,9 +349,9 @@ def gen_c(c: Call) -> str:
     out = f"static __attribute__((noinline)) int {full}({decl}) {{\n{_gen_full(c, call)}\n}}\n{helper}"
     # rm_fast_ok implies capture (RM_CAPTURE), so the fast path comes before the capture test
     if not ways:
-        body = f"    if ({fast}) {{\n      rm_t.skip--;\n{lib}\n    }}\n"
+        body = f"    if ({fast}) {{\n      RM_SKIP(OP_{c.op})--;\n{lib}\n    }}\n"
         if "fast.jump" in c.attrs:       # a second fast path, with nothing after the library's call
-            body += (f"    if ({_sub_op(c.attrs['fast.jump'], c.op)}) {{\n      rm_t.skip--;\n"
+            body += (f"    if ({_sub_op(c.attrs['fast.jump'], c.op)}) {{\n      RM_SKIP(OP_{c.op})--;\n"
                      f"      return {call};\n    }}\n")
         return (out + f"int {c.name}({decl}) {{\n"
                 f"  if (rm_fast_ok(OP_{c.op})) {{\n{body}  }}\n{guard}"
@@ -360,16 +368,16 @@ def gen_c(c: Call) -> str:
             "#pragma GCC unroll 8\n"
             f"  for (int way_ = 2; way_ < {ways}; way_++)\n"
             f"    if ({other}) {{\n"
-            f"      rm_t.skip--;\n{lib}\n    }}\n"
+            f"      RM_SKIP(OP_{c.op})--;\n{lib}\n    }}\n"
             f"  return {full}({args});\n}}\n"
             f"static __attribute__((noinline)) int {nxt}({decl}) {{\n"
             f"  if ({ways} > 1 && {second}) {{\n"
-            f"    rm_t.skip--;\n{lib[2:]}\n  }}\n"
+            f"    RM_SKIP(OP_{c.op})--;\n{lib[2:]}\n  }}\n"
             f"  return {rest}({args});\n}}\n"
             f"int {c.name}({decl}) {{\n"
             f"  if (rm_fast_ok(OP_{c.op})) {{\n"
             f"    if ({first}) {{\n"
-            f"      rm_t.skip--;\n{lib}\n    }}\n"
+            f"      RM_SKIP(OP_{c.op})--;\n{lib}\n    }}\n"
             f"    return {nxt}({args});\n  }}\n{guard}"
             f"  return {full}({args});\n}}\n\n")
 

@@ -11,7 +11,8 @@ multiplicative efficiencies; rankmap computes the top of it from what the shim r
 
 See docs/pop-metrics.md for what they mean and their limits.
 
-The shim times one short call in ``RANKMAP_SAMPLE`` (16) and counts it that many times; with few
+The shim times one short call in ``RANKMAP_SAMPLE`` (16; starts such as ``MPI_Isend`` one in
+``RANKMAP_SAMPLE_START``, 256) and counts it that many times; with few
 calls whose durations vary wildly (ranks that busy-poll on shared cores) the estimate can exceed
 the rank's whole run. Such ranks are listed in ``overrun``, and the metrics are then withheld with
 :meth:`PopMetrics.withheld` rather than printed from a clamped, meaningless useful time.
@@ -46,7 +47,7 @@ class PopMetrics:
         shown = ", ".join(str(r) for r in self.overrun[:8]) + (", ..." if len(self.overrun) > 8 else "")
         who = f"rank {shown}" if len(self.overrun) == 1 else f"{len(self.overrun)} ranks ({shown})"
         return (f"not computed: {who} recorded more time inside MPI than they ran; short calls are "
-                f"timed one in RANKMAP_SAMPLE (16) and scaled, which a few slow calls inflate: time every "
+                f"timed one in RANKMAP_SAMPLE (16; starts one in 256) and scaled, which a few slow calls inflate: time every "
                 f"call with RANKMAP_SAMPLE=1 in the ranks' environment (mpirun -x RANKMAP_SAMPLE=1, "
                 f"mpiexec -genv RANKMAP_SAMPLE 1)")
 
