@@ -3,13 +3,15 @@ and the NCCL profiler plugin.
 
 Both hooks are a handful of C files turned into one shared library whose cache folder is named
 by a hash of what went into it (sources, compiler, MPI identity). Builds write beside the target
-and rename it into place, so concurrent ranks or jobs that build at once never see a
-half-written library; a failed build leaves nothing behind and is reported by the compiler's
+and rename it into place, so concurrent ranks or jobs never see a half-written library, and
+one build of a folder runs at a time (the others wait for it and use its library); a failed build leaves nothing behind and is reported by the compiler's
 first error line.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -19,7 +21,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence, Union
+from typing import Callable, Iterator, Sequence, Union
 
 from rankmap.errors import RankmapError
 from rankmap.native_sources import native_dir
@@ -153,7 +155,36 @@ def compile_cached(out_dir: Path, lib_name: str, commands: Callable[[str], list[
         raise RankmapError(f"cannot create the build cache {out_dir}: {e.strerror}") from None
     if progress:
         progress(f"building the {what} (first use; kept in {out_dir} for the next runs)")
-    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=Path(lib_name).suffix, dir=out_dir)
+    with _build_lock(out_dir):
+        if lib.is_file() and not force:       # built by another process while this one waited
+            return lib
+        return _build(out_dir, lib, commands, what, notes, timeout)
+
+
+@contextlib.contextmanager
+def _build_lock(out_dir: Path) -> Iterator[None]:
+    """One build of a cache folder at a time: processes that start on a cold cache together (the
+    ranks' hosts of a job array, the workers of a test run) wait for the first build instead of
+    each compiling the same library (20-30 s of CPU for the MPI shim). A file system without locks
+    builds unlocked, as before."""
+    try:
+        fd = os.open(out_dir / ".build.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)                      # closing releases the lock
+
+
+def _build(out_dir: Path, lib: Path, commands: Callable[[str], list[Build]], what: str,
+           notes: dict[str, str] | None, timeout: float) -> Path:
+    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=lib.suffix, dir=out_dir)
     os.close(fd)
     builds: list[Build] = []
     try:
