@@ -75,7 +75,7 @@ typedef struct {
 /* A blocking receive's row memoised by what decides it (rm_recv_fast_row): the communicator's
  * translation, the status's source, the operation and the buffer's 64 KiB granule (whose memory
  * kind the row has); valid while no communicator was freed (gen). */
-typedef struct { const void *xl; int src, op; unsigned gen; uint64_t gran; rmrec_slot_t *s; } rm_rr_t;
+typedef struct { const rm_xl_t *xl; int src, op; unsigned gen; uint64_t gran; rmrec_slot_t *s; } rm_rr_t;
 #define RM_RR 4
 static inline uint64_t rm_sc_dk(int dest, int op) { return (uint64_t)(uint32_t)dest | ((uint64_t)(uint32_t)op << 32); }
 #define RM_SC 8
@@ -682,7 +682,8 @@ uint64_t rm_p2p_send_slow(rm_sc_t *c, int op, const void *buf, MPI_Count count, 
 static inline rm_sc_t *rm_sc_of(int op, MPI_Count count, int dest) {
   return &rm_t.sc[((unsigned)dest ^ (unsigned)count ^ ((unsigned)op << 1)) & (RM_SC - 1)];
 }
-/* the entry holds these arguments, and no communicator was freed since it was filled */
+/* the entry holds these arguments, and no communicator was freed since it was filled (a relaxed
+ * read: what the entry points to is the thread's own, so no later read needs ordering after it) */
 static inline __attribute__((always_inline))
 int rm_sc_holds(const rm_sc_t *c, int op, MPI_Count count, MPI_Datatype t, int dest, MPI_Comm comm) {
   return c->s != NULL && c->dk == rm_sc_dk(dest, op) && c->count == count && c->t == t && c->comm == comm &&
@@ -805,7 +806,7 @@ uint64_t rm_recv_fast_row(int op, const void *buf, int source, MPI_Comm comm, co
   if (!st || st == MPI_STATUS_IGNORE || st->MPI_SOURCE < 0) return 0;
   int64_t c = rm_status_bytes(st);
   if (c < 0) return 0;
-  const rm_xl_t *xl = comm == MPI_COMM_WORLD ? &rm_xl_world : rm_comm_last.x;
+  rm_xl_t *xl = comm == MPI_COMM_WORLD ? &rm_xl_world : rm_comm_last.x;
   int src = st->MPI_SOURCE;
   rm_rr_t *m = &rm_t.rr[(unsigned)(src ^ op) & (RM_RR - 1)];
   if (__builtin_expect(m->xl == xl && m->src == src && m->op == op && m->gran == (uint64_t)(uintptr_t)buf >> 16 &&
@@ -814,7 +815,7 @@ uint64_t rm_recv_fast_row(int op, const void *buf, int source, MPI_Comm comm, co
     rmrec_add(&m->s->msgs, 1, 1);
     return (uint64_t)c;
   }
-  return rm_recv_row_fill(m, op, buf, (rm_xl_t *)xl, src, (uint64_t)c);
+  return rm_recv_row_fill(m, op, buf, xl, src, (uint64_t)c);
 }
 /* a fast path's own count of its call (an untimed call's rm_clock_out, plain adds) */
 static inline __attribute__((always_inline)) void rm_op_fast(int op, uint64_t payload) {

@@ -4,8 +4,8 @@ and the NCCL profiler plugin.
 Both hooks are a handful of C files turned into one shared library whose cache folder is named
 by a hash of what went into it (sources, compiler, MPI identity). Builds write beside the target
 and rename it into place, so concurrent ranks or jobs never see a half-written library, and
-one build of a folder runs at a time (the others wait for it and use its library); a failed build leaves nothing behind and is reported by the compiler's
-first error line.
+one build of a folder runs at a time (the others wait for it and use its library); a failed
+build leaves nothing behind and is reported by the compiler's first error line.
 """
 
 from __future__ import annotations
