@@ -13,6 +13,9 @@
  *   rate   64 x MPI_Irecv, 64 x MPI_Isend, MPI_Waitall of 128   [129]
  *   pair   MPI_Irecv, MPI_Send, MPI_Wait                         [3]
  *   coll   MPI_Allreduce of one double                           [1]
+ *   lat    MPI_Send, MPI_Recv (eager: the send completes at once)  [2]
+ *          -- the two calls of a ping-pong's one way, osu_latency's critical path (Open MPI
+ *          only: MPICH's blocking send to its own rank waits for the receive, so it never returns)
  *   floor  no shim: "rate" through PMPI_ plus the least an exact receive row needs (floor_rate
  *          below), against the plain "rate" -- a lower bound for recording receives
  * Output lines: <pattern> <calls per iteration> <plain ns/iter> <shim ns/iter>
@@ -32,10 +35,11 @@ typedef struct {
   int (*irecv)(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
   int (*waitall)(int, MPI_Request *, MPI_Status *);
   int (*allreduce)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm);
+  int (*recv)(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Status *);
 } api_t;
 
-static const api_t PLAIN = {PMPI_Send, PMPI_Wait, PMPI_Isend, PMPI_Irecv, PMPI_Waitall, PMPI_Allreduce};
-static const api_t SHIM = {MPI_Send, MPI_Wait, MPI_Isend, MPI_Irecv, MPI_Waitall, MPI_Allreduce};
+static const api_t PLAIN = {PMPI_Send, PMPI_Wait, PMPI_Isend, PMPI_Irecv, PMPI_Waitall, PMPI_Allreduce, PMPI_Recv};
+static const api_t SHIM = {MPI_Send, MPI_Wait, MPI_Isend, MPI_Irecv, MPI_Waitall, MPI_Allreduce, MPI_Recv};
 
 static char sbuf[8 * W], rbuf[8 * W];
 
@@ -53,6 +57,12 @@ static void pair(const api_t *a, int iters) {
     a->irecv(rbuf, 8, MPI_CHAR, 0, 1, MPI_COMM_SELF, &rq);
     a->send(sbuf, 8, MPI_CHAR, 0, 1, MPI_COMM_SELF);
     a->wait(&rq, MPI_STATUS_IGNORE);
+  }
+}
+static void lat(const api_t *a, int iters) {
+  for (int i = 0; i < iters; i++) {
+    a->send(sbuf, 8, MPI_CHAR, 0, 1, MPI_COMM_SELF);
+    a->recv(rbuf, 8, MPI_CHAR, 0, 1, MPI_COMM_SELF, MPI_STATUS_IGNORE);
   }
 }
 /* The floor of exact receive rows: the library alone, asked for the statuses (what MPI_Waitall
@@ -108,6 +118,7 @@ static void coll(const api_t *a, int iters) {
 UNIT(rate, plain, PLAIN) UNIT(rate, shim, SHIM)
 UNIT(pair, plain, PLAIN) UNIT(pair, shim, SHIM)
 UNIT(coll, plain, PLAIN) UNIT(coll, shim, SHIM)
+UNIT(lat, plain, PLAIN) UNIT(lat, shim, SHIM)
 __attribute__((noinline)) void floor_unit(int iters) { floor_rate(iters); }
 
 static double cpu_ns(void) {
@@ -128,6 +139,9 @@ int main(int argc, char **argv) {
     {"rate", 2 * W + 1, W, {plain_rate, shim_rate}},
     {"pair", 3, 1, {plain_pair, shim_pair}},
     {"coll", 1, 1, {plain_coll, shim_coll}},
+#if defined(OPEN_MPI)
+    {"lat", 2, 1, {plain_lat, shim_lat}},
+#endif
     {"floor", 2 * W + 1, W, {plain_rate, floor_unit}},
   };
   double *v[2] = {malloc(sizeof(double) * (size_t)rounds), malloc(sizeof(double) * (size_t)rounds)};

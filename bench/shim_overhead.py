@@ -4,7 +4,7 @@ rankmap PMPI shim, side by side in one run; ns and instructions per intercepted 
 
 usage: PYTHONPATH=src python3 bench/shim_overhead.py [--mpi openmpi,mpich] [--mpicc mpicc --mpirun mpirun]
                                    [--reps 3] [--rounds 20] [--max-bytes 4194304] [--scale 1]
-                                   [--callgrind] [--calls-only] [--recv0] [--baseline-shim OLD/librankmap_mpi.so]
+                                   [--callgrind] [--calls-only] [--recv1] [--baseline-shim OLD/librankmap_mpi.so]
                                    [--one-rank]
                                    [--shim-env K=V ...]
 
@@ -28,7 +28,8 @@ One process (bench/callcost.c): the cost of an intercepted call without a peer o
 thread's CPU time (a shared machine's descheduling does not count; every mode runs --reps times,
 interleaved, and the figure is the median over the runs with its 95 % interval), and with --callgrind in
 instructions (valgrind --tool=callgrind: independent of the machine's load). Patterns: "rate"
-64 Irecv + 64 Isend + Waitall, "pair" Irecv + Send + Wait, "coll" Allreduce of one double, and
+64 Irecv + 64 Isend + Waitall, "pair" Irecv + Send + Wait, "coll" Allreduce of one double, "lat" Send + Recv (a ping-pong's one
+way: osu_latency's critical path), and
 "floor": no shim, the "rate" pattern through PMPI_ plus the least bookkeeping an exact receive row
 needs (statuses asked of the library, requests noted and matched, source and length summed per
 peer): what any exact recording of receives costs at least.
@@ -38,7 +39,7 @@ The targets are checked at the end: <= 20 ns per intercepted call (callcost, eac
 
 --mpi openmpi,mpich runs the Debian flavours (mpicc.X, mpirun.openmpi / mpiexec.mpich) one after
 the other; --mpicc/--mpirun name one MPI. --baseline-shim compares against another build of the shim
-(same MPI; its one-process figures are printed too), --recv0 against this shim with RANKMAP_RECV=0,
+(same MPI; its one-process figures are printed too), --recv1 against this shim with RANKMAP_RECV=1 (receive rows too),
 --one-rank against this shim on rank 0 alone (rank 1 calls the PMPI_ entry points: which rank's cost
 a two-rank figure pays): their runs alternate with the shim's, rep by rep. --calls-only skips the 2-rank runs.
 """
@@ -179,7 +180,7 @@ def callcost_units(exe: Path, shim: Path, work: Path, valgrind: bool, extra_env:
     # pattern: (calls per iteration, iterations divisor, plain unit, shim unit); "floor" runs the
     # plain "rate" twice as often (as the plain side of both "rate" and "floor")
     calls = {"rate": (129, 64, "plain_rate", "shim_rate"), "pair": (3, 1, "plain_pair", "shim_pair"),
-             "coll": (1, 1, "plain_coll", "shim_coll"), "floor": (129, 64, "plain_rate", "floor_unit")}
+             "coll": (1, 1, "plain_coll", "shim_coll"), "lat": (2, 1, "plain_lat", "shim_lat"), "floor": (129, 64, "plain_rate", "floor_unit")}
     out = {}
     for name, (per_iter, div, pu, su) in calls.items():
         n = CALLCOST_ITERS // div + 1
@@ -250,11 +251,11 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
     for rep in range(0 if a.calls_only else a.reps):
         env = {"LD_PRELOAD": str(shim), "RANKMAP_RUN_DIR": str(work / f"run{rep}"), **a.shim_env}
         jobs = [(with_shim, env, args)]
-        if a.baseline_shim or a.recv0:
+        if a.baseline_shim or a.recv1:
             benv = {"LD_PRELOAD": str(Path(a.baseline_shim or shim).resolve()), "RANKMAP_RUN_DIR": str(work / f"base{rep}"),
                     **a.shim_env}
-            if a.recv0:
-                benv["RANKMAP_RECV"] = "0"
+            if a.recv1:
+                benv["RANKMAP_RECV"] = "1"
             jobs.append((base, benv, args))
         if a.one_rank:                      # pingpong's SHIM_RANKS=1: rank 1 calls PMPI_ throughout
             jobs.append((one, {**env, "RANKMAP_RUN_DIR": str(work / f"one{rep}")}, args + ["1"]))
@@ -263,8 +264,9 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
         for out, e, cmd in jobs[k:] + jobs[:k]:
             out.append(run_once(launcher(mpirun, e) + cmd))
         print(f"  {mpicc}: run {rep + 1}/{a.reps} done", file=sys.stderr)
-    modes = {"receives recorded": (shim, dict(a.shim_env)),
-             "RANKMAP_RECV=0 (send side only)": (shim, {**a.shim_env, "RANKMAP_RECV": "0"})}
+    # the shim's default records the send side only; RANKMAP_RECV=1 adds the receive rows
+    modes = {"send side only (the default)": (shim, dict(a.shim_env)),
+             "RANKMAP_RECV=1 (receives recorded)": (shim, {**a.shim_env, "RANKMAP_RECV": "1"})}
     if a.baseline_shim:                 # the one-process figures of the other build too
         old = Path(a.baseline_shim).resolve()
         modes.update({f"baseline shim, {m}": (old, e) for m, (_s, e) in list(modes.items())})
@@ -282,7 +284,7 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
     if with_shim:
         table(with_shim, f"with the shim (capture on), median of {a.reps} runs x {a.rounds} interleaved rounds")
     if base:
-        what = f"baseline shim {a.baseline_shim}" if a.baseline_shim else "RANKMAP_RECV=0 (send side only)"
+        what = f"baseline shim {a.baseline_shim}" if a.baseline_shim else "RANKMAP_RECV=1 (receives recorded)"
         table(base, f"{what} (capture on), median of {a.reps} runs x {a.rounds} rounds")
         print("\nns per intercepted call, baseline -> this shim (each round's own figure, its median per run; "
               "the median over the runs [95 % interval]; sizes up to 1 KiB)")
@@ -302,10 +304,10 @@ def bench_one(mpicc: str, mpirun: str, a: argparse.Namespace) -> dict:
         """shim / plain message rate: each round's own, its median per run, the median over the runs"""
         return over_runs(runs, k, lambda p0, s0: s0 / p0) if runs and k in runs[0] else None
     rate8, osu8 = ratio(with_shim, ("rate", 8)), ratio(with_shim, ("osu", 8))
-    rate8_b = ratio(base, ("rate", 8)) if a.recv0 else None
-    osu8_b = ratio(base, ("osu", 8)) if a.recv0 else None
+    rate8_b = ratio(base, ("rate", 8)) if a.recv1 else None
+    osu8_b = ratio(base, ("osu", 8)) if a.recv1 else None
     allr = ns_per_call(with_shim, ("allr", 8)) if with_shim and ("allr", 8) in with_shim[0] else None
-    return {"name": lib.split(",")[0], "rate8": rate8, "rate8_recv0": rate8_b, "osu8": osu8, "osu8_recv0": osu8_b,
+    return {"name": lib.split(",")[0], "rate8": rate8, "rate8_recv1": rate8_b, "osu8": osu8, "osu8_recv1": osu8_b,
             "allr_ns": allr,
             "modes": {m: {"ns": {k: call_ns(ns[m], k) for k in ns[m][0]},
                           "ir": {k: (s0 - p0) / c for k, (c, p0, s0) in ir[m].items()} if m in ir else {},
@@ -326,7 +328,7 @@ def main() -> None:
     ap.add_argument("--callgrind", action="store_true", help="also count instructions per call with callgrind")
     ap.add_argument("--calls-only", action="store_true", help="only the one-process figures (no 2-rank runs)")
     ap.add_argument("--baseline-shim", default=None, help="another librankmap_mpi.so to compare with")
-    ap.add_argument("--recv0", action="store_true", help="also run the shim with RANKMAP_RECV=0, alternating")
+    ap.add_argument("--recv1", action="store_true", help="also run the shim with RANKMAP_RECV=1 (receive rows), alternating")
     ap.add_argument("--one-rank", action="store_true",
                     help="also run with the shim's entry points on rank 0 only, alternating: one rank's share of a figure")
     ap.add_argument("--shim-env", action="append", default=[], metavar="K=V",
@@ -344,11 +346,11 @@ def main() -> None:
         print(r["name"])
         for key, what in (("osu8", "statuses asked (as osu_mbw_mr)"), ("rate8", "MPI_STATUSES_IGNORE")):
             if r[key] is not None:
-                print(f"  8 B message rate, 2 ranks, {what}, receives recorded: {ci_text(r[key], '.2f')} x "
+                print(f"  8 B message rate, 2 ranks, {what}, send side only: {ci_text(r[key], '.2f')} x "
                       f"[{met(r[key][0] >= TARGET_RATE)}]")
-            if r[key + "_recv0"] is not None:
-                print(f"  8 B message rate, 2 ranks, {what}, RANKMAP_RECV=0: {ci_text(r[key + '_recv0'], '.2f')} x "
-                      f"[{met(r[key + '_recv0'][0] >= TARGET_RATE)}]")
+            if r[key + "_recv1"] is not None:
+                print(f"  8 B message rate, 2 ranks, {what}, RANKMAP_RECV=1: {ci_text(r[key + '_recv1'], '.2f')} x "
+                      f"[{met(r[key + '_recv1'][0] >= TARGET_RATE)}]")
         if r["allr_ns"] is not None:
             print(f"  MPI_Allreduce over 2 ranks: {ci_text(r['allr_ns'], '.1f')} ns added per call "
                   f"[{met(r['allr_ns'][0] <= TARGET_NS)}]")

@@ -50,10 +50,13 @@ class Mpi:
         self.run_cmd = MPIS[name]["run"]
 
     def cmd(self, np_: int, exe: str, args: list[str], rundir: Path | None, extra_env: dict | None = None) -> list[str]:
-        env = {"LD_PRELOAD": str(self.shim)}
+        # receives recorded (RANKMAP_RECV=1; the shim's default is the send side only): these tests
+        # check the receiver's rows against the sender's as well; a value of None leaves a variable out
+        env = {"LD_PRELOAD": str(self.shim), "RANKMAP_RECV": "1"}
         if rundir is not None:
             env["RANKMAP_RUN_DIR"] = str(rundir)
         env.update(extra_env or {})
+        env = {k: v for k, v in env.items() if v is not None}
         if self.name.startswith("openmpi"):
             c = [self.run_cmd, "--allow-run-as-root", "--oversubscribe", "-np", str(np_)]
             for k, v in env.items():
@@ -146,17 +149,23 @@ def test_ring_exact(mpi, tmp_path):
     assert traffic_matrix(recs, what="messages").sum() == p * iters
 
 
-def test_send_side_only(mpi, tmp_path):
-    """RANKMAP_RECV=0: the traffic matrix (sender side) stays exact, receives leave no rows."""
+def test_send_side_only_by_default(mpi, tmp_path):
+    """By default (no RANKMAP_RECV, as a profile runs) and with RANKMAP_RECV=0 the shim records the
+    send side only: the traffic matrix (the sender's view, all the store keeps) stays exact, the
+    receives leave no rows and are still counted as calls; RANKMAP_RECV=1 adds the receiver's rows."""
     p, nbytes, iters = 4, 1000, 3
-    recs = mpi.run(p, "master_worker", 3, 200, 30, rundir=tmp_path / "mw", env={"RANKMAP_RECV": "0"})
+    recs = mpi.run(p, "master_worker", 3, 200, 30, rundir=tmp_path / "mw", env={"RANKMAP_RECV": None})
     full = mpi.run(p, "master_worker", 3, 200, 30, rundir=tmp_path / "mw-full")
     assert (traffic_matrix(recs) == traffic_matrix(full)).all() and traffic_matrix(recs).sum() > 0
-    assert received_matrix(recs).sum() == 0 and received_matrix(full).sum() > 0
-    recs = mpi.run(p, "ring", nbytes, iters, rundir=tmp_path / "ring", env={"RANKMAP_RECV": "0"})
-    for r in recs:
-        assert rows(r) == {((r.world_rank + 1) % p, "p2p", "MPI_Isend", "send"): (nbytes * iters, iters)}
-        assert r.op_time["MPI_Irecv"][0] == iters and r.meta["shim.receives"].startswith("not recorded")
+    assert received_matrix(recs).sum() == 0 and (received_matrix(full) == traffic_matrix(full)).all()
+    for r, f in zip(recs, full):
+        assert r.meta["shim.receives"].startswith("not recorded") and f.meta["shim.receives"].startswith("recorded")
+        assert {op: c[0] for op, c in r.op_time.items()} == {op: c[0] for op, c in f.op_time.items()}
+    for value in (None, "0"):
+        recs = mpi.run(p, "ring", nbytes, iters, rundir=tmp_path / f"ring-{value}", env={"RANKMAP_RECV": value})
+        for r in recs:
+            assert rows(r) == {((r.world_rank + 1) % p, "p2p", "MPI_Isend", "send"): (nbytes * iters, iters)}
+            assert r.op_time["MPI_Irecv"][0] == iters and r.meta["shim.receives"].startswith("not recorded")
 
 
 def halo_expect(dims: list[int], face: int, iters: int) -> np.ndarray:

@@ -101,8 +101,19 @@ def test_fast_path_jumps_to_the_library(spec):
     assert helper.split("\n")[1:4] == ["  int rc = PMPI_Irecv(buf, count, datatype, source, tag, comm, request);",
                                        "  if (rc == MPI_SUCCESS) {", "    rm_rq_recv_push(*request);"]
     # ... and its fast.jump goes straight to the library
-    jump = irecv[irecv.index("    if (rm_rq_recv_fast0(OP_MPI_Irecv)) {"):].split("\n")
+    jump = irecv[irecv.index("    if (rm_recv_untracked(OP_MPI_Irecv)) {"):].split("\n")
     assert jump[1:3] == ["      RM_SKIP(OP_MPI_Irecv)--;", "      return PMPI_Irecv(buf, count, datatype, source, tag, comm, request);"]
+    # a blocking receive without receive rows (the default) and MPI_Sendrecv's send half alike: a
+    # ping-pong's receive sets up no frame and does nothing after the library's call
+    recv = c[c.index("int MPI_Recv("):]
+    recv = recv[:recv.index("\n}\n")].split("\n")
+    j = recv.index("    if (rm_recv_untracked(OP_MPI_Recv)) {")
+    assert recv[j + 1:j + 3] == ["      RM_SKIP(OP_MPI_Recv)--;",
+                                 "      return PMPI_Recv(buf, count, datatype, source, tag, comm, status);"]
+    assert recv.index("    if (rm_recv_fast_ok(comm)) {") < j          # the recorded receive's path first
+    srecv = c[c.index("int MPI_Sendrecv("):]
+    srecv = srecv[:srecv.index("\n}\n")]
+    assert "    if (!rm_track_recv && rm_p2p_send_fast(OP_MPI_Sendrecv, sendbuf, sendcount, sendtype, dest, comm)) {" in srecv
     # a collective's fast path ends the collective in progress after the call, whatever it returned;
     # the entry point tries way 0 of the thread's remembered calls ("fast.ways"), an untimed call
     # that misses it the other ways in a function of its own, then the full wrapper; the work after

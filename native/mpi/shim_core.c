@@ -14,7 +14,7 @@
 
 rmrec_t *rm_R;
 int rm_on, rm_single;
-int rm_track_recv = 1;
+int rm_track_recv = 0;
 RM_TLS rm_tls_t rm_t;
 int rm_wrank, rm_wsize;
 unsigned rm_sample_bits, rm_start_bits;
@@ -245,9 +245,9 @@ void rm_setup(void) {
   rmrec_meta(rm_R, "shim.counters", rm_single ? "single-writer (MPI thread level below MULTIPLE)"
                                               : "per-thread shards (MPI_THREAD_MULTIPLE)");
   const char *rv = getenv("RANKMAP_RECV");
-  rm_track_recv = !(rv && strcmp(rv, "0") == 0);
-  rmrec_meta(rm_R, "shim.receives", rm_track_recv ? "recorded at completion, from the status"
-                                                  : "not recorded (RANKMAP_RECV=0): send side only");
+  rm_track_recv = rv && strcmp(rv, "1") == 0;
+  rmrec_meta(rm_R, "shim.receives", rm_track_recv ? "recorded at completion, from the status (RANKMAP_RECV=1)"
+                                                  : "not recorded: send side only (RANKMAP_RECV=1 records them)");
   /* call timing: RANKMAP_SAMPLE = N (a power of two, default 16) times one short call in N;
    * RANKMAP_SAMPLE_START one start in N (default 16 N; every call with RANKMAP_SAMPLE=1) */
   rm_sample_bits = sample_bits(getenv("RANKMAP_SAMPLE"), 16);

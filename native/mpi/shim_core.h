@@ -465,8 +465,10 @@ static inline __attribute__((always_inline)) int rm_rq_recv_fast(int op, const v
   rmrec_add(&rm_t.ops[op].hist[0], 1, 1);      /* a receive's payload is counted at its completion */
   return 1;
 }
-/* ... with receives not recorded (RANKMAP_RECV=0): only the call counted, and the library's call a jump */
-static inline __attribute__((always_inline)) int rm_rq_recv_fast0(int op) {
+/* A receive (MPI_Recv, MPI_Irecv) while receives are not recorded (the default; RANKMAP_RECV=1
+ * records them): only the call counted -- its payload is the sender's row -- and the library's
+ * call a jump, so the entry point sets up no frame and does nothing after the call */
+static inline __attribute__((always_inline)) int rm_recv_untracked(int op) {
   if (rm_track_recv) return 0;
   rmrec_add(&rm_t.ops[op].hist[0], 1, 1);
   return 1;
@@ -786,13 +788,14 @@ static inline __attribute__((always_inline)) uint64_t rm_p2p_recv_in(int op, int
   rm_emit(rm_world(xl, st->MPI_SOURCE), RMREC_P2P, op, mem, RMREC_RECV, (uint64_t)c, 1);
   return (uint64_t)c;
 }
-/* The fast path of a blocking receive (MPI_Recv, and MPI_Sendrecv's receive half): before the
- * call, that its row will need no call of its own -- receives are not recorded, or the
- * communicator's translation is at hand (MPI_COMM_WORLD, the thread's last); after the library's
+/* The fast path of a recorded blocking receive (MPI_Recv, and MPI_Sendrecv's receive half; with
+ * receives not recorded the entry point's fast.jump takes the call): before the call, that its
+ * row will need no call of its own -- the communicator's translation is at hand (MPI_COMM_WORLD,
+ * the thread's last); after the library's
  * successful call, the row from the status (calls.spec's fast.post).  No MPI library calls the
  * MPI_ entry points from inside its own, so the thread's last translation is still comm's then. */
 static inline __attribute__((always_inline)) int rm_recv_fast_ok(MPI_Comm comm) {
-  return !rm_track_recv || comm == MPI_COMM_WORLD || rm_comm_last_is(comm);
+  return rm_track_recv && (comm == MPI_COMM_WORLD || rm_comm_last_is(comm));
 }
 uint64_t rm_recv_row_fill(rm_rr_t *m, int op, const void *buf, rm_xl_t *xl, int src, uint64_t bytes);
 /* A latency-bound code receives from the same few peers into the same buffers again and again, so
