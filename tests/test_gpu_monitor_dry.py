@@ -52,7 +52,7 @@ def failed(log: str) -> list[str]:
 
 @pytest.mark.slow
 def test_monitor_script_dry_run(tmp_path):
-    p, log, work = run_script(tmp_path)
+    p, log, work = run_script(tmp_path, COST_S="1")
     assert p.returncode == sum(l.startswith("FAIL ") for l in log.splitlines()), p.stdout + p.stderr
     assert failed(log) == [] and "Traceback" not in log, log
     for target in ("gpm (native reader): ", "idle: rankmap's own part of a GPM read, native reader",
@@ -100,8 +100,9 @@ def test_monitor_script_logs_why_serve_did_not_start(tmp_path):
     shadow = tmp_path / "shadow" / "uvicorn"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("import rankmap_no_such_dependency\n")
-    p, log, work = run_script(tmp_path, PYTHONPATH=os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")]))
-    assert p.returncode > 0 and "Traceback" not in log, log
+    p, log, work = run_script(tmp_path, COST_S="0",
+                              PYTHONPATH=os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")]))
+    assert p.returncode > 0 and "Traceback" not in log and "   SKIP step 1 (COST_S=0)" in log, log
     assert "FAIL rankmap serve answers on http://127.0.0.1:" in log and "(exited with status 2" in log, log
     assert "   | rankmap: error: the dashboard cannot start: uvicorn needs the module 'rankmap_no_such_dependency'" in log
     assert "FAIL GET /api/jobs/2/utilisation: " in log and "PASS rankmap monitor ended cleanly" in log

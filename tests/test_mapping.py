@@ -38,13 +38,21 @@ def brute_force(p: NodeProblem) -> tuple[float, float]:
         allp = np.array(list(itertools.product(range(G), repeat=n)), dtype=np.int64)
         counts = np.stack([(allp == g).sum(axis=1) for g in range(G)], axis=1)
         assigns = allp[(counts <= K).all(axis=1)]
+    # the bytes every assignment puts on each GPU pair (and off the node through each GPU), times
+    # their cost per byte on every link: products, instead of gathering (assignments x links) per pair
+    rows = np.arange(len(assigns))
     L = np.zeros((len(assigns), p.cpb.shape[2]))
     for T, cpb in ((p.T, p.cpb), (p.Th if p.Th is not None else np.zeros_like(p.T), p.hcpb)):
+        W = np.zeros((len(assigns), G * G))
         for i, j in zip(*np.nonzero(T)):
-            L += T[i, j] * cpb[assigns[:, i], assigns[:, j]]
-    eo, ei = p.ext
-    for i in range(n):
-        L += p.eout[i] * eo[assigns[:, i]] + p.ein[i] * ei[assigns[:, i]]
+            W[rows, assigns[:, i] * G + assigns[:, j]] += T[i, j]      # one GPU pair per assignment
+        L += W @ cpb.reshape(G * G, -1)
+    for ext, cost in ((p.eout, p.ext[0]), (p.ein, p.ext[1])):
+        if np.any(ext):
+            E = np.zeros((len(assigns), G))
+            for i in np.nonzero(ext)[0]:
+                E[rows, assigns[:, i]] += ext[i]
+            L += E @ cost
     mx = L.max(axis=1)
     if p.objective == "max":
         prim, sec = mx, L.sum(axis=1)

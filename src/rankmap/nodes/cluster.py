@@ -6,10 +6,16 @@ So a :class:`Cluster` makes ``N`` nodes out of this machine's kernel:
 * every node is a network namespace (``ip netns``) with its own loopback and one interface,
   ``rmnet0``, at ``10.77.0.<i+1>/24``, and a UTS namespace of its own (bound to a file, so every
   command entered into the node sees the same one) in which ``hostname`` is ``node<i>``;
-* every node has a boot id of its own (a file bound over ``/proc/sys/kernel/random/boot_id``): the
-  nodes share ``/dev/shm``, and UCX takes a peer with this machine's boot id for a local one, whose
-  bytes it would then move through shared memory instead of the network (seen: a 2-node job's
-  50 MB crossed no link until the boot ids differed; Open MPI tells nodes apart by their daemons);
+* every node has a boot id of its own (a file bound over ``/proc/sys/kernel/random/boot_id``):
+  UCX takes a peer with this machine's boot id for a local one, whose bytes it would then move
+  through shared memory instead of the network (seen: a 2-node job's 50 MB crossed no link until
+  the boot ids differed; Open MPI tells nodes apart by their daemons);
+* every node has a ``/dev/shm`` of its own (``<state>/shm/<node>``, on a tmpfs the cluster mounts,
+  bound over it): shared-memory
+  segments are named by host name and job id (Open MPI's ``vader_segment.node0.<job>.<rank>``), and
+  the nodes of two clusters up at once (tests in parallel) have the same host names; for the same
+  reason Open MPI keeps its session directories (``ompi.node0.<uid>`` under the temporary
+  directory, which the nodes share) under the cluster's state directory (:meth:`Cluster.mpi_env`);
 * the nodes' interfaces are veth pairs whose other ends hang on one bridge in this machine's
   namespace, which has no address on it: the nodes reach each other and nothing else, and nothing
   outside them reaches them;
@@ -182,6 +188,8 @@ class Cluster:
         return self
 
     def _make(self) -> None:
+        (self.state / "shm").mkdir()     # the nodes' /dev/shm: memory, as a node's own is
+        _sh(["mount", "-t", "tmpfs", "-o", "mode=0755,size=50%", f"{self.tag}-shm", str(self.state / "shm")])
         _sh(["ip", "link", "add", self.bridge, "type", "bridge"])
         _sh(["ip", "link", "set", self.bridge, "up"])
         delay = self.latency_us if self.latency_us and has_netem() else None
@@ -216,9 +224,13 @@ class Cluster:
             # (UCX's shared-memory transports take peers with this machine's boot id for local)
             (self.state / "local").mkdir(exist_ok=True)
             (self.state / "local" / f"{n.name}.boot_id").write_text(str(uuid.uuid4()) + "\n")
+            shm = self.state / "shm" / n.name
+            shm.mkdir()
+            shm.chmod(0o1777)
             _sh(["unshare", f"--uts={n.uts}", "hostname", n.name])
             for d in self.local:
                 (self.state / "local" / n.name / d.strip("/")).mkdir(parents=True, exist_ok=True)
+        (self.state / "tmp").mkdir(exist_ok=True)
         self._write_agent()
         (self.state / "hostfile").write_text("".join(f"{n.name} slots={self.slots}\n" for n in self.nodes))
         (self.state / "machinefile").write_text("".join(f"{n.name}:{self.slots}\n" for n in self.nodes))
@@ -279,7 +291,8 @@ class Cluster:
         and ``rsh [OPTIONS] NODE CMD...`` (a remote shell as the MPI launchers call ``ssh``: the
         command is one shell line, its environment bare)."""
         table = "\n".join(f"  {n.name}|{n.addr}) ns={n.ns}; uts={shlex.quote(str(n.uts))}; "
-                          f"local={shlex.quote(str(self.state / 'local' / n.name))} ;;" for n in self.nodes)
+                          f"local={shlex.quote(str(self.state / 'local' / n.name))}; "
+                          f"shm={shlex.quote(str(self.state / 'shm' / n.name))} ;;" for n in self.nodes)
         mounts = " ".join(shlex.quote(d) for d in self.local)
         enter = f"""#!/bin/sh
 # enter NODE -- CMD...: run CMD on an emulated node (its network and UTS namespaces, a mount
@@ -290,10 +303,11 @@ case "$node" in
   *) echo "enter: no emulated node $node" >&2; exit 255 ;;
 esac
 exec {shutil.which("nsenter")} --uts="$uts" -- {shutil.which("ip")} netns exec "$ns" /bin/sh -c '
-local=$1; shift
+local=$1; shm=$2; shift 2
 for d in {mounts}; do mkdir -p "$d" && mount --bind "$local/$d" "$d" || exit 255; done
 mount --bind "$local.boot_id" /proc/sys/kernel/random/boot_id || exit 255
-exec "$@"' enter "$local" "$@"
+mount --bind "$shm" /dev/shm || exit 255
+exec "$@"' enter "$local" "$shm" "$@"
 """
         rsh = f"""#!/bin/sh
 # rsh [OPTIONS] NODE COMMAND...: what the MPI launchers call instead of ssh
@@ -342,6 +356,9 @@ exec env -i {" ".join(f'{k}="${k}"' for k in ("PATH", "HOME"))} {shlex.quote(str
             "OMPI_MCA_btl_tcp_if_include": IFACE, "OMPI_MCA_oob_tcp_if_include": IFACE,
             "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
             "OMPI_MCA_rmaps_base_oversubscribe": "1",
+            # session directories of this cluster's own (host names repeat across clusters)
+            "OMPI_MCA_orte_tmpdir_base": str(self.state / "tmp"),
+            "PRTE_MCA_prte_tmpdir_base": str(self.state / "tmp"),
             # the nodes share this machine's cores: a rank waiting for the network yields its core
             "OMPI_MCA_mpi_yield_when_idle": "1",
             # PRRTE (Open MPI 5)
@@ -560,6 +577,8 @@ def _remove(tag: str, state: Path) -> None:
         _sh(["ip", "link", "del", name], check=False)
     for uts in sorted((state / "uts").glob("*")) if (state / "uts").is_dir() else []:
         _sh(["umount", str(uts)], check=False)
+    if (state / "shm").is_mount():
+        _sh(["umount", "-l", str(state / "shm")], check=False)
     shutil.rmtree(state, ignore_errors=True)
 
 
