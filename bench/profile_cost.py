@@ -84,12 +84,19 @@ PAIR_BYTES = 1024
 
 def shim_knobs(part: str) -> list[str]:
     """``shim:RANKMAP_PVARS=0+RANKMAP_FLUSH_MS=600000`` -> the shim alone with those settings of the
-    record writer and the shim: the part that takes a shim's cost apart, setting by setting."""
+    record writer and the shim: the part that takes a shim's cost apart, setting by setting;
+    ``profile:RANKMAP_DB=sqlite:////dev/shm/x.db`` -> the default profile with that environment."""
     return [kv for kv in part.partition(":")[2].split("+") if kv]
 
 
 def _known_part(p: str) -> bool:
-    return p in PARTS or (p.startswith("shim:") and all("=" in kv for kv in shim_knobs(p)) and bool(shim_knobs(p)))
+    return p in PARTS or (p.startswith(("shim:", "profile:")) and all("=" in kv for kv in shim_knobs(p))
+                          and bool(shim_knobs(p)))
+
+
+def _profiled(mode: str) -> str | None:
+    """The PROFILED entry a mode runs (``profile:...`` runs the default profile), else None."""
+    return "profile" if mode.startswith("profile:") else mode if mode in PROFILED else None
 #: parts that say nothing new about a workload (a job that sends nothing; the monitoring PML of a
 #: job without collectives is the per-message figure the 2-rank workloads already give)
 SKIP_PARTS = {"fixed": ("monitor", "library", "flush100"), "pairs": ("monitor",)}
@@ -290,8 +297,9 @@ class Bench:
             return [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))",
                     *self.launch, *job], env
         env["RANKMAP_BENCH_CPU"] = str(self.work / "cpu.txt")
+        env.update(kv.split("=", 1) for kv in (shim_knobs(mode) if mode.startswith("profile:") else []))
         head = ["env"] if mode in UNDER_ENV else []
-        return ([sys.executable, "-c", BOOT, "profile", "--no-summary", "--no-progress", *PROFILED[mode], "--",
+        return ([sys.executable, "-c", BOOT, "profile", "--no-summary", "--no-progress", *PROFILED[_profiled(mode)], "--",
                  *head, *self.launch, *job], env)
 
     def run(self, w: str, mode: str, rep: int) -> Run:
@@ -316,14 +324,15 @@ class Bench:
                  f"exit {p.returncode} in {wall:.3f} s\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
         r = Run(w, mode, rep, wall, p.returncode, {f.name: f.read(p.stdout) for f in figs})
         r.kernel = kernel_rates(k0, k1, wall)
-        if mode in PROFILED and cpu_file.exists():
+        if _profiled(mode) and cpu_file.exists():
             r.cpu_s = float(cpu_file.read_text())
-            self._job_meta(r, w)
+            self._job_meta(r, w, env["RANKMAP_DB"])
         return r
 
-    def _job_meta(self, r: Run, w: str) -> None:
+    def _job_meta(self, r: Run, w: str, url: str) -> None:
         from rankmap.store import open_store
-        store = self.store = getattr(self, "store", None) or open_store(self.env["RANKMAP_DB"])
+        self.stores = getattr(self, "stores", {})
+        store = self.stores[url] = self.stores.get(url) or open_store(url)
         j = store.job(store.resolve_job("latest"))
         meta = j.get("meta") or {}
         r.job_cpu_s = meta.get("rankmap_cpu_s")

@@ -91,3 +91,13 @@ def test_targets_are_judged_on_the_medians():
     skipped: list[str] = []
     assert pc.targets({}, a, skipped.append) == 0                   # nothing measured: nothing failed
     assert len(skipped) == 7 and all(l.startswith("SKIP") for l in skipped)
+
+
+def test_a_part_can_be_the_default_profile_with_an_environment():
+    """``profile:NAME=VALUE+...`` is the default profile with that environment (say, the store on
+    /dev/shm); without settings it is no part at all."""
+    assert pc._known_part("profile:RANKMAP_DB=sqlite:////dev/shm/x.db+RANKMAP_SQLITE_SYNCHRONOUS=FULL")
+    assert not pc._known_part("profile:") and not pc._known_part("profile:RANKMAP_DB")
+    assert pc._profiled("profile:RANKMAP_DB=x") == "profile" and pc._profiled("nosampler") == "nosampler"
+    assert pc._profiled("shim:RANKMAP_FLUSH_MS=100") is None and pc._profiled("plain") is None
+    assert pc.shim_knobs("profile:A=1+B=2=3") == ["A=1", "B=2=3"]

@@ -399,3 +399,23 @@ def test_upgrade_from_version_1(tmp_path):
     assert {(r["src"], r["pair_source"]) for r in store.traffic(1, by_pair_source=True)} == \
         {(0, None), (1, None), (0, "call")}
     assert open_store(f"sqlite:///{db}").jobs()[1]["state"] == "finished"      # opened again: no second upgrade
+
+
+def test_sqlite_commits_wait_for_no_fsync_unless_asked(tmp_path, monkeypatch):
+    """A WAL store commits with synchronous=NORMAL (no fsync per commit, beside a running job);
+    $RANKMAP_SQLITE_SYNCHRONOUS asks for another level, and a wrong one is a one-line error."""
+    import sqlalchemy as sa
+
+    from conftest import assert_one_line_error, rankmap
+
+    def level(url: str) -> tuple[int, str]:
+        with open_store(url).engine.connect() as c:
+            return (c.execute(sa.text("PRAGMA synchronous")).scalar(),
+                    c.execute(sa.text("PRAGMA journal_mode")).scalar())
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    assert level(url) == (1, "wal")                  # NORMAL
+    monkeypatch.setenv("RANKMAP_SQLITE_SYNCHRONOUS", "full")
+    assert level(url) == (2, "wal")
+    p = rankmap("jobs", "--db", url, env={"RANKMAP_SQLITE_SYNCHRONOUS": "sometimes"})
+    assert_one_line_error(p, "RANKMAP_SQLITE_SYNCHRONOUS=SOMETIMES", "NORMAL")

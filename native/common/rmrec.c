@@ -90,6 +90,11 @@ struct rmrec {
   uint64_t tmask;
   slot_t *tab;
   uint64_t (*tshadow)[2];
+  /* the slots in use, in the order they were taken (index + 1; 0: being written): a flush walks
+   * these, not the whole table (262144 slots by default, ~10 MB with the shadows, for the few
+   * dozen rows of a job: 0.3 ms per flush and rank, every rank of a job at the same moment) */
+  _Atomic uint32_t *used;
+  _Atomic uint64_t nused;
   /* operations */
   pthread_mutex_t oplock;
   _Atomic int nops;
@@ -489,6 +494,7 @@ static rmrec_t *open_impl(const char *dir, const char *source, int world_rank, i
   /* calloc'ed tables are mapped lazily: untouched pages cost nothing */
   c->tab = calloc(slots, sizeof *c->tab);
   c->tshadow = calloc(slots, sizeof *c->tshadow);
+  c->used = calloc(slots, sizeof *c->used);
   /* ring long enough to cover two flush intervals between flushes */
   uint64_t ring = 2 * c->flush_ns / c->bucket_ns + 4;
   if (ring > 4096) ring = 4096;
@@ -499,7 +505,7 @@ static rmrec_t *open_impl(const char *dir, const char *source, int world_rank, i
   c->tlshadow = c->tl ? calloc(tlcells, sizeof *c->tlshadow) : NULL;
   if (!c->tlshadow) { free(c->tl); c->tl = NULL; }
 
-  if (!c->tab || !c->tshadow) {
+  if (!c->tab || !c->tshadow || !c->used) {
     fprintf(stderr, "rankmap: capture disabled: out of memory for %llu table slots\n", (unsigned long long)slots);
     return NULL;
   }
@@ -625,8 +631,11 @@ rmrec_slot_t *rmrec_slot(rmrec_t *c, int shard, int origin, int peer, int klass,
     uint64_t k = atomic_load_explicit(&s->key, memory_order_acquire);
     if (k == 0) {
       uint64_t expect = 0;
-      if (atomic_compare_exchange_strong(&s->key, &expect, key)) k = key;
-      else k = expect;
+      if (atomic_compare_exchange_strong(&s->key, &expect, key)) {
+        k = key;          /* each slot is taken once: fewer entries than slots, never past the end */
+        uint64_t n = atomic_fetch_add_explicit(&c->nused, 1, memory_order_relaxed);
+        atomic_store_explicit(&c->used[n], (uint32_t)i + 1, memory_order_release);
+      } else k = expect;
     }
     if (k == key) return s;
   }
@@ -875,7 +884,11 @@ static void flush_impl(rmrec_t *c, int final) {
   blk_end(&b);
 
   /* traffic rows: delta against what was flushed before */
-  for (uint64_t i = 0; i <= c->tmask; i++) {
+  uint64_t nused = atomic_load_explicit(&c->nused, memory_order_acquire);
+  for (uint64_t u = 0; u < nused; u++) {
+    uint32_t iu = atomic_load_explicit(&c->used[u], memory_order_acquire);
+    if (!iu) continue;                /* its taker is between the count and the index: next flush */
+    uint64_t i = iu - 1;
     uint64_t key = atomic_load_explicit(&c->tab[i].key, memory_order_acquire);
     if (!key) continue;
     uint64_t by = atomic_load_explicit(&c->tab[i].bytes, memory_order_relaxed);

@@ -289,12 +289,33 @@ def _create_schema(engine: Engine, attempts: int = 5) -> int:
     raise AssertionError("unreachable")
 
 
+#: ``PRAGMA synchronous`` levels $RANKMAP_SQLITE_SYNCHRONOUS may name
+SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def sqlite_synchronous() -> str:
+    """The ``synchronous`` level of a WAL store: NORMAL unless ``$RANKMAP_SQLITE_SYNCHRONOUS`` says.
+
+    NORMAL is what SQLite advises for WAL: a commit no longer waits for an fsync of the log (only a
+    checkpoint does), and the file stays consistent whatever happens; a power cut, not a crash, may
+    lose the last commits. A profile commits about once a second beside its job, and each fsync was
+    journal work of the file system while the ranks wrote their own records (FULL: set it for the
+    durability of every commit against power loss)."""
+    v = (os.environ.get("RANKMAP_SQLITE_SYNCHRONOUS") or "NORMAL").strip().upper()
+    if v not in SYNCHRONOUS:
+        raise RankmapError(f"RANKMAP_SQLITE_SYNCHRONOUS={v}: give one of {', '.join(SYNCHRONOUS)}")
+    return v
+
+
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
-    """WAL lets `rankmap serve` read while a profile streams in; foreign keys make deletes cascade."""
+    """WAL lets `rankmap serve` read while a profile streams in; foreign keys make deletes cascade;
+    :func:`sqlite_synchronous` in WAL (the default journal keeps SQLite's FULL)."""
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA foreign_keys=ON")
     try:
-        cur.execute("PRAGMA journal_mode=WAL")
+        wal = str(cur.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower() == "wal"
     except Exception:  # a read-only or network file system: the default journal still works
-        pass
+        wal = False
+    if wal:
+        cur.execute(f"PRAGMA synchronous={sqlite_synchronous()}")
     cur.close()
