@@ -209,13 +209,21 @@ def test_nodes_are_removed_and_orphans_swept(emulated_nodes):
     assert c.run(1, ["hostname"]).stdout.strip() == "node1"
     assert c.run(0, ["cat", "/proc/sys/kernel/random/boot_id"]).stdout != \
         c.run(1, ["cat", "/proc/sys/kernel/random/boot_id"]).stdout
+    # every node's /dev/shm is its own (MPI names segments by host name, which clusters repeat):
+    # a file made on node0 is seen by node0's next command, not by node1 nor by this machine
+    name = f"rankmap-shm-probe-{os.getpid()}"
+    assert c.run(0, ["touch", f"/dev/shm/{name}"]).returncode == 0
+    seen = [c.run(i, ["sh", "-c", f"test -e /dev/shm/{name} && echo yes || echo no"]).stdout.strip()
+            for i in (0, 1)]
+    assert seen == ["yes", "no"] and not Path("/dev/shm", name).exists()
+    shm = c.state / "shm"
     # an owner that is gone: the next sweep removes the nodes
     from rankmap.store import process_id
 
     (c.state / "owner").write_text(" ".join([process_id().split()[0], "999999999", "0"]))
     assert "rmntest" in N.sweep()
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "rmntest-" not in listed and not c.state.exists()
+    assert "rmntest-" not in listed and not c.state.exists() and not shm.is_mount()
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert "rmntest" not in links
 

@@ -11,11 +11,11 @@ So a :class:`Cluster` makes ``N`` nodes out of this machine's kernel:
   through shared memory instead of the network (seen: a 2-node job's 50 MB crossed no link until
   the boot ids differed; Open MPI tells nodes apart by their daemons);
 * every node has a ``/dev/shm`` of its own (``<state>/shm/<node>``, on a tmpfs the cluster mounts,
-  bound over it): shared-memory
-  segments are named by host name and job id (Open MPI's ``vader_segment.node0.<job>.<rank>``), and
-  the nodes of two clusters up at once (tests in parallel) have the same host names; for the same
-  reason Open MPI keeps its session directories (``ompi.node0.<uid>`` under the temporary
-  directory, which the nodes share) under the cluster's state directory (:meth:`Cluster.mpi_env`);
+  bound over it): shared-memory segments are named by host name and job id (Open MPI's
+  ``vader_segment.node0.<job>.<rank>``), and the nodes of two clusters up at once (tests in
+  parallel) have the same host names; for the same reason Open MPI keeps its session directories
+  (``ompi.node0.<uid>`` under the temporary directory, which the nodes share) under the cluster's
+  state directory (:meth:`Cluster.mpi_env`);
 * the nodes' interfaces are veth pairs whose other ends hang on one bridge in this machine's
   namespace, which has no address on it: the nodes reach each other and nothing else, and nothing
   outside them reaches them;
