@@ -284,6 +284,22 @@ def test_profile_map_run_across_nodes_with_other_launchers(emulated_nodes, tmp_p
         assert s["sent"] == {str(q): b for (src, q), b in expected(4).items() if src == r}
 
 
+def srun_job(c, argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``argv`` (a rankmap verb of an srun job) on node0, once more where the MPI died in its own start.
+
+    Open MPI 4.1.4 direct-launched by Debian's Slurm (pmix) on these nodes dies now and then inside
+    ``MPI_Init``: a rank calls a null pointer from btl/tcp's event handler during ``opal_progress``
+    (core file), before any rank printed a line. Without rankmap, plain ``srun --mpi=pmix -n 4
+    --distribution=arbitrary where_app`` with two CPU burners beside it did so in 1 of 25, 2 of 30
+    and 2 of 40 launches (1 of 60 with ``btl tcp,self``); with the block distribution in 0 of 30.
+    A rank that printed, or any other failure, is not tried again."""
+    p = c.run(0, argv, env=env)
+    if p.returncode == 139 and not where(p.stdout) and "Segmentation fault" in p.stderr:
+        print("the MPI died in its start; once more:", p.stderr[-2000:])
+        p = c.run(0, argv, env=env)
+    return p
+
+
 @pytest.mark.slow
 def test_srun_across_nodes(emulated_nodes, where_app, tmp_path):
     """Slurm with one slurmd per node: `rankmap profile`, `tune` and `run` of `srun --mpi=pmix`;
@@ -294,19 +310,18 @@ def test_srun_across_nodes(emulated_nodes, where_app, tmp_path):
     env = dict(c.start_slurm(), **c.mpi_env(), RANKMAP_HOME=str(tmp_path / "home"),
                RANKMAP_DB=f"sqlite:///{tmp_path / 'r.db'}")
     cmd = ["srun", "--mpi=pmix", "-n", "4", str(where_app), str(BYTES), str(ITERS)]
-    p = c.run(0, rankmap_argv("profile", "--no-summary", "--", *cmd), env=env)
+    p = srun_job(c, rankmap_argv("profile", "--no-summary", "--", *cmd), env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert {r: s["host"] for r, s in where(p.stdout).items()} == {0: "node0", 1: "node0", 2: "node1", 3: "node1"}
     from rankmap.store import open_store
 
     job = open_store(env["RANKMAP_DB"], existing=True).job_list()[0]["id"]
     assert stored_pairs(env["RANKMAP_DB"], job) == expected(4)
-    p = c.run(0, rankmap_argv("tune", "--format", "json", "--topology", str(c.topology_file), "--nodes", "2",
-                              "--", *cmd), env=env)
+    p = srun_job(c, rankmap_argv("tune", "--format", "json", "--topology", str(c.topology_file), "--nodes", "2",
+                                 "--", *cmd), env)
     assert p.returncode == 0, p.stdout + p.stderr
     doc = json.loads(p.stdout)
-    p = c.run(0, rankmap_argv("run", "--topology", str(c.topology_file), "--hosts", "node0,node1", "--", *cmd),
-              env=env)
+    p = srun_job(c, rankmap_argv("run", "--topology", str(c.topology_file), "--hosts", "node0,node1", "--", *cmd), env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "warning" not in p.stderr, p.stderr
     seen = where(p.stdout)
