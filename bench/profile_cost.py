@@ -280,6 +280,7 @@ class Bench:
         # the shim a profile of this launcher injects (the mpicc that belongs to the launcher)
         self.shim = build_shim(L.find_mpicc(L.recognise(self.launch + ["true"])))
         self.n = 0
+        self.stores: dict = {}         # store URL -> open store (a part may name its own)
 
     def command(self, mode: str, job: list[str]) -> tuple[list[str], dict[str, str]]:
         env = dict(self.env)
@@ -331,7 +332,6 @@ class Bench:
 
     def _job_meta(self, r: Run, w: str, url: str) -> None:
         from rankmap.store import open_store
-        self.stores = getattr(self, "stores", {})
         store = self.stores[url] = self.stores.get(url) or open_store(url)
         j = store.job(store.resolve_job("latest"))
         meta = j.get("meta") or {}

@@ -27,7 +27,8 @@
 #     included; a miss names the floor measured in step 1) and its CPU share at 10 Hz (< 1 %).
 # rankmap serve's own output (an error that stops it, say) is printed into the log.
 # One PASS or FAIL line per check; the exit status is the number of FAILs (capped at 100).
-# COST_S sets step 1's sampling time per source (3 s; 0 skips the step). DRY=1 runs the same flow on a machine without GPU (PYTHON=.venv/bin/python there): fake NVML
+# COST_S sets step 1's sampling time per source (3 s; 0 skips the step).
+# DRY=1 runs the same flow on a machine without GPU (PYTHON=.venv/bin/python there): fake NVML
 # (tests/fake_nvml) with constant traffic and 3 % NVLink protocol overhead, and a sleep instead of the
 # torchrun jobs (the load and the profiled job); the profile sampler's comparison with the counters
 # around the job is skipped then (the fake's traffic does not stop with the job), the monitor's over

@@ -93,7 +93,7 @@ struct rmrec {
   /* the slots in use, in the order they were taken (index + 1; 0: being written): a flush walks
    * these, not the whole table (262144 slots by default, ~10 MB with the shadows, for the few
    * dozen rows of a job: 0.3 ms per flush and rank, every rank of a job at the same moment) */
-  _Atomic uint32_t *used;
+  _Atomic uint64_t *used;
   _Atomic uint64_t nused;
   /* operations */
   pthread_mutex_t oplock;
@@ -634,7 +634,7 @@ rmrec_slot_t *rmrec_slot(rmrec_t *c, int shard, int origin, int peer, int klass,
       if (atomic_compare_exchange_strong(&s->key, &expect, key)) {
         k = key;          /* each slot is taken once: fewer entries than slots, never past the end */
         uint64_t n = atomic_fetch_add_explicit(&c->nused, 1, memory_order_relaxed);
-        atomic_store_explicit(&c->used[n], (uint32_t)i + 1, memory_order_release);
+        atomic_store_explicit(&c->used[n], i + 1, memory_order_release);
       } else k = expect;
     }
     if (k == key) return s;
@@ -886,11 +886,10 @@ static void flush_impl(rmrec_t *c, int final) {
   /* traffic rows: delta against what was flushed before */
   uint64_t nused = atomic_load_explicit(&c->nused, memory_order_acquire);
   for (uint64_t u = 0; u < nused; u++) {
-    uint32_t iu = atomic_load_explicit(&c->used[u], memory_order_acquire);
+    uint64_t iu = atomic_load_explicit(&c->used[u], memory_order_acquire);
     if (!iu) continue;                /* its taker is between the count and the index: next flush */
-    uint64_t i = iu - 1;
-    uint64_t key = atomic_load_explicit(&c->tab[i].key, memory_order_acquire);
-    if (!key) continue;
+    uint64_t i = iu - 1;              /* published after its key: the key is set */
+    uint64_t key = atomic_load_explicit(&c->tab[i].key, memory_order_relaxed);
     uint64_t by = atomic_load_explicit(&c->tab[i].bytes, memory_order_relaxed);
     uint64_t ms = atomic_load_explicit(&c->tab[i].msgs, memory_order_relaxed);
     uint64_t db = by - c->tshadow[i][0], dm = ms - c->tshadow[i][1];
