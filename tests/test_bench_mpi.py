@@ -58,15 +58,17 @@ def test_host_buffers_under_open_mpi(bench_env):
 @pytest.mark.timing
 def test_bandwidth_agrees_with_an_osu_style_reference(bench_env, tmp_path):
     """Our bw against tests/native/osu_style_bw.c with the same window and iterations, interleaved,
-    five times each; the best of each agree within a factor of 1.6.
+    five times each; the second best of each agree within a factor of 1.6.
 
-    The best of several runs, not their median: on a shared machine other processes only ever take
+    The fast end of several runs, not their median: on a shared machine other processes mostly take
     bandwidth away (two ranks that poll need both cores), in bursts that a median of three can land
-    on for one side and not the other. The fastest run of each is the one least disturbed, so the
-    two best are compared. On a quiet machine they agree within 15 % (10-12 GB/s each); on a loaded
-    CI machine ours was once 0.65 of the reference in all five runs (4.6-5.1 against 7.0-7.8 GB/s).
-    A factor of 1.6 still catches an error in what is counted (a window, a direction, an iteration:
-    each at least a factor of 2)."""
+    on for one side and not the other. But not only: on a loaded 2-core CI machine one reference run
+    of eleven read 13.1 GB/s beside a best of ours of 6.6 and the reference's next best 8.8 (the two
+    ranks' copies met in a shared cache). So the second best of each is compared: one lucky run on
+    either side moves nothing. On a quiet machine they agree within 15 % (10-12 GB/s each); on a
+    loaded CI machine ours was once 0.65 of the reference in all five runs (4.6-5.1 against
+    7.0-7.8 GB/s). A factor of 1.6 still catches an error in what is counted (a window, a direction,
+    an iteration: each at least a factor of 2)."""
     need_openmpi()
     # each rank on a core of its own, the same two for both programs: left to the scheduler of a loaded
     # machine, two ranks on one core copy 1 MiB within its cache (a reference run read 15.6 GB/s,
@@ -105,11 +107,19 @@ def test_bandwidth_agrees_with_an_osu_style_reference(bench_env, tmp_path):
         run()
     assert len(ours) == len(ref) == 5
     # a busy machine (the suite's other workers beside it) can disturb all five runs of one side: then
-    # more runs, up to 11 of each, find its undisturbed best too; a count that is wrong is off in every run
-    while not 1 / 1.6 <= max(ours) / max(ref) <= 1.6 and len(ours) < 11:
+    # more runs, up to 11 of each, find its undisturbed fast end too; a count that is wrong is off in every run
+    def agree() -> bool:
+        return 1 / 1.6 <= second_best(ours) / second_best(ref) <= 1.6
+
+    while not agree() and len(ours) < 11:
         for run in (run_ref, run_ours, run_ours, run_ref):
             run()
-    assert 1 / 1.6 <= max(ours) / max(ref) <= 1.6, (ours, ref)
+    assert agree(), (ours, ref)
+
+
+def second_best(runs: list[float]) -> float:
+    """The fast end of a set of bandwidth runs that one outlier above the rest does not decide."""
+    return sorted(runs)[-2]
 
 
 def test_device_buffers_staged_and_ipc_through_a_stand_in_runtime(bench_env, fake_cudart, tmp_path):
