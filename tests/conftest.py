@@ -125,10 +125,14 @@ needs.install()
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Timing tests share one xdist group: one worker runs them one at a time (two side by side would
-    time each other)."""
+    time each other). The slow tests go first: the workers take tests in this order, and a test of
+    half a minute handed out last holds the whole suite for it after the others are done (on 2 cores
+    with 4 workers the last 5 % of the tests took 2.5 of 9.7 minutes). The order is the same in every
+    worker (a stable sort), as xdist requires."""
     for item in items:
         if item.get_closest_marker("timing"):
             item.add_marker(pytest.mark.xdist_group("timing"))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.hookimpl(tryfirst=True)

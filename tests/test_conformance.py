@@ -47,6 +47,7 @@ def collective_rows(env: dict) -> dict[tuple[str, int, int], tuple[int, int, str
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 @pytest.mark.parametrize("mpi", sorted(MPIS))
 def test_unknown_version_gets_the_mirror_after_doctor(mpi, tmp_path):
     cc, launch, real, fake = MPIS[mpi]

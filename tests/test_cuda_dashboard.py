@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from test_cuda_activity import parts, run_app  # noqa: F401  (module fixture)
-from test_web_browser import _Server, browser_page  # noqa: F401  (fixture)
+from test_web_browser import _Server, browser_page, chromium  # noqa: F401  (fixtures)
 from test_web_api import TOPOLOGY, record
 from rankmap.formats import record as records
 from rankmap.store import open_store

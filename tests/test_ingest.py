@@ -231,6 +231,7 @@ def test_ingest_refuses_a_job_that_is_still_streamed(tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_a_locked_sqlite_store_delays_the_ingest_and_loses_nothing(pairs, tmp_path, monkeypatch):
     """Another process holds the SQLite file locked during a real MPI job until rankmap has met the
     lock: the job runs on, rankmap says once (while the job still runs) that the store is locked,

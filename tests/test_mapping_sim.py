@@ -59,6 +59,7 @@ def test_simgrid_halo4d_two_nodes(tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_demo(tmp_path):
     env = {"RANKMAP_HOME": str(tmp_path), "RANKMAP_DB": f"sqlite:///{tmp_path / 'd.db'}"}
     p = rankmap("demo", env=env, timeout=600)
@@ -139,6 +140,7 @@ def _simgrid(out: str, routes: str) -> float:
 
 
 @pytest.mark.mpi
+@pytest.mark.slow
 def test_demo_shows_recorded_traffic_and_the_gpu_resident_what_if(tmp_path):
     """Both blocks, in order and labelled; the what-if's factor is what `rankmap map --as-gpu-resident`
     computes for the stored job; both mappings are stored with their basis, the recorded one newest."""

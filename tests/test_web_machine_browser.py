@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_web_browser import _Server, browser_page  # noqa: F401  (skips this module without Chromium)
+from test_web_browser import _Server, browser_page, chromium  # noqa: F401  (fixtures; skips this module without Chromium)
 from test_web_machine import fill
 
 from rankmap.store import open_store

@@ -5,8 +5,8 @@
  *                  scatter reduce_scatter_block reduce_scatter allgatherv alltoallv, and the
  *                  nonblocking iallreduce ibcast ireduce iallgather ialltoall igather iscatter,
  *                  each started and waited for at once; SIZE bytes, a multiple of 8)
- * Runs each COLL once per size (and per root for the rooted ones) between barriers and prints, on
- * rank 0, one line per (collective, size, root, src, dst) with the bytes and messages src sent to
+ * Runs each COLL once per size (and per root for the rooted ones), each call followed by a barrier,
+ * and prints, on rank 0, one line per (collective, size, root, src, dst) with the bytes and messages src sent to
  * dst in that call (dst -1: a peer the probe could not name):
  *     COLL SIZE ROOT SRC DST BYTES MESSAGES
  * after two lines that name the library as rankmap's shim records it (META mpi_library and
@@ -150,6 +150,10 @@ int main(int argc, char **argv) {
     }
   learning = 0;
 #endif
+  /* A message counts for the phase its sender is in, so one barrier between two calls is enough: a
+   * rank leaves it, and starts the next call, only once every rank has made every send of the call
+   * before (a barrier before each call as well cost a third of an oversubscribed probe's time). */
+  MPI_Barrier(MPI_COMM_WORLD);
   int ph = 0;
   for (int c = 0; c < ncoll; c++)
   for (int k = 2; k < argc; k++) {
@@ -157,7 +161,6 @@ int main(int argc, char **argv) {
     int s = atoi(argv[k]), d = s / 8, nroots = rooted(coll) ? P : 1;
     for (int i = 0; i < P; i++) rc[i] = d;
     for (int root = 0; root < nroots; root++, ph++) {
-      MPI_Barrier(MPI_COMM_WORLD);
       phase = ph;
       void *sb = inplace ? MPI_IN_PLACE : (void *)a;
       if (!strcmp(coll, "allreduce")) MPI_Allreduce(sb, b, d, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
