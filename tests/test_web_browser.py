@@ -301,13 +301,15 @@ def test_link_colours_bands_slider_and_series_against_known_data(store_url, brow
 
 @pytest.mark.mpi
 def test_live_job_updates_without_false_banners(store_url, browser_page, tmp_path):
-    """A real `rankmap profile` of an MPI ring that sleeps 6 s before finalising, with NVML faked: the
-    page follows it live (ranks, link frames) with no problem banner, and ends on exit 0."""
+    """A real `rankmap profile` of an MPI ring that waits before finalising until the page has shown
+    its link frames grow (at most 40 s), with NVML faked: the page follows it live (ranks, link
+    frames) with no problem banner, and ends on exit 0. (A fixed 6 s sleep was once used up on a
+    loaded machine before the page saw a second frame.)"""
     mpirun, mpicc = shutil.which("mpirun.openmpi"), shutil.which("mpicc.openmpi")
     if not (mpirun and mpicc):
         pytest.skip("Open MPI (mpirun.openmpi, mpicc.openmpi) is not installed")
-    exe = tmp_path / "ring"
-    subprocess.run([mpicc, "-O1", "-o", str(exe), str(ROOT / "examples" / "mpi" / "ring.c")], check=True)
+    exe, go = tmp_path / "ring", tmp_path / "go"
+    subprocess.run([mpicc, "-O1", "-o", str(exe), str(ROOT / "tests" / "native" / "ring_until_app.c")], check=True)
     store = open_store(store_url)
     env = dict(os.environ, RANKMAP_HOME=str(tmp_path / "home"),
                **fake_env(rates=[[10 * 10**9, 0, 10**8, 0], [0, 10 * 10**9, 0, 10**8]]))
@@ -316,7 +318,7 @@ def test_live_job_updates_without_false_banners(store_url, browser_page, tmp_pat
         page.goto(srv.url + "/")
         prof = subprocess.Popen([sys.executable, "-m", "rankmap", "profile", "--db", store_url, "--nccl", "off",
                                  "--flush-ms", "200", "--no-summary", "--", mpirun, "--allow-run-as-root",
-                                 "--oversubscribe", "-np", "2", str(exe), "4096", "20", "6"],
+                                 "--oversubscribe", "-np", "2", str(exe), "4096", "20", str(go), "40"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
             deadline = time.monotonic() + 60
@@ -339,6 +341,8 @@ def test_live_job_updates_without_false_banners(store_url, browser_page, tmp_pat
                     if state["problems"] or state["error"]:
                         banners.append(state)
                     frames.append(state["frames"])
+                    if max(frames) > min(frames) >= 1 and not go.exists():
+                        go.touch()                      # seen: the job may end now
                 page.wait_for_timeout(250)
             out, err = prof.communicate(timeout=60)
         finally:
