@@ -302,7 +302,7 @@ def test_link_colours_bands_slider_and_series_against_known_data(store_url, brow
 @pytest.mark.mpi
 def test_live_job_updates_without_false_banners(store_url, browser_page, tmp_path):
     """A real `rankmap profile` of an MPI ring that waits before finalising until the page has shown
-    its link frames grow (at most 40 s), with NVML faked: the page follows it live (ranks, link
+    both its ranks and its link frames grow (at most 40 s), with NVML faked: the page follows it live (ranks, link
     frames) with no problem banner, and ends on exit 0. (A fixed 6 s sleep was once used up on a
     loaded machine before the page saw a second frame.)"""
     mpirun, mpicc = shutil.which("mpirun.openmpi"), shutil.which("mpicc.openmpi")
@@ -329,7 +329,7 @@ def test_live_job_updates_without_false_banners(store_url, browser_page, tmp_pat
             page.locator(f'#job-list li[data-job="{jid}"]').wait_for(timeout=15_000)
             page.evaluate(f"location.hash = '#/job/{jid}'")
             page.locator("#job-status .pill.run").wait_for(timeout=15_000)
-            banners, frames = [], []
+            banners, frames, live_ranks = [], [], False
             while prof.poll() is None and time.monotonic() < deadline:
                 state = page.evaluate("""() => ({problems: !document.getElementById('job-problems').hidden,
                     text: document.getElementById('job-problems').innerText,
@@ -341,8 +341,9 @@ def test_live_job_updates_without_false_banners(store_url, browser_page, tmp_pat
                     if state["problems"] or state["error"]:
                         banners.append(state)
                     frames.append(state["frames"])
-                    if max(frames) > min(frames) >= 1 and not go.exists():
-                        go.touch()                      # seen: the job may end now
+                    live_ranks = live_ranks or "2 / 2" in state["ranks"]
+                    if live_ranks and max(frames) > min(frames) >= 1 and not go.exists():
+                        go.touch()                      # both ranks and a growing link view seen: it may end now
                 page.wait_for_timeout(250)
             out, err = prof.communicate(timeout=60)
         finally:
@@ -350,9 +351,10 @@ def test_live_job_updates_without_false_banners(store_url, browser_page, tmp_pat
                 prof.kill()
         assert prof.returncode == 0, err
         assert not banners, banners                     # no "no finalize marker" while ranks still run
-        assert "2 / 2" in page.locator("#kpis").inner_text()
+        assert live_ranks                               # both ranks reported while the job ran
         assert max(frames) > min(frames) >= 1, frames   # the link view grew while the job ran
         page.locator("#job-status .pill.ok").wait_for(timeout=15_000)
+        assert "2 / 2" in page.locator("#kpis").inner_text()
         assert page.locator("#job-problems").is_hidden() and page.locator("#job-error").is_hidden()
         job = store.job(jid)
         assert job["meta"]["link_sampler"]["source"] == "gpm" and store.link_samples(jid)
