@@ -6,8 +6,8 @@
  *                  nonblocking iallreduce ibcast ireduce iallgather ialltoall igather iscatter,
  *                  each started and waited for at once; SIZE bytes, a multiple of 8)
  * Runs each COLL once per size (and per root for the rooted ones), each call followed by a barrier,
- * and prints, on rank 0, one line per (collective, size, root, src, dst) with the bytes and messages src sent to
- * dst in that call (dst -1: a peer the probe could not name):
+ * and prints, on rank 0, one line per (collective, size, root, src, dst) with the bytes and messages
+ * src sent to dst in that call (dst -1: a peer the probe could not name):
  *     COLL SIZE ROOT SRC DST BYTES MESSAGES
  * after two lines that name the library as rankmap's shim records it (META mpi_library and
  * mpi_library_file: the key of a conformance record):
