@@ -358,8 +358,8 @@ def test_live_job_updates_without_false_banners(store_url, browser_page, tmp_pat
         assert page.locator("#job-problems").is_hidden() and page.locator("#job-error").is_hidden()
         job = store.job(jid)
         assert job["meta"]["link_sampler"]["source"] == "gpm" and store.link_samples(jid)
-        g0 = page.locator('#topo-view path.link[data-source="measured"]')
-        assert g0.count() >= 2                          # the profile's own sampler measured the GPU links
+        # the profile's own sampler measured the GPU links (drawn once the finished job's view is redrawn)
+        wait_js(page, """document.querySelectorAll('#topo-view path.link[data-source="measured"]').length >= 2""")
         page.screenshot(path=str(tmp_path / "live.png"), full_page=True)
 
 
